@@ -1,0 +1,36 @@
+# The two commands of the README: `make train` and `make test`. Both create the environment if missing.
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: train test venv export readme clean-venv
+
+# (re)install when the package's requirements change
+$(STAMP): settings.ini setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/longctx_train $(ARGS)
+
+test: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests $(ARGS)
+
+# notebooks -> package, README; then strip notebook metadata
+export: $(STAMP)
+	$(BIN)/nbdev_export
+	$(BIN)/python .ci/readme.py
+	$(BIN)/nbdev_clean
+
+readme: $(STAMP)
+	$(BIN)/python .ci/readme.py
+
+clean-venv:
+	rm -rf $(VENV)

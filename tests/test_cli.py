@@ -1,0 +1,143 @@
+"""End to end: the console scripts as a user runs them, in subprocesses."""
+import json, os, subprocess, sys
+from pathlib import Path
+import numpy as np
+import pytest
+
+SMALL = ['--data.seq_len=64', '--data.batch_size=4', '--model.n_layers=2', '--trainer.enable_progress_bar=false',
+         '--trainer.limit_val_batches=2']
+
+def run(bindir, script, *args, cwd=None, check=None):
+    p = subprocess.run([str(bindir / script), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+    if check is not None: assert p.returncode == check, f'exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}'
+    return p
+
+def metrics(run_dir):
+    return [json.loads(l) for l in (Path(run_dir) / 'metrics.jsonl').read_text().splitlines()]
+
+def test_default_corpus_loss_falls(bindir, tmp_path):
+    "40 steps of the tiny preset on the default corpus visibly lower the loss."
+    p = run(bindir, 'longctx_train', '--trainer.max_steps=40', '--data.seq_len=128', '--data.batch_size=8',
+            '--trainer.enable_progress_bar=false', '--trainer.limit_val_batches=4',
+            f'--trainer.default_root_dir={tmp_path}', check=0)
+    rows = metrics(tmp_path / 'version_0')
+    losses = [r['loss'] for r in rows if 'loss' in r]
+    assert losses[0] > 4.5 and losses[-1] < losses[0] - 1.0, losses
+    assert 'Training finished' in p.stdout and 'tokens/s' in p.stdout and 'loss.png' in p.stdout
+    run_dir = tmp_path / 'version_0'
+    assert (run_dir / 'loss.png').stat().st_size > 1000
+    assert json.loads((run_dir / 'config.json').read_text())['trainer']['max_steps'] == 40
+    assert any('val_loss' in r for r in rows)
+    # a second run never overwrites the first
+    run(bindir, 'longctx_train', '--trainer.fast_dev_run=false', '--trainer.max_steps=1', *SMALL,
+        f'--trainer.default_root_dir={tmp_path}', check=0)
+    assert (tmp_path / 'version_1' / 'config.json').exists() and len(metrics(run_dir)) == len(rows)
+
+def test_pretokenized_npy_seed003_flags(bindir, tmp_path):
+    "Seed 003's flat flags on pre-tokenized .npy files."
+    rng = np.random.default_rng(0)
+    pattern = rng.integers(0, 50, 97)
+    tokens = np.tile(pattern, 200).astype(np.uint16)  # a learnable periodic sequence
+    np.save(tmp_path / 'train.npy', tokens); np.save(tmp_path / 'val.npy', tokens[:3000])
+    run(bindir, 'longctx_train', '--train_data', tmp_path / 'train.npy', '--val_data', tmp_path / 'val.npy',
+        '--vocab_size', 50, '--context_length', 64, '--batch_size', 8, '--max_iters', 30, '--device', 'cpu',
+        '--log_interval', 5, '--learning_rate', 3e-3, '--d_model', 64, '--num_layers', 2, '--num_heads', 4,
+        '--trainer.enable_progress_bar=false', f'--trainer.default_root_dir={tmp_path / "runs"}', check=0)
+    rows = metrics(tmp_path / 'runs' / 'version_0')
+    assert [r['step'] for r in rows if 'loss' in r] == [5, 10, 15, 20, 25, 30]
+    cfg = json.loads((tmp_path / 'runs' / 'version_0' / 'config.json').read_text())
+    assert (cfg['model']['vocab_size'], cfg['data']['seq_len'], cfg['model']['d_model']) == (50, 64, 64)
+    assert rows[-1]['val_loss'] < 2.0  # the periodic sequence is learnt
+
+def test_seed001_config_and_presets(bindir, tmp_path):
+    "A seed-001 JSON config (model / vram / training sections) with --training_preset and overrides."
+    conf = {"model": {"d_model": 64, "n_layers": 2, "d_state": 16, "expand_factor": 2, "dropout": 0.1,
+                      "max_seq_len": 64, "vocab_size": 256},
+            "vram": {"batch_size": 2, "gradient_accumulation_steps": 2, "max_seq_len": 64, "use_fp16": True,
+                     "use_gradient_checkpointing": True, "use_cpu_offload": False},
+            "training": {"learning_rate": 0.001, "weight_decay": 0.1, "max_steps": 100000, "warmup_steps": 2000,
+                         "eval_interval": 1000, "save_interval": 5000, "logging_steps": 2, "adam_beta1": 0.9,
+                         "adam_beta2": 0.95, "adam_epsilon": 1e-08, "max_grad_norm": 1.0, "label_smoothing": 0.0}}
+    (tmp_path / 'config_16gb_safe.json').write_text(json.dumps(conf))
+    p = run(bindir, 'longctx_train', '--config', tmp_path / 'config_16gb_safe.json', '--training_preset', 'fast',
+            '--trainer.max_steps=6', '--trainer.enable_progress_bar=false', '--trainer.limit_val_batches=1',
+            f'--trainer.default_root_dir={tmp_path / "runs"}', check=0)
+    cfg = json.loads((tmp_path / 'runs' / 'version_0' / 'config.json').read_text())
+    assert cfg['training_preset'] == 'fast' and cfg['trainer']['max_steps'] == 6
+    assert cfg['data']['seq_len'] == 64 and cfg['trainer']['accumulate_grad_batches'] == 2
+    assert cfg['model']['gradient_checkpointing'] is True and cfg['trainer']['use_fp16'] is True
+    assert 'precision 32' in p.stdout  # use_fp16 means fp16 where the device has it: fp32 on the CPU
+    # --print_config shows the resolved config and writes nothing
+    p = run(bindir, 'longctx_train', '--model_size', 'small', '--vram', '8gb', '--print_config', check=0)
+    d = json.loads(p.stdout)
+    assert (d['model']['d_model'], d['data']['batch_size'], d['trainer']['accumulate_grad_batches'], d['vram']) == (512, 1, 16, '8gb')
+
+def test_seed002_dotted_flags(bindir, tmp_path):
+    p = run(bindir, 'longctx_train', 'fit', '--model.block=vanilla', '--model.num_params=tiny', '--data.max_seq_len=64',
+            '--data.batch_size=2', '--trainer.max_steps=3', '--trainer.accelerator=cpu', '--trainer.precision=bf16',
+            '--trainer.enable_progress_bar=False', f'--trainer.default_root_dir={tmp_path}',
+            '--trainer.checkpoint_interval=2', '--trainer.log_every_n_steps=1', '--trainer.eval_interval=0',
+            '--trainer.limit_val_batches=1', check=0)
+    ckpts = sorted(p.name for p in (tmp_path / 'version_0' / 'checkpoints').iterdir())
+    assert ckpts == ['step_0000002.pt', 'step_0000003.pt'], ckpts
+    assert 'precision bf16' in p.stdout
+    p = run(bindir, 'longctx_train', '--trainer.fast_dev_run=True', *SMALL, f'--trainer.default_root_dir={tmp_path / "dev"}', check=0)
+    assert not (tmp_path / 'dev').exists()
+
+def test_prepare_then_train(bindir, tmp_path):
+    corpus = tmp_path / 'corpus'; corpus.mkdir()
+    for i in range(6): (corpus / f'doc{i}.txt').write_text(f'document {i}: ' + 'the quick brown fox jumps over the lazy dog. ' * 60)
+    run(bindir, 'longctx_prepare', '--data.dataset_name=local', f'--data.dataset_config={corpus}', '--out', tmp_path / 'prep', check=0)
+    meta = json.loads((tmp_path / 'prep' / 'meta.json').read_text())
+    assert meta['vocab_size'] == 256 and meta['n_train_tokens'] > 0
+    run(bindir, 'longctx_train', '--data_dir', tmp_path / 'prep', *SMALL, '--trainer.max_steps=2',
+        f'--trainer.default_root_dir={tmp_path / "runs"}', check=0)
+    # never writes into a folder that is not empty
+    p = run(bindir, 'longctx_prepare', '--data.dataset_name=local', f'--data.dataset_config={corpus}', '--out', tmp_path / 'prep', check=2)
+    assert 'not empty' in p.stderr
+
+def test_help_and_version(bindir):
+    p = run(bindir, 'longctx_train', '--help', check=0)
+    for s in ('--trainer.max_steps', '--model.block', '--context_length', '--vram', '(default: 400)', 'examples:'):
+        assert s in p.stdout, s
+    assert run(bindir, 'longctx_train', '--version', check=0).stdout.startswith('longctx_train ')
+
+def _tokens(tmp_path, n=1000, hi=300):
+    np.save(tmp_path / 'big_ids.npy', (np.arange(n) % hi).astype(np.uint16))
+    np.save(tmp_path / 'short.npy', (np.arange(50) % 10).astype(np.uint16))
+
+BAD = {  # args -> a phrase the error must contain
+    'unknown_flag': (['--trainer.max_step=3'], "Did you mean 'trainer.max_steps'"),
+    'unknown_flat_flag': (['--context_len', '5'], 'unknown flag --context_len'),
+    'negative_steps': (['--trainer.max_steps=-5'], 'must be > 0'),
+    'unknown_block': (['--model.block=transformerxl'], 'valid choices: vanilla'),
+    'unknown_preset': (['--model_size', 'huge'], 'valid choices: tiny, small'),
+    'unknown_vram': (['--vram', '6gb'], 'valid choices: 8gb'),
+    'bad_bool': (['--trainer.enable_progress_bar=maybe'], 'expected true or false'),
+    'missing_data': (['--train_data', 'nowhere/train.npy'], 'nowhere/train.npy'),
+    'missing_config': (['--config', 'nowhere.json'], 'does not exist'),
+    'ids_outside_vocab': (['--train_data', '{tmp}/big_ids.npy', '--vocab_size', '256'], 'vocab'),
+    'seq_longer_than_data': (['--train_data', '{tmp}/short.npy', '--context_length', '64'], 'seq_len'),
+    'cuda_without_gpu': (['--device', 'cuda'], 'no CUDA GPU'),
+    'fp16_on_cpu': (['--trainer.precision=16', '--device', 'cpu'], 'not supported on the CPU'),
+}
+
+@pytest.mark.parametrize('case', list(BAD))
+def test_bad_input(bindir, tmp_path, case):
+    "One paragraph naming the problem, exit code 2, no traceback, nothing written."
+    if case == 'cuda_without_gpu':
+        import torch
+        if torch.cuda.is_available(): pytest.skip('this machine has a GPU')
+    _tokens(tmp_path)
+    args, phrase = BAD[case]
+    args = [a.replace('{tmp}', str(tmp_path)) for a in args]
+    root = tmp_path / 'runs'
+    p = run(bindir, 'longctx_train', *args, f'--trainer.default_root_dir={root}', cwd=tmp_path, check=2)
+    assert phrase in p.stderr, p.stderr
+    assert 'Traceback' not in p.stderr and p.stderr.startswith('longctx_train: error:')
+    assert not root.exists()
+
+def test_existing_run_dir_is_not_overwritten(bindir, tmp_path):
+    d = tmp_path / 'runs' / 'mine'; d.mkdir(parents=True); (d / 'metrics.jsonl').write_text('precious\n')
+    p = run(bindir, 'longctx_train', '--trainer.run_name=mine', f'--trainer.default_root_dir={tmp_path / "runs"}', *SMALL, check=2)
+    assert 'already holds a run' in p.stderr and (d / 'metrics.jsonl').read_text() == 'precious\n'
