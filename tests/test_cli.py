@@ -18,11 +18,11 @@ def metrics(run_dir):
 def test_default_corpus_loss_falls(bindir, tmp_path):
     "40 steps of the tiny preset on the default corpus visibly lower the loss."
     p = run(bindir, 'longctx_train', '--trainer.max_steps=40', '--data.seq_len=128', '--data.batch_size=8',
-            '--trainer.enable_progress_bar=false', '--trainer.limit_val_batches=4',
+            '--trainer.enable_progress_bar=false', '--trainer.limit_val_batches=4', '--trainer.log_every_n_steps=1',
             f'--trainer.default_root_dir={tmp_path}', check=0)
     rows = metrics(tmp_path / 'version_0')
     losses = [r['loss'] for r in rows if 'loss' in r]
-    assert losses[0] > 4.5 and losses[-1] < losses[0] - 1.0, losses
+    assert losses[0] > 5.0 and losses[-1] < losses[0] - 2.0, losses
     assert 'Training finished' in p.stdout and 'tokens/s' in p.stdout and 'loss.png' in p.stdout
     run_dir = tmp_path / 'version_0'
     assert (run_dir / 'loss.png').stat().st_size > 1000
