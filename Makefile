@@ -25,9 +25,9 @@ test: $(STAMP)
 
 # notebooks -> package, README; then strip notebook metadata
 export: $(STAMP)
+	$(BIN)/nbdev_clean
 	$(BIN)/nbdev_export
 	$(BIN)/python .ci/readme.py
-	$(BIN)/nbdev_clean
 
 readme: $(STAMP)
 	$(BIN)/python .ci/readme.py
