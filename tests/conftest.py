@@ -8,7 +8,7 @@ os.environ.setdefault('LONGCTX_CACHE', str(ROOT / '.cache'))
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def bindir():
     "Folder of the running interpreter's console scripts (longctx_train, longctx_prepare)."
     return Path(sys.executable).parent
