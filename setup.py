@@ -9,8 +9,7 @@ cfg = cfg['DEFAULT']
 
 def _split(key): return cfg.get(key, '').split()
 
-licenses = {'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License')}
-lic = licenses[cfg['license']]
+licenses = {'apache2': 'Apache-2.0'}  # SPDX expression
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable']
 py_versions = ['3.10', '3.11', '3.12', '3.13']
 min_python = cfg['min_python']
@@ -22,10 +21,10 @@ setuptools.setup(
     long_description=(Path(__file__).parent / 'README.md').read_text(encoding='utf-8'),
     long_description_content_type='text/markdown',
     author=cfg['author'], author_email=cfg['author_email'],
-    url=cfg['git_url'], license=lic[0],
+    url=cfg['git_url'], license=licenses[cfg['license']],
     keywords=cfg['keywords'],
     classifiers=[f'Development Status :: {statuses[int(cfg["status"])]}', 'Intended Audience :: Developers',
-                 f'License :: {lic[1]}', 'Natural Language :: English']
+                 'Natural Language :: English']
                 + [f'Programming Language :: Python :: {v}' for v in py_versions[py_versions.index(min_python):]],
     packages=setuptools.find_packages(include=[cfg['lib_path'], cfg['lib_path'] + '.*']),
     include_package_data=True,
