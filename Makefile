@@ -5,7 +5,7 @@ TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test venv export readme clean-venv
+.PHONY: train test venv export readme docs clean-venv
 
 # (re)install when the package's requirements change
 $(STAMP): settings.ini setup.py
@@ -31,6 +31,10 @@ export: $(STAMP)
 
 readme: $(STAMP)
 	$(BIN)/python .ci/readme.py
+
+# docs site -> _docs/: nbdev_docs where quarto is installed, else executes the notebooks and renders them with nbconvert
+docs: $(STAMP)
+	$(BIN)/python .ci/docs.py $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -30,7 +30,9 @@ setuptools.setup(
     include_package_data=True,
     python_requires=f'>={min_python}',
     install_requires=_split('requirements'),
-    extras_require={'dev': _split('dev_requirements'), 'hf': ['datasets'], 'tensorboard': ['tensorboard']},
+    # cuda: mamba-ssm and causal-conv1d compile against the installed torch; build them with examples/build_cuda_kernels.sh
+    extras_require={'dev': _split('dev_requirements'), 'docs': _split('docs_requirements'),
+                    'cuda': _split('cuda_requirements'), 'hf': ['datasets'], 'tensorboard': ['tensorboard']},
     entry_points={'console_scripts': _split('console_scripts'), 'nbdev': [f'{cfg["lib_path"]}={cfg["lib_path"]}._modidx:d']},
     zip_safe=False,
 )

@@ -1,0 +1,300 @@
+"""Build the docs site into _docs/ without Quarto (Quarto has no wheel, Debian or npm package here).
+
+Where `quarto` is on PATH this just runs nbdev's own `nbdev_docs` (pass --no-quarto to force this path).
+Otherwise, for every notebook in nbs/ (recursively, skipping names that start with `_` or `.`):
+
+1. execute it (the notebooks are committed without outputs) with execnb's `CaptureShell.run_all`, as
+   `nbdev_test` does, skipping cells flagged with settings.ini's `tst_flags` (`notest`, `cuda`);
+2. process it with nbdev's `FilterDefaults` (the processors `nbdev_docs` runs before Quarto: frontmatter,
+   `#| hide`, show_doc cells, `#| exports`, doc links, ...) and write it to _proc/;
+3. do what Quarto would do with the cell options left for it (`echo`, `output`, `include`, `eval`, fenced
+   divs) and convert it to HTML with nbconvert's `HTMLExporter` (lab template, images embedded as PNG),
+   adding a left sidebar with the notebooks grouped by number range and rewriting links to notebooks.
+
+Executed notebooks in _proc/ are reused while they are newer than their notebook and the package
+(`--force` rebuilds all). Usage: `python .ci/docs.py [--force] [--no-quarto] [--workers N] [NAMES...]`.
+"""
+import argparse, copy, html, json, os, re, shutil, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS, PROC, DOCS, LIB = ROOT / 'nbs', ROOT / '_proc', ROOT / '_docs', ROOT / 'longctx_nb'
+
+SECTIONS = [(0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'),
+            (50, 'Evaluation'), (60, 'Benchmarks'), (70, 'CLI')]
+
+def notebooks(names=()):
+    nbs = sorted(p for p in NBS.rglob('*.ipynb')
+                 if not any(part.startswith(('.', '_')) for part in p.relative_to(NBS).parts))
+    if names: nbs = [p for p in nbs if p.stem in names or p.name in names]
+    return nbs
+
+def section(nb: Path):
+    m = re.match(r'(\d+)_', nb.name)
+    if not m: return None
+    n = int(m.group(1))
+    return next((name for lo, name in reversed(SECTIONS) if n >= lo), None)
+
+def html_name(nb: Path) -> str: return nb.relative_to(NBS).with_suffix('.html').as_posix()
+
+# ---------------------------------------------------------------- 1+2: execute and process (one process per notebook)
+def _directives(cell):  # nbdev's parsed `#|` directives, keys without the trailing ':'
+    return {k.rstrip(':'): v for k, v in (getattr(cell, 'directives_', None) or {}).items()}
+
+def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 600):
+    "Run notebook `src`, process it as nbdev_docs does, write it to `dst`. Returns (seconds, error or None)."
+    os.environ.setdefault('OMP_NUM_THREADS', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
+    os.environ['IN_TEST'] = '1'  # as nbdev_test / nbdev's docs processing do
+    os.chdir(ROOT)  # nbdev reads settings.ini from the working directory
+    from fastcore.xtras import working_directory
+    from execnb.nbio import write_nb
+    from execnb.shell import CaptureShell
+    from nbdev.process import NBProcessor
+    from nbdev.frontmatter import FrontmatterProc
+    from nbdev.processors import FilterDefaults, exec_show_docs
+    class TolerantShowDocs(exec_show_docs):
+        "nbdev's `exec_show_docs`, carrying on past a cell that fails out of context"
+        def __call__(self, cell):
+            try: super().__call__(cell)
+            except Exception: self.k.exc = None
+    src, dst, t0, err = Path(src), Path(dst), time.time(), None
+    # as nbdev.test.test_nb runs it, but keeping the `#|` lines for nbdev's docs processors below
+    nb = NBProcessor(src, procs=FrontmatterProc, rm_directives=False, process=True).nb
+    flags = set(skip_flags)
+    def no_eval(cell):
+        if cell.cell_type != 'code': return True
+        if 'nbdev_export' + '(' in cell.source: return True
+        d = _directives(cell)
+        if d.get('eval', [''])[0].lower() == 'false': return True
+        return bool(flags & d.keys())
+    shell = CaptureShell(src)
+    try:
+        with working_directory(src.parent): shell.run_all(nb, exc_stop=True, preproc=no_eval)
+    except Exception: err = shell.prettytb(fname=src)
+    for cell in nb.cells:  # cells that were skipped keep no stale output
+        if cell.cell_type == 'code' and no_eval(cell): cell.outputs = []
+    nb0 = copy.deepcopy(nb)
+    try: FilterDefaults()(nb)  # nbdev_docs' processors (they read the frontmatter cell the first pass wrote)
+    except Exception as e:  # nbdev_docs itself would stop here: say so, and build the page anyway
+        sys.stderr.write(f'WARNING {src.name}: nbdev_docs would fail ({e.__cause__!r}):\n{e}\n'
+                         '(nbdev runs cells that mix imports and other code to build show_doc; split them)\n')
+        nb = nb0
+        class Tolerant(FilterDefaults):
+            def base_procs(self):
+                return [TolerantShowDocs if p is exec_show_docs else p for p in super().base_procs()]
+        Tolerant()(nb)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    write_nb(nb, dst)
+    return time.time() - t0, err
+
+# ---------------------------------------------------------------- 3: what Quarto does with what nbdev leaves it
+_re_dir = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
+
+def quarto_cell_opts(cell):
+    "Split `#|` lines off the top of a code cell: returns (options, code)."
+    lines, opts = cell['source'].splitlines(), {}
+    while lines and (m := _re_dir.match(lines[0])):
+        opts[m.group(1)] = m.group(2).strip('"\'') or 'true'; lines.pop(0)
+    return opts, '\n'.join(lines).strip('\n')
+
+def frontmatter(nb):
+    import yaml
+    for cell in nb['cells']:
+        src = ''.join(cell['source']) if isinstance(cell['source'], list) else cell['source'] or ''
+        if cell['cell_type'] == 'raw' and src.strip().startswith('---'):
+            return yaml.safe_load(src.strip().strip('-')) or {}
+    return {}
+
+SITE = None  # the published site's address (doc_host + doc_baseurl from settings.ini)
+
+def link_target(url: str, here: Path, outmap: dict):
+    """Rewrite links to notebooks (`nbs/30_model.ipynb`, `30_model.ipynb`) and nbdev's doc links to the published
+    site (`{doc_host}{doc_baseurl}/model.html#x`, Quarto's `output-file` names) to the local pages."""
+    if url.startswith(SITE): url = url[len(SITE):]
+    elif re.match(r'^[a-z]+:|^#|^/', url): return url
+    path, _, frag = url.partition('#')
+    if path.startswith('nbs/'): path = path[4:]
+    if path.endswith('.ipynb'): path = path[:-6] + '.html'
+    path = outmap.get(path, path)
+    depth = len(here.relative_to(NBS).parts) - 1
+    if path and depth and not url.startswith('../'): path = '../' * depth + path
+    return path + ('#' + frag if frag else '')
+
+_re_link = re.compile(r'\]\(([^)\s]+)\)(\{[^}\n]*\})?')  # markdown link, with Quarto's `{target=...}` attributes
+
+def fix_links(md: str, src: Path, outmap: dict) -> str:
+    return _re_link.sub(lambda m: '](' + link_target(m.group(1), src, outmap) + ')', md)
+
+def for_html(nb: dict, src: Path, outmap: dict) -> dict:
+    "The processed notebook as Quarto would render it: H1 + summary from the frontmatter, cell options applied."
+    nb = copy.deepcopy(nb)
+    fm = frontmatter(nb)
+    cells = []
+    if fm.get('title'):
+        head = f"# {fm['title']}"
+        if fm.get('description'): head += f"\n\n> {fm['description']}"
+        cells.append({'cell_type': 'markdown', 'metadata': {}, 'source': head})
+    for cell in nb['cells']:
+        if isinstance(cell.get('source'), list): cell['source'] = ''.join(cell['source'])
+        cell['source'] = cell.get('source') or ''
+        if cell['cell_type'] == 'raw': continue  # frontmatter
+        if cell['cell_type'] == 'markdown':
+            s = cell['source']
+            if re.fullmatch(r'\s*:::.*', s, flags=re.S) and s.count('\n') == 0: continue  # Quarto fenced div
+            cell['source'] = fix_links(s, src, outmap)
+            if cell['source'].strip(): cells.append(cell)
+            continue
+        if cell['cell_type'] != 'code': continue
+        opts, code = quarto_cell_opts(cell)
+        if opts.get('include') == 'false': continue
+        if opts.get('output') == 'false': cell['outputs'] = []
+        for o in cell.get('outputs', []):  # execnb keeps multi-line text as lists; nbconvert wants strings
+            if isinstance(o.get('text'), list): o['text'] = ''.join(o['text'])
+            for k, v in o.get('data', {}).items():
+                if isinstance(v, list): o['data'][k] = ''.join(v)
+            md = o.get('data', {}).get('text/markdown')
+            if md is not None:  # show_doc output: drop Quarto-only markup, keep it readable
+                md = ''.join(md) if isinstance(md, list) else md
+                md = re.sub(r'^:::.*$', '', md, flags=re.M)
+                o['data']['text/markdown'] = fix_links(md, src, outmap)
+        cell['source'] = code
+        hide_in = opts.get('echo') == 'false' or not code
+        cell.setdefault('metadata', {})['transient'] = {'remove_source': hide_in}
+        if hide_in: cell['metadata']['jupyter'] = {'source_hidden': True}
+        if hide_in and not cell.get('outputs'): continue
+        cells.append(cell)
+    for i, cell in enumerate(cells): cell.setdefault('id', f'cell-{i}')
+    nb['cells'] = cells
+    return nb
+
+CSS = """
+body { margin: 0; }
+#lc-sidebar { position: fixed; top: 0; left: 0; bottom: 0; width: 250px; overflow-y: auto; background: #f7f7f9;
+  border-right: 1px solid #ddd; padding: 16px 14px; font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', sans-serif;
+  box-sizing: border-box; }
+#lc-sidebar .lc-brand { font-size: 18px; font-weight: 700; display: block; margin-bottom: 12px; color: #2c3e50; text-decoration: none; }
+#lc-sidebar h3 { font-size: 12px; text-transform: uppercase; letter-spacing: .05em; color: #777; margin: 14px 0 4px; }
+#lc-sidebar ul { list-style: none; margin: 0; padding: 0; }
+#lc-sidebar li a { display: block; padding: 2px 6px; border-radius: 4px; color: #2780e3; text-decoration: none; }
+#lc-sidebar li a:hover { background: #e8eef7; }
+#lc-sidebar li a.active { background: #2780e3; color: #fff; }
+#lc-content { margin-left: 250px; max-width: 1100px; padding: 8px 24px 40px; }
+#lc-content .jp-Cell { padding-left: 0; padding-right: 0; }
+#lc-content blockquote { border-left: 4px solid #ccc; margin-left: 0; padding-left: 12px; color: #555; }
+#lc-content .jp-RenderedHTMLCommon table { font-size: 13px; }
+"""
+
+def sidebar(pages, current: str) -> str:
+    depth = current.count('/')
+    up = '../' * depth
+    out = [f'<nav id="lc-sidebar"><a class="lc-brand" href="{up}index.html">longctx_nb</a>']
+    groups = {}
+    for p in pages:
+        if p['section']: groups.setdefault(p['section'], []).append(p)
+    for _, name in SECTIONS:
+        if name not in groups: continue
+        out.append(f'<h3>{html.escape(name)}</h3><ul>')
+        for p in groups[name]:
+            cls = ' class="active"' if p['href'] == current else ''
+            out.append(f'<li><a{cls} href="{up}{p["href"]}">{html.escape(p["title"])}</a></li>')
+        out.append('</ul>')
+    out.append('</nav>')
+    return '\n'.join(out)
+
+def to_html(nb: dict, title: str, nav: str) -> str:
+    import nbformat
+    from nbconvert import HTMLExporter
+    exp = HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
+    exp.register_preprocessor('nbconvert.preprocessors.TagRemovePreprocessor', enabled=False)
+    body, _ = exp.from_notebook_node(nbformat.from_dict(nb))
+    body = re.sub(r'<title>.*?</title>', f'<title>{html.escape(title if title == "longctx_nb" else title + " – longctx_nb")}</title>', body, count=1, flags=re.S)
+    body = body.replace('</head>', f'<style>{CSS}</style>\n</head>', 1)
+    body = re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav + '\n<div id="lc-content">', body, count=1)
+    return body.replace('</body>', '</div>\n</body>', 1)
+
+# ---------------------------------------------------------------- main
+def settings():
+    from configparser import ConfigParser
+    cfg = ConfigParser(delimiters=['=']); cfg.read(ROOT / 'settings.ini')
+    return cfg['DEFAULT']
+
+def skip_flags(): return settings().get('tst_flags', '').split()
+
+def run_one(nb: Path, dst: Path, timeout: float = 900):
+    "Execute and process one notebook in a subprocess: (seconds, error text or None)."
+    t0 = time.time()
+    cmd = [sys.executable, __file__, '--exec-one', str(nb), str(dst)]
+    try: p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired: return time.time() - t0, f'timed out after {timeout}s'
+    err = None if p.returncode == 0 else (p.stdout[-4000:] + p.stderr[-8000:])
+    if not err:
+        warned = re.findall(r'^WARNING .*?(?=^\(nbdev runs)', p.stderr, flags=re.M | re.S)
+        for w in warned: sys.stderr.write(w.split('\n')[0] + '\n')
+    return time.time() - t0, err
+
+def stale(src: Path, dst: Path, newest_lib: float) -> bool:
+    return not dst.exists() or dst.stat().st_mtime < max(src.stat().st_mtime, newest_lib)
+
+def build(names=(), force=False, workers=None, quiet=False):
+    log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    t0 = time.time()
+    nbs = notebooks(names)
+    newest_lib = max([p.stat().st_mtime for p in LIB.rglob('*.py')] + [(ROOT / 'settings.ini').stat().st_mtime])
+    todo = [nb for nb in nbs if force or stale(nb, PROC / nb.relative_to(NBS), newest_lib)]
+    errors = {}
+    if todo:
+        workers = workers or max(1, min(len(todo), os.cpu_count() or 1))
+        log(f'executing {len(todo)} notebook(s) with {workers} worker(s) (skipping cells flagged {skip_flags()})')
+        with ThreadPoolExecutor(workers) as ex:  # one fresh interpreter per notebook, as isolated as nbdev_test's
+            futs = {nb: ex.submit(run_one, nb, PROC / nb.relative_to(NBS)) for nb in todo}
+            for nb, f in futs.items():
+                secs, err = f.result()
+                log(f'  {nb.relative_to(NBS)}: {secs:.1f}s' + (' FAILED' if err else ''))
+                if err: errors[nb] = err
+    if errors:  # a failing notebook must not leave a half-executed page that looks current
+        for nb, err in errors.items():
+            (PROC / nb.relative_to(NBS)).unlink(missing_ok=True); sys.stderr.write(f'{nb}:\n{err}\n')
+        raise SystemExit(f'{len(errors)} notebook(s) failed: ' + ', '.join(p.name for p in errors))
+    pages = []
+    for nb in notebooks():  # the sidebar lists every page built so far
+        pn = PROC / nb.relative_to(NBS)
+        if not pn.exists(): continue
+        proc = json.loads(pn.read_text())
+        title = frontmatter(proc).get('title') or nb.stem
+        pages.append({'nb': nb, 'proc': proc, 'title': title, 'href': html_name(nb), 'section': section(nb)})
+    global SITE
+    SITE = settings().get('doc_host', '').rstrip('/') + '/' + settings().get('doc_baseurl', '').strip('/') + '/'
+    outmap = {frontmatter(p['proc']).get('output-file', p['href']): p['href'] for p in pages}
+    DOCS.mkdir(exist_ok=True)
+    for p in pages:
+        out = DOCS / p['href']; out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(to_html(for_html(p['proc'], p['nb'], outmap), p['title'], sidebar(pages, p['href'])))
+    for extra in ('styles.css',):
+        if (NBS / extra).exists(): shutil.copy2(NBS / extra, DOCS / extra)
+    (DOCS / '.nojekyll').touch()
+    log(f'wrote {len(pages)} page(s) to {DOCS.relative_to(ROOT)}/ in {time.time() - t0:.1f}s')
+    return [DOCS / p['href'] for p in pages]
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('names', nargs='*', help='only these notebooks (stem or file name)')
+    ap.add_argument('--force', action='store_true', help='execute every notebook again')
+    ap.add_argument('--no-quarto', action='store_true', help='never use nbdev_docs, even where quarto is installed')
+    ap.add_argument('--workers', type=int, default=None)
+    ap.add_argument('--exec-one', nargs=2, metavar=('NOTEBOOK', 'DEST'), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.exec_one:
+        secs, err = execute_and_process(*a.exec_one, skip_flags())
+        if err: sys.stderr.write(err + '\n')
+        return 1 if err else 0
+    if shutil.which('quarto') and not a.no_quarto and not a.names:
+        nbdev_docs = Path(sys.executable).parent / 'nbdev_docs'
+        return subprocess.run([str(nbdev_docs) if nbdev_docs.exists() else 'nbdev_docs'], cwd=ROOT).returncode
+    os.environ.setdefault('OMP_NUM_THREADS', '1'); os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
+    os.environ.setdefault('LONGCTX_CACHE', str(ROOT / '.cache'))
+    build(a.names, a.force, a.workers)
+    return 0
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The docs site: `.ci/docs.py` (what `make docs` runs) builds _docs/, and every page renders in headless Chromium
+with its title, its code, its plots and working links between pages."""
+import json, os, re, shutil, struct, subprocess, sys, tempfile
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS, DOCS, PROC = ROOT / 'nbs', ROOT / '_docs', ROOT / '_proc'
+PLOTTED = ['12_attention', '40_train']  # notebooks known to draw plots
+BROWSER_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+                 '--disable-background-networking', '--disable-component-update', '--disable-sync']
+
+def notebooks():
+    return sorted(p for p in NBS.rglob('*.ipynb') if not any(s.startswith(('.', '_')) for s in p.relative_to(NBS).parts))
+
+def h1(nb: Path) -> str:
+    for cell in json.loads(nb.read_text())['cells']:
+        if cell['cell_type'] == 'markdown' and (m := re.search(r'^#\s+(\S.*?)\s*$', ''.join(cell['source']), re.M)):
+            return m.group(1)
+    raise AssertionError(f'{nb.name} has no H1')
+
+def chromium():
+    exe = shutil.which('chromium') or shutil.which('chromium-browser')
+    if exe: return exe
+    if not shutil.which('apt-get'): pytest.skip('chromium is not installed and apt-get is unavailable to install it')
+    sudo = [] if os.geteuid() == 0 else (['sudo', '-n'] if shutil.which('sudo') else None)
+    if sudo is None: pytest.skip('chromium is not installed and installing it needs root')
+    for cmd in (['apt-get', 'update', '-qq'], ['apt-get', 'install', '-y', '-qq', 'chromium']):
+        p = subprocess.run(sudo + cmd, capture_output=True, text=True, env={**os.environ, 'DEBIAN_FRONTEND': 'noninteractive'})
+        if p.returncode: pytest.skip(f'could not install chromium ({" ".join(cmd)}): {p.stderr[-500:]}')
+    return shutil.which('chromium') or pytest.skip('apt-get installed no chromium executable')
+
+@pytest.fixture(scope='module')
+def site():
+    "Build the site; the script reuses executed notebooks in _proc/ that are newer than their notebook and the package."
+    p = subprocess.run([sys.executable, str(ROOT / '.ci' / 'docs.py'), '--no-quarto'], cwd=ROOT, capture_output=True,
+                       text=True, timeout=1800)
+    assert p.returncode == 0, f'docs build failed\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-6000:]}'
+    return DOCS
+
+class Page(HTMLParser):
+    "What the test checks in a rendered DOM: title, H1s, code blocks, images, links."
+    def __init__(self):
+        super().__init__(); self.title, self.h1, self.pre, self.imgs, self.hrefs = '', [], 0, [], []
+        self._in = None
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ('title', 'h1'): self._in = tag; (self.h1.append('') if tag == 'h1' else None)
+        if tag == 'pre': self.pre += 1
+        if tag == 'img': self.imgs.append(a.get('src', ''))
+        if tag == 'a' and a.get('href'): self.hrefs.append(a['href'])
+    def handle_endtag(self, tag):
+        if tag == self._in: self._in = None
+    def handle_data(self, data):
+        if self._in == 'title': self.title += data
+        elif self._in == 'h1': self.h1[-1] += data
+
+def dump_dom(exe, page: Path) -> str:
+    with tempfile.TemporaryDirectory() as prof:
+        p = subprocess.run([exe, *BROWSER_FLAGS, f'--user-data-dir={prof}', '--dump-dom', page.as_uri()],
+                           capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and '<body' in p.stdout, f'chromium failed on {page.name}: {p.stderr[-2000:]}'
+    return p.stdout
+
+def n_plots(nb: Path) -> int:
+    "Images among the executed notebook's outputs."
+    cells = json.loads((PROC / nb.relative_to(NBS)).read_text())['cells']
+    return sum('image/png' in o.get('data', {}) for c in cells for o in c.get('outputs', []))
+
+def test_docs_site(site, tmp_path):
+    exe = chromium()
+    nbs = notebooks()
+    pages = {nb: site / nb.relative_to(NBS).with_suffix('.html') for nb in nbs}
+    missing = [str(p) for p in pages.values() if not p.exists()]
+    assert not missing, f'pages not built: {missing}'
+    with ThreadPoolExecutor(4) as ex: doms = dict(zip(nbs, ex.map(lambda nb: dump_dom(exe, pages[nb]), nbs)))
+    for nb in nbs:
+        page, dom = Page(), doms[nb]
+        page.feed(dom)
+        title = h1(nb)
+        assert title in page.title, (nb.name, page.title)
+        assert any(title == h.replace('¶', '').strip() for h in page.h1), (nb.name, page.h1)
+        assert page.pre >= 1 and 'class="highlight' in dom, f'{nb.name}: no highlighted code blocks'
+        assert 'id="lc-sidebar"' in dom and 'Blocks' in dom, f'{nb.name}: no sidebar'
+        plots = n_plots(nb)
+        if nb.stem in PLOTTED: assert plots >= 1, f'{nb.name} drew no plot when executed'
+        pngs = [s for s in page.imgs if s.startswith('data:image/png;base64,')]
+        assert len(pngs) >= plots, f'{nb.name}: {plots} plots but {len(pngs)} embedded PNG images'
+        for href in page.hrefs:
+            u = urlparse(href)
+            if u.scheme in ('http', 'https', 'mailto', 'data', 'javascript') or (not u.path and u.fragment): continue
+            target = (pages[nb].parent / unquote(u.path)).resolve() if u.scheme != 'file' else Path(unquote(u.path))
+            assert target.is_file() and site.resolve() in target.parents, f'{nb.name}: broken link {href!r}'
+    # the index's sidebar reaches every numbered notebook's page
+    index = Page(); index.feed(doms[NBS / 'index.ipynb'])
+    numbered = {pages[nb].relative_to(site).as_posix() for nb in nbs if re.match(r'\d+_', nb.name)}
+    assert numbered <= set(index.hrefs), numbered - set(index.hrefs)
+    # a screenshot of the index, kept next to the site for a human to look at
+    shot = site / 'index.png'
+    shot.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as prof:
+        p = subprocess.run([exe, *BROWSER_FLAGS, f'--user-data-dir={prof}', f'--screenshot={shot}', '--window-size=1280,2000',
+                            (site / 'index.html').as_uri()], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and shot.exists(), p.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 10_000
+    assert struct.unpack('>II', data[16:24]) == (1280, 2000)
