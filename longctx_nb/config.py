@@ -11,9 +11,9 @@ from typing import Any
 from .core import UsageError, parse_precision
 
 # %% auto #0
-__all__ = ['BLOCK_REGISTRY', 'BLOCK_ALIASES', 'SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SECTIONS', 'PRESETS',
-           'ALIASES', 'opt', 'canonical_block', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'Config', 'coerce',
-           'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'validate', 'resolve_model',
+__all__ = ['BLOCK_REGISTRY', 'BLOCK_ALIASES', 'SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS',
+           'PRESETS', 'ALIASES', 'opt', 'canonical_block', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'Config',
+           'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'validate', 'resolve_model',
            'flatten_sections', 'read_config_file', 'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #22165ed1
@@ -77,7 +77,7 @@ TRAINING_PRESETS: dict[str, dict] = {
                  'trainer.log_every_n_steps': 10},
 }
 
-# %% ../nbs/01_config.ipynb #e56bb5c2
+# %% ../nbs/01_config.ipynb #1188aca3
 @dataclass
 class ModelConfig:
     "The network: which mixing block, how big, and the block's own settings."
@@ -114,11 +114,14 @@ class ModelConfig:
     gradient_checkpointing: bool = opt(False, 'recompute each block\'s activations in backward to save memory')
     compile: bool = opt(False, 'torch.compile the model')
 
+SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy']  # synthetic.TASKS (tested there)
+
 @dataclass
 class DataConfig:
     "Where tokens come from and how batches are cut."
     dataset_name: str = opt('stdlib', "corpus: 'stdlib' (this Python's standard-library sources, the default), "
-                            "'local' (text files at dataset_config or data_dir), or a Hugging Face dataset name")
+                            "'local' (text files at dataset_config or data_dir), 'synthetic' (a generated task, see "
+                            "data.task), or a Hugging Face dataset name")
     dataset_config: str | None = opt(None, 'Hugging Face config name, or a path for dataset_name=local')
     data_dir: str | None = opt(None, 'a folder of text files, or one prepared by longctx_prepare')
     train_data: str | None = opt(None, 'pre-tokenized training tokens (.bin or .npy)')
@@ -133,6 +136,13 @@ class DataConfig:
     pin_memory: bool = opt(True, 'pin host memory for faster copies to a GPU')
     prefetch_factor: int = opt(2, 'batches prefetched per worker', gt=0)
     persistent_workers: bool = opt(False, 'keep DataLoader workers alive between epochs')
+    task: str = opt('associative_recall', "synthetic task for dataset_name=synthetic", choices=lambda: SYNTHETIC_TASKS)
+    task_vocab_size: int | None = opt(None, "synthetic: vocabulary of the task (default: the task's own, e.g. 64 for "
+                                      "associative_recall, 16 for induction_heads)", gt=2)
+    num_pairs: int = opt(8, 'synthetic associative_recall: key-value pairs per sequence (needs 3 * num_pairs <= seq_len)', gt=0)
+    passkey_depth: float | None = opt(None, 'synthetic passkey: where the key hides, 0 (start) to 1 (end); default: random per sequence',
+                                      ge=0)
+    copy_len: int = opt(16, 'synthetic copy and selective_copy: tokens to copy (needs 2 * copy_len <= seq_len)', gt=0)
 
 @dataclass
 class TrainerConfig:

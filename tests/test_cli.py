@@ -102,6 +102,19 @@ def test_help_and_version(bindir):
         assert s in p.stdout, s
     assert run(bindir, 'longctx_train', '--version', check=0).stdout.startswith('longctx_train ')
 
+def test_synthetic_task(bindir, tmp_path):
+    "Seed 002's spelling --data.dataset_name=synthetic: an associative-recall run logs val_acc beside val_loss."
+    p = run(bindir, 'longctx_train', '--data.dataset_name=synthetic', '--data.task=associative_recall', '--data.num_pairs=4',
+            '--data.seq_len=64', '--data.batch_size=8', '--model.n_layers=2', '--trainer.max_steps=6', '--trainer.eval_interval=3',
+            '--trainer.limit_val_batches=2', '--trainer.log_every_n_steps=3', '--trainer.enable_progress_bar=false',
+            '--trainer.plot=false', f'--trainer.default_root_dir={tmp_path}', check=0)
+    assert 'synthetic:associative_recall' in p.stdout and 'val acc' in p.stdout
+    rows = metrics(tmp_path / 'version_0')
+    val = [r for r in rows if 'val_loss' in r]
+    assert [r['step'] for r in val] == [3, 6] and all(0 <= r['val_acc'] <= 1 for r in val)
+    cfg = json.loads((tmp_path / 'version_0' / 'config.json').read_text())
+    assert (cfg['data']['task'], cfg['model']['vocab_size']) == ('associative_recall', 64)
+
 def _tokens(tmp_path, n=1000, hi=300):
     np.save(tmp_path / 'big_ids.npy', (np.arange(n) % hi).astype(np.uint16))
     np.save(tmp_path / 'short.npy', (np.arange(50) % 10).astype(np.uint16))
@@ -120,6 +133,10 @@ BAD = {  # args -> a phrase the error must contain
     'seq_longer_than_data': (['--train_data', '{tmp}/short.npy', '--context_length', '64'], 'seq_len'),
     'cuda_without_gpu': (['--device', 'cuda'], 'no CUDA GPU'),
     'fp16_on_cpu': (['--trainer.precision=16', '--device', 'cpu'], 'not supported on the CPU'),
+    'unknown_task': (['--data.dataset_name=synthetic', '--data.task=recall'],
+                     'valid choices: passkey, associative_recall, copy, induction_heads, selective_copy'),
+    'task_too_long': (['--data.dataset_name=synthetic', '--data.task=associative_recall', '--data.num_pairs=30',
+                       '--data.seq_len=64'], 'num_pairs <= 21'),
 }
 
 @pytest.mark.parametrize('case', list(BAD))
