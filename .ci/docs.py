@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NBS, PROC, DOCS, LIB = ROOT / 'nbs', ROOT / '_proc', ROOT / '_docs', ROOT / 'longctx_nb'
 
-SECTIONS = [(0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'),
+SECTIONS = [(0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'), (42, 'Distributed'),
             (50, 'Evaluation'), (60, 'Benchmarks'), (70, 'CLI')]
 
 def notebooks(names=()):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/70_cli.ipynb #62a778ea
 from __future__ import annotations
-import argparse, json, sys
+import argparse, json, os, sys
 from pathlib import Path
 import longctx_nb
 from .core import UsageError, TrainingError
@@ -73,31 +73,38 @@ def parse_cli(argv: list[str] | None = None, prog: str = 'longctx_train', parser
 
 # %% ../nbs/70_cli.ipynb #08123093
 def main(fn, prog: str, argv=None) -> int:
-    "Run `fn(argv)`; print a `UsageError` as `prog: error: ...` and return 2."
+    "Run `fn(argv)`; print a `UsageError` as `prog: error: ...` and return 2. Under torchrun, rank 0 prints usage errors."
+    rank = int(os.environ.get('RANK', 0))
+    tag = f'{prog} [rank {rank}]' if 'WORLD_SIZE' in os.environ and int(os.environ['WORLD_SIZE']) > 1 else prog
     try: return fn(argv) or 0
-    except UsageError as e:
-        print(f"{prog}: error: {e}\n(see {prog} --help)", file=sys.stderr)
+    except UsageError as e:   # every rank checks the same input: one message is enough
+        if rank == 0: print(f"{tag}: error: {e}\n(see {prog} --help)", file=sys.stderr)
         return 2
     except TrainingError as e:
-        print(f"{prog}: stopped: {e}", file=sys.stderr)
+        print(f"{tag}: stopped: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        print(f"{tag}: interrupted", file=sys.stderr)
         return 130
 
 # %% ../nbs/70_cli.ipynb #6b63386f
 def _train(argv=None) -> int:
     from longctx_nb.train import train  # heavy imports only when training
+    from longctx_nb.distributed import launcher_env, launch
+    argv = list(sys.argv[1:] if argv is None else argv)
     cfg, ns = parse_cli(argv, 'longctx_train')
     if ns.print_config:
         d = cfg.to_dict(); d['model'] = vars(resolve_model(cfg.model))
         print(json.dumps(d, indent=2)); return 0
+    if cfg.trainer.devices > 1 and launcher_env() is None:  # seed 002's --trainer.devices=N: start N workers via torchrun
+        return launch(argv, cfg.trainer.devices)
     res = train(cfg)
-    print('\n' + '=' * 72 + '\nTraining finished\n' + res.summary() + '\n' + '=' * 72)
+    if int(os.environ.get('RANK', 0)) == 0:
+        print('\n' + '=' * 72 + '\nTraining finished\n' + res.summary() + '\n' + '=' * 72)
     return 0
 
 def train_main(argv=None):
-    "Console script `longctx_train`."
+    "Console script `longctx_train`; also `python -m longctx_nb.cli`."
     sys.exit(main(_train, 'longctx_train', argv))
 
 # %% ../nbs/70_cli.ipynb #4c5f2462
@@ -118,3 +125,7 @@ def _prepare(argv=None) -> int:
 def prepare_main(argv=None):
     "Console script `longctx_prepare`."
     sys.exit(main(_prepare, 'longctx_prepare', argv))
+
+# %% ../nbs/70_cli.ipynb #005dcf95
+#| eval: false
+if __name__ == '__main__': train_main()

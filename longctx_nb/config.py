@@ -131,6 +131,8 @@ class DataConfig:
     bpe_vocab_size: int = opt(4096, 'vocabulary size when training a BPE tokenizer', gt=256)
     seq_len: int = opt(256, 'training sequence length in tokens', gt=0)
     batch_size: int = opt(16, 'sequences per micro-batch (per process)', gt=0)
+    global_batch_size: int | None = opt(None, 'sequences per optimizer step over all processes; if set, the gradient '
+                                        'accumulation is derived: global_batch_size / (batch_size x world size)', gt=0)
     val_fraction: float = opt(0.05, 'fraction of a text corpus held out for validation', gt=0, lt=1)
     cache_dir: str | None = opt(None, 'where prepared corpora are cached (default: $LONGCTX_CACHE or ~/.cache/longctx_nb)')
     num_workers: int = opt(0, 'DataLoader worker processes (0: batches are cut in the training process)', ge=0)
@@ -166,7 +168,13 @@ class TrainerConfig:
     log_every_n_steps: int = opt(10, 'log every N steps', gt=0)
     checkpoint_interval: int = opt(1000, 'save a checkpoint every N steps (0: only at the end)', ge=0)
     accelerator: str = opt('auto', "device: auto, cpu, cuda (gpu), cuda:N or mps")
-    devices: int = opt(1, 'number of devices (processes) to train on', gt=0)
+    devices: int = opt(1, 'processes on this machine; above 1 longctx_train starts them itself (or run it under torchrun)', gt=0)
+    strategy: str = opt('auto', "multi-process strategy: ddp (the default), fsdp (FSDP2, fully_shard per block); seed 002's "
+                        "deepspeed_stage_2 / deepspeed_stage_3 run as fsdp", choices=['auto', 'ddp', 'fsdp', 'deepspeed_stage_2',
+                        'deepspeed_stage_3'])
+    dist_backend: str = opt('auto', 'process-group backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo',
+                            choices=['auto', 'nccl', 'gloo'])
+    dist_timeout: int = opt(600, 'seconds a collective waits for the other ranks before the run stops with an error', gt=0)
     precision: str = opt('32', 'numeric precision: 32, bf16 (bf16-mixed) or 16 (16-mixed)',
                          choices=lambda: sorted(_PRECISION_SPELLINGS))
     use_fp16: bool = opt(False, 'fp16 mixed precision where the device supports it, fp32 elsewhere (seed 001 configs)')

@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_train.ipynb #8ebef1ac
 from __future__ import annotations
-import dataclasses, itertools, json, math, os, re, sys, time
+import dataclasses, itertools, json, math, os, re, signal, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -18,6 +18,7 @@ from .model import LM, param_groups, count_params, flops_per_token
 from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, load_model)
 from .memory import estimate_memory
+from .distributed import Dist, init_distributed, resolve_batch, global_batch, full_state, load_full_state, clip_grad_norm
 
 # %% auto #0
 __all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'new_run_dir', 'resume_point',
@@ -190,12 +191,11 @@ def resolve_precision(t: TrainerConfig, device: torch.device) -> str:
     if t.use_fp16 and t.precision == '32': return '16' if device.type == 'cuda' else '32'
     return check_precision(device, t.precision)
 
-def setup(cfg: Config, tokens: TokenData | None = None, model: LM | None = None):
+def setup(cfg: Config, tokens: TokenData | None = None, model: LM | None = None, dist: Dist | None = None):
     "Device, precision, data and model for `cfg` (or `model`); raises `UsageError` on bad input before anything is written."
-    t = cfg.trainer
-    if t.devices > 1:
-        raise UsageError(f"trainer.devices={t.devices}: multi-process training is not supported yet; run one process.")
-    device = get_device(t.accelerator)
+    dist = dist or Dist(device=get_device(cfg.trainer.accelerator))
+    cfg = resolve_batch(cfg, dist.world_size)
+    t, device = cfg.trainer, dist.device
     if device.type == 'cuda':
         os.environ.setdefault('PYTORCH_CUDA_ALLOC_CONF', 'expandable_segments:True')  # less fragmentation at long lengths
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -212,6 +212,7 @@ def setup(cfg: Config, tokens: TokenData | None = None, model: LM | None = None)
     seed_everything(t.seed)
     if model is not None: cfg = apply_overrides(cfg, {f'model.{k}': v for k, v in vars(model.cfg).items()})
     model = (model or LM(cfg.model)).to(device)
+    if dist.world_size > 1: torch.manual_seed(t.seed + 1 + dist.rank)  # same weights on every rank, own dropout
     return cfg, device, precision, tokens, model
 
 def stages(cfg: Config) -> list[tuple[int, int, int]]:
@@ -237,48 +238,70 @@ def _oom_message(cfg: Config, step: int, ckpt) -> str:
             "use a smaller --vram preset (8gb is the smallest) or a shorter --data.seq_len. "
             + (f"The last checkpoint, {ckpt}, is intact; continue with --resume." if ckpt else "No checkpoint was written yet."))
 
+class _Terminated(Exception): "SIGTERM: torchrun stops every rank when one fails."
+def _terminated(signum, frame): raise _Terminated('terminated by SIGTERM')
+
+def _plain(cfg, state: dict) -> LM:
+    "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."
+    m = LM(cfg); m.load_state_dict(state); return m
+
 # %% ../nbs/40_train.ipynb #536ae8ae
 def train(cfg: Config, tokens: TokenData | None = None, quiet: bool = False, model: LM | None = None) -> TrainResult:
     "Train as `cfg` says; returns a `TrainResult`. `tokens` replaces the configured data, `model` the configured model."
-    cfg, device, precision, tokens, model = setup(cfg, tokens, model)
+    dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
+    try: return _train(cfg, tokens, quiet, model, dist)
+    finally: dist.close()
+
+def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
+    cfg, device, precision, tokens, model = setup(cfg, tokens, model, dist)
     t, d = cfg.trainer, cfg.data
     synthetic = isinstance(tokens, SyntheticData)
-    say = (lambda *a: None) if quiet else tqdm.write
+    say = (lambda *a: None) if quiet or not dist.main else tqdm.write
     resumed = resume_point(t) if t.resume and not t.fast_dev_run else None
     if resumed: check_same_model(resumed[2]['config'], cfg, resumed[1])
     plan = stages(cfg)
     max_steps = 2 if t.fast_dev_run else plan[-1][2]
     if t.max_epochs and not t.fast_dev_run and not synthetic:  # an epoch: as many steps as the training split has tokens (at the first length)
-        max_steps = min(max_steps, math.ceil(t.max_epochs * len(tokens.train) / (plan[0][0] * d.batch_size * t.accumulate_grad_batches)))
+        per_step = plan[0][0] * d.batch_size * t.accumulate_grad_batches * dist.world_size
+        max_steps = min(max_steps, math.ceil(t.max_epochs * len(tokens.train) / per_step))
 
+    n_params = count_params(model)
+    wrapped = dist.wrap(model)   # DDP replica or FSDP2 shards; `model` itself under one process
     opt = make_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
     start, tokens_seen = 0, 0
     if resumed:
         run_dir, path, ck = resumed
-        model.load_state_dict(ck['model']); opt.load_state_dict(ck['optimizer']); scaler.load_state_dict(ck['scaler'])
-        set_rng_state(ck['rng']); start, tokens_seen = ck['step'], ck['tokens_seen']
+        load_full_state(model, opt, ck['model'], ck['optimizer']); scaler.load_state_dict(ck['scaler'])
+        rngs = ck.get('rng_ranks') or []
+        set_rng_state(rngs[dist.rank] if len(rngs) == dist.world_size else ck['rng'])
+        start, tokens_seen = ck['step'], ck['tokens_seen']
         say(f"resuming {run_dir} from {path.name} (step {start})")
-    else: run_dir = None if t.fast_dev_run else new_run_dir(t.default_root_dir, t.run_name)
-    if run_dir:
+        if ck.get('global_batch') not in (None, gb := d.batch_size * t.accumulate_grad_batches * dist.world_size):
+            say(f"note: the checkpoint was trained with a global batch of {ck['global_batch']} sequences and this run's is {gb}; "
+                f"--data.global_batch_size={ck['global_batch']} continues the same trajectory.")
+    else: run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
+    writes = bool(run_dir) and dist.main   # only rank 0 writes
+    if writes:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / 'config.json').write_text(json.dumps(cfg.to_dict(), indent=2) + '\n')
-    log = MetricsLog(run_dir, t.tensorboard, resume_step=start if resumed else None)
-    n_params = count_params(model)
+    log = MetricsLog(run_dir if writes else None, t.tensorboard, resume_step=start if resumed else None)
     say(f"model: {cfg.model.block} {cfg.model.num_params}, {n_params:,} parameters | data: {tokens.source}, "
         f"{'generated' if synthetic else f'{len(tokens.train):,}'} train tokens, vocab {model.cfg.vocab_size} | device {device}, precision {precision}"
         + (f" | run dir {run_dir}" if run_dir else ''))
+    say(global_batch(cfg, dist.world_size) + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else ''))
     say(f"kernels: {kernel_report(cfg.model, device)}")
     est = estimate_memory(model.cfg, d.batch_size, max(L for L, _, _ in plan), precision, device=device.type)
     say(est.table())
-    peak_flops = measure_peak_flops(device, autocast_dtype(precision) or torch.float32)
+    peak_flops = measure_peak_flops(device, autocast_dtype(precision) or torch.float32) * dist.world_size  # of all ranks
     fpt = {L: flops_per_token(model.cfg, L) for L, _, _ in plan}
 
-    step_model = torch.compile(model) if cfg.model.compile else model
+    step_model = torch.compile(wrapped) if cfg.model.compile else wrapped
     pin = d.pin_memory and device.type == 'cuda'
     loader = itertools.chain.from_iterable(
         make_loader(tokens, dataclasses.replace(d, seq_len=L), accum=t.accumulate_grad_batches, seed=t.seed,
-                    start_step=max(a, start), max_steps=min(b, max_steps), pin_memory=pin)
+                    start_step=max(a, start), max_steps=min(b, max_steps), rank=dist.rank, world_size=dist.world_size,
+                    pin_memory=pin)
         for L, a, b in plan if max(a, start) < min(b, max_steps))
     val_limit = 1 if t.fast_dev_run else t.limit_val_batches
     if synthetic:  # (loss, accuracy) on the answers of fixed batches; limit 0 ("the whole split") means 20
@@ -287,74 +310,91 @@ def train(cfg: Config, tokens: TokenData | None = None, quiet: bool = False, mod
 
     reset_peak_memory(device)
     model.train()
-    bar = tqdm(total=max_steps, initial=start, disable=quiet or not t.enable_progress_bar, desc='train', unit='step',
-               dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
+    bar = tqdm(total=max_steps, initial=start, disable=quiet or not t.enable_progress_bar or not dist.main, desc='train',
+               unit='step', dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
     window_loss, window_steps, window_tokens, window_flops = 0.0, 0, 0, 0.0
     window_t0, train_time, train_tokens = time.perf_counter(), 0.0, 0
     last_loss, val_loss, val_acc, ckpt, bad_in_row, skipped = float('nan'), None, None, None, 0, 0
-    for step, x, y in loader:
-        lr = lr_at(step, t, max_steps)
-        for g in opt.param_groups: g['lr'] = lr
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        step_loss = 0.0
-        try:
-            for xm, ym in zip(x, y):  # micro-batches of the accumulation
-                with autocast(device, precision):
-                    logits = step_model(xm)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten(), label_smoothing=t.label_smoothing)
-                scaler.scale(loss / t.accumulate_grad_batches).backward()
-                step_loss += loss.item() / t.accumulate_grad_batches
-        except torch.OutOfMemoryError:
-            raise TrainingError(_oom_message(cfg, step, ckpt or (resumed[1] if resumed else None))) from None
-        scaler.unscale_(opt)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.gradient_clip_val or float('inf')).item()
-        # fp16: an inf gradient is the loss scaler's business (it skips the step and lowers the scale)
-        if math.isfinite(step_loss) and (math.isfinite(grad_norm) or precision == '16'):
-            scaler.step(opt); bad_in_row = 0
-        else:
-            bad_in_row, skipped = bad_in_row + 1, skipped + 1
-            say(f"step {step + 1:>6} | non-finite loss {step_loss} or gradient norm {grad_norm}: step skipped "
-                f"({bad_in_row} in a row, {skipped} in all)")
-            if bad_in_row >= t.max_bad_steps:
-                kept = ckpt or (resumed[1] if resumed else None)
-                raise TrainingError(f"the loss or gradient was NaN or inf for {bad_in_row} steps in a row (up to step {step + 1}): "
-                                    "the run diverged. Lower --trainer.learning_rate, keep --trainer.gradient_clip_val on, "
-                                    "or use bf16 instead of 16. " + (f"The last good checkpoint is {kept}." if kept else
-                                    "No checkpoint was written."))
-        scaler.update(); opt.zero_grad(set_to_none=True)
-        n_tok = x.numel(); tokens_seen += n_tok
-        if math.isfinite(step_loss): window_loss, window_steps = window_loss + step_loss, window_steps + 1
-        window_tokens, window_flops = window_tokens + n_tok, window_flops + n_tok * fpt[x.shape[-1]]
-        bar.update(1); bar.set_postfix(loss=f'{step_loss:.3f}', lr=f'{lr:.1e}')
+    final_state = None
+    if dist.world_size > 1: signal.signal(signal.SIGTERM, _terminated)  # torchrun stops the others when a rank fails
+    try:
+        for step, x, y in loader:
+            lr = lr_at(step, t, max_steps)
+            for g in opt.param_groups: g['lr'] = lr
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            step_loss = 0.0
+            try:
+                for i, (xm, ym) in enumerate(zip(x, y)):  # micro-batches of the accumulation; gradients sync on the last
+                    with dist.accumulate(wrapped, last=i == len(x) - 1):
+                        with autocast(device, precision):
+                            logits = step_model(xm)
+                        loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten(), label_smoothing=t.label_smoothing)
+                        scaler.scale(loss / t.accumulate_grad_batches).backward()
+                    step_loss += loss.item() / t.accumulate_grad_batches
+            except torch.OutOfMemoryError:
+                raise TrainingError(_oom_message(cfg, step, ckpt or (resumed[1] if resumed else None))) from None
+            step_loss, = dist.mean(step_loss)   # the loss of the global batch
+            scaler.unscale_(opt)
+            grad_norm = clip_grad_norm(model.parameters(), t.gradient_clip_val or float('inf'))
+            # fp16: an inf gradient is the loss scaler's business (it skips the step and lowers the scale)
+            if math.isfinite(step_loss) and (math.isfinite(grad_norm) or precision == '16'):
+                scaler.step(opt); bad_in_row = 0
+            else:
+                bad_in_row, skipped = bad_in_row + 1, skipped + 1
+                say(f"step {step + 1:>6} | non-finite loss {step_loss} or gradient norm {grad_norm}: step skipped "
+                    f"({bad_in_row} in a row, {skipped} in all)")
+                if bad_in_row >= t.max_bad_steps:
+                    kept = ckpt or (resumed[1] if resumed else None)
+                    raise TrainingError(f"the loss or gradient was NaN or inf for {bad_in_row} steps in a row (up to step {step + 1}): "
+                                        "the run diverged. Lower --trainer.learning_rate, keep --trainer.gradient_clip_val on, "
+                                        "or use bf16 instead of 16. " + (f"The last good checkpoint is {kept}." if kept else
+                                        "No checkpoint was written."))
+            scaler.update(); opt.zero_grad(set_to_none=True)
+            n_tok = x.numel() * dist.world_size; tokens_seen += n_tok
+            if math.isfinite(step_loss): window_loss, window_steps = window_loss + step_loss, window_steps + 1
+            window_tokens, window_flops = window_tokens + n_tok, window_flops + n_tok * fpt[x.shape[-1]]
+            bar.update(1); bar.set_postfix(loss=f'{step_loss:.3f}', lr=f'{lr:.1e}')
 
-        done = step + 1 == max_steps
-        if (step + 1) % t.log_every_n_steps == 0 or done:
-            dt = time.perf_counter() - window_t0; train_time += dt; train_tokens += window_tokens
-            last_loss = window_loss / max(window_steps, 1)
-            row = dict(step=step + 1, loss=last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(window_tokens / dt, 1),
-                       mfu=round(window_flops / dt / peak_flops, 5), peak_mem_mb=round(peak_memory_mb(device), 1),
-                       tokens=tokens_seen, seq_len=x.shape[-1], skipped_steps=skipped)
-            log.log(**row)
-            say(f"step {step + 1:>6} | loss {last_loss:.4f} | lr {lr:.2e} | grad norm {grad_norm:.3f} | "
-                f"{row['tokens_per_sec']:,.0f} tok/s | MFU {row['mfu']:.1%} | {row['peak_mem_mb']:,.0f} MiB")
-            window_loss, window_steps, window_tokens, window_flops, window_t0 = 0.0, 0, 0, 0.0, time.perf_counter()
-        paused = time.perf_counter()  # evaluation and checkpoints do not count as training time
-        if (synthetic or tokens.val is not None) and (done or (t.eval_interval and (step + 1) % t.eval_interval == 0)):
-            val_loss, val_acc = val(val_limit)
-            log.log(step=step + 1, val_loss=val_loss, val_ppl=round(math.exp(min(val_loss, 50)), 3),
-                    **({'val_acc': round(val_acc, 5)} if val_acc is not None else {}))
-            say(f"step {step + 1:>6} | val loss {val_loss:.4f}" + (f" | val acc {val_acc:.1%}" if val_acc is not None else ''))
-        if run_dir and bad_in_row == 0 and (done or (t.checkpoint_interval and (step + 1) % t.checkpoint_interval == 0)):
-            ckpt = save_checkpoint(checkpoint_path(run_dir, step + 1), dict(
-                model=model.state_dict(), optimizer=opt.state_dict(), scaler=scaler.state_dict(), rng=rng_state(),
-                step=step + 1, tokens_seen=tokens_seen, config=cfg.to_dict()))
-            prune_checkpoints(run_dir, t.keep_last)
-        window_t0 += time.perf_counter() - paused
+            done = step + 1 == max_steps
+            if (step + 1) % t.log_every_n_steps == 0 or done:
+                dt = time.perf_counter() - window_t0; train_time += dt; train_tokens += window_tokens
+                last_loss = window_loss / max(window_steps, 1)
+                row = dict(step=step + 1, loss=last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(window_tokens / dt, 1),
+                           mfu=round(window_flops / dt / peak_flops, 5), peak_mem_mb=round(peak_memory_mb(device), 1),
+                           tokens=tokens_seen, seq_len=x.shape[-1], skipped_steps=skipped)
+                log.log(**row)
+                say(f"step {step + 1:>6} | loss {last_loss:.4f} | lr {lr:.2e} | grad norm {grad_norm:.3f} | "
+                    f"{row['tokens_per_sec']:,.0f} tok/s | MFU {row['mfu']:.1%} | {row['peak_mem_mb']:,.0f} MiB")
+                window_loss, window_steps, window_tokens, window_flops, window_t0 = 0.0, 0, 0, 0.0, time.perf_counter()
+            paused = time.perf_counter()  # evaluation and checkpoints do not count as training time
+            if (synthetic or tokens.val is not None) and (done or (t.eval_interval and (step + 1) % t.eval_interval == 0)):
+                val_loss, val_acc = val(val_limit)
+                log.log(step=step + 1, val_loss=val_loss, val_ppl=round(math.exp(min(val_loss, 50)), 3),
+                        **({'val_acc': round(val_acc, 5)} if val_acc is not None else {}))
+                say(f"step {step + 1:>6} | val loss {val_loss:.4f}" + (f" | val acc {val_acc:.1%}" if val_acc is not None else ''))
+            if run_dir and bad_in_row == 0 and (done or (t.checkpoint_interval and (step + 1) % t.checkpoint_interval == 0)):
+                final_state = full_state(wrapped, opt)   # gathered to rank 0: a checkpoint any number of ranks can resume
+                rngs = dist.gather(rng_state())
+                if writes:
+                    ckpt = save_checkpoint(checkpoint_path(run_dir, step + 1), dict(
+                        model=final_state[0], optimizer=final_state[1], scaler=scaler.state_dict(), rng=rngs[0],
+                        rng_ranks=rngs, step=step + 1, tokens_seen=tokens_seen, global_batch=len(x[0]) * len(x) * dist.world_size,
+                        config=cfg.to_dict()))
+                    prune_checkpoints(run_dir, t.keep_last)
+                ckpt = dist.on_main(lambda: ckpt)
+            window_t0 += time.perf_counter() - paused
+    except (torch.distributed.DistError, _Terminated) as e:
+        kept = ckpt or (resumed[1] if resumed else None)
+        raise TrainingError(f"rank {dist.rank} lost the other ranks at step {step + 1} ({type(e).__name__}: "
+                            f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}): another rank "
+                            f"died or the network failed; torchrun's report names the rank. "
+                            + (f"The last checkpoint, {kept}, is intact; continue with --resume." if kept
+                               else "No checkpoint was written.")) from None
     bar.close(); log.close()
 
     plot = None
-    if run_dir:
-        export_model(model, run_dir)
+    if writes:
+        export_model(model if dist.strategy != 'fsdp' else _plain(model.cfg, final_state[0]), run_dir)
         if t.plot:
             plot = run_dir / 'loss.png'
             plot_losses(log.rows, plot, title=f'{cfg.model.block} {cfg.model.num_params}')

@@ -1,0 +1,109 @@
+"""Multi-process training with real torchrun, 2 CPU processes and gloo: kill and resume, resume on another number of
+ranks, a dead rank, bad input. (2 ranks against 1, for DDP and FSDP2, is shown and checked in nbs/42_distributed.ipynb.)"""
+import json, os, shutil, signal, subprocess, sys, time
+from pathlib import Path
+import pytest, torch
+from safetensors.torch import load_file
+
+ARGS = ['--data.seq_len=64', '--model.n_layers=2', '--model.d_model=64', '--trainer.max_steps=10', '--trainer.log_every_n_steps=1',
+        '--trainer.eval_interval=0', '--trainer.checkpoint_interval=2', '--trainer.keep_last=0', '--data.global_batch_size=4',
+        '--data.batch_size=2', '--trainer.enable_progress_bar=false', '--trainer.plot=false', '--trainer.tensorboard=false']
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
+
+def command(bindir, nproc, root, *extra):
+    launcher = [str(bindir / 'torchrun'), '--standalone', f'--nproc_per_node={nproc}', '--no-python'] if nproc > 1 else []
+    return [*launcher, str(bindir / 'longctx_train'), *ARGS, f'--trainer.default_root_dir={root}', *extra]
+
+def run(bindir, nproc, root, *extra, ok=True):
+    p = subprocess.run(command(bindir, nproc, root, *extra), capture_output=True, text=True, env=ENV, timeout=300)
+    if ok: assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    return p
+
+def losses(run_dir):
+    rows = [json.loads(l) for l in (Path(run_dir) / 'metrics.jsonl').read_text().splitlines()]
+    return {r['step']: r['loss'] for r in rows if 'loss' in r}
+
+def workers(proc) -> dict[int, int]:
+    "{rank: pid} of the workers torchrun `proc` started (each runs in a session of its own)."
+    pids = map(int, subprocess.run(['pgrep', '-P', str(proc.pid)], capture_output=True, text=True).stdout.split())
+    env = {pid: Path(f'/proc/{pid}/environ').read_bytes().decode(errors='replace').split('\0') for pid in pids}
+    return {int(v[5:]): pid for pid, e in env.items() for v in e if v.startswith('RANK=')}
+
+def weights(run_dir): return load_file(str(Path(run_dir) / 'model.safetensors'))
+
+@pytest.fixture(scope='module', params=['ddp', 'fsdp'])
+def reference(request, bindir, tmp_path_factory):
+    "An uninterrupted 2-rank run of each strategy, with a checkpoint every 2 steps."
+    root = tmp_path_factory.mktemp(request.param)
+    out = run(bindir, 2, root, f'--trainer.strategy={request.param}').stdout
+    assert 'global batch 4 sequences = 2 per micro-batch x 1 accumulation x 2 ranks' in out
+    assert out.count('Training finished') == 1  # rank 0 alone reports
+    return request.param, root / 'version_0'
+
+def test_sigkill_two_ranks_then_resume_is_exact(bindir, tmp_path, reference):
+    strategy, ref = reference
+    if strategy != 'ddp': pytest.skip('one strategy is enough here; the other is resumed on one rank below')
+    proc = subprocess.Popen(command(bindir, 2, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    metrics = tmp_path / 'version_0' / 'metrics.jsonl'
+    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5): time.sleep(0.01)
+    assert proc.poll() is None, 'the run finished before it could be killed'
+    for pid in [proc.pid, *workers(proc).values()]: os.kill(pid, signal.SIGKILL)  # the whole job, as a preempted allocation
+    proc.wait()
+    run(bindir, 2, tmp_path, '--resume')
+    got = losses(tmp_path / 'version_0')
+    assert sorted(got) == list(range(1, 11)) and got == losses(ref)  # every step, bitwise
+    w, wr = weights(tmp_path / 'version_0'), weights(ref)
+    assert all(torch.equal(w[k], wr[k]) for k in wr)
+
+def test_two_rank_checkpoint_resumes_on_one_rank(bindir, tmp_path, reference):
+    strategy, ref = reference
+    run_dir = tmp_path / 'run'
+    shutil.copytree(ref, run_dir)
+    for p in (run_dir / 'checkpoints').glob('*.pt'):
+        if int(p.stem.split('_')[1]) > 4: p.unlink()  # as if the run had stopped after step 4
+    out = run(bindir, 1, tmp_path, '--trainer.run_name=run', '--resume').stdout
+    assert 'from step_0000004.pt' in out and '2 per micro-batch x 2 accumulation x 1 rank ' in out
+    got, want = losses(run_dir), losses(ref)
+    assert sorted(got) == list(range(1, 11))
+    assert all(abs(got[s] - want[s]) < 1e-5 for s in want), (got, want)  # the same trajectory, to fp32 rounding
+    w, wr = weights(run_dir), weights(ref)
+    assert all(torch.allclose(w[k], wr[k], atol=1e-5) for k in wr)
+
+def test_a_dead_rank_stops_the_run_cleanly(bindir, tmp_path):
+    proc = subprocess.Popen(command(bindir, 2, tmp_path, '--trainer.max_steps=1000'), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=ENV)
+    try:
+        ckdir = tmp_path / 'version_0' / 'checkpoints'
+        while proc.poll() is None and len(list(ckdir.glob('*.pt'))) < 2: time.sleep(0.01)
+        t0 = time.time(); os.kill(workers(proc)[1], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            for pid in [proc.pid, *workers(proc).values()]: os.kill(pid, signal.SIGKILL)
+    assert proc.returncode != 0 and time.time() - t0 < 60  # no hang
+    assert 'longctx_train [rank 0]: stopped: ' in out and 'is intact; continue with --resume' in out, out[-3000:]
+    newest = sorted(ckdir.glob('*.pt'))[-1]
+    assert str(newest.name) in out
+    torch.load(newest, weights_only=True)  # intact
+
+@pytest.mark.parametrize('extra, nproc, message', [
+    (['--data.global_batch_size=3'], 2, 'data.global_batch_size=3 cannot be split over 2 ranks'),
+    (['--data.global_batch_size=6', '--data.batch_size=2'], 2, 'data.batch_size=2 does not divide'),
+    (['--trainer.dist_backend=nccl', '--trainer.accelerator=cpu'], 2, 'trainer.dist_backend=nccl needs CUDA GPUs'),
+    (['--trainer.strategy=horovod'], 1, "trainer.strategy='horovod' is not valid: valid choices: auto, ddp, fsdp"),
+    (['--data.global_batch_size=3', '--trainer.devices=2'], 1, 'cannot be split over 2 ranks'),  # devices=2 starts torchrun itself
+])
+def test_bad_input(bindir, tmp_path, extra, nproc, message):
+    p = run(bindir, nproc, tmp_path, *extra, ok=False)
+    assert p.returncode != 0
+    assert (p.stdout + p.stderr).count(message) == 1, p.stderr[-3000:]  # said once, by rank 0
+    assert 'longctx_nb/' not in p.stdout + p.stderr  # no traceback of ours (torchrun adds its own report)
+    assert not (tmp_path / 'version_0').exists()
+
+def test_fsdp_keeps_no_decay_parameters(bindir, tmp_path):
+    "Mamba's A_log and D take no weight decay; FSDP2's sharded parameters must keep that flag (weights match 1 rank)."
+    args = ['--model.block=mamba', '--trainer.max_steps=4', '--trainer.checkpoint_interval=0']
+    run(bindir, 2, tmp_path / 'two', *args, '--trainer.strategy=fsdp')
+    run(bindir, 1, tmp_path / 'one', *args)
+    w2, w1 = weights(tmp_path / 'two' / 'version_0'), weights(tmp_path / 'one' / 'version_0')
+    assert all(torch.allclose(w2[k], w1[k], atol=1e-6) for k in w1), max((w2[k] - w1[k]).abs().max().item() for k in w1)
