@@ -21,6 +21,8 @@ EXAMPLES = """examples:
   longctx_train --config config_16gb_safe.json --training_preset fast
   longctx_train --model_size small --vram 8gb --data_dir your_data
   longctx_train --train_data train.npy --val_data val.npy --context_length 512 --batch_size 32 --max_iters 5000 --device cpu
+  longctx_train --trainer.devices=2 --data.global_batch_size=32          # 2 processes on this machine (DDP)
+  torchrun --nproc_per_node=8 --no-python longctx_train --trainer.strategy=fsdp --trainer.precision=bf16
 """
 
 class _Parser(argparse.ArgumentParser):
