@@ -17,7 +17,14 @@ __all__ = ['BLOCK_REGISTRY', 'BLOCK_ALIASES', 'SIZE_PRESETS', 'VRAM_PRESETS', 'T
            'flatten_sections', 'read_config_file', 'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
-def opt(default, help: str, choices=None, ge=None, gt=None, lt=None, const=None):
+def opt(default,       # the field's default value
+        help: str,     # one line for --help and the docs
+        choices=None,  # valid values, or a function returning them
+        ge=None,       # lower bound, inclusive
+        gt=None,       # lower bound, exclusive
+        lt=None,       # upper bound, exclusive
+        const=None,    # the value of the bare flag (`--key` without a value)
+       ):
     "A dataclass field carrying its help text, valid range and (`const`) value as a bare flag in `metadata`."
     return field(default=default, metadata=dict(help=help, choices=choices, ge=ge, gt=gt, lt=lt, const=const))
 
@@ -33,7 +40,8 @@ BLOCK_REGISTRY: dict[str, str] = {
 BLOCK_ALIASES = {'attention': 'vanilla', 'transformer': 'vanilla', 'longformer': 'baseline_longformer',
                  'bigbird': 'baseline_bigbird', 'dp_assm': 'dpassm', 'dp-assm': 'dpassm'}
 
-def canonical_block(name: str) -> str:
+def canonical_block(name: str,  # a block name or alias, any case
+                   ) -> str:
     "The registry name for `name` or one of its aliases."
     name = BLOCK_ALIASES.get(str(name).lower(), str(name).lower())
     if name not in BLOCK_REGISTRY:
@@ -202,9 +210,9 @@ PRESETS = {'model.num_params': SIZE_PRESETS, 'vram': VRAM_PRESETS, 'training_pre
 @dataclass
 class Config:
     "A whole run: model, data and trainer sections, plus the presets applied."
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)        # the network
+    data: DataConfig = field(default_factory=DataConfig)           # where tokens come from and how batches are cut
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # the optimisation and the run
     vram: str | None = opt(None, 'VRAM preset', choices=lambda: list(VRAM_PRESETS))
     training_preset: str | None = opt(None, 'training preset', choices=lambda: list(TRAINING_PRESETS))
 
@@ -247,7 +255,11 @@ _TRUE, _FALSE = {'true', '1', 'yes', 'y', 'on'}, {'false', '0', 'no', 'n', 'off'
 
 def _hints(cls) -> dict: return typing.get_type_hints(cls)
 
-def coerce(key: str, value, tp, meta: dict):
+def coerce(key: str,    # canonical dotted key, for messages
+           value,       # the raw value (a string from the CLI, or JSON)
+           tp,          # the field's type
+           meta: dict,  # the field's metadata (`opt`)
+          ):
     "Convert `value` to type `tp` for setting `key` and check it against the field's constraints."
     args = typing.get_args(tp)
     if type(None) in args:  # Optional[X]
@@ -285,7 +297,8 @@ def coerce(key: str, value, tp, meta: dict):
     return v
 
 # %% ../nbs/01_config.ipynb #05d0eaa1
-def parse_curriculum(s: str) -> list[tuple[int, int]]:
+def parse_curriculum(s: str,  # 'SEQ_LEN:STEPS,...'
+                    ) -> list[tuple[int, int]]:
     "Stages `[(seq_len, steps), ...]` from 'SEQ_LEN:STEPS,...'."
     try:
         stages = [tuple(int(x) for x in part.split(':')) for part in str(s).split(',') if part.strip()]
@@ -300,7 +313,8 @@ def all_keys() -> list[str]:
     "Every canonical dotted key."
     return [f'{s}.{f.name}' for s, cls in SECTIONS.items() for f in fields(cls)] + ['vram', 'training_preset']
 
-def canonical_key(key: str) -> str:
+def canonical_key(key: str,  # dotted key, alias or '--flag'
+                 ) -> str:
     "The canonical dotted key for `key` (or an alias of it); a `UsageError` naming the valid keys otherwise."
     key = key.lstrip('-').replace('-', '_') if key.startswith('--') else key
     key = ALIASES.get(key, key)
@@ -321,7 +335,9 @@ def _field_of(key: str):
     s, name = key.split('.', 1)
     return SECTIONS[s], next(f for f in fields(SECTIONS[s]) if f.name == name)
 
-def apply_overrides(cfg: Config, overrides: dict) -> Config:
+def apply_overrides(cfg: Config,      # left unchanged
+                    overrides: dict,  # dotted key (or alias) -> value
+                   ) -> Config:
     "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
     cfg = copy.deepcopy(cfg)
     canon = {}
@@ -345,7 +361,8 @@ def _set_all(cfg, d: dict):
     for k, v in d.items(): _set(cfg, k, v)
 
 # %% ../nbs/01_config.ipynb #e16213d3
-def validate(cfg: Config) -> Config:
+def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_steps
+            ) -> Config:   # `cfg` itself
     "Cross-field checks; raises `UsageError`."
     m = resolve_model(cfg.model)
     if m.d_model % m.n_heads:
@@ -363,7 +380,8 @@ def validate(cfg: Config) -> Config:
                          "trainer.accumulate_grad_batches, or FSDP across GPUs.")
     return cfg
 
-def resolve_model(m: ModelConfig) -> ModelConfig:
+def resolve_model(m: ModelConfig,  # the model section
+                 ) -> ModelConfig:
     "A copy of `m` with the sizes left `None` filled in from its size preset."
     m = copy.copy(m)
     for k, v in SIZE_PRESETS[m.num_params].items():
@@ -372,7 +390,9 @@ def resolve_model(m: ModelConfig) -> ModelConfig:
     return m
 
 # %% ../nbs/01_config.ipynb #1548a524
-def flatten_sections(d: dict, prefix: str = '') -> dict:
+def flatten_sections(d: dict,           # {section: {key: value}} or top-level scalars
+                     prefix: str = '',  # prepended to every key
+                    ) -> dict:
     "Nested dict to dotted keys (one level of sections; top-level scalars stay as they are)."
     out = {}
     for k, v in d.items():
@@ -380,7 +400,8 @@ def flatten_sections(d: dict, prefix: str = '') -> dict:
         else: out[f'{prefix}{k}'] = v
     return out
 
-def read_config_file(path) -> dict:
+def read_config_file(path,      # a JSON file with sections model, data, trainer
+                    ) -> dict:  # dotted key -> value
     "The dotted overrides in a JSON config file."
     p = Path(path)
     if not p.is_file(): raise UsageError(f"config file {str(p)!r} does not exist.")
@@ -393,13 +414,16 @@ def read_config_file(path) -> dict:
         except UsageError as e: raise UsageError(f"in config file {str(p)!r}: {e}") from None
     return flat
 
-def load_config(path=None, overrides: dict | None = None) -> Config:
+def load_config(path=None,                      # JSON config file, or None
+                overrides: dict | None = None,  # dotted key (or alias) -> value, applied last
+               ) -> Config:
     "Defaults, then the config file at `path`, then `overrides`; presets from either apply first."
     flat = read_config_file(path) if path else {}
     return apply_overrides(Config(), {**flat, **(overrides or {})})
 
 # %% ../nbs/01_config.ipynb #313f08b6
-def field_help(key: str) -> str:
+def field_help(key: str,  # canonical dotted key
+              ) -> str:
     "Help text of a canonical key, with its default and choices."
     cls, f = _field_of(key)
     meta, default = f.metadata, (f.default if f.default is not dataclasses.MISSING else None)
@@ -415,13 +439,15 @@ def option_specs() -> list[tuple[str, str]]:
     return specs + [(a, f'alias of --{c}') for a, c in ALIASES.items() if not a.startswith(('vram.', 'training.'))]
 
 # %% ../nbs/01_config.ipynb #498bd7a0
-def key_type(key: str) -> type:
+def key_type(key: str,  # dotted key or alias
+            ) -> type:
     "The type of a key's values (`Optional` stripped), for a canonical key or an alias."
     cls, f = _field_of(canonical_key(key))
     tp = _hints(cls)[f.name]
     return next((a for a in typing.get_args(tp) if a is not type(None)), tp)
 
 # %% ../nbs/01_config.ipynb #91a1f79d
-def key_meta(key: str) -> dict:
+def key_meta(key: str,  # dotted key or alias
+            ) -> dict:
     "The metadata (help, choices, range, const) of a canonical key or an alias."
     return dict(_field_of(canonical_key(key))[1].metadata)

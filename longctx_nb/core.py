@@ -26,7 +26,7 @@ DEVICE_CHOICES = ('auto', 'cpu', 'cuda', 'cuda:N', 'gpu', 'mps')
 def _mps_available() -> bool:
     return getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
 
-def get_device(name: str = 'auto', # one of `DEVICE_CHOICES`
+def get_device(name: str = 'auto',  # one of `DEVICE_CHOICES`
               ) -> torch.device:
     "Resolve a device name to a `torch.device` that exists on this machine."
     name = str(name).strip().lower()
@@ -51,18 +51,22 @@ PRECISIONS = {'32': '32', '32-true': '32', 'fp32': '32', 'float32': '32',
               'bf16': 'bf16', 'bf16-mixed': 'bf16', 'bfloat16': 'bf16',
               '16': '16', '16-mixed': '16', 'fp16': '16', 'float16': '16'}
 
-def parse_precision(p) -> str:
+def parse_precision(p,        # a precision spelling: 32, bf16, 16, bf16-mixed, fp16, ...
+                   ) -> str:  # '32', 'bf16' or '16'
     "Normalise a precision spelling to '32', 'bf16' or '16'."
     key = str(p).strip().lower()
     if key not in PRECISIONS:
         raise UsageError(f"unknown precision {p!r}; valid choices: 32, bf16 (bf16-mixed), 16 (16-mixed)")
     return PRECISIONS[key]
 
-def autocast_dtype(precision) -> torch.dtype | None:
+def autocast_dtype(precision,  # any spelling `parse_precision` accepts
+                  ) -> torch.dtype | None:
     "The dtype autocast runs matmuls in, or None for full fp32."
     return {'32': None, 'bf16': torch.bfloat16, '16': torch.float16}[parse_precision(precision)]
 
-def check_precision(device: torch.device, precision) -> str:
+def check_precision(device: torch.device,  # where the run computes
+                    precision,             # any spelling `parse_precision` accepts
+                   ) -> str:               # the normalised precision
     "Refuse precisions the device cannot run; returns the normalised precision."
     p = parse_precision(precision)
     if p == '16' and device.type == 'cpu':
@@ -70,30 +74,39 @@ def check_precision(device: torch.device, precision) -> str:
                          "or 32 on the CPU, or run on a GPU.")
     return p
 
-def autocast(device: torch.device, precision='32'):
+def autocast(device: torch.device,  # where the forward pass runs
+             precision='32',        # any spelling `parse_precision` accepts
+            ):
     "A context manager running the forward pass in `precision` on `device` (a no-op for fp32)."
     dt = autocast_dtype(check_precision(device, precision))
     if dt is None: return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dt)
 
 # %% ../nbs/00_core.ipynb #f4e9b422
-def seed_everything(seed: int) -> int:
+def seed_everything(seed: int,  # the seed for every generator
+                   ) -> int:    # `seed`, unchanged
     "Seed Python, NumPy and torch (CPU and every GPU)."
     random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
     return seed
 
 # %% ../nbs/00_core.ipynb #c313a284
-def reset_peak_memory(device: torch.device):
+def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
+                     ):
+    "Start a new peak for `peak_memory_mb` (CUDA's allocator counter; the max RSS off CUDA cannot be reset)."
     if device.type == 'cuda': torch.cuda.reset_peak_memory_stats(device)
 
-def peak_memory_mb(device: torch.device) -> float:
+def peak_memory_mb(device: torch.device,  # CUDA: allocator peak; else: process max RSS
+                  ) -> float:
     "Peak memory in MiB: allocated tensors on CUDA, the process's max RSS elsewhere."
     if device.type == 'cuda': return torch.cuda.max_memory_allocated(device) / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == 'darwin' else rss / 2**10
 
 # %% ../nbs/00_core.ipynb #dd4c6f46
-def best_time(fn, device, reps: int = 3) -> float:
+def best_time(fn,             # called with no arguments
+              device,         # synchronised around each call on CUDA
+              reps: int = 3,  # calls timed; the fastest counts
+             ) -> float:      # seconds
     "Seconds of the fastest of `reps` calls of `fn()` on `device` (synchronised on CUDA); warm up before calling it."
     device = torch.device(device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == 'cuda' else (lambda: None)
@@ -103,7 +116,11 @@ def best_time(fn, device, reps: int = 3) -> float:
         best = min(best, time.perf_counter() - t0)
     return best
 
-def measure_peak_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: int | None = None, reps: int = 5) -> float:
+def measure_peak_flops(device: torch.device,                # where the matmul runs
+                       dtype: torch.dtype = torch.float32,  # the matmul's dtype
+                       n: int | None = None,                # matrix size (default 8192 on CUDA, else 1024)
+                       reps: int = 5,                       # matmuls timed; the fastest counts
+                      ) -> float:                           # FLOP/s
     "Best observed FLOP/s of an `n` x `n` matmul on `device` in `dtype`."
     n = n or (8192 if device.type == 'cuda' else 1024)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
@@ -121,7 +138,9 @@ def _quiet_fd2():
     try: yield
     finally: os.dup2(saved, 2); os.close(saved); os.close(null)
 
-def peak_memory_bytes(fn, device='cpu') -> int:
+def peak_memory_bytes(fn,            # called once with no arguments
+                      device='cpu',  # CUDA: the caching allocator; else torch.profiler's CPU memory events
+                     ) -> int:       # bytes
     "Peak bytes allocated by `fn()` above what was allocated before it, on `device`."
     device = torch.device(device)
     if device.type == 'cuda':

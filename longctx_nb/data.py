@@ -28,11 +28,13 @@ class ByteTokenizer:
     "UTF-8 bytes as tokens: 256 ids, nothing to train or download."
     name, vocab_size, eot_id = 'byte', 256, None
 
-    def encode(self, text: str) -> np.ndarray:
+    def encode(self, text: str,  # any text
+              ) -> np.ndarray:   # int64 ids, one per UTF-8 byte
         "The ids (0..255) of `text`'s UTF-8 bytes."
         return np.frombuffer(text.encode('utf-8'), dtype=np.uint8).astype(np.int64)
 
-    def decode(self, ids) -> str:
+    def decode(self, ids,  # byte ids 0..255, any shape
+              ) -> str:
         "Text of byte ids; bytes that are not valid UTF-8 (a window cut mid-character) become U+FFFD."
         a = np.asarray(ids, dtype=np.int64).ravel()
         if a.size and (a.min() < 0 or a.max() > 255): raise ValueError(f"byte ids must be in 0..255, got {a.min()}..{a.max()}")
@@ -46,13 +48,16 @@ EOT = '<|endoftext|>'
 class BPETokenizer:
     "Byte-level BPE (GPT-2 style) trained locally with Hugging Face `tokenizers`; `<|endoftext|>` ends each document."
     name = 'bpe'
-    def __init__(self, tok: Tokenizer):
+    def __init__(self, tok: Tokenizer,  # a trained Hugging Face `tokenizers.Tokenizer`
+                ):
         self.tok = tok
         # the text '<|endoftext|>' inside a document is encoded as text: only `prepare` puts the real eot id in
         if hasattr(tok, 'encode_special_tokens'): tok.encode_special_tokens = True
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 4096) -> BPETokenizer:
+    def train(cls, texts: Iterable[str],  # training documents
+              vocab_size: int = 4096,     # ids in all, >= 257
+             ) -> BPETokenizer:
         "Learn merges from `texts` until the vocabulary (256 bytes, merges, `<|endoftext|>`) has `vocab_size` ids."
         if vocab_size < 257:
             raise UsageError(f"bpe_vocab_size={vocab_size} is too small: a byte-level BPE needs at least 257 ids "
@@ -66,24 +71,31 @@ class BPETokenizer:
         return cls(tok)
 
     @classmethod
-    def load(cls, path) -> BPETokenizer:
+    def load(cls, path,  # a tokenizer.json, or a folder holding one
+            ) -> BPETokenizer:
         "Load a `tokenizer.json` (or the one in folder `path`)."
         p = Path(path).expanduser()
         if p.is_dir(): p = p / 'tokenizer.json'
         if not p.is_file(): raise UsageError(f"tokenizer file {str(p)!r} does not exist.")
         return cls(Tokenizer.from_file(str(p)))
 
-    def save(self, path): self.tok.save(str(path))
+    def save(self, path,  # the tokenizer.json to write
+            ):
+        self.tok.save(str(path))
     @property
     def vocab_size(self) -> int: return self.tok.get_vocab_size()
     @property
     def eot_id(self) -> int: return self.tok.token_to_id(EOT)
 
-    def encode(self, text: str) -> np.ndarray: return np.array(self.tok.encode(text).ids, dtype=np.int64)
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    def encode(self, text: str,  # any text
+              ) -> np.ndarray:   # int64 ids
+        return np.array(self.tok.encode(text).ids, dtype=np.int64)
+    def encode_batch(self, texts: list[str],  # documents
+                    ) -> list[np.ndarray]:    # int64 ids of each
         "Encode many texts at once (in parallel threads)."
         return [np.array(e.ids, dtype=np.int64) for e in self.tok.encode_batch(list(texts))]
-    def decode(self, ids) -> str:
+    def decode(self, ids,  # token ids, any shape
+              ) -> str:
         return self.tok.decode([int(i) for i in np.asarray(ids).ravel()], skip_special_tokens=False)
     def __repr__(self): return f'BPETokenizer(vocab_size={self.vocab_size})'
 
@@ -134,7 +146,8 @@ def _text_docs(p: Path, files: list[Path]) -> Iterator[tuple[str, str]]:
     if n == 0: raise UsageError(f"data path {str(p)!r} holds no text: no non-empty UTF-8 text file was found there "
                                 "(binary files and files that are not valid UTF-8 are skipped).")
 
-def text_documents(path) -> Iterator[tuple[str, str]]:
+def text_documents(path,  # a text file, or a folder searched recursively
+                  ) -> Iterator[tuple[str, str]]:
     "(name, text) of a text file, or of every text file under a folder (recursive, sorted)."
     p = Path(path).expanduser()
     if not p.exists():
@@ -142,7 +155,11 @@ def text_documents(path) -> Iterator[tuple[str, str]]:
     return _text_docs(p, _text_files(p))
 
 # %% ../nbs/02_data.ipynb #918e5ee9
-def hf_documents(name: str, config: str | None = None, split: str = 'train', text_field: str = 'text') -> Iterator[tuple[str, str]]:
+def hf_documents(name: str,                  # Hugging Face dataset name
+                 config: str | None = None,  # its config name, if it has several
+                 split: str = 'train',       # the split to read
+                 text_field: str = 'text',   # the column holding the text
+                ) -> Iterator[tuple[str, str]]:
     "(name/split/row, text) of the rows of a Hugging Face dataset, via `datasets.load_dataset`."
     try: import datasets
     except ImportError:
@@ -164,7 +181,8 @@ def hf_documents(name: str, config: str | None = None, split: str = 'train', tex
 # %% ../nbs/02_data.ipynb #23e9cb3f
 FORMAT_VERSION = 1
 
-def token_dtype(vocab_size: int) -> np.dtype:
+def token_dtype(vocab_size: int,  # ids in the vocabulary
+               ) -> np.dtype:
     "uint16 when every id fits in 16 bits (vocab_size <= 65536), else uint32."
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
@@ -264,18 +282,19 @@ def _read_meta(d: Path) -> dict:
     try: return json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError): raise UsageError(f"{str(p)!r} is not valid JSON.") from None
 
-def is_prepared(d) -> bool:
+def is_prepared(d,  # a folder
+               ) -> bool:
     "Whether folder `d` holds a finished `prepare` (its meta.json and train.bin)."
     d = Path(d).expanduser()
     return (d / 'meta.json').is_file() and (d / 'train.bin').is_file()
 
-def prepare(documents: Iterable[tuple[str, str]], # (name, text) pairs
-            out_dir,                              # folder to create
-            tokenizer='byte',                     # 'byte', 'bpe' (trained here) or a tokenizer object
-            bpe_vocab_size: int = 4096,
-            val_fraction: float = 0.05,           # about this fraction of the documents goes to val.bin
-            source: str = '',                     # what the corpus is, recorded in meta.json
-            exists: str = 'error',                # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
+def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
+            out_dir,                               # folder to create
+            tokenizer='byte',                      # 'byte', 'bpe' (trained here) or a tokenizer object
+            bpe_vocab_size: int = 4096,            # BPE vocabulary size, when tokenizer='bpe'
+            val_fraction: float = 0.05,            # about this fraction of the documents goes to val.bin
+            source: str = '',                      # what the corpus is, recorded in meta.json
+            exists: str = 'error',                 # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
            ) -> dict:
     "Tokenize `documents` into `out_dir`/{train.bin, val.bin, meta.json[, tokenizer.json]}, atomically; returns the meta."
     out = Path(out_dir).expanduser()
@@ -308,7 +327,8 @@ def prepare(documents: Iterable[tuple[str, str]], # (name, text) pairs
     return meta
 
 # %% ../nbs/02_data.ipynb #d1d63eaf
-def load_tokenizer(prepared_dir) -> ByteTokenizer | BPETokenizer:
+def load_tokenizer(prepared_dir,  # a folder written by `prepare`
+                  ) -> ByteTokenizer | BPETokenizer:
     "The tokenizer that made the prepared folder `prepared_dir` (from its meta.json and tokenizer.json)."
     d = Path(prepared_dir).expanduser()
     meta = _read_meta(d)
@@ -341,7 +361,10 @@ def _corpus(cfg: DataConfig) -> tuple:
         return _local_corpus(cfg.dataset_config)
     return (lambda: hf_documents(name, cfg.dataset_config)), f"hf:{name}" + (f"/{cfg.dataset_config}" if cfg.dataset_config else ''), {}
 
-def prepare_corpus(cfg: DataConfig, out_dir, exists: str = 'error') -> dict:
+def prepare_corpus(cfg: DataConfig,        # names the corpus and the tokenizer
+                   out_dir,                # folder to create
+                   exists: str = 'error',  # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
+                  ) -> dict:
     "Prepare the text corpus that `cfg` names into `out_dir` (see `prepare`); returns the meta."
     if cfg.train_data is not None:
         raise UsageError("data.train_data is already tokenized; prepare_corpus tokenizes text (data.dataset_name or data.data_dir).")
@@ -349,7 +372,9 @@ def prepare_corpus(cfg: DataConfig, out_dir, exists: str = 'error') -> dict:
     return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists=exists)
 
 # %% ../nbs/02_data.ipynb #3aa89ce1
-def load_tokens(path, dtype=None) -> np.ndarray:
+def load_tokens(path,            # a .npy array or raw .bin ids
+                dtype=None,      # dtype of a .bin without a meta.json beside it (default uint16)
+               ) -> np.ndarray:  # 1-D memory map of the ids
     "Memory-map a token file: `.npy`, or raw `.bin` ids (dtype from meta.json beside it, else `dtype`, else uint16)."
     p = Path(path).expanduser()
     if not p.is_file(): raise UsageError(f"token file {str(p)!r} does not exist.")
@@ -371,7 +396,11 @@ def load_tokens(path, dtype=None) -> np.ndarray:
     return a.reshape(-1)
 
 # %% ../nbs/02_data.ipynb #8dbaede4
-def check_tokens(data, vocab_size: int, name: str = 'the data', chunk: int = 1 << 24) -> int:
+def check_tokens(data,                    # token ids (read in chunks)
+                 vocab_size: int,         # ids must be < vocab_size
+                 name: str = 'the data',  # what `data` is, for the message
+                 chunk: int = 1 << 24,    # ids read at a time
+                ) -> int:
     "Raise `UsageError` unless every id in `data` is in [0, vocab_size); returns the largest id (-1 when empty)."
     lo, hi = 0, -1
     for i in range(0, len(data), chunk):
@@ -388,34 +417,36 @@ def check_tokens(data, vocab_size: int, name: str = 'the data', chunk: int = 1 <
 @dataclass(frozen=True)
 class TokenFile:
     "Where a split's tokens live: a .bin/.npy file and the [start, stop) range of it."
-    path: str
-    dtype: str | None = None
-    start: int = 0
-    stop: int | None = None
+    path: str                 # a .bin or .npy token file
+    dtype: str | None = None  # dtype of a .bin without a meta.json
+    start: int = 0            # first token of the range
+    stop: int | None = None   # end of the range (None: the file's end)
     def open(self) -> np.ndarray: return load_tokens(self.path, self.dtype)[self.start:self.stop]
 
 @dataclass
 class TokenData:
     "Training and validation tokens, their vocabulary and where they came from."
-    train: np.ndarray
-    val: np.ndarray | None
-    vocab_size: int
+    train: np.ndarray                                       # training token ids (a memory map)
+    val: np.ndarray | None                                  # validation token ids, if any
+    vocab_size: int                                         # ids in the vocabulary
     tokenizer: ByteTokenizer | BPETokenizer | None = None   # None for pre-tokenized input without a meta.json
-    meta: dict = field(default_factory=dict)
-    source: str = ''
-    train_file: TokenFile | None = None
-    val_file: TokenFile | None = None
+    meta: dict = field(default_factory=dict)                # the prepared folder's meta.json
+    source: str = ''                                        # where the tokens came from
+    train_file: TokenFile | None = None                     # where `train` lives, to reopen it in workers
+    val_file: TokenFile | None = None                       # where `val` lives
     def __repr__(self):
         nv = 0 if self.val is None else len(self.val)
         tok = self.tokenizer.name if self.tokenizer is not None else None
         return f"TokenData({self.source!r}: {len(self.train):,} train / {nv:,} val tokens, vocab {self.vocab_size}, tokenizer {tok})"
 
 # %% ../nbs/02_data.ipynb #0cfe4b15
-def cache_root(cfg: DataConfig) -> Path:
+def cache_root(cfg: DataConfig,  # its cache_dir
+              ) -> Path:
     "Where prepared corpora are cached: data.cache_dir, else $LONGCTX_CACHE, else ~/.cache/longctx_nb."
     return Path(cfg.cache_dir or os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
 
-def corpus_cache_dir(cfg: DataConfig) -> Path:
+def corpus_cache_dir(cfg: DataConfig,  # names the corpus and the tokenizer
+                    ) -> Path:
     "The cache folder of the text corpus `cfg` names, keyed by everything its tokens depend on."
     _, source, extra = _corpus(cfg)
     key = dict(source=source, tokenizer=cfg.tokenizer, val_fraction=cfg.val_fraction, version=FORMAT_VERSION, **extra)
@@ -468,7 +499,9 @@ def _check_lengths(td: TokenData, seq_len: int):
                          f"{td.source} allow (a sequence needs seq_len + 1 tokens); use a shorter --data.seq_len, a larger "
                          "--data.val_fraction or more data.")
 
-def load_synthetic(cfg: DataConfig, vocab_size: int | None = None) -> SyntheticData:
+def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', task and task knobs
+                   vocab_size: int | None = None,  # the model's vocabulary, to check against (None: the task's)
+                  ) -> SyntheticData:
     "The synthetic task `cfg.task` (dataset_name='synthetic'), checked against seq_len and the model's `vocab_size`."
     sd = synthetic_from_config(cfg)
     if vocab_size is not None and vocab_size < sd.vocab_size:
@@ -476,7 +509,9 @@ def load_synthetic(cfg: DataConfig, vocab_size: int | None = None) -> SyntheticD
                          f"{cfg.task!r}; leave --model.vocab_size unset or set --data.task_vocab_size (at most {vocab_size}).")
     return sd
 
-def load_dataset(cfg: DataConfig, vocab_size: int | None = None) -> TokenData | SyntheticData:
+def load_dataset(cfg: DataConfig,                # the data section
+                 vocab_size: int | None = None,  # the model's vocabulary, to check the ids against (None: the data's)
+                ) -> TokenData | SyntheticData:
     "The tokens `cfg` names (pre-tokenized files, a prepared folder, a text corpus prepared into the cache, or a synthetic task), checked."
     if cfg.dataset_name == 'synthetic' and cfg.train_data is None and cfg.data_dir is None: return load_synthetic(cfg, vocab_size)
     if cfg.train_data is not None: td = _load_pretokenized(cfg, vocab_size)
@@ -493,7 +528,12 @@ def load_dataset(cfg: DataConfig, vocab_size: int | None = None) -> TokenData | 
     return td
 
 # %% ../nbs/02_data.ipynb #6f750b16
-def batch_offsets(n_tokens: int, seq_len: int, n: int, step: int, seed: int = 0) -> np.ndarray:
+def batch_offsets(n_tokens: int,   # length of the token array
+                  seq_len: int,    # tokens per sequence
+                  n: int,          # offsets to draw
+                  step: int,       # training step; with `seed`, picks the random stream
+                  seed: int = 0,   # run seed
+                 ) -> np.ndarray:  # int64 (n,)
     "`n` start offsets, uniform in [0, n_tokens - seq_len - 1], from the random stream of (`seed`, `step`)."
     hi = n_tokens - seq_len - 1
     if hi < 0: raise UsageError(f"data.seq_len={seq_len} is longer than the {n_tokens:,} tokens allow (a sequence needs seq_len + 1).")
@@ -501,15 +541,25 @@ def batch_offsets(n_tokens: int, seq_len: int, n: int, step: int, seed: int = 0)
     return rng.integers(0, hi, size=n, endpoint=True, dtype=np.int64)
 
 # %% ../nbs/02_data.ipynb #451dc220
-def get_batch(data, offsets, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+def get_batch(data,                                   # token array (np.memmap or array)
+              offsets,                                # start of each window
+              seq_len: int,                           # tokens per sequence
+             ) -> tuple[torch.Tensor, torch.Tensor]:  # (x, y) int64, each (len(offsets), seq_len)
     "Inputs `data[o:o+seq_len]` and targets `data[o+1:o+seq_len+1]` for each offset, as int64 (len(offsets), seq_len) tensors."
     offsets = np.asarray(offsets, dtype=np.int64)
     win = np.asarray(data[offsets[:, None] + np.arange(seq_len + 1)]).astype(np.int64)
     return torch.from_numpy(np.ascontiguousarray(win[:, :-1])), torch.from_numpy(np.ascontiguousarray(win[:, 1:]))
 
 # %% ../nbs/02_data.ipynb #c1e471f8
-def step_batch(data, step: int, seq_len: int, batch_size: int, accum: int = 1, seed: int = 0,
-               rank: int = 0, world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def step_batch(data,                                   # token array (np.memmap or array) to cut windows from
+               step: int,                              # optimizer step; seeds the batch's random stream
+               seq_len: int,                           # tokens per sequence
+               batch_size: int,                        # sequences per micro-batch
+               accum: int = 1,                         # micro-batches per step
+               seed: int = 0,                          # run seed
+               rank: int = 0,                          # this process's rank, 0..world_size-1
+               world_size: int = 1,                    # processes sharing the step's global batch
+              ) -> tuple[torch.Tensor, torch.Tensor]:  # (x, y) int64, each (accum, batch_size, seq_len)
     "This rank's share of step `step`'s global batch: (x, y), each (accum, batch_size, seq_len)."
     if not 0 <= rank < world_size: raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
     per_rank = accum * batch_size
@@ -518,7 +568,11 @@ def step_batch(data, step: int, seq_len: int, batch_size: int, accum: int = 1, s
     return x.view(accum, batch_size, seq_len), y.view(accum, batch_size, seq_len)
 
 # %% ../nbs/02_data.ipynb #588e55f6
-def val_batches(data, seq_len: int, batch_size: int, max_batches: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def val_batches(data,                                             # validation token array
+                seq_len: int,                                     # tokens per sequence
+                batch_size: int,                                  # sequences per batch
+                max_batches: int | None = None,                   # at most this many batches (None: cover the split)
+               ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # (x, y) int64 (<= batch_size, seq_len) batches
     "(x, y) batches of non-overlapping windows covering each target token once, or `max_batches` batches of evenly spread windows."
     n = len(data)
     if n < 2: return
@@ -532,8 +586,15 @@ def val_batches(data, seq_len: int, batch_size: int, max_batches: int | None = N
 # %% ../nbs/02_data.ipynb #82be361d
 class StepBatches(Dataset):
     "Item `step` is this rank's share of that step's global batch, `step_batch(...)`: (x, y), each (accum, batch_size, seq_len)."
-    def __init__(self, data, seq_len: int, batch_size: int, accum: int = 1, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, file: TokenFile | None = None):
+    def __init__(self, data,                     # token array (np.memmap or array)
+                 seq_len: int,                   # tokens per sequence
+                 batch_size: int,                # sequences per micro-batch
+                 accum: int = 1,                 # micro-batches per step
+                 seed: int = 0,                  # run seed
+                 rank: int = 0,                  # this process's rank, 0..world_size-1
+                 world_size: int = 1,            # processes sharing each step's batch
+                 file: TokenFile | None = None,  # where `data` lives: workers reopen it instead of copying
+                ):
         self.data, self.seq_len, self.batch_size, self.accum = data, seq_len, batch_size, accum
         self.seed, self.rank, self.world_size, self.file = seed, rank, world_size, file
 
@@ -567,8 +628,16 @@ class _StepLoader:
                         persistent_workers=self.cfg.persistent_workers)
         for step, (x, y) in zip(self.steps, dl): yield step, x, y
 
-def make_loader(tokens: TokenData, cfg: DataConfig, accum: int, seed: int, start_step: int, max_steps: int,
-                rank: int = 0, world_size: int = 1, pin_memory: bool = False):
+def make_loader(tokens: TokenData,         # the data, from `load_dataset`
+                cfg: DataConfig,           # seq_len, batch_size, num_workers, prefetch
+                accum: int,                # micro-batches per step
+                seed: int,                 # run seed
+                start_step: int,           # first step (after a resume: the next one)
+                max_steps: int,            # steps in the run
+                rank: int = 0,             # this process's rank, 0..world_size-1
+                world_size: int = 1,       # processes sharing each step's batch
+                pin_memory: bool = False,  # pin host memory (when CUDA is available)
+               ):
     "An iterable of (step, x, y) for steps `start_step`..`max_steps - 1`; x, y are (accum, batch_size, seq_len) int64."
     if isinstance(tokens, SyntheticData):  # generated per step; y is -100 away from the answers
         return _StepLoader(SyntheticSteps(tokens, cfg.seq_len, cfg.batch_size, accum, seed, rank, world_size),

@@ -29,8 +29,13 @@ def _shifted(s: np.ndarray, n_answer: int) -> tuple[np.ndarray, np.ndarray]:
     return x.astype(np.int64), y.astype(np.int64)
 
 # %% ../nbs/03_synthetic.ipynb #e19313b4
-def passkey(batch: int, seq_len: int, rng: np.random.Generator, vocab_size: int = 64, passkey_len: int = 5,
-            depth: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def passkey(batch: int,                         # sequences
+            seq_len: int,                       # tokens per sequence
+            rng: np.random.Generator,           # the random stream
+            vocab_size: int = 64,               # ids, >= 13 (10 digits, filler, KEY, QUERY)
+            passkey_len: int = 5,               # digits in the key
+            depth: float | None = None,         # where KEY sits, 0 (start) to 1 (end); None: random per row
+           ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len); y is -100 except at the answers
     "Random filler with `KEY d1..dk` at relative `depth` (None: uniform per row), ending `QUERY d1..dk`; answers: the k digits."
     _need(vocab_size >= 13, 'passkey', f"vocab_size={vocab_size} is too small: it needs >= 13 (10 digits, 1 filler, KEY, QUERY)")
     _need(passkey_len >= 1, 'passkey', f"passkey_len={passkey_len} must be >= 1")
@@ -50,8 +55,12 @@ def passkey(batch: int, seq_len: int, rng: np.random.Generator, vocab_size: int 
     return _shifted(s, passkey_len)
 
 # %% ../nbs/03_synthetic.ipynb #4a095c98
-def associative_recall(batch: int, seq_len: int, rng: np.random.Generator, vocab_size: int = 64,
-                       num_pairs: int = 8) -> tuple[np.ndarray, np.ndarray]:
+def associative_recall(batch: int,                         # sequences
+                       seq_len: int,                       # tokens per sequence, >= 3 * num_pairs
+                       rng: np.random.Generator,           # the random stream
+                       vocab_size: int = 64,               # ids, >= 2 * num_pairs + 2
+                       num_pairs: int = 8,                 # key-value pairs per sequence
+                      ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len); y is -100 except at the queries
     "MQAR (Zoology): `num_pairs` key-value pairs, then each key queried once at a random later position; answer: its value."
     _need(num_pairs >= 1, 'associative_recall', f"num_pairs={num_pairs} must be >= 1")
     _need(vocab_size >= 2 * num_pairs + 2, 'associative_recall', f"vocab_size={vocab_size} is too small for num_pairs={num_pairs}: "
@@ -71,8 +80,12 @@ def associative_recall(batch: int, seq_len: int, rng: np.random.Generator, vocab
     return x, y
 
 # %% ../nbs/03_synthetic.ipynb #6654fe3f
-def copy(batch: int, seq_len: int, rng: np.random.Generator, vocab_size: int = 32,
-         copy_len: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def copy(batch: int,                         # sequences
+         seq_len: int,                       # tokens per sequence, >= 2 * copy_len
+         rng: np.random.Generator,           # the random stream
+         vocab_size: int = 32,               # ids, >= 3 (pad, data, SEP)
+         copy_len: int = 16,                 # tokens to copy
+        ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len); y is -100 except at the copy
     "Padding, `copy_len` random tokens, SEP, then the same tokens again; answers: the copy."
     _need(vocab_size >= 3, 'copy', f"vocab_size={vocab_size} is too small: it needs >= 3 (pad, a data token, SEP)")
     _need(copy_len >= 1, 'copy', f"copy_len={copy_len} must be >= 1")
@@ -84,7 +97,11 @@ def copy(batch: int, seq_len: int, rng: np.random.Generator, vocab_size: int = 3
     return _shifted(s, copy_len)
 
 # %% ../nbs/03_synthetic.ipynb #95b7db95
-def induction_heads(batch: int, seq_len: int, rng: np.random.Generator, vocab_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def induction_heads(batch: int,                         # sequences
+                    seq_len: int,                       # tokens per sequence, >= 3
+                    rng: np.random.Generator,           # the random stream
+                    vocab_size: int = 16,               # ids, >= 3 (data tokens and SPECIAL)
+                   ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len); y is -100 except at the last token
     "Random tokens with SPECIAL then a token to recall somewhere, SPECIAL again at the end; answer: the recalled token."
     _need(vocab_size >= 3, 'induction_heads', f"vocab_size={vocab_size} is too small: it needs >= 3 (2 data tokens and SPECIAL)")
     _need(seq_len >= 3, 'induction_heads', f"seq_len={seq_len} is too short: it needs seq_len >= 3")
@@ -96,8 +113,12 @@ def induction_heads(batch: int, seq_len: int, rng: np.random.Generator, vocab_si
     return _shifted(s, 1)
 
 # %% ../nbs/03_synthetic.ipynb #40790c25
-def selective_copy(batch: int, seq_len: int, rng: np.random.Generator, vocab_size: int = 16,
-                   copy_len: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def selective_copy(batch: int,                         # sequences
+                   seq_len: int,                       # tokens per sequence, >= 2 * copy_len
+                   rng: np.random.Generator,           # the random stream
+                   vocab_size: int = 16,               # ids, >= 3 (noise, data, SEP)
+                   copy_len: int = 16,                 # data tokens to copy
+                  ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len); y is -100 except at the copy
     "`copy_len` data tokens at random positions among noise, then SEP and the data tokens in order; answers: them."
     _need(vocab_size >= 3, 'selective_copy', f"vocab_size={vocab_size} is too small: it needs >= 3 (noise, a data token, SEP)")
     _need(copy_len >= 1, 'selective_copy', f"copy_len={copy_len} must be >= 1")
@@ -114,9 +135,9 @@ def selective_copy(batch: int, seq_len: int, rng: np.random.Generator, vocab_siz
 @dataclass(frozen=True)
 class Task:
     "A synthetic task: its generator, default parameters (with `vocab_size`) and token layout."
-    fn: Callable
-    defaults: dict
-    layout: str
+    fn: Callable    # generator: fn(batch, seq_len, rng, **params) -> (x, y)
+    defaults: dict  # its parameters and their defaults
+    layout: str     # which ids mean what
 
 TASKS: dict[str, Task] = {
     'passkey': Task(passkey, dict(vocab_size=64, passkey_len=5, depth=None),
@@ -128,19 +149,28 @@ TASKS: dict[str, Task] = {
     'selective_copy': Task(selective_copy, dict(vocab_size=16, copy_len=16), '0 noise, 1..V-2 data, V-1 SEP'),
 }
 
-def get_task(name: str) -> Task:
+def get_task(name: str,  # a key of `TASKS`
+            ) -> Task:
     "The registered task `name`; `UsageError` naming the valid choices otherwise."
     if name not in TASKS: raise UsageError(f"unknown synthetic task {name!r}; valid choices: {', '.join(TASKS)}.")
     return TASKS[name]
 
-def task_params(task: str, **params) -> dict:
+def task_params(task: str,  # a key of `TASKS`
+                **params,   # overrides of the task's defaults
+               ) -> dict:   # every parameter of the task
     "The task's defaults updated by `params` (None values keep the default); unknown parameters are refused."
     t = get_task(task)
     bad = set(params) - set(t.defaults)
     if bad: raise UsageError(f"synthetic task {task!r} has no parameter {', '.join(sorted(bad))}; its parameters: {', '.join(t.defaults)}.")
     return {**t.defaults, **{k: v for k, v in params.items() if v is not None}}
 
-def make_batch(task: str, batch: int, seq_len: int, step: int, seed: int = 0, **params) -> tuple[np.ndarray, np.ndarray]:
+def make_batch(task: str,                          # a key of `TASKS`
+               batch: int,                         # sequences
+               seq_len: int,                       # tokens per sequence
+               step: int,                          # training step; with `seed`, picks the random stream
+               seed: int = 0,                      # run seed
+               **params,                           # the task's parameters (see `task_params`)
+              ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len)
     "Step `step`'s batch of `task`: (x, y) int64 (batch, seq_len), from the random stream of (`seed`, `step`)."
     rng = np.random.default_rng([seed % 2**64, step])
     return get_task(task).fn(batch, seq_len, rng, **task_params(task, **params))
@@ -152,7 +182,7 @@ VAL_STEP0 = 10**9   # validation batches are steps VAL_STEP0 + i: a stream train
 @dataclass
 class SyntheticData:
     "A synthetic task as training data: batches are generated per step, there are no token files."
-    task: str
+    task: str                     # a key of `TASKS`
     params: dict                  # every parameter of the task, vocab_size included
     tokenizer = None
     @property
@@ -162,32 +192,50 @@ class SyntheticData:
     @property
     def meta(self) -> dict: return dict(task=self.task, **self.params)
 
-    def batch(self, n: int, seq_len: int, step: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, n: int,                           # sequences
+              seq_len: int,                           # tokens per sequence
+              step: int,                              # training step; with `seed`, picks the random stream
+              seed: int = 0,                          # run seed
+             ) -> tuple[torch.Tensor, torch.Tensor]:  # (x, y) int64 (n, seq_len)
         "`make_batch` as int64 tensors."
         x, y = make_batch(self.task, n, seq_len, step, seed, **self.params)
         return torch.from_numpy(x), torch.from_numpy(y)
 
-    def val_batches(self, seq_len: int, batch_size: int, n_batches: int, seed: int = 0):
+    def val_batches(self, seq_len: int,  # tokens per sequence
+                    batch_size: int,     # sequences per batch
+                    n_batches: int,      # batches to yield
+                    seed: int = 0,       # run seed
+                   ):
         "`n_batches` fixed validation batches: steps VAL_STEP0, VAL_STEP0 + 1, ... of the stream."
         for i in range(n_batches): yield self.batch(batch_size, seq_len, VAL_STEP0 + i, seed)
 
     def __repr__(self): return f"SyntheticData({self.source!r}, {', '.join(f'{k}={v}' for k, v in self.params.items())})"
 
-def synthetic_data(task: str, seq_len: int, **params) -> SyntheticData:
+def synthetic_data(task: str,     # a key of `TASKS`
+                   seq_len: int,  # tokens per sequence, checked against the parameters
+                   **params,      # the task's parameters (see `task_params`)
+                  ) -> SyntheticData:
     "A checked `SyntheticData`: bad parameters raise `UsageError` here, before any training."
     sd = SyntheticData(task, task_params(task, **params))
     sd.batch(1, seq_len, 0)       # the generator checks its parameters against seq_len
     return sd
 
-def from_config(cfg) -> SyntheticData:
+def from_config(cfg,  # a `DataConfig` with dataset_name='synthetic'
+               ) -> SyntheticData:
     "The `SyntheticData` a `DataConfig` with dataset_name='synthetic' names (its task and task knobs)."
     defaults = get_task(cfg.task).defaults
     return synthetic_data(cfg.task, cfg.seq_len, **{k: getattr(cfg, f) for k, f in CONFIG_KNOBS.items() if k in defaults})
 
 class SyntheticSteps(Dataset):
     "Item `step` is this rank's share of step `step`'s global batch: (x, y), each (accum, batch_size, seq_len)."
-    def __init__(self, data: SyntheticData, seq_len: int, batch_size: int, accum: int = 1, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(self, data: SyntheticData,  # the task
+                 seq_len: int,               # tokens per sequence
+                 batch_size: int,            # sequences per micro-batch
+                 accum: int = 1,             # micro-batches per step
+                 seed: int = 0,              # run seed
+                 rank: int = 0,              # this process's rank, 0..world_size-1
+                 world_size: int = 1,        # processes sharing each step's batch
+                ):
         if not 0 <= rank < world_size: raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
         self.data, self.seq_len, self.batch_size, self.accum = data, seq_len, batch_size, accum
         self.seed, self.rank, self.world_size = seed, rank, world_size

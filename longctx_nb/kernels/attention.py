@@ -43,7 +43,10 @@ class RandomKeys:
         h.update(self.index.numpy().tobytes())
         return h.hexdigest()
 
-    def table(self, n_rows: int, n_cols: int, device=None) -> torch.Tensor:
+    def table(self, n_rows: int,  # query blocks
+              n_cols: int,        # key blocks
+              device=None,        # where the table goes
+             ) -> torch.Tensor:   # bool (n_rows, n_cols)
         "Boolean `(n_rows, n_cols)` table, True at `[query block, key block]` pairs the index names."
         t = torch.zeros(n_rows, n_cols, dtype=torch.bool)
         ix = self.index[:n_rows]
@@ -53,8 +56,14 @@ class RandomKeys:
         return t.to(device)
 
 # %% ../../nbs/12_attention.ipynb #0b2ee2c9
-def bigbird_random_keys(seq_len: int, n_random: int, block_size: int = 64, window_size: int = 0, n_global: int = 0,
-                        seed: int = 0, k_block: int = 1) -> RandomKeys:
+def bigbird_random_keys(seq_len: int,          # tokens per sequence
+                        n_random: int,         # random key blocks per query block
+                        block_size: int = 64,  # query block length in tokens
+                        window_size: int = 0,  # keys drawn only before every query's window
+                        n_global: int = 0,     # keys drawn only after the global tokens
+                        seed: int = 0,         # picks the pattern
+                        k_block: int = 1,      # key block length in tokens
+                       ) -> RandomKeys:
     "BigBird's random keys: per query block, `n_random` key blocks drawn without replacement from those before every query's window and after the global tokens; row `i` depends only on `seed` and `i`."
     if n_random < 0: raise UsageError(f"n_random={n_random} is not valid: random key blocks per query block, >= 0.")
     if block_size < 1 or k_block < 1: raise UsageError(f"block_size={block_size} and k_block={k_block} must be >= 1.")
@@ -75,8 +84,13 @@ def _local(i, j, w, kind):
     if kind == 'sliding': return i - j < w
     return torch.div(i, w, rounding_mode='floor') == torch.div(j, w, rounding_mode='floor')
 
-def local_attention_mask(seq_len: int, window_size: int, n_global: int = 0, random_keys: RandomKeys | None = None,
-                         window_kind: str = 'sliding', device=None) -> torch.Tensor:
+def local_attention_mask(seq_len: int,                           # tokens per sequence
+                         window_size: int,                       # query i sees keys i - window_size < j <= i
+                         n_global: int = 0,                      # the first n_global positions are seen by every later query
+                         random_keys: RandomKeys | None = None,  # extra keys per query block (BigBird)
+                         window_kind: str = 'sliding',           # 'sliding', or 'chunk': keys in the query's aligned chunk
+                         device=None,                            # where the mask goes
+                        ) -> torch.Tensor:                       # bool (seq_len, seq_len)
     "The `(seq_len, seq_len)` boolean mask of `local_attention`: `[i, j]` is True where query `i` attends to key `j`."
     L = seq_len
     i = torch.arange(L, device=device)[:, None]
@@ -290,7 +304,8 @@ def _flex_module():
         return fa
     except ImportError: return None
 
-def flex_available(device='cpu') -> bool:
+def flex_available(device='cpu',  # where it would run
+                  ) -> bool:
     "Whether FlexAttention can run on `device`: importable, and on CUDA with Triton to compile it."
     if _flex_module() is None: return False
     if torch.device(device).type != 'cuda': return True
@@ -301,8 +316,14 @@ def flex_available(device='cpu') -> bool:
 
 _BLOCK_MASKS: OrderedDict = OrderedDict()   # (pattern, L, device) -> BlockMask, most recent last
 
-def flex_block_mask(seq_len: int, window_size: int, n_global: int = 0, random_keys: RandomKeys | None = None,
-                    window_kind: str = 'sliding', device='cpu', block_size: int = 128):
+def flex_block_mask(seq_len: int,                           # tokens per sequence
+                    window_size: int,                       # query i sees keys i - window_size < j <= i
+                    n_global: int = 0,                      # the first n_global positions are seen by every later query
+                    random_keys: RandomKeys | None = None,  # extra keys per query block (BigBird)
+                    window_kind: str = 'sliding',           # 'sliding' or 'chunk'
+                    device='cpu',                           # where the mask goes
+                    block_size: int = 128,                  # FlexAttention's block size
+                   ):
     "FlexAttention `BlockMask` of the pattern (cached)."
     fa, device = _flex_module(), torch.device(device)
     if fa is None:
@@ -350,12 +371,14 @@ def _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, retu
     return o, getattr(aux, 'lse', aux)
 
 # %% ../../nbs/12_attention.ipynb #40c1ad3f
-def auto_impl(device=None) -> str:
+def auto_impl(device=None,  # default: the GPU if any
+             ) -> str:      # 'flex' or 'blocked'
     "What `impl='auto'` runs on `device` (default: the GPU if any): 'flex' on CUDA where FlexAttention compiles, else 'blocked'."
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
     return 'flex' if device.type == 'cuda' and flex_available(device) else 'blocked'
 
-def available_impls(device=None) -> tuple[str, ...]:
+def available_impls(device=None,  # default: the GPU if any
+                   ) -> tuple[str, ...]:
     "Implementations that run on `device` (default: the GPU if any); 'flex' off CUDA is forward-only."
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
     return ('ref', 'blocked') + (('flex',) if flex_available(device) else ())
@@ -366,15 +389,17 @@ def _as_random_keys(random_keys, block_size):
     raise UsageError(f"random_keys must be None, a RandomKeys or an integer tensor (n_query_blocks, r) of key-block ids, "
                      f"got {type(random_keys).__name__}.")
 
-def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, # (B, H, L, Dh); v's last dim may differ
-                    window_size: int, # query i sees keys i - window_size < j <= i
-                    n_global: int = 0, # the first n_global positions are seen by every later query
-                    random_keys: RandomKeys | torch.Tensor | None = None, # extra keys per query block (BigBird)
-                    block_size: int = 64, # query block length of the blocked path
-                    impl: str = 'auto', # 'auto', 'ref', 'blocked' or 'flex'
-                    window_kind: str = 'sliding', # or 'chunk': keys in the query's own window_size-aligned chunk
-                    scale: float | None = None, # score scale; default 1/sqrt(Dh)
-                    return_lse: bool = False, # also return each query's log-sum-exp of scores, (B, H, L) fp32
+def local_attention(q: torch.Tensor,                                       # (B, H, L, Dh) queries
+                    k: torch.Tensor,                                       # (B, H, L, Dh) keys
+                    v: torch.Tensor,                                       # (B, H, L, Dv) values
+                    window_size: int,                                      # query i sees keys i - window_size < j <= i
+                    n_global: int = 0,                                     # the first n_global positions are seen by every later query
+                    random_keys: RandomKeys | torch.Tensor | None = None,  # extra keys per query block (BigBird)
+                    block_size: int = 64,                                  # query block length of the blocked path
+                    impl: str = 'auto',                                    # 'auto', 'ref', 'blocked' or 'flex'
+                    window_kind: str = 'sliding',                          # 'sliding', or 'chunk': keys in the query's aligned chunk
+                    scale: float | None = None,                            # score scale; default 1/sqrt(Dh)
+                    return_lse: bool = False,                              # also return each query's score log-sum-exp, (B, H, L) fp32
                    ):
     "Causal local/sparse softmax attention: sliding window, global tokens, random keys. Returns `(B, H, L, Dv)` (and the lse)."
     rk = _as_random_keys(random_keys, block_size)
@@ -386,8 +411,14 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, # (B, H, 
     return _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
 
 # %% ../../nbs/12_attention.ipynb #1086658d
-def local_attention_saved_bytes(batch_size: int, n_heads: int, seq_len: int, head_dim: int,
-                                impl: str = 'blocked', elem_bytes: int = 4, v_dim: int | None = None) -> int:
+def local_attention_saved_bytes(batch_size: int,           # sequences
+                                n_heads: int,              # attention heads
+                                seq_len: int,              # tokens per sequence
+                                head_dim: int,             # Dh of q and k
+                                impl: str = 'blocked',     # 'blocked', 'flex' or 'ref'
+                                elem_bytes: int = 4,       # bytes per element of q, k, v
+                                v_dim: int | None = None,  # Dv (default: head_dim)
+                               ) -> int:
     "Bytes `local_attention` saves for backward on `(batch_size, n_heads, seq_len, head_dim)` inputs of `elem_bytes` each."
     BH, L, Dh, Dv, a = batch_size * n_heads, seq_len, head_dim, v_dim or head_dim, elem_bytes
     if impl in ('blocked', 'flex'): return BH * L * (2 * Dh + 2 * Dv) * a + BH * L * max(a, 4)   # q, k, v, out; lse
@@ -395,11 +426,20 @@ def local_attention_saved_bytes(batch_size: int, n_heads: int, seq_len: int, hea
     raise UsageError(f"impl={impl!r} is not valid here; choices: blocked, ref, flex.")
 
 # %% ../../nbs/12_attention.ipynb #a86a7b9d
-def bench_attention(Ls=(2048, 8192, 16384), H: int = 4, Dh: int = 64, window: int = 256,
-                    impls=('ref', 'sdpa', 'blocked'), batch_size: int = 1, n_global: int = 0, block_size: int = 64,
-                    device=None, dtype=torch.float32, reps: int = 3,
-                    max_ref_bytes: float = 8 * 2**30, # skip 'ref' where its L x L tensors would need more
-                    verbose: bool = True) -> list[dict]:
+def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
+                    H: int = 4,                        # heads
+                    Dh: int = 64,                      # head size
+                    window: int = 256,                 # window_size
+                    impls=('ref', 'sdpa', 'blocked'),  # 'ref', 'sdpa' (full causal attention), 'blocked', 'flex'
+                    batch_size: int = 1,               # sequences
+                    n_global: int = 0,                 # global tokens
+                    block_size: int = 64,              # query block length of the blocked path
+                    device=None,                       # default: the GPU if any
+                    dtype=torch.float32,               # of q, k, v
+                    reps: int = 3,                     # timed runs per case; the best is reported
+                    max_ref_bytes: float = 8 * 2**30,  # skip 'ref' where its L x L tensors would need more
+                    verbose: bool = True,              # print the table
+                   ) -> list[dict]:                    # one row per (L, impl)
     "Forward+backward time (best of `reps`) and peak memory of each impl per length; 'sdpa' is full causal SDPA."
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
     rows = []

@@ -81,7 +81,8 @@ def available_impls() -> list[str]:
     "The concrete implementations usable here: 'ref' always, 'cuda' with a GPU and causal-conv1d's extension."
     return ['ref'] + (['cuda'] if torch.cuda.is_available() and _load_conv_ext()[0] is not None else [])
 
-def auto_impl(device) -> str:
+def auto_impl(device,   # where the tensors live
+             ) -> str:  # 'cuda' or 'ref'
     "What `impl='auto'` runs for tensors on `device` (widths 2 to 4): 'cuda' on a GPU with the extension, else 'ref'."
     device = torch.device(device)
     return 'cuda' if device.type == 'cuda' and _load_conv_ext()[0] is not None else 'ref'
@@ -125,11 +126,11 @@ def _conv_cuda(x, weight, bias, activation):
     return _CausalConv1dCuda.apply(x, weight, bias, activation is not None)
 
 # %% ../../nbs/11_conv.ipynb #c7dd2d8f
-def causal_conv1d(x: torch.Tensor, # (batch, dim, L)
-                  weight: torch.Tensor, # (dim, width), or nn.Conv1d's depthwise (dim, 1, width)
-                  bias: torch.Tensor | None = None, # (dim,)
-                  activation: str | None = None, # None, 'silu' or 'swish'
-                  impl: str = 'auto', # 'auto', 'ref' or 'cuda'
+def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
+                  weight: torch.Tensor,              # (dim, width), or nn.Conv1d's depthwise (dim, 1, width)
+                  bias: torch.Tensor | None = None,  # (dim,)
+                  activation: str | None = None,     # None, 'silu' or 'swish'
+                  impl: str = 'auto',                # 'auto', 'ref' or 'cuda'
                  ) -> torch.Tensor:
     "Depthwise causal convolution: output `t` of channel `d` sees `x[d, t - width + 1 .. t]`; `(batch, dim, L)` in `x`'s dtype."
     weight = _check_conv_inputs(x, weight, bias, activation, impl)
@@ -160,12 +161,12 @@ def _update_cuda(x, conv_state, weight, bias, activation):
                         (x3, conv_state, weight, bias, silu))
     return (out if r is None else r)[..., 0]
 
-def causal_conv1d_update(x: torch.Tensor, # (batch, dim): this step's input
-                         conv_state: torch.Tensor, # (batch, dim, state_len >= width - 1): the last inputs, updated in place
-                         weight: torch.Tensor, # (dim, width) or (dim, 1, width)
-                         bias: torch.Tensor | None = None, # (dim,)
-                         activation: str | None = None, # None, 'silu' or 'swish'
-                         impl: str = 'auto', # 'auto', 'ref' or 'cuda'
+def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this step's input
+                         conv_state: torch.Tensor,          # (batch, dim, state_len >= width - 1): the last inputs, updated in place
+                         weight: torch.Tensor,              # (dim, width) or (dim, 1, width)
+                         bias: torch.Tensor | None = None,  # (dim,)
+                         activation: str | None = None,     # None, 'silu' or 'swish'
+                         impl: str = 'auto',                # 'auto', 'ref' or 'cuda'
                         ) -> torch.Tensor:
     "One generation step of `causal_conv1d`: rolls `x` into `conv_state` (in place) and returns `(batch, dim)` in `x`'s dtype."
     if not isinstance(x, torch.Tensor) or x.dim() != 2:

@@ -250,7 +250,8 @@ def available_impls() -> list[str]:
     "The concrete implementations usable here: 'ref' and 'torch' always, 'cuda' with a GPU and mamba-ssm's extension."
     return ['ref', 'torch'] + (['cuda'] if torch.cuda.is_available() and _load_scan_ext()[0] is not None else [])
 
-def auto_impl(device) -> str:
+def auto_impl(device,   # where the tensors live
+             ) -> str:  # 'cuda' or 'torch'
     "What `impl='auto'` runs for tensors on `device`: 'cuda' on a GPU with mamba-ssm's extension, else 'torch'."
     device = torch.device(device)
     return 'cuda' if device.type == 'cuda' and _load_scan_ext()[0] is not None else 'torch'
@@ -294,17 +295,17 @@ def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #79c67820
-def selective_scan(u: torch.Tensor, # (batch, dim, L) input
-                   delta: torch.Tensor, # (batch, dim, L) step size, before delta_bias and softplus
-                   A: torch.Tensor, # (dim, N) real, usually -exp(A_log)
-                   B: torch.Tensor, # (batch, N, L), or (batch, G, N, L) with dim divisible by G
-                   C: torch.Tensor, # same shape as B
-                   D: torch.Tensor | None = None, # (dim,) skip connection
-                   z: torch.Tensor | None = None, # (batch, dim, L) gate: out = y * silu(z)
-                   delta_bias: torch.Tensor | None = None, # (dim,) added to delta
-                   delta_softplus: bool = False, # step size softplus(delta + delta_bias)
-                   return_last_state: bool = False, # also return the final state (batch, dim, N), fp32
-                   impl: str = 'auto', # 'auto', 'ref', 'torch' or 'cuda'
+def selective_scan(u: torch.Tensor,                         # (batch, dim, L) input
+                   delta: torch.Tensor,                     # (batch, dim, L) step size, before delta_bias and softplus
+                   A: torch.Tensor,                         # (dim, N) real, usually -exp(A_log)
+                   B: torch.Tensor,                         # (batch, N, L), or (batch, G, N, L) with dim divisible by G
+                   C: torch.Tensor,                         # same shape as B
+                   D: torch.Tensor | None = None,           # (dim,) skip connection
+                   z: torch.Tensor | None = None,           # (batch, dim, L) gate: out = y * silu(z)
+                   delta_bias: torch.Tensor | None = None,  # (dim,) added to delta
+                   delta_softplus: bool = False,            # step size softplus(delta + delta_bias)
+                   return_last_state: bool = False,         # also return the final state (batch, dim, N), fp32
+                   impl: str = 'auto',                      # 'auto', 'ref', 'torch' or 'cuda'
                   ):
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
     _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl)
@@ -316,8 +317,16 @@ def selective_scan(u: torch.Tensor, # (batch, dim, L) input
     return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 # %% ../../nbs/10_scan.ipynb #9f761a13
-def scan_inputs(batch: int = 2, dim: int = 8, L: int = 37, N: int = 4, G: int | None = None, device='cpu',
-                dtype=torch.float32, seed: int = 0, requires_grad: bool = True) -> dict:
+def scan_inputs(batch: int = 2,              # batch size
+                dim: int = 8,                # channels
+                L: int = 37,                 # sequence length
+                N: int = 4,                  # state size per channel
+                G: int | None = None,        # groups of B and C (None: ungrouped (batch, N, L))
+                device='cpu',                # where the tensors go
+                dtype=torch.float32,         # of u, delta, B, C, z (A, D and delta_bias stay fp32)
+                seed: int = 0,               # the random stream
+                requires_grad: bool = True,  # make every tensor a leaf that needs grad
+               ) -> dict:                    # keyword arguments of `selective_scan`
     "A realistic random `selective_scan` problem (S4D-real `A`, dt in ~[0.001, 0.1]); `G`: grouped `B`, `C`."
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)
@@ -330,17 +339,17 @@ def scan_inputs(batch: int = 2, dim: int = 8, L: int = 37, N: int = 4, G: int | 
     return {k: v.requires_grad_(requires_grad) for k, v in x.items()}
 
 # %% ../../nbs/10_scan.ipynb #b6ffa9ae
-def selective_state_update(state: torch.Tensor, # (batch, dim, N), updated in place (keep it fp32)
-                           x: torch.Tensor, # (batch, dim) this step's input
-                           dt: torch.Tensor, # (batch, dim) step size, before dt_bias and softplus
-                           A: torch.Tensor, # (dim, N)
-                           B: torch.Tensor, # (batch, N) or (batch, G, N)
-                           C: torch.Tensor, # same shape as B
-                           D: torch.Tensor | None = None, # (dim,)
-                           z: torch.Tensor | None = None, # (batch, dim) gate
-                           dt_bias: torch.Tensor | None = None, # (dim,)
-                           dt_softplus: bool = False,
-                          ) -> torch.Tensor:
+def selective_state_update(state: torch.Tensor,                  # (batch, dim, N), updated in place (keep it fp32)
+                           x: torch.Tensor,                      # (batch, dim) this step's input
+                           dt: torch.Tensor,                     # (batch, dim) step size, before dt_bias and softplus
+                           A: torch.Tensor,                      # (dim, N)
+                           B: torch.Tensor,                      # (batch, N) or (batch, G, N)
+                           C: torch.Tensor,                      # same shape as B
+                           D: torch.Tensor | None = None,        # (dim,)
+                           z: torch.Tensor | None = None,        # (batch, dim) gate
+                           dt_bias: torch.Tensor | None = None,  # (dim,)
+                           dt_softplus: bool = False,            # step size softplus(dt + dt_bias)
+                          ) -> torch.Tensor:                     # (batch, dim) in x's dtype
     "One step of the selective scan for generation: updates `state` in place, returns `(batch, dim)` in `x`'s dtype."
     if x.dim() != 2: raise UsageError(f"selective_state_update: x must have shape (batch, dim), got {_shape(x)}.")
     b, d = x.shape
@@ -360,11 +369,16 @@ def selective_state_update(state: torch.Tensor, # (batch, dim, N), updated in pl
     return _finish(y[..., None], x[..., None], D, None if z is None else z[..., None], x.dtype)[..., 0]
 
 # %% ../../nbs/10_scan.ipynb #787b22fb
-def bench_scan(Ls=(1024, 4096, 16384), impls=('ref', 'torch'), batch: int = 2, dim: int = 256, N: int = 16,
-               device=None, # default: the GPU if any
-               reps: int = 3, # timed runs per case; the best is reported
-               max_ref_len: int | None = 4096, # skip 'ref' above this length (it is slow); None: run it everywhere
-               verbose: bool = True) -> list[dict]:
+def bench_scan(Ls=(1024, 4096, 16384),          # sequence lengths
+               impls=('ref', 'torch'),          # implementations to time
+               batch: int = 2,                  # batch size
+               dim: int = 256,                  # channels
+               N: int = 16,                     # state size per channel
+               device=None,                     # default: the GPU if any
+               reps: int = 3,                   # timed runs per case; the best is reported
+               max_ref_len: int | None = 4096,  # skip 'ref' above this length (it is slow); None: run it everywhere
+               verbose: bool = True,            # print the table
+              ) -> list[dict]:                  # one row per (L, impl)
     "Forward+backward time and peak memory of `selective_scan` per impl and length; prints a table with ratios to 'ref'."
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
     rows = []
