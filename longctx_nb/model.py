@@ -21,7 +21,10 @@ __all__ = ['register_block', 'get_mixer_class', 'LM', 'create_model', 'count_par
 # %% ../nbs/30_model.ipynb #1a6e8dac
 _MIXER_CLASSES: dict[str, type] = {}
 
-def register_block(name: str, target: type | str | None = None, aliases=()):
+def register_block(name: str,                         # the block's name (lower-cased)
+                   target: type | str | None = None,  # mixer class or 'module:Class'; None: return a class decorator
+                   aliases=(),                        # other names for it
+                  ):
     "Register mixer `target` (a class or a 'module:Class' path) as block `name`; without `target`, a class decorator."
     if target is None: return lambda cls: register_block(name, cls, aliases) or cls
     name = str(name).lower()
@@ -37,7 +40,8 @@ def register_block(name: str, target: type | str | None = None, aliases=()):
     for a in aliases: BLOCK_ALIASES[str(a).lower()] = name
     return target
 
-def get_mixer_class(name: str) -> type:
+def get_mixer_class(name: str,  # block name or alias
+                   ) -> type:
     "The mixer class registered as `name` (or an alias of it), imported on first use."
     name = canonical_block(name)
     if name not in _MIXER_CLASSES:
@@ -52,7 +56,8 @@ def get_mixer_class(name: str) -> type:
 # %% ../nbs/30_model.ipynb #1e08735c
 class LM(nn.Module):
     "Decoder-only language model: embedding, `n_layers` pre-norm blocks around the registered mixer, RMSNorm, head."
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig,  # block, sizes and init; vocab_size must be set
+                ):
         super().__init__()
         cfg = resolve_model(cfg)
         if cfg.vocab_size is None: raise UsageError("model.vocab_size is not set: give the tokenizer's vocabulary size.")
@@ -80,7 +85,8 @@ class LM(nn.Module):
                 nn.init.normal_(m.weight, 0.0, resid_std if getattr(m, RESIDUAL_PROJ, False) else std)
             if getattr(m, 'bias', None) is not None and not getattr(m.bias, '_no_reinit', False): nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor,  # (B, L) token ids
+               ) -> torch.Tensor:         # logits (B, L, vocab_size)
         "Logits `(B, L, vocab_size)` for token ids `idx` `(B, L)`."
         x = self.drop(self.embed(idx))
         ckpt = self.cfg.gradient_checkpointing and self.training and torch.is_grad_enabled()
@@ -89,8 +95,12 @@ class LM(nn.Module):
         return self.head(self.norm(x))
 
 # %% ../nbs/30_model.ipynb #92de05f7
-def create_model(vocab_size: int, num_params: str = 'tiny', block_type: str = 'vanilla', block_kwargs: dict | None = None,
-                 **kwargs) -> LM:
+def create_model(vocab_size: int,                   # ids in the vocabulary
+                 num_params: str = 'tiny',          # size preset: 'tiny', 'small', '150m', ...
+                 block_type: str = 'vanilla',       # block name or alias
+                 block_kwargs: dict | None = None,  # other `ModelConfig` fields
+                 **kwargs,                          # more `ModelConfig` fields
+                ) -> LM:
     "An `LM` of size preset `num_params` built from block `block_type`; other `ModelConfig` fields in `block_kwargs`/`kwargs`."
     ov = {'model.vocab_size': vocab_size, 'model.num_params': num_params, 'model.block': block_type}
     for k, v in {**(block_kwargs or {}), **kwargs}.items():
@@ -101,14 +111,18 @@ def create_model(vocab_size: int, num_params: str = 'tiny', block_type: str = 'v
     return LM(apply_overrides(Config(), ov).model)
 
 # %% ../nbs/30_model.ipynb #ec8b349b
-def count_params(model: nn.Module, non_embedding: bool = False) -> int:
+def count_params(model: nn.Module,             # any module
+                 non_embedding: bool = False,  # leave out embedding tables
+                ) -> int:
     "Number of parameters (shared tensors once); `non_embedding` leaves out `nn.Embedding` tables."
     n = sum(p.numel() for p in model.parameters())   # .parameters() yields a shared tensor once
     if non_embedding: n -= sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
     return n
 
 # %% ../nbs/30_model.ipynb #767608b4
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: nn.Module,     # any module
+                 weight_decay: float,  # for weight matrices
+                ) -> list[dict]:
     "AdamW parameter groups: `weight_decay` for weight matrices, 0 for norms, biases, embeddings and `_no_weight_decay` tensors."
     emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     decay, no_decay = [], []
@@ -119,7 +133,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in (dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)) if g['params']]
 
 # %% ../nbs/30_model.ipynb #c989fbd4
-def flops_per_token(cfg: ModelConfig | LM, seq_len: int) -> float:
+def flops_per_token(cfg: ModelConfig | LM,  # a model, or its config
+                    seq_len: int,           # tokens per sequence
+                   ) -> float:              # FLOPs per token
     "Training FLOPs (forward + backward) per token: 6 x matmul parameters + the mixer's parameter-free matmuls."
     if isinstance(cfg, LM): cfg = cfg.cfg
     cfg = resolve_model(cfg)
@@ -129,7 +145,8 @@ def flops_per_token(cfg: ModelConfig | LM, seq_len: int) -> float:
     return 6.0 * n_matmul + (cfg.n_layers * extra(cfg, seq_len) if extra else 0.0)
 
 # %% ../nbs/30_model.ipynb #b5c450fc
-def can_stream(model: LM) -> bool:
+def can_stream(model: LM,  # the model
+              ) -> bool:
     "Whether every block's mixer offers `prefill` and `step`."
     return all(hasattr(b.mixer, 'prefill') and hasattr(b.mixer, 'step') for b in model.blocks)
 
@@ -143,7 +160,9 @@ def _block_stream(blk, x, state=None):
     return x, new if new is not None else state
 
 @torch.no_grad()
-def prefill(model: LM, idx: torch.Tensor) -> tuple[torch.Tensor, list]:
+def prefill(model: LM,                      # a model whose blocks can stream
+            idx: torch.Tensor,              # (B, L) prompt token ids
+           ) -> tuple[torch.Tensor, list]:  # (logits (B, V), states)
     "Logits of the last position `(B, V)` and every layer's streaming state after the prompt `idx` `(B, L)`."
     x, states = model.embed(idx), []
     for blk in model.blocks:
@@ -151,7 +170,10 @@ def prefill(model: LM, idx: torch.Tensor) -> tuple[torch.Tensor, list]:
     return model.head(model.norm(x[:, -1])), states
 
 @torch.no_grad()
-def step(model: LM, tok: torch.Tensor, states: list) -> torch.Tensor:
+def step(model: LM,          # a model whose blocks can stream
+         tok: torch.Tensor,  # (B,) token ids
+         states: list,       # from `prefill`; advanced in place
+        ) -> torch.Tensor:   # logits (B, V)
     "Logits `(B, V)` after one more token `tok` `(B,)`; `states` (from `prefill`) are advanced."
     x = model.embed(tok)
     for i, blk in enumerate(model.blocks): x, states[i] = _block_stream(blk, x, states[i])
@@ -159,8 +181,14 @@ def step(model: LM, tok: torch.Tensor, states: list) -> torch.Tensor:
 
 # %% ../nbs/30_model.ipynb #b0ff0eb2
 @torch.no_grad()
-def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             generator: torch.Generator | None = None, use_cache: bool | None = None) -> torch.Tensor:
+def generate(model: nn.Module,                          # the model
+             idx: torch.Tensor,                         # (B, L) prompt token ids
+             max_new_tokens: int,                       # tokens to add
+             temperature: float = 1.0,                  # softmax temperature; 0: greedy
+             top_k: int | None = None,                  # sample only from the k likeliest tokens
+             generator: torch.Generator | None = None,  # the sampling's random stream
+             use_cache: bool | None = None,             # stream with constant memory per token (None: when the blocks can)
+            ) -> torch.Tensor:                          # (B, L + max_new_tokens)
     "Extend `idx` `(B, L)` by `max_new_tokens` sampled tokens; greedy when `temperature == 0`; streaming when the blocks can."
     if temperature < 0: raise UsageError(f"temperature={temperature} must be >= 0.")
     if top_k is not None and top_k < 1: raise UsageError(f"top_k={top_k} must be >= 1.")

@@ -16,9 +16,18 @@ __all__ = ['BigBirdAttention', 'bigbird_mixer_bytes']
 # %% ../../nbs/23_bigbird.ipynb #f296699e
 class BigBirdAttention(LongformerAttention):
     "Causal BigBird attention: sliding window, global tokens, and `n_random_tokens` random keys per query block fixed by `seed`: `(B, L, D) -> (B, L, D)`."
-    def __init__(self, d_model: int, n_heads: int, window_size: int = 128, n_random_tokens: int = 4,
-                 n_global_tokens: int = 2, rope_theta: float = 10000.0, dropout: float = 0.0, bias: bool = False,
-                 block_size: int = 64, impl: str = 'auto', seed: int = 0):
+    def __init__(self, d_model: int,           # model width
+                 n_heads: int,                 # attention heads; d_model / n_heads must be even
+                 window_size: int = 128,       # keys per query in the sliding window, the query itself included
+                 n_random_tokens: int = 4,     # random key blocks per query block
+                 n_global_tokens: int = 2,     # tokens at the start seen by every query
+                 rope_theta: float = 10000.0,  # RoPE base frequency
+                 dropout: float = 0.0,         # dropout probability on the attention output (training only)
+                 bias: bool = False,           # biases in the projections
+                 block_size: int = 64,         # query and key block length (of the random keys and the blocked kernel)
+                 impl: str = 'auto',           # `local_attention`'s impl: 'auto', 'ref', 'blocked' or 'flex'
+                 seed: int = 0,                # picks the layer's random keys
+                ):
         super().__init__(d_model, n_heads, window_size=window_size, n_global_tokens=n_global_tokens, rope_theta=rope_theta,
                          dropout=dropout, bias=bias, block_size=block_size, impl=impl)
         _check_int('n_random_tokens', n_random_tokens, 0, 'the number of random keys per query block')
@@ -27,18 +36,23 @@ class BigBirdAttention(LongformerAttention):
         self._random: RandomKeys | None = None
 
     @classmethod
-    def from_config(cls, cfg, layer_idx: int = 0):
+    def from_config(cls, cfg,            # a resolved `ModelConfig`
+                    layer_idx: int = 0,  # the layer's index in the model (seeds its random keys)
+                   ):
         "Build from a resolved `ModelConfig`; layer `layer_idx` draws its random keys with seed `layer_idx`."
         return cls(cfg.d_model, cfg.n_heads, window_size=cfg.window_size, n_random_tokens=cfg.n_random_tokens,
                    n_global_tokens=cfg.n_global_tokens, rope_theta=cfg.rope_theta, dropout=cfg.dropout, bias=cfg.bias,
                    block_size=cfg.attn_block_size, impl=cfg.attn_impl, seed=layer_idx)
 
     @staticmethod
-    def extra_flops_per_token(cfg, seq_len: int) -> float:
+    def extra_flops_per_token(cfg,           # a resolved `ModelConfig`
+                              seq_len: int,  # tokens per sequence
+                             ) -> float:     # FLOPs per token
         "Training FLOPs per token of the parameter-free matmuls: vanilla's, with window + global + random keys."
         return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens + cfg.n_random_tokens)
 
-    def random_keys(self, seq_len: int) -> RandomKeys | None:
+    def random_keys(self, seq_len: int,     # tokens per sequence
+                   ) -> RandomKeys | None:  # None when n_random_tokens is 0
         "This layer's random keys for sequences up to `seq_len` (drawn once, regrown by doubling)."
         if self.n_random_tokens == 0: return None
         rk = self._random
@@ -52,7 +66,12 @@ class BigBirdAttention(LongformerAttention):
         return super().extra_repr() + f', n_random_tokens={self.n_random_tokens}, seed={self.seed}'
 
 # %% ../../nbs/23_bigbird.ipynb #b4224608
-def bigbird_mixer_bytes(cfg, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def bigbird_mixer_bytes(cfg,                    # a resolved `ModelConfig`
+                        batch_size: int,        # sequences per micro-batch
+                        seq_len: int,           # tokens per sequence
+                        precision: str = '32',  # '32', 'bf16' or '16'
+                        device: str = 'cuda',   # picks the kernels (CUDA or not)
+                       ) -> int:                # bytes
     "Bytes `BigBirdAttention` saves for backward, its input included."
     return local_mixer_bytes(cfg, batch_size, seq_len, precision, device)
 

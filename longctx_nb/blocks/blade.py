@@ -24,8 +24,8 @@ def _segsum(cum: torch.Tensor, strict: bool) -> torch.Tensor:
     keep = torch.ones(n, n, dtype=torch.bool, device=cum.device).tril(-1 if strict else 0)
     return d.masked_fill(~keep[..., None], float('-inf'))
 
-def chunk_states(u: torch.Tensor,     # (B, n, S) summaries of chunks 0..n-1
-                 log_a: torch.Tensor, # (B, n, S) log decays of chunks 0..n-1 (< 0), or anything broadcastable, e.g. (S,)
+def chunk_states(u: torch.Tensor,      # (B, n, S) summaries of chunks 0..n-1
+                 log_a: torch.Tensor,  # (B, n, S) log decays of chunks 0..n-1 (< 0), or anything broadcastable, e.g. (S,)
                 ) -> torch.Tensor:
     "The states `(B, n+1, S)` entering chunks `0..n` of `s_c = a_c s_{c-1} + (1 - a_c) u_c`, `s_{-1} = 0`, in two levels of blocks."
     B, n, S = u.shape
@@ -70,12 +70,15 @@ class Blade(nn.Module):
     "Chunked causal attention with a recurrent per-chunk state read back as `n_mem` memory tokens: `(B, L, D) -> (B, L, D)`."
     IMPLS = ('fast', 'ref')
 
-    def __init__(self, d_model: int, n_heads: int,
-                 chunk_size: int = 128, # tokens per attention chunk; any sequence length works (the last chunk is padded)
-                 state_dim: int = 64,   # size of the recurrent state carried between chunks
-                 n_mem: int = 4, # memory tokens per head read from the state (and latent summary queries per head)
-                 rope_theta: float = 10000.0, dropout: float = 0.0, bias: bool = False,
-                 impl: str = 'fast',    # 'fast' (batched SDPA over all chunks) or 'ref' (a loop over chunks)
+    def __init__(self, d_model: int,           # model width
+                 n_heads: int,                 # attention heads; d_model / n_heads must be even
+                 chunk_size: int = 128,        # tokens per attention chunk; any sequence length works (the last chunk is padded)
+                 state_dim: int = 64,          # size of the recurrent state carried between chunks
+                 n_mem: int = 4,               # memory tokens per head read from the state (and latent summary queries per head)
+                 rope_theta: float = 10000.0,  # RoPE base frequency
+                 dropout: float = 0.0,         # dropout probability on the attention output (training only)
+                 bias: bool = False,           # biases in the linear layers
+                 impl: str = 'fast',           # 'fast' (batched SDPA over all chunks) or 'ref' (a loop over chunks)
                 ):
         super().__init__()
         _positive_int('chunk_size', chunk_size, "the number of tokens per attention chunk, e.g. 128; it need not "
@@ -107,14 +110,18 @@ class Blade(nn.Module):
             self.decay_logit.copy_(torch.log(a) - torch.log1p(-a))
 
     @classmethod
-    def from_config(cls, cfg, layer_idx: int = 0):
+    def from_config(cls, cfg,            # a resolved `ModelConfig`
+                    layer_idx: int = 0,  # the layer's index in the model
+                   ):
         "Build from a resolved `ModelConfig`: `chunk_size`, `state_dim`, `n_mem_tokens`; `attn_impl='ref'` selects the reference path."
         return cls(cfg.d_model, cfg.n_heads, chunk_size=cfg.chunk_size, state_dim=cfg.state_dim, n_mem=cfg.n_mem_tokens,
                    rope_theta=cfg.rope_theta,
                    dropout=cfg.dropout, bias=cfg.bias, impl='ref' if cfg.attn_impl == 'ref' else 'fast')
 
     @staticmethod
-    def extra_flops_per_token(cfg, seq_len: int) -> float:
+    def extra_flops_per_token(cfg,           # a resolved `ModelConfig`
+                              seq_len: int,  # tokens per sequence
+                             ) -> float:     # FLOPs per token
         "Training FLOPs per token of the parameter-free matmuls: attention over `C + m` keys and the `r` summary queries."
         return 12.0 * cfg.d_model * (min(cfg.chunk_size, seq_len) + 2 * cfg.n_mem_tokens)
 
@@ -123,20 +130,24 @@ class Blade(nn.Module):
         "The default log decays `log sigmoid(w)` (fp32), before the chunks' corrections."
         return F.logsigmoid(self.decay_logit.float())
 
-    def summarize(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def summarize(self, k: torch.Tensor,                  # (..., H, C, Dh) keys of finished chunks
+                  v: torch.Tensor,                        # (..., H, C, Dh) their values
+                 ) -> tuple[torch.Tensor, torch.Tensor]:  # (u, log_a), each (..., state_dim); log_a fp32
         "Keys and values `(..., H, C, Dh)` of finished chunks -> summaries `u` `(..., S)` and fp32 log decays `log a` `(..., S)`."
         s = torch.einsum('hrd,...hcd->...hrc', self.latent.to(k.dtype), k) / math.sqrt(self.head_dim)
         u, g = self.write((s.softmax(-1) @ v).flatten(-3)).chunk(2, -1)   # pooled (..., H, r, Dh) -> (..., r*D) -> 2 x (..., S)
         return u, F.logsigmoid(self.decay_logit.float() + g.float())
 
-    def memory(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def memory(self, state: torch.Tensor,              # (..., state_dim)
+              ) -> tuple[torch.Tensor, torch.Tensor]:  # memory keys and values, each (..., H, n_mem, Dh)
         "State `(..., state_dim)` -> memory keys and values `(..., H, m, Dh)`; the norm runs in fp32."
         w = self.state_norm.weight
         z = F.rms_norm(state.float(), (self.state_dim,), w.float(), self.state_norm.eps).to(state.dtype)
         kv = self.read(z).unflatten(-1, (2, self.n_heads, self.n_mem, self.head_dim))
         return kv.select(-4, 0), kv.select(-4, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,  # (B, L, d_model)
+               ) -> torch.Tensor:       # (B, L, d_model)
         return self._forward_ref(x) if self.impl == 'ref' else self._forward_fast(x)[0]
 
     def _forward_ref(self, x):
@@ -198,7 +209,10 @@ class Blade(nn.Module):
         return y, cache
 
     # -- streaming generation
-    def allocate_cache(self, batch_size: int, device=None, dtype=None) -> BladeCache:
+    def allocate_cache(self, batch_size: int,  # sequences
+                       device=None,            # default: the module's
+                       dtype=None,             # default: the module's
+                      ) -> BladeCache:
         "An empty cache (no tokens seen) for `batch_size` sequences; its size never changes."
         w = self.qkv.weight
         device, dtype = device or w.device, dtype or w.dtype
@@ -207,12 +221,14 @@ class Blade(nn.Module):
         mk, mv = self.memory(state)
         return BladeCache(kv, kv.clone(), mk, mv, state)
 
-    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, BladeCache]:
+    def prefill(self, x: torch.Tensor,                # (B, L, d_model) prompt
+               ) -> tuple[torch.Tensor, BladeCache]:  # (output (B, L, d_model), cache)
         "The fast forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
         return self._forward_fast(x, want_cache=True)
 
-    def step(self, x_t: torch.Tensor, # (B, D) or (B, 1, D): the next token's input
-             cache: BladeCache) -> tuple[torch.Tensor, BladeCache]:
+    def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next token's input
+             cache: BladeCache,                    # from `allocate_cache` or `prefill`; updated in place
+            ) -> tuple[torch.Tensor, BladeCache]:  # (output in x_t's shape, cache)
         "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it)."
         B, C, H, Dh = cache.k.shape[0], self.chunk_size, self.n_heads, self.head_dim
         if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
@@ -237,7 +253,12 @@ class Blade(nn.Module):
         return y.view(x_t.shape), cache
 
 # %% ../../nbs/24_blade.ipynb #2ec9409c
-def blade_mixer_bytes(cfg, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def blade_mixer_bytes(cfg,                    # a resolved `ModelConfig`
+                      batch_size: int,        # sequences per micro-batch
+                      seq_len: int,           # tokens per sequence
+                      precision: str = '32',  # '32', 'bf16' or '16'
+                      device: str = 'cuda',   # picks the kernels (CUDA or not)
+                     ) -> int:                # bytes
     "Bytes `Blade`'s fast path saves for backward, its input included."
     a, dev = act_bytes(precision), torch.device(device).type
     B, L, D, H, C, S = batch_size, seq_len, cfg.d_model, cfg.n_heads, cfg.chunk_size, cfg.state_dim

@@ -48,17 +48,22 @@ def _check_choice(name: str, value, choices):
 class DPASSM(KeepFp32):
     "Dual-path mixer: sliding-window attention and a selective SSM over the same input, merged by a learned per-channel gate: `(B, L, D) -> (B, L, D)`."
     fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
-    def __init__(self, d_model: int, n_heads: int,
-                 window_size: int = 128, # keys per query on the attention path, the query's own included
-                 ssm_state_dim: int = 64, # N: SSM state size per channel
-                 d_conv: int = 4, # width of the causal depthwise conv before the scan (1: none)
-                 dt_rank: int | str | None = 'auto', # rank of the step-size projection; 'auto'/None: ceil(d_model / 16)
-                 dt_min: float = 0.001, dt_max: float = 0.1, dt_init_floor: float = 1e-4,
-                 rope_theta: float = 10000.0, dropout: float = 0.0, bias: bool = False,
-                 attn_impl: str = 'auto', # `local_attention`'s impl: 'auto', 'ref', 'blocked' or 'flex'
-                 scan_impl: str = 'auto', # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
-                 conv_impl: str = 'auto', # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
-                 block_size: int = 64, # query block of the blocked attention kernel
+    def __init__(self, d_model: int,                  # model width
+                 n_heads: int,                        # attention heads; d_model / n_heads must be even
+                 window_size: int = 128,              # keys per query on the attention path, the query's own included
+                 ssm_state_dim: int = 64,             # N: SSM state size per channel
+                 d_conv: int = 4,                     # width of the causal depthwise conv before the scan (1: none)
+                 dt_rank: int | str | None = 'auto',  # rank of the step-size projection; 'auto'/None: ceil(d_model / 16)
+                 dt_min: float = 0.001,               # smallest initial SSM step size
+                 dt_max: float = 0.1,                 # largest initial SSM step size
+                 dt_init_floor: float = 1e-4,         # floor of the initial step sizes
+                 rope_theta: float = 10000.0,         # RoPE base frequency
+                 dropout: float = 0.0,                # dropout probability on the output (training only)
+                 bias: bool = False,                  # biases in the linear layers
+                 attn_impl: str = 'auto',             # `local_attention`'s impl: 'auto', 'ref', 'blocked' or 'flex'
+                 scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                 conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
+                 block_size: int = 64,                # query block of the blocked attention kernel
                 ):
         super().__init__()
         _check_int('d_model', d_model, 1, 'the model width')
@@ -102,7 +107,9 @@ class DPASSM(KeepFp32):
         init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor)
 
     @classmethod
-    def from_config(cls, cfg, layer_idx: int = 0):
+    def from_config(cls, cfg,            # a resolved `ModelConfig`
+                    layer_idx: int = 0,  # the layer's index in the model
+                   ):
         "Build from a resolved `ModelConfig` (window_size, ssm_state_dim, d_conv, dt_*, attn_impl, scan_impl, conv_impl, attn_block_size)."
         return cls(cfg.d_model, cfg.n_heads, window_size=cfg.window_size, ssm_state_dim=cfg.ssm_state_dim,
                    d_conv=cfg.d_conv, dt_rank=cfg.dt_rank or 'auto', dt_min=cfg.dt_min, dt_max=cfg.dt_max,
@@ -111,7 +118,9 @@ class DPASSM(KeepFp32):
                    block_size=cfg.attn_block_size)
 
     @staticmethod
-    def extra_flops_per_token(cfg, seq_len: int) -> float:
+    def extra_flops_per_token(cfg,           # a resolved `ModelConfig`
+                              seq_len: int,  # tokens per sequence
+                             ) -> float:     # FLOPs per token
         "Training FLOPs per token outside `nn.Linear`: windowed `q k^T` and `A v`, the scan (9 per channel and state), the conv."
         D = cfg.d_model
         return 12.0 * D * min(seq_len, cfg.window_size) + 3.0 * D * (9 * cfg.ssm_state_dim + 2 * cfg.d_conv)
@@ -157,14 +166,17 @@ class DPASSM(KeepFp32):
         cache.seen = L
         return y, cache
 
-    def forward(self, x: torch.Tensor, # (B, L, d_model)
-                impl: str | None = None, # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
-               ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,    # (B, L, d_model)
+                impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
+               ) -> torch.Tensor:         # (B, L, d_model)
         "`(B, L, d_model) -> (B, L, d_model)`, causal."
         return self._forward(x, impl)
 
     # -- streaming generation
-    def allocate_cache(self, batch_size: int, device=None, dtype=None) -> DPASSMCache:
+    def allocate_cache(self, batch_size: int,  # sequences
+                       device=None,            # default: the module's
+                       dtype=None,             # default: the module's (the SSM state is fp32)
+                      ) -> DPASSMCache:
         "An empty cache (no tokens seen) for `batch_size` sequences; its size is fixed by `window_size`, never by the length."
         w = self.qkv.weight
         device, dtype = device or w.device, dtype or w.dtype
@@ -173,7 +185,9 @@ class DPASSM(KeepFp32):
         ssm = torch.zeros(batch_size, self.d_model, self.ssm_state_dim, device=device, dtype=torch.float32)
         return DPASSMCache(kv, kv.clone(), conv, ssm)
 
-    def prefill(self, x: torch.Tensor, impl: str | None = None) -> tuple[torch.Tensor, DPASSMCache]:
+    def prefill(self, x: torch.Tensor,                 # (B, L, d_model) prompt
+                impl: str | None = None,               # as in `forward`
+               ) -> tuple[torch.Tensor, DPASSMCache]:  # (output (B, L, d_model), cache)
         "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
         return self._forward(x, impl, want_cache=True)
 
@@ -185,8 +199,9 @@ class DPASSM(KeepFp32):
         ang = torch.cat([ang, ang], -1)
         return ang.cos(), ang.sin()
 
-    def step(self, x_t: torch.Tensor, # (B, D) or (B, 1, D): the next token's input
-             cache: DPASSMCache) -> tuple[torch.Tensor, DPASSMCache]:
+    def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next token's input
+             cache: DPASSMCache,                    # from `allocate_cache` or `prefill`; updated in place
+            ) -> tuple[torch.Tensor, DPASSMCache]:  # (output in x_t's shape, cache)
         "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it). Memory and work per token are constant."
         B, W, H, Dh, N, R = cache.k.shape[0], self.window_size, self.n_heads, self.head_dim, self.ssm_state_dim, self.dt_rank
         if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
@@ -217,7 +232,12 @@ class DPASSM(KeepFp32):
                 f'attn_impl={self.attn_impl!r}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}, block_size={self.block_size}')
 
 # %% ../../nbs/25_dpassm.ipynb #868f1a06
-def dpassm_mixer_bytes(cfg, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
+                       batch_size: int,        # sequences per micro-batch
+                       seq_len: int,           # tokens per sequence
+                       precision: str = '32',  # '32', 'bf16' or '16'
+                       device: str = 'cuda',   # picks the kernels (CUDA or not)
+                      ) -> int:                # bytes
     "Bytes `DPASSM` saves for backward, its input included (weights' autocast copies of `nn.Linear`s excluded: the estimator counts those)."
     a, D, H, N, L, K = act_bytes(precision), cfg.d_model, cfg.n_heads, cfg.ssm_state_dim, seq_len, cfg.d_conv
     R = cfg.dt_rank or math.ceil(D / 16)

@@ -22,9 +22,16 @@ def _check_int(name: str, value, lo: int, what: str):
 
 class LongformerAttention(CausalSelfAttention):
     "Causal sliding-window attention plus global tokens at the start (Longformer), with RoPE: `(B, L, D) -> (B, L, D)`."
-    def __init__(self, d_model: int, n_heads: int, window_size: int = 128, n_global_tokens: int = 2,
-                 rope_theta: float = 10000.0, dropout: float = 0.0, bias: bool = False, block_size: int = 64,
-                 impl: str = 'auto'):
+    def __init__(self, d_model: int,           # model width
+                 n_heads: int,                 # attention heads; d_model / n_heads must be even
+                 window_size: int = 128,       # keys per query, the query itself included
+                 n_global_tokens: int = 2,     # tokens at the start seen by every query
+                 rope_theta: float = 10000.0,  # RoPE base frequency
+                 dropout: float = 0.0,         # dropout probability on the attention output (training only)
+                 bias: bool = False,           # biases in the projections
+                 block_size: int = 64,         # query block length of the blocked kernel
+                 impl: str = 'auto',           # `local_attention`'s impl: 'auto', 'ref', 'blocked' or 'flex'
+                ):
         _check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
         _check_int('n_global_tokens', n_global_tokens, 0, 'the number of global tokens at the start of the sequence')
         _check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
@@ -33,22 +40,29 @@ class LongformerAttention(CausalSelfAttention):
         self.window_size, self.n_global_tokens, self.block_size, self.impl = window_size, n_global_tokens, block_size, impl
 
     @classmethod
-    def from_config(cls, cfg, layer_idx: int = 0):
+    def from_config(cls, cfg,            # a resolved `ModelConfig`
+                    layer_idx: int = 0,  # the layer's index in the model (unused here)
+                   ):
         "Build from a resolved `ModelConfig` (window_size, n_global_tokens, attn_block_size, attn_impl)."
         return cls(cfg.d_model, cfg.n_heads, window_size=cfg.window_size, n_global_tokens=cfg.n_global_tokens,
                    rope_theta=cfg.rope_theta, dropout=cfg.dropout, bias=cfg.bias, block_size=cfg.attn_block_size,
                    impl=cfg.attn_impl)
 
     @staticmethod
-    def extra_flops_per_token(cfg, seq_len: int) -> float:
+    def extra_flops_per_token(cfg,           # a resolved `ModelConfig`
+                              seq_len: int,  # tokens per sequence
+                             ) -> float:     # FLOPs per token
         "Training FLOPs per token of the parameter-free matmuls: vanilla's, with `window_size + n_global_tokens` keys."
         return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens)
 
-    def random_keys(self, seq_len: int):
+    def random_keys(self, seq_len: int,  # tokens per sequence
+                   ):
         "Extra keys per query block (none here; BigBird's subclass draws them)."
         return None
 
-    def forward(self, x: torch.Tensor, impl: str | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,    # (B, L, d_model)
+                impl: str | None = None,  # overrides the module's `impl` for this call
+               ) -> torch.Tensor:         # (B, L, d_model)
         L = x.shape[1]
         q, k, v = self.qkv_rotated(x)
         y = local_attention(q, k, v, self.window_size, min(self.n_global_tokens, L), self.random_keys(L),
@@ -61,7 +75,12 @@ class LongformerAttention(CausalSelfAttention):
         return f'window_size={self.window_size}, n_global_tokens={self.n_global_tokens}, block_size={self.block_size}, impl={self.impl!r}'
 
 # %% ../../nbs/22_longformer.ipynb #4f9206d2
-def local_mixer_bytes(cfg, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def local_mixer_bytes(cfg,                    # a resolved `ModelConfig`
+                      batch_size: int,        # sequences per micro-batch
+                      seq_len: int,           # tokens per sequence
+                      precision: str = '32',  # '32', 'bf16' or '16'
+                      device: str = 'cuda',   # picks the kernels (CUDA or not)
+                     ) -> int:                # bytes
     "Bytes a `LongformerAttention`-style mixer saves for backward, its input included."
     a, D, H, L = act_bytes(precision), cfg.d_model, cfg.n_heads, seq_len
     impl = cfg.attn_impl
@@ -76,7 +95,12 @@ def local_mixer_bytes(cfg, batch_size: int, seq_len: int, precision: str = '32',
     probs = a + 4 if a < 4 and torch.device(device).type == 'cuda' else a
     return BL * (per + 3 * D * a) + tables + L * L + batch_size * H * L * L * probs
 
-def longformer_mixer_bytes(cfg, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def longformer_mixer_bytes(cfg,                    # a resolved `ModelConfig`
+                           batch_size: int,        # sequences per micro-batch
+                           seq_len: int,           # tokens per sequence
+                           precision: str = '32',  # '32', 'bf16' or '16'
+                           device: str = 'cuda',   # picks the kernels (CUDA or not)
+                          ) -> int:                # bytes
     "Bytes `LongformerAttention` saves for backward, its input included."
     return local_mixer_bytes(cfg, batch_size, seq_len, precision, device)
 

@@ -20,8 +20,15 @@ __all__ = ['init_selective_ssm_', 'KeepFp32', 'Mamba', 'kernel_backends', 'mamba
 
 # %% ../../nbs/21_mamba.ipynb #1735d49c
 @torch.no_grad()
-def init_selective_ssm_(dt_proj: nn.Linear, A_log: nn.Parameter, D: nn.Parameter, dt_min: float = 0.001, dt_max: float = 0.1,
-                        dt_init_floor: float = 1e-4, dt_scale: float = 1.0, dt_init: str = 'random'):
+def init_selective_ssm_(dt_proj: nn.Linear,           # step-size projection; weight and bias are set
+                        A_log: nn.Parameter,          # (d_inner, d_state); set to log(1..d_state)
+                        D: nn.Parameter,              # (d_inner,) skip weights; set to 1
+                        dt_min: float = 0.001,        # smallest initial step size
+                        dt_max: float = 0.1,          # largest initial step size
+                        dt_init_floor: float = 1e-4,  # floor of the initial step sizes
+                        dt_scale: float = 1.0,        # scales the weight init's bound
+                        dt_init: str = 'random',      # 'random' (uniform weight) or 'constant'
+                       ):
     "Initialise a selective SSM's `dt_proj`, `A_log` and `D` in place, as mamba-ssm does."
     bound = dt_proj.in_features ** -0.5 * dt_scale
     if dt_init == 'constant': dt_proj.weight.fill_(bound)
@@ -59,13 +66,22 @@ class Mamba(KeepFp32):
     uses_mlp = False                                  # a Mamba layer stands in for attention and MLP
     fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
 
-    def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
-                 dt_rank: int | str | None = 'auto', # 'auto' or None: ceil(d_model / 16)
-                 dt_min: float = 0.001, dt_max: float = 0.1, dt_init: str = 'random', dt_scale: float = 1.0,
-                 dt_init_floor: float = 1e-4, conv_bias: bool = True, bias: bool = False,
-                 scan_impl: str = 'auto', # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
-                 conv_impl: str = 'auto', # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
-                 layer_idx: int | None = None):
+    def __init__(self, d_model: int,                  # model width
+                 d_state: int = 16,                   # SSM state size per channel
+                 d_conv: int = 4,                     # causal conv width
+                 expand: int = 2,                     # inner width = expand * d_model
+                 dt_rank: int | str | None = 'auto',  # 'auto' or None: ceil(d_model / 16)
+                 dt_min: float = 0.001,               # smallest initial step size
+                 dt_max: float = 0.1,                 # largest initial step size
+                 dt_init: str = 'random',             # dt_proj weight init: 'random' or 'constant'
+                 dt_scale: float = 1.0,               # scales dt_proj's init bound
+                 dt_init_floor: float = 1e-4,         # floor of the initial step sizes
+                 conv_bias: bool = True,              # bias in the causal conv
+                 bias: bool = False,                  # biases in in_proj and out_proj
+                 scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                 conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
+                 layer_idx: int | None = None,        # the layer's index in the model
+                ):
         super().__init__()
         _check_positive_int('d_model', d_model, 'the model width')
         _check_positive_int('d_state', d_state, 'the SSM state size per channel')
@@ -106,14 +122,18 @@ class Mamba(KeepFp32):
         init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor, self.dt_scale, self.dt_init)
 
     @classmethod
-    def from_config(cls, cfg, layer_idx: int | None = None):
+    def from_config(cls, cfg,                      # a resolved `ModelConfig`
+                    layer_idx: int | None = None,  # the layer's index in the model
+                   ):
         "Build from a resolved `ModelConfig` (d_state, d_conv, expand, dt_rank, dt_min/max/init_floor, conv_bias, bias, scan_impl, conv_impl)."
         return cls(cfg.d_model, d_state=cfg.d_state, d_conv=cfg.d_conv, expand=cfg.expand, dt_rank=cfg.dt_rank or 'auto',
                    dt_min=cfg.dt_min, dt_max=cfg.dt_max, dt_init_floor=cfg.dt_init_floor, conv_bias=cfg.conv_bias,
                    bias=cfg.bias, scan_impl=cfg.scan_impl, conv_impl=cfg.conv_impl, layer_idx=layer_idx)
 
     @staticmethod
-    def extra_flops_per_token(cfg, seq_len: int) -> float:
+    def extra_flops_per_token(cfg,           # a resolved `ModelConfig`
+                              seq_len: int,  # tokens per sequence
+                             ) -> float:     # FLOPs per token
         "Training FLOPs per token of one layer's work outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
         d_inner = int(cfg.expand * cfg.d_model)
         return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
@@ -143,24 +163,30 @@ class Mamba(KeepFp32):
         conv_state = F.pad(x_in, (self.d_conv - L, 0)).to(self.conv1d.weight.dtype)  # the last d_conv inputs, zeros before t=0
         return out, conv_state.detach().contiguous(), last.detach().float()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,  # (B, L, d_model)
+               ) -> torch.Tensor:       # (B, L, d_model)
         "`(B, L, d_model) -> (B, L, d_model)`, causal."
         return self._mix(x)
 
-    def prefill(self, x: torch.Tensor):
+    def prefill(self, x: torch.Tensor,  # (B, L, d_model) prompt
+               ):
         "The parallel forward of a prompt `x` `(B, L, D)`, and the caches `(conv_state, ssm_state)` that `step` continues from."
         return self._mix(x, return_state=True)
 
-    def allocate_inference_cache(self, batch_size: int, device=None, dtype=None):
+    def allocate_inference_cache(self, batch_size: int,  # sequences
+                                 device=None,            # default: the module's
+                                 dtype=None,             # conv_state's dtype (default: the conv weight's)
+                                ):
         "Zero states for generation: `conv_state` `(B, d_inner, d_conv)` (the conv weight's dtype unless `dtype`), `ssm_state` `(B, d_inner, d_state)` fp32."
         device = self.out_proj.weight.device if device is None else device
         conv_state = torch.zeros(batch_size, self.d_inner, self.d_conv, device=device, dtype=dtype or self.conv1d.weight.dtype)
         ssm_state = torch.zeros(batch_size, self.d_inner, self.d_state, device=device, dtype=torch.float32)
         return conv_state, ssm_state
 
-    def step(self, x: torch.Tensor, # (B, D) or (B, 1, D): one token
-             conv_state: torch.Tensor, ssm_state: torch.Tensor, # from `allocate_inference_cache` or `prefill`, updated in place
-            ) -> torch.Tensor:
+    def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
+             conv_state: torch.Tensor,  # (B, d_inner, d_conv), updated in place
+             ssm_state: torch.Tensor,   # (B, d_inner, d_state) fp32, updated in place
+            ) -> torch.Tensor:          # the token's output, in x's shape
         "One generation step: the output for token `x`, in `x`'s shape; the same work and memory at every position."
         one = x.dim() == 3
         if (one and x.shape[1] != 1) or x.dim() not in (2, 3) or x.shape[-1] != self.d_model:
@@ -181,7 +207,10 @@ class Mamba(KeepFp32):
                 f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
 
 # %% ../../nbs/21_mamba.ipynb #d591c4f0
-def kernel_backends(device='cpu', scan_impl: str = 'auto', conv_impl: str = 'auto') -> dict:
+def kernel_backends(device='cpu',             # where Mamba runs
+                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                    conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
+                   ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
     device = torch.device(device)
     if scan_impl not in kscan.SCAN_IMPLS or conv_impl not in kconv.CONV_IMPLS:
@@ -191,7 +220,12 @@ def kernel_backends(device='cpu', scan_impl: str = 'auto', conv_impl: str = 'aut
             'causal_conv1d': kconv.auto_impl(device) if conv_impl == 'auto' else conv_impl}
 
 # %% ../../nbs/21_mamba.ipynb #d6bec02e
-def mamba_mixer_bytes(cfg, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
+                      batch_size: int,        # sequences per micro-batch
+                      seq_len: int,           # tokens per sequence
+                      precision: str = '32',  # '32', 'bf16' or '16'
+                      device: str = 'cuda',   # picks the kernels, as `kernel_backends`
+                     ) -> int:                # bytes
     "Bytes one `Mamba` mixer saves for backward (its input included), for the paths `scan_impl`/`conv_impl` take on `device`."
     a, L, D, N, dc = act_bytes(precision), seq_len, cfg.d_model, cfg.d_state, cfg.d_conv
     di, R = int(cfg.expand * D), cfg.dt_rank or math.ceil(D / 16)

@@ -17,7 +17,9 @@ __all__ = ['RESIDUAL_PROJ', 'RotaryEmbedding', 'apply_rotary', 'attention_ref', 
 # %% ../../nbs/20_vanilla.ipynb #810b0273
 class RotaryEmbedding(nn.Module):
     "Rotary position embedding tables for heads of size `head_dim`: `forward(L, device)` returns fp32 `(cos, sin)` of shape `(L, head_dim)`."
-    def __init__(self, head_dim: int, theta: float = 10000.0):
+    def __init__(self, head_dim: int,     # size of each head, even
+                 theta: float = 10000.0,  # base frequency
+                ):
         super().__init__()
         if head_dim % 2: raise UsageError(f"rotary embeddings need an even head size, got head_dim={head_dim}.")
         self.head_dim, self.theta = head_dim, float(theta)
@@ -31,7 +33,9 @@ class RotaryEmbedding(nn.Module):
         ang = torch.cat([ang, ang], dim=-1)                                                # rotate-half layout
         self.cos_cached, self.sin_cached = ang.cos(), ang.sin()
 
-    def forward(self, seq_len: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, seq_len: int,                     # positions needed
+                device=None,                            # default: where the tables are
+               ) -> tuple[torch.Tensor, torch.Tensor]:  # (cos, sin), each fp32 (seq_len, head_dim)
         device = torch.device(device) if device is not None else self.cos_cached.device
         c = self.cos_cached
         if c.shape[0] < seq_len or c.device != device or c.dtype != torch.float32:
@@ -42,15 +46,19 @@ def _rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
 
-def apply_rotary(x: torch.Tensor, # (B, H, L, Dh) queries or keys
-                 cos: torch.Tensor, sin: torch.Tensor, # (L, Dh) from `RotaryEmbedding`
+def apply_rotary(x: torch.Tensor,    # (B, H, L, Dh) queries or keys
+                 cos: torch.Tensor,  # (L, Dh) from `RotaryEmbedding`
+                 sin: torch.Tensor,  # (L, Dh) from `RotaryEmbedding`
                 ) -> torch.Tensor:
     "Rotate `x` by its position's angles; computed in fp32, returned in `x`'s dtype."
     xf = x.float()
     return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
 
 # %% ../../nbs/20_vanilla.ipynb #d356a476
-def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
+                  k: torch.Tensor,   # (B, H, L, Dh) keys
+                  v: torch.Tensor,   # (B, H, L, Dv) values
+                 ) -> torch.Tensor:  # (B, H, L, Dv)
     "Causal softmax attention, written out: `q, k, v` are `(B, H, L, Dh)`."
     L, Dh = q.shape[-2], q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)
@@ -61,7 +69,8 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
 # %% ../../nbs/20_vanilla.ipynb #df92f017
 RESIDUAL_PROJ = '_residual_proj'
 
-def mark_residual_proj(layer: nn.Module) -> nn.Module:
+def mark_residual_proj(layer: nn.Module,  # a linear layer writing into the residual stream
+                      ) -> nn.Module:     # `layer`, marked
     "Mark `layer` as writing into the residual stream: the model scales its init by 1/sqrt(2 n_layers)."
     setattr(layer, RESIDUAL_PROJ, True)
     return layer
@@ -69,7 +78,12 @@ def mark_residual_proj(layer: nn.Module) -> nn.Module:
 # %% ../../nbs/20_vanilla.ipynb #ff1727f9
 class CausalSelfAttention(nn.Module):
     "Multi-head causal self-attention with rotary embeddings: `(B, L, D) -> (B, L, D)`."
-    def __init__(self, d_model: int, n_heads: int, rope_theta: float = 10000.0, dropout: float = 0.0, bias: bool = False):
+    def __init__(self, d_model: int,           # model width
+                 n_heads: int,                 # attention heads; d_model / n_heads must be even
+                 rope_theta: float = 10000.0,  # RoPE base frequency
+                 dropout: float = 0.0,         # attention dropout probability (training only)
+                 bias: bool = False,           # biases in the projections
+                ):
         super().__init__()
         if d_model % n_heads:
             raise UsageError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
@@ -79,29 +93,39 @@ class CausalSelfAttention(nn.Module):
         self.rope = RotaryEmbedding(self.head_dim, rope_theta)
 
     @classmethod
-    def from_config(cls, cfg, layer_idx: int = 0):
+    def from_config(cls, cfg,            # a resolved `ModelConfig`
+                    layer_idx: int = 0,  # the layer's index in the model (unused here)
+                   ):
         "Build from a resolved `ModelConfig`."
         return cls(cfg.d_model, cfg.n_heads, rope_theta=cfg.rope_theta, dropout=cfg.dropout, bias=cfg.bias)
 
     @staticmethod
-    def extra_flops_per_token(cfg, seq_len: int) -> float:
+    def extra_flops_per_token(cfg,           # a resolved `ModelConfig`
+                              seq_len: int,  # tokens per sequence
+                             ) -> float:     # FLOPs per token
         "Training FLOPs per token of one layer's parameter-free matmuls (q k^T and A v, forward + backward)."
         return 12.0 * cfg.d_model * seq_len
 
-    def qkv_rotated(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def qkv_rotated(self, x: torch.Tensor,                                # (B, L, d_model)
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # q, k, v, each (B, H, L, Dh)
         "Queries and keys (rotated) and values of `x`, each `(B, H, L, Dh)`; subclasses reuse it."
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         cos, sin = self.rope(L, x.device)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,  # (B, L, d_model)
+               ) -> torch.Tensor:       # (B, L, d_model)
         q, k, v = self.qkv_rotated(x)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         return self.out_proj(y.transpose(1, 2).flatten(2))
 
 # %% ../../nbs/20_vanilla.ipynb #10a48000
-def check_causal(f, x: torch.Tensor, atol: float = 1e-5, seed: int = 0):
+def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
+                 x: torch.Tensor,     # (B, L, D) input to perturb
+                 atol: float = 1e-5,  # tolerance of "unchanged"
+                 seed: int = 0,       # the perturbations' random stream
+                ):
     "Assert the sequence map `f: (B, L, D) -> (B, L, D)` is causal at every cut point, by perturbation and by gradients."
     gen = torch.Generator().manual_seed(seed)
     L = x.shape[1]
@@ -122,20 +146,30 @@ def check_causal(f, x: torch.Tensor, atol: float = 1e-5, seed: int = 0):
 # %% ../../nbs/20_vanilla.ipynb #cd923f37
 class MLP(nn.Module):
     "SwiGLU feed-forward: `w2(silu(w1 x) * w3 x)`, `(..., D) -> (..., D)`."
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False, dropout: float = 0.0):
+    def __init__(self, d_model: int,    # model width
+                 d_ff: int,             # hidden width
+                 bias: bool = False,    # biases in the linear layers
+                 dropout: float = 0.0,  # dropout probability on the output
+                ):
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias)
         self.w2 = mark_residual_proj(nn.Linear(d_ff, d_model, bias=bias))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,  # (..., d_model)
+               ) -> torch.Tensor:       # (..., d_model)
         return self.w2(self.drop(F.silu(self.w1(x)) * self.w3(x)))
 
 # %% ../../nbs/20_vanilla.ipynb #1dc031e6
 class Block(nn.Module):
     "Pre-norm residual block around any causal `mixer`, with a SwiGLU MLP unless `d_ff == 0`."
-    def __init__(self, mixer: nn.Module, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = False):
+    def __init__(self, mixer: nn.Module,  # causal sequence mixer (B, L, d_model) -> (B, L, d_model)
+                 d_model: int,            # model width
+                 d_ff: int,               # MLP hidden width; 0: no MLP
+                 dropout: float = 0.0,    # dropout probability on each residual branch
+                 bias: bool = False,      # biases in the MLP
+                ):
         super().__init__()
         self.norm1 = nn.RMSNorm(d_model, eps=1e-5)
         self.mixer = mixer
@@ -145,7 +179,8 @@ class Block(nn.Module):
             self.mlp = MLP(d_model, d_ff, bias=bias)
         else: self.norm2 = self.mlp = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,  # (B, L, d_model)
+               ) -> torch.Tensor:       # (B, L, d_model)
         x = x + self.drop(self.mixer(self.norm1(x)))
         if self.mlp is not None: x = x + self.drop(self.mlp(self.norm2(x)))
         return x
