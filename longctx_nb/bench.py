@@ -20,7 +20,8 @@ BENCHES = {
     'blocks': 'longctx_nb.bench:bench_blocks',
 }
 
-def get_bench(name: str):
+def get_bench(name: str,  # a key of `BENCHES`
+             ):
     "The benchmark function registered as `name`."
     if name not in BENCHES: raise UsageError(f"unknown benchmark {name!r}; valid choices: {', '.join(BENCHES)}")
     mod, fn = BENCHES[name].split(':')
@@ -38,7 +39,8 @@ def _parser_for(default):
     if isinstance(default, torch.dtype): return lambda s: getattr(torch, s.removeprefix('torch.'))
     return _none_or(str)
 
-def bench_parser(name: str) -> argparse.ArgumentParser:
+def bench_parser(name: str,  # a key of `BENCHES`
+                ) -> argparse.ArgumentParser:
     "An argument parser for benchmark `name`, one flag per argument of its function."
     fn = get_bench(name)
     p = argparse.ArgumentParser(prog=f'longctx_bench {name}', description=inspect.getdoc(fn))
@@ -53,7 +55,9 @@ def bench_parser(name: str) -> argparse.ArgumentParser:
     return p
 
 # %% ../nbs/60_bench.ipynb #b78c9bc8
-def write_csv(rows: list[dict], path):
+def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
+              path,              # CSV file to write (folders are created)
+             ):
     "Write benchmark rows (dicts) to a CSV file."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     cols = list(dict.fromkeys(k for r in rows for k in r))
@@ -61,7 +65,8 @@ def write_csv(rows: list[dict], path):
         w = csv.DictWriter(f, fieldnames=cols); w.writeheader(); w.writerows(rows)
     return path
 
-def run_bench(argv: list[str] | None = None) -> list[dict]:
+def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys.argv[1:])
+             ) -> list[dict]:                 # the benchmark's rows
     "Parse `argv` (`NAME [flags]`), run that benchmark (it prints its table) and return its rows."
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ('-h', '--help'):
@@ -73,7 +78,8 @@ def run_bench(argv: list[str] | None = None) -> list[dict]:
     if out: print(f'wrote {write_csv(rows, out)}')
     return rows
 
-def bench_main(argv=None):
+def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
+              ):
     "Console script `longctx_bench`."
     from longctx_nb.cli import main
     sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv))
@@ -81,10 +87,18 @@ def bench_main(argv=None):
 # %% ../nbs/60_bench.ipynb #761386f7
 ALL_BLOCKS = ('vanilla', 'mamba', 'baseline_longformer', 'baseline_bigbird', 'blade', 'dpassm')
 
-def bench_blocks(blocks=ALL_BLOCKS, Ls=(1024, 4096, 16384), size: str = 'tiny', batch: int = 1, window_size: int = 256,
-                 chunk_size: int = 256, device=None, # default: the GPU if any
-                 reps: int = 2, # timed steps per case; the best is reported
-                 csv: str | None = None, png: str | None = None, verbose: bool = True) -> list[dict]:
+def bench_blocks(blocks=ALL_BLOCKS,       # block names
+                 Ls=(1024, 4096, 16384),  # sequence lengths
+                 size: str = 'tiny',      # size preset of each model
+                 batch: int = 1,          # sequences per step
+                 window_size: int = 256,  # window of the local-attention blocks
+                 chunk_size: int = 256,   # chunk length of blade
+                 device=None,             # default: the GPU if any
+                 reps: int = 2,           # timed steps per case; the best is reported
+                 csv: str | None = None,  # also write the rows to this CSV file
+                 png: str | None = None,  # also save the plot to this PNG file
+                 verbose: bool = True,    # print the table
+                ) -> list[dict]:          # one row per (block, L)
     "Time per token and peak memory of one training step of each block's LM at each length."
     from longctx_nb.model import create_model, count_params, param_groups
     from longctx_nb.core import best_time, get_device, peak_memory_bytes, seed_everything
@@ -109,7 +123,8 @@ def bench_blocks(blocks=ALL_BLOCKS, Ls=(1024, 4096, 16384), size: str = 'tiny', 
     if png: plot_bench(rows, png)
     return rows
 
-def print_block_bench(rows: list[dict]):
+def print_block_bench(rows: list[dict],  # from `bench_blocks`
+                     ):
     "The table, with each block's time per token relative to its shortest length."
     first = {}
     print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} {'peak MiB':>9}")
@@ -118,7 +133,9 @@ def print_block_bench(rows: list[dict]):
         print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
               f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}")
 
-def plot_bench(rows: list[dict], path=None):
+def plot_bench(rows: list[dict],  # from `bench_blocks`
+               path=None,         # PNG file to save (None: don't save)
+              ):
     "Time per token and peak memory against sequence length, one line per block; saved as PNG if `path`."
     import matplotlib
     if path is not None: matplotlib.use('Agg', force=False)

@@ -29,7 +29,8 @@ def rng_state() -> dict:
                 torch=torch.get_rng_state(),
                 cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
 
-def set_rng_state(s: dict):
+def set_rng_state(s: dict,  # from `rng_state`
+                 ):
     "Restore the generators saved by `rng_state`."
     random.setstate(s['python'])
     kind, key, pos, has_gauss, gauss = s['numpy']
@@ -45,7 +46,9 @@ def _fsync_dir(d: Path):
         finally: os.close(fd)
     except OSError: pass  # not every platform can sync a directory
 
-def save_checkpoint(path, state: dict) -> Path:
+def save_checkpoint(path,         # file to write
+                    state: dict,  # tensors and plain Python values
+                   ) -> Path:
     "Write `state` (plus the format tag) to `path` atomically."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f'.{path.name}.tmp')
@@ -60,7 +63,9 @@ def save_checkpoint(path, state: dict) -> Path:
     return path
 
 # %% ../nbs/41_checkpoint.ipynb #3f0507b7
-def read_checkpoint(path, map_location='cpu') -> dict:
+def read_checkpoint(path,                # a checkpoint file
+                    map_location='cpu',  # device to load tensors onto
+                   ) -> dict:
     "Load a checkpoint with `weights_only=True`; `CheckpointError` if it is missing, damaged or not ours."
     path = Path(path)
     if not path.is_file(): raise CheckpointError(f"checkpoint {str(path)!r} does not exist.")
@@ -75,22 +80,30 @@ def read_checkpoint(path, map_location='cpu') -> dict:
 # %% ../nbs/41_checkpoint.ipynb #b04dfeb0
 _NAME = re.compile(r'step_(\d+)\.pt$')
 
-def checkpoint_path(run_dir, step: int) -> Path: return Path(run_dir) / 'checkpoints' / f'step_{step:07d}.pt'
+def checkpoint_path(run_dir,    # the run directory
+                    step: int,  # optimizer step
+                   ) -> Path:
+    return Path(run_dir) / 'checkpoints' / f'step_{step:07d}.pt'
 
-def list_checkpoints(run_dir) -> list[Path]:
+def list_checkpoints(run_dir,  # the run directory
+                    ) -> list[Path]:
     "The run's checkpoints, oldest first."
     d = Path(run_dir) / 'checkpoints'
     found = [(int(m.group(1)), p) for p in d.glob('step_*.pt') if (m := _NAME.search(p.name))] if d.is_dir() else []
     return [p for _, p in sorted(found)]
 
-def latest_checkpoint(run_dir, map_location='cpu') -> tuple[Path, dict] | None:
+def latest_checkpoint(run_dir,                       # the run directory
+                      map_location='cpu',            # device to load tensors onto
+                     ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
     "The newest checkpoint of `run_dir` that loads, skipping damaged ones with a warning; None if there is none."
     for p in reversed(list_checkpoints(run_dir)):
         try: return p, read_checkpoint(p, map_location)
         except CheckpointError as e: warnings.warn(f"skipping checkpoint: {e}", stacklevel=2)
     return None
 
-def prune_checkpoints(run_dir, keep_last: int):
+def prune_checkpoints(run_dir,         # the run directory
+                      keep_last: int,  # checkpoints to keep; 0: all
+                     ):
     "Delete all but the newest `keep_last` checkpoints (0 keeps all)."
     if keep_last > 0:
         for p in list_checkpoints(run_dir)[:-keep_last]: p.unlink(missing_ok=True)
@@ -98,7 +111,10 @@ def prune_checkpoints(run_dir, keep_last: int):
 # %% ../nbs/41_checkpoint.ipynb #6551d387
 RUNTIME_ONLY = {'dropout', 'gradient_checkpointing', 'compile', 'num_params'}
 
-def check_same_model(saved: dict, cfg: Config, path='the checkpoint'):
+def check_same_model(saved: dict,            # the checkpoint's config dict
+                     cfg: Config,            # this run's config
+                     path='the checkpoint',  # names the checkpoint in the message
+                    ):
     "Raise `CheckpointError` naming the model settings in which `cfg` differs from a checkpoint's config dict."
     old = vars(resolve_model(ModelConfig(**saved['model'])))
     new = vars(resolve_model(cfg.model))
@@ -109,7 +125,9 @@ def check_same_model(saved: dict, cfg: Config, path='the checkpoint'):
                               "Use the same model settings to resume, or start a new run.")
 
 # %% ../nbs/41_checkpoint.ipynb #ba1a365d
-def export_model(model: torch.nn.Module, out_dir) -> Path:
+def export_model(model: torch.nn.Module,  # an `LM`
+                 out_dir,                 # folder to write
+                ) -> Path:                # the safetensors file
     "Write `model.safetensors` and `model_config.json` (its resolved `ModelConfig`) into `out_dir`."
     from safetensors.torch import save_model
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
@@ -117,7 +135,9 @@ def export_model(model: torch.nn.Module, out_dir) -> Path:
     (out / 'model_config.json').write_text(json.dumps(vars(model.cfg), indent=2) + '\n')
     return out / 'model.safetensors'
 
-def load_model(path, device='cpu'):
+def load_model(path,          # an exported folder (or its model.safetensors), or a .pt checkpoint
+               device='cpu',  # where the model goes
+              ):
     "An `LM` from an exported folder (model.safetensors + model_config.json) or a training checkpoint (.pt)."
     from longctx_nb.model import LM
     p = Path(path)

@@ -28,7 +28,10 @@ EXAMPLES = """examples:
 class _Parser(argparse.ArgumentParser):
     def error(self, message): raise UsageError(message)
 
-def build_parser(prog: str = 'longctx_train', sections=tuple(SECTIONS), extra: bool = True) -> argparse.ArgumentParser:
+def build_parser(prog: str = 'longctx_train',  # the program's name in messages
+                 sections=tuple(SECTIONS),     # config sections to offer flags for
+                 extra: bool = True,           # also --config, --print_config and the presets
+                ) -> argparse.ArgumentParser:
     "The argument parser: one flag per setting of `sections`, their aliases, and (`extra`) presets and config files."
     p = _Parser(prog=prog, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
                 usage=f'{prog} [--config FILE] [--SECTION.KEY VALUE ...]', epilog=EXAMPLES if extra else None,
@@ -61,7 +64,10 @@ def _unknown(tokens: list[str], prog: str):
             raise UsageError(f"flag --{key} does not apply to {prog}.")
     raise UsageError(f"unexpected argument {tokens[0]!r}: settings are given as --SECTION.KEY=VALUE (see {prog} --help).")
 
-def parse_cli(argv: list[str] | None = None, prog: str = 'longctx_train', parser=None) -> tuple[Config, argparse.Namespace]:
+def parse_cli(argv: list[str] | None = None,          # command-line arguments (default: sys.argv[1:])
+              prog: str = 'longctx_train',            # the program's name in messages
+              parser=None,                            # default: `build_parser(prog)`
+             ) -> tuple[Config, argparse.Namespace]:  # (config, parsed namespace)
     "The `Config` that `argv` describes, and the parsed namespace."
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ['fit']: argv = argv[1:]
@@ -74,7 +80,10 @@ def parse_cli(argv: list[str] | None = None, prog: str = 'longctx_train', parser
     return apply_overrides(Config(), {**file, **flags}), ns
 
 # %% ../nbs/70_cli.ipynb #08123093
-def main(fn, prog: str, argv=None) -> int:
+def main(fn,         # fn(argv) -> exit code
+         prog: str,  # the program's name in messages
+         argv=None,  # passed to fn
+        ) -> int:    # exit code: 0, 1 (stopped), 2 (usage error), 130 (interrupted)
     "Run `fn(argv)`; print a `UsageError` as `prog: error: ...` and return 2. Under torchrun, rank 0 prints usage errors."
     rank = int(os.environ.get('RANK', 0))
     tag = f'{prog} [rank {rank}]' if 'WORLD_SIZE' in os.environ and int(os.environ['WORLD_SIZE']) > 1 else prog
@@ -105,7 +114,8 @@ def _train(argv=None) -> int:
         print('\n' + '=' * 72 + '\nTraining finished\n' + res.summary() + '\n' + '=' * 72)
     return 0
 
-def train_main(argv=None):
+def train_main(argv=None,  # command-line arguments (default: sys.argv[1:])
+              ):
     "Console script `longctx_train`; also `python -m longctx_nb.cli`."
     sys.exit(main(_train, 'longctx_train', argv))
 
@@ -124,7 +134,8 @@ def _prepare(argv=None) -> int:
     print(f"wrote {out}/train.bin, val.bin, meta.json; train with: longctx_train --data_dir {out}")
     return 0
 
-def prepare_main(argv=None):
+def prepare_main(argv=None,  # command-line arguments (default: sys.argv[1:])
+                ):
     "Console script `longctx_prepare`."
     sys.exit(main(_prepare, 'longctx_prepare', argv))
 

@@ -28,17 +28,18 @@ def launcher_env() -> dict | None:
 @dataclass
 class Dist:
     "This process's place in the run; with `world_size=1` every method is a no-op."
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    device: torch.device = field(default_factory=lambda: torch.device('cpu'))
+    rank: int = 0                 # this process's global rank
+    local_rank: int = 0           # its rank on this node
+    world_size: int = 1           # processes in the run
+    device: torch.device = field(default_factory=lambda: torch.device('cpu'))  # this process's device
     strategy: str = 'none'        # none (one process), ddp or fsdp
     reshard: bool = True          # fsdp: free gathered parameters after forward (ZeRO-3); False keeps them (ZeRO-2)
 
     @property
     def main(self) -> bool: return self.rank == 0
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap(self, model: torch.nn.Module,  # an `LM` on this rank's device
+            ) -> torch.nn.Module:
         "`model` ready for training: DDP-wrapped, or sharded in place with FSDP2 (every block, then the root)."
         if self.strategy == 'ddp':
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -52,19 +53,24 @@ class Dist:
         return model
 
     @contextlib.contextmanager
-    def accumulate(self, model, last: bool):
+    def accumulate(self, model,  # the wrapped model
+                   last: bool,   # the step's last micro-batch: synchronise gradients
+                  ):
         "Backward of one micro-batch; gradients are synchronised only when it is the `last` of the step."
         if self.strategy == 'fsdp': model.set_requires_gradient_sync(last)
         with (model.no_sync() if self.strategy == 'ddp' and not last else contextlib.nullcontext()): yield
 
-    def mean(self, *xs: float) -> list[float]:
+    def mean(self, *xs: float,  # this rank's numbers
+            ) -> list[float]:
         "The mean of each number over all ranks."
         if self.world_size == 1: return list(xs)
         t = torch.tensor(xs, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return (t / self.world_size).tolist()
 
-    def on_main(self, fn, *args):
+    def on_main(self, fn,  # run on rank 0 only
+                *args,     # its arguments
+               ):
         "`fn(*args)` run on rank 0; every rank gets its result, or raises its `UsageError`."
         if self.world_size == 1: return fn(*args)
         out = [None, None]
@@ -75,7 +81,8 @@ class Dist:
         if out[1] is not None: raise UsageError(out[1])
         return out[0]
 
-    def gather(self, obj) -> list:
+    def gather(self, obj,  # any picklable object
+              ) -> list:
         "`obj` of every rank, in rank order."
         if self.world_size == 1: return [obj]
         out = [None] * self.world_size
@@ -87,7 +94,9 @@ class Dist:
         if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
 
 # %% ../nbs/42_distributed.ipynb #f727b897
-def clip_grad_norm(params, max_norm: float) -> float:
+def clip_grad_norm(params,           # parameters (plain or sharded)
+                   max_norm: float,  # clip to this norm; inf: measure only
+                  ) -> float:        # the norm before clipping
     "Clip the gradients of `params` to `max_norm` (inf: measure only); the global norm before clipping."
     n = torch.nn.utils.clip_grad_norm_(params, max_norm)
     return (n.full_tensor() if hasattr(n, 'full_tensor') else n).item()
@@ -97,19 +106,26 @@ def _opts(**kw):
     from torch.distributed.checkpoint.state_dict import StateDictOptions
     return StateDictOptions(full_state_dict=True, **kw)
 
-def full_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
+def full_state(model: torch.nn.Module,      # plain, DDP or FSDP2
+               opt: torch.optim.Optimizer,  # its optimizer
+              ) -> tuple[dict, dict]:
     "(model state, optimizer state): full, on CPU, keyed by parameter name. A collective: every rank calls it."
     from torch.distributed.checkpoint.state_dict import get_state_dict
     return get_state_dict(model, opt, options=_opts(cpu_offload=True))
 
-def load_full_state(model: torch.nn.Module, opt: torch.optim.Optimizer | None, model_state: dict, opt_state: dict | None = None):
+def load_full_state(model: torch.nn.Module,             # plain, DDP or FSDP2
+                    opt: torch.optim.Optimizer | None,  # its optimizer, or None
+                    model_state: dict,                  # from `full_state`
+                    opt_state: dict | None = None,      # from `full_state`
+                   ):
     "Load a `full_state` into `model` (and `opt`), whatever their layout. Every rank calls it with the full state."
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
     if opt is None: set_model_state_dict(model, model_state, options=_opts())
     else: set_state_dict(model, opt, model_state_dict=model_state, optim_state_dict=opt_state, options=_opts())
 
 # %% ../nbs/42_distributed.ipynb #1a401551
-def init_distributed(t: TrainerConfig) -> Dist:
+def init_distributed(t: TrainerConfig,  # accelerator, devices, strategy, dist_backend, dist_timeout
+                    ) -> Dist:
     "A `Dist` for this process: one process unless started by torchrun, else the opened process group."
     env, strategy = launcher_env(), STRATEGIES[t.strategy]
     device = get_device(t.accelerator)
@@ -138,7 +154,9 @@ def init_distributed(t: TrainerConfig) -> Dist:
     return Dist(rank, local, world, device, strategy, reshard=t.strategy != 'deepspeed_stage_2')
 
 # %% ../nbs/42_distributed.ipynb #f8729928
-def resolve_batch(cfg: Config, world_size: int) -> Config:
+def resolve_batch(cfg: Config,      # batch_size and global_batch_size
+                  world_size: int,  # processes in the run
+                 ) -> Config:
     "`cfg` with the gradient accumulation that `data.global_batch_size` implies on `world_size` ranks."
     G, b = cfg.data.global_batch_size, cfg.data.batch_size
     if G is None: return cfg
@@ -151,7 +169,9 @@ def resolve_batch(cfg: Config, world_size: int) -> Config:
                          f"data.batch_size={b} does not divide; use a data.batch_size in {ok}.")
     return apply_overrides(cfg, {'trainer.accumulate_grad_batches': G // (world_size * b)})
 
-def global_batch(cfg: Config, world_size: int) -> str:
+def global_batch(cfg: Config,      # batch_size, accumulation and seq_len
+                 world_size: int,  # processes in the run
+                ) -> str:
     "The global batch, spelled out."
     d, a = cfg.data, cfg.trainer.accumulate_grad_batches
     g = d.batch_size * a * world_size
@@ -159,7 +179,9 @@ def global_batch(cfg: Config, world_size: int) -> str:
             f"rank{'s' if world_size > 1 else ''} ({g * d.seq_len:,} tokens per step)")
 
 # %% ../nbs/42_distributed.ipynb #dce5d034
-def launch(argv: list[str], nproc: int) -> int:
+def launch(argv: list[str],  # longctx_train's arguments
+           nproc: int,       # processes to start
+          ) -> int:          # torchrun's exit code
     "Run `longctx_train argv` as `nproc` processes on this machine under torchrun; its exit code."
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}',
            '-m', 'longctx_nb.cli', *argv]

@@ -19,7 +19,8 @@ __all__ = ['ACTIVATION_BYTES', 'format_bytes', 'saved_tensor_bytes', 'rmsnorm_by
            'vanilla_mixer_bytes', 'block_activation_bytes', 'MemoryEstimate', 'estimate_memory']
 
 # %% ../nbs/61_memory.ipynb #7fc8621a
-def format_bytes(n: float) -> str:
+def format_bytes(n: float,  # bytes
+                ) -> str:
     "`n` bytes in binary units: '512 B', '1.5 KiB', '12.0 MiB', '1.50 GiB'."
     n = float(n)
     if abs(n) < 1024: return f'{n:.0f} B'
@@ -28,9 +29,10 @@ def format_bytes(n: float) -> str:
         if abs(n) < 1024 or unit == 'TiB': return f"{n:.{2 if unit in ('GiB', 'TiB') else 1}f} {unit}"
 
 # %% ../nbs/61_memory.ipynb #69507401
-def saved_tensor_bytes(fn: Callable, *args,
-                       params: nn.Module | Iterable[torch.Tensor] = (), # left out: weights are not activations
-                       log: list | None = None, # if a list, gets `(shape, dtype, nbytes)` of each storage counted
+def saved_tensor_bytes(fn: Callable,                                     # called as fn(*args)
+                       *args,                                            # its arguments
+                       params: nn.Module | Iterable[torch.Tensor] = (),  # left out: weights are not activations
+                       log: list | None = None,                          # if a list, gets `(shape, dtype, nbytes)` of each storage counted
                       ) -> int:
     "Bytes of the storages autograd saves for backward while running `fn(*args)`, each storage once."
     if isinstance(params, nn.Module): params = params.parameters()
@@ -57,16 +59,24 @@ def _norm_saves_normalized(device: str) -> bool:
     except Exception: return device != 'cuda'   # CUDA has a fused kernel (saves x and 1/rms only)
     return saved_tensor_bytes(lambda: F.rms_norm(x, (16,), w, 1e-5), params=[w]) > 2 * 16 * 4 + 2 * 4
 
-def rmsnorm_bytes(d_model: int, device: str = 'cuda') -> int:
+def rmsnorm_bytes(d_model: int,          # model width
+                  device: str = 'cuda',  # CUDA's fused kernel saves less
+                 ) -> int:               # bytes per token
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)
 
 # %% ../nbs/61_memory.ipynb #4b7a926b
-def act_bytes(precision: str) -> int:
+def act_bytes(precision: str,  # '32', 'bf16' or '16'
+             ) -> int:
     "Bytes per element of matmul outputs: 4 in fp32, 2 under bf16/fp16 autocast."
     return 4 if parse_precision(precision) == '32' else 2
 
-def block_shell_bytes(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def block_shell_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
+                      batch_size: int,        # sequences per micro-batch
+                      seq_len: int,           # tokens per sequence
+                      precision: str = '32',  # '32', 'bf16' or '16'
+                      device: str = 'cuda',   # picks the kernels (CUDA or not)
+                     ) -> int:                # bytes
     "Bytes the parts of `Block` around the mixer save for backward: two RMSNorms, the SwiGLU MLP, dropout masks."
     a, dev, D, Ff = act_bytes(precision), torch.device(device).type, cfg.d_model, cfg.d_ff
     mask = lambda elem: 1 if dev == 'cuda' else elem     # bool mask on CUDA, the noise tensor elsewhere
@@ -79,7 +89,12 @@ def block_shell_bytes(cfg: ModelConfig, batch_size: int, seq_len: int, precision
         if cfg.dropout: per += D * mask(a)               # dropout after the MLP
     return batch_size * seq_len * per
 
-def vanilla_mixer_bytes(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def vanilla_mixer_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
+                        batch_size: int,        # sequences per micro-batch
+                        seq_len: int,           # tokens per sequence
+                        precision: str = '32',  # '32', 'bf16' or '16'
+                        device: str = 'cuda',   # picks the kernels (CUDA or not)
+                       ) -> int:                # bytes
     "Bytes `CausalSelfAttention` saves for backward, its input included."
     a, D, H = act_bytes(precision), cfg.d_model, cfg.n_heads
     per = (D * a                # qkv's input: the normed x (autocast's copy of it)
@@ -92,7 +107,12 @@ def vanilla_mixer_bytes(cfg: ModelConfig, batch_size: int, seq_len: int, precisi
 
 ACTIVATION_BYTES: dict[str, Callable[..., int]] = {'vanilla': vanilla_mixer_bytes}
 
-def block_activation_bytes(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = '32', device: str = 'cuda') -> int:
+def block_activation_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
+                           batch_size: int,        # sequences per micro-batch
+                           seq_len: int,           # tokens per sequence
+                           precision: str = '32',  # '32', 'bf16' or '16'
+                           device: str = 'cuda',   # picks the kernels (CUDA or not)
+                          ) -> int:                # bytes
     "Bytes one block saves for backward: `block_shell_bytes` plus the mixer's `ACTIVATION_BYTES` (vanilla's if it has none)."
     from longctx_nb.model import get_mixer_class  # importing the block registers its entry
     cfg = resolve_model(cfg)
@@ -112,16 +132,16 @@ _PARTS = [('weights', 'weights (fp32)'), ('grads', 'gradients (fp32)'), ('optimi
 @dataclass
 class MemoryEstimate:
     "Estimated training memory by part, in bytes; `total` is their sum."
-    n_params: int
-    weights: int
-    grads: int
-    optimizer: int
-    weight_casts: int
-    activations: int
-    logits: int
+    n_params: int       # parameters of the model
+    weights: int        # bytes of the fp32 weights
+    grads: int          # bytes of their gradients
+    optimizer: int      # bytes of AdamW's two moments
+    weight_casts: int   # bytes of autocast's low-precision weight copies
+    activations: int    # bytes kept for backward (and one recomputed block)
+    logits: int         # bytes of the logits, the loss and their gradients
     saved: int          # held for backward at the end of the forward pass (what `saved_tensor_bytes` measures)
-    desc: str = ''
-    note: str = ''
+    desc: str = ''      # what was estimated
+    note: str = ''      # caveats
 
     @property
     def total(self) -> int: return sum(getattr(self, k) for k, _ in _PARTS)
@@ -141,9 +161,12 @@ class MemoryEstimate:
     def __str__(self): return self.table()
 
 # %% ../nbs/61_memory.ipynb #799d97ac
-def estimate_memory(mcfg: ModelConfig | LM, batch_size: int, seq_len: int, precision: str = '32',
-                    gradient_checkpointing: bool | None = None, # default: `mcfg.gradient_checkpointing`
-                    device: str = 'cuda', # where training runs: RMSNorm's kernel and dropout masks differ
+def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or its config (vocab_size set)
+                    batch_size: int,                             # sequences per micro-batch
+                    seq_len: int,                                # tokens per sequence
+                    precision: str = '32',                       # '32', 'bf16' or '16'
+                    gradient_checkpointing: bool | None = None,  # default: `mcfg.gradient_checkpointing`
+                    device: str = 'cuda',                        # where training runs: RMSNorm's kernel and dropout masks differ
                    ) -> MemoryEstimate:
     "Training memory of `mcfg` on `(batch_size, seq_len)` batches with AdamW, in `precision` ('32', 'bf16', '16')."
     if isinstance(mcfg, LM): mcfg = mcfg.cfg

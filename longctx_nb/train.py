@@ -25,12 +25,17 @@ __all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'e
            'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision', 'setup', 'stages', 'kernel_report', 'train']
 
 # %% ../nbs/40_train.ipynb #bad5e050
-def warmup_steps(t: TrainerConfig, max_steps: int | None = None) -> int:
+def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
+                 max_steps: int | None = None,  # the run's length (default: t.max_steps)
+                ) -> int:
     "Warmup length: `warmup_steps`, capped at `warmup_fraction` of the run."
     n = max_steps or t.max_steps
     return min(t.warmup_steps, int(t.warmup_fraction * n))
 
-def lr_at(step: int, t: TrainerConfig, max_steps: int | None = None) -> float:
+def lr_at(step: int,                     # optimizer step, 0-based
+          t: TrainerConfig,              # learning_rate, min_lr and the warmup
+          max_steps: int | None = None,  # the run's length (default: t.max_steps)
+         ) -> float:
     "Learning rate at optimizer step `step` (0-based)."
     n, w = max_steps or t.max_steps, warmup_steps(t, max_steps)
     lo = t.learning_rate / 10 if t.min_lr is None else t.min_lr
@@ -39,14 +44,24 @@ def lr_at(step: int, t: TrainerConfig, max_steps: int | None = None) -> float:
     return lo + 0.5 * (1 + math.cos(math.pi * progress)) * (t.learning_rate - lo)
 
 # %% ../nbs/40_train.ipynb #18a92f0a
-def make_optimizer(model: torch.nn.Module, t: TrainerConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: torch.nn.Module,  # the model to optimise
+                   t: TrainerConfig,        # learning rate, betas, epsilon and weight decay
+                   device: torch.device,    # CUDA: the fused AdamW
+                  ) -> torch.optim.AdamW:
     "AdamW over `param_groups(model)` with the trainer's settings."
     return torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
                              eps=t.adam_epsilon, fused=device.type == 'cuda')
 
 # %% ../nbs/40_train.ipynb #94615f75
 @torch.no_grad()
-def evaluate(model, data, seq_len: int, batch_size: int, device, precision='32', max_batches: int | None = None) -> float:
+def evaluate(model,                           # the model
+             data,                            # validation token array
+             seq_len: int,                    # tokens per sequence
+             batch_size: int,                 # sequences per batch
+             device,                          # where the model is
+             precision='32',                  # '32', 'bf16' or '16'
+             max_batches: int | None = None,  # at most this many batches (None: the whole split)
+            ) -> float:                       # nats per token
     "Mean loss per token over validation batches of `data`."
     was_training = model.training; model.eval()
     total, count = 0.0, 0
@@ -59,8 +74,15 @@ def evaluate(model, data, seq_len: int, batch_size: int, device, precision='32',
     return total / max(count, 1)
 
 @torch.no_grad()
-def evaluate_task(model, data: SyntheticData, seq_len: int, batch_size: int, device, precision='32', n_batches: int = 20,
-                  seed: int = 0) -> tuple[float, float]:
+def evaluate_task(model,                    # the model
+                  data: SyntheticData,      # the synthetic task
+                  seq_len: int,             # tokens per sequence
+                  batch_size: int,          # sequences per batch
+                  device,                   # where the model is
+                  precision='32',           # '32', 'bf16' or '16'
+                  n_batches: int = 20,      # validation batches
+                  seed: int = 0,            # run seed
+                 ) -> tuple[float, float]:  # (loss in nats per answer token, accuracy)
     "(mean loss, accuracy) over the answer positions of `n_batches` fixed validation batches of a synthetic task."
     was_training = model.training; model.eval()
     total, correct, count = 0.0, 0, 0
@@ -74,7 +96,9 @@ def evaluate_task(model, data: SyntheticData, seq_len: int, batch_size: int, dev
     return total / max(count, 1), correct / max(count, 1)
 
 # %% ../nbs/40_train.ipynb #faa675e1
-def new_run_dir(root, name: str | None = None) -> Path:
+def new_run_dir(root,                     # folder of run directories
+                name: str | None = None,  # run name (None: the next free version_N)
+               ) -> Path:
     "A fresh run directory under `root`: `name`, or the next free `version_N`."
     root = Path(root)
     if name:
@@ -91,7 +115,8 @@ def _versions(root: Path) -> list[Path]:
     found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
     return [p for _, p in sorted(found)]
 
-def resume_point(t: TrainerConfig) -> tuple[Path, Path, dict]:
+def resume_point(t: TrainerConfig,  # resume, default_root_dir and run_name
+                ) -> tuple[Path, Path, dict]:
     "(run dir, checkpoint path, checkpoint) that `t.resume` names; `UsageError` if there is none to resume."
     root, r = Path(t.default_root_dir), t.resume
     if r.lower() in ('last', 'true', 'latest'):
@@ -110,7 +135,10 @@ def resume_point(t: TrainerConfig) -> tuple[Path, Path, dict]:
 # %% ../nbs/40_train.ipynb #b55fd92a
 class MetricsLog:
     "Appends metric dicts to `metrics.jsonl` and TensorBoard (when a run dir is given) and keeps them in memory."
-    def __init__(self, run_dir=None, tensorboard: bool = True, resume_step: int | None = None):
+    def __init__(self, run_dir=None,              # where metrics.jsonl and the TensorBoard files go (None: memory only)
+                 tensorboard: bool = True,        # also write TensorBoard event files
+                 resume_step: int | None = None,  # drop rows logged after this step (a resumed run)
+                ):
         self.path, self.rows, self.tb = (Path(run_dir) / 'metrics.jsonl' if run_dir else None), [], None
         if self.path and resume_step is not None and self.path.exists():  # drop what was logged after the checkpoint
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
@@ -121,7 +149,8 @@ class MetricsLog:
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(str(run_dir), purge_step=resume_step)
             except ImportError: pass  # tensorboard is optional
-    def log(self, **row):
+    def log(self, **row,  # step and metrics
+           ):
         self.rows.append(row)
         if self.path:
             with open(self.path, 'a') as f: f.write(json.dumps(row) + '\n')
@@ -136,7 +165,10 @@ TB_NAMES = {'loss': 'train/loss', 'lr': 'train/lr', 'grad_norm': 'train/grad_nor
             'skipped_steps': 'train/skipped_steps', 'seq_len': 'train/seq_len', 'val_acc': 'val/acc'}
 
 # %% ../nbs/40_train.ipynb #a6ed1ce3
-def plot_losses(rows: list[dict], path=None, title: str = ''):
+def plot_losses(rows: list[dict],  # metric rows, with step and loss or val_loss
+                path=None,         # PNG file to save (None: don't save)
+                title: str = '',   # the plot's title
+               ):
     "Train and validation loss against step; saved to `path` as PNG if given. Returns the figure."
     import matplotlib
     if path is not None and not _in_notebook(): matplotlib.use('Agg')
@@ -160,18 +192,18 @@ def _in_notebook() -> bool:
 @dataclass
 class TrainResult:
     "What a finished run reports."
-    run_dir: Path | None
-    steps: int
-    train_loss: float
-    val_loss: float | None
-    tokens_per_sec: float
-    peak_mem_mb: float
-    n_params: int
-    checkpoint: Path | None = None
-    plot: Path | None = None
-    metrics: list = field(default_factory=list, repr=False)
-    mfu: float | None = None
-    val_acc: float | None = None   # synthetic tasks: accuracy on the answers
+    run_dir: Path | None            # where the run wrote (None: fast_dev_run)
+    steps: int                      # optimizer steps taken
+    train_loss: float               # last logged training loss
+    val_loss: float | None          # last validation loss
+    tokens_per_sec: float           # training throughput
+    peak_mem_mb: float              # peak memory, MiB
+    n_params: int                   # parameters of the model
+    checkpoint: Path | None = None  # last checkpoint written
+    plot: Path | None = None        # loss.png, if drawn
+    metrics: list = field(default_factory=list, repr=False)  # every logged row
+    mfu: float | None = None        # model FLOPs utilisation, 0..1 (measured peak)
+    val_acc: float | None = None    # synthetic tasks: accuracy on the answers
 
     def summary(self) -> str:
         lines = [f"steps {self.steps} | train loss {self.train_loss:.4f} | "
@@ -186,12 +218,18 @@ class TrainResult:
         return '\n'.join(lines)
 
 # %% ../nbs/40_train.ipynb #08ef5362
-def resolve_precision(t: TrainerConfig, device: torch.device) -> str:
+def resolve_precision(t: TrainerConfig,      # precision and use_fp16
+                      device: torch.device,  # where the run computes
+                     ) -> str:               # '32', 'bf16' or '16'
     "The precision to run: `precision`, or fp16 from seed 001's `use_fp16` where the device has it."
     if t.use_fp16 and t.precision == '32': return '16' if device.type == 'cuda' else '32'
     return check_precision(device, t.precision)
 
-def setup(cfg: Config, tokens: TokenData | None = None, model: LM | None = None, dist: Dist | None = None):
+def setup(cfg: Config,                      # the run's config
+          tokens: TokenData | None = None,  # data to use instead of the configured data
+          model: LM | None = None,          # model to use instead of building one
+          dist: Dist | None = None,         # this process's place in the run (None: one process)
+         ):
     "Device, precision, data and model for `cfg` (or `model`); raises `UsageError` on bad input before anything is written."
     dist = dist or Dist(device=get_device(cfg.trainer.accelerator))
     cfg = resolve_batch(cfg, dist.world_size)
@@ -215,14 +253,17 @@ def setup(cfg: Config, tokens: TokenData | None = None, model: LM | None = None,
     if dist.world_size > 1: torch.manual_seed(t.seed + 1 + dist.rank)  # same weights on every rank, own dropout
     return cfg, device, precision, tokens, model
 
-def stages(cfg: Config) -> list[tuple[int, int, int]]:
+def stages(cfg: Config,  # seq_len, max_steps and curriculum
+          ) -> list[tuple[int, int, int]]:
     "(seq_len, first step, end step) of each curriculum stage; one stage without a curriculum."
     if not cfg.trainer.curriculum: return [(cfg.data.seq_len, 0, cfg.trainer.max_steps)]
     out, start = [], 0
     for seq_len, n in parse_curriculum(cfg.trainer.curriculum): out.append((seq_len, start, start + n)); start += n
     return out
 
-def kernel_report(m, device) -> str:
+def kernel_report(m,       # a resolved `ModelConfig`
+                  device,  # where the model runs
+                 ) -> str:
     "Which implementation each kernel's 'auto' (or the configured impl) runs on `device`, as one line."
     from longctx_nb.blocks.mamba import kernel_backends
     from longctx_nb.kernels.attention import auto_impl
@@ -246,7 +287,11 @@ def _plain(cfg, state: dict) -> LM:
     m = LM(cfg); m.load_state_dict(state); return m
 
 # %% ../nbs/40_train.ipynb #536ae8ae
-def train(cfg: Config, tokens: TokenData | None = None, quiet: bool = False, model: LM | None = None) -> TrainResult:
+def train(cfg: Config,                      # the run's config
+          tokens: TokenData | None = None,  # data to use instead of the configured data
+          quiet: bool = False,              # no progress bar or log lines
+          model: LM | None = None,          # model to use instead of building one
+         ) -> TrainResult:
     "Train as `cfg` says; returns a `TrainResult`. `tokens` replaces the configured data, `model` the configured model."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
     try: return _train(cfg, tokens, quiet, model, dist)
