@@ -335,7 +335,7 @@ def _field_of(key: str):
     s, name = key.split('.', 1)
     return SECTIONS[s], next(f for f in fields(SECTIONS[s]) if f.name == name)
 
-def apply_overrides(cfg: Config,      # left unchanged
+def apply_overrides(cfg: Config,      # the config to start from (not modified)
                     overrides: dict,  # dotted key (or alias) -> value
                    ) -> Config:
     "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."

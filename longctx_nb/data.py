@@ -440,7 +440,7 @@ class TokenData:
         return f"TokenData({self.source!r}: {len(self.train):,} train / {nv:,} val tokens, vocab {self.vocab_size}, tokenizer {tok})"
 
 # %% ../nbs/02_data.ipynb #0cfe4b15
-def cache_root(cfg: DataConfig,  # its cache_dir
+def cache_root(cfg: DataConfig,  # the data section; its cache_dir comes first
               ) -> Path:
     "Where prepared corpora are cached: data.cache_dir, else $LONGCTX_CACHE, else ~/.cache/longctx_nb."
     return Path(cfg.cache_dir or os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
@@ -500,7 +500,7 @@ def _check_lengths(td: TokenData, seq_len: int):
                          "--data.val_fraction or more data.")
 
 def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', task and task knobs
-                   vocab_size: int | None = None,  # the model's vocabulary, to check against (None: the task's)
+                   vocab_size: int | None = None,  # the model's vocabulary, to check against (None: no check)
                   ) -> SyntheticData:
     "The synthetic task `cfg.task` (dataset_name='synthetic'), checked against seq_len and the model's `vocab_size`."
     sd = synthetic_from_config(cfg)
