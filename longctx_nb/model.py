@@ -100,7 +100,7 @@ def create_model(vocab_size: int,                   # ids in the vocabulary
                  block_type: str = 'vanilla',       # block name or alias
                  block_kwargs: dict | None = None,  # other `ModelConfig` fields
                  **kwargs,                          # more `ModelConfig` fields
-                ) -> LM:
+                ) -> LM:                            # a new model: random init, on the CPU
     "An `LM` of size preset `num_params` built from block `block_type`; other `ModelConfig` fields in `block_kwargs`/`kwargs`."
     ov = {'model.vocab_size': vocab_size, 'model.num_params': num_params, 'model.block': block_type}
     for k, v in {**(block_kwargs or {}), **kwargs}.items():

@@ -211,10 +211,10 @@ class SyntheticData:
 
     def __repr__(self): return f"SyntheticData({self.source!r}, {', '.join(f'{k}={v}' for k, v in self.params.items())})"
 
-def synthetic_data(task: str,     # a key of `TASKS`
-                   seq_len: int,  # tokens per sequence, checked against the parameters
-                   **params,      # the task's parameters (see `task_params`)
-                  ) -> SyntheticData:
+def synthetic_data(task: str,          # a key of `TASKS`
+                   seq_len: int,       # tokens per sequence, checked against the parameters
+                   **params,           # the task's parameters (see `task_params`)
+                  ) -> SyntheticData:  # the task, its parameters checked against seq_len
     "A checked `SyntheticData`: bad parameters raise `UsageError` here, before any training."
     sd = SyntheticData(task, task_params(task, **params))
     sd.batch(1, seq_len, 0)       # the generator checks its parameters against seq_len
