@@ -9,7 +9,8 @@ Otherwise, for every notebook in nbs/ (recursively, skipping names that start wi
    `#| hide`, show_doc cells, `#| exports`, doc links, ...) and write it to _proc/;
 3. do what Quarto would do with the cell options left for it (`echo`, `output`, `include`, `eval`, fenced
    divs) and convert it to HTML with nbconvert's `HTMLExporter` (lab template, images embedded as PNG),
-   adding a left sidebar with the notebooks grouped by number range and rewriting links to notebooks.
+   adding a left sidebar with the notebooks grouped by number range (the tutorials in nbs/tutorials/ first) and
+   rewriting links to notebooks.
 
 Executed notebooks in _proc/ are reused while they are newer than their notebook and the package
 (`--force` rebuilds all). Usage: `python .ci/docs.py [--force] [--no-quarto] [--workers N] [NAMES...]`.
@@ -21,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NBS, PROC, DOCS, LIB = ROOT / 'nbs', ROOT / '_proc', ROOT / '_docs', ROOT / 'longctx_nb'
 
-SECTIONS = [(0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'),
+TUTORIALS = 'tutorials'  # nbs/tutorials/: the tutorials, listed first in the sidebar
+SECTIONS = [(None, 'Tutorials'), (0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'),
             (50, 'Evaluation'), (60, 'Benchmarks'), (70, 'CLI')]
 
 def notebooks(names=()):
@@ -31,10 +33,13 @@ def notebooks(names=()):
     return nbs
 
 def section(nb: Path):
+    "The sidebar section of a notebook: 'Tutorials' for those in nbs/tutorials/, else by its number."
+    parts = nb.relative_to(NBS).parts
+    if len(parts) > 1 and parts[0] == TUTORIALS: return 'Tutorials'
     m = re.match(r'(\d+)_', nb.name)
     if not m: return None
     n = int(m.group(1))
-    return next((name for lo, name in reversed(SECTIONS) if n >= lo), None)
+    return next((name for lo, name in reversed(SECTIONS) if lo is not None and n >= lo), None)
 
 def html_name(nb: Path) -> str: return nb.relative_to(NBS).with_suffix('.html').as_posix()
 
