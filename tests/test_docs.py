@@ -69,9 +69,10 @@ def dump_dom(exe, page: Path) -> str:
     return p.stdout
 
 def n_plots(nb: Path) -> int:
-    "Images among the executed notebook's outputs."
+    "Images among the executed notebook's outputs, in cells whose output the page shows (not `#| output: false`)."
     cells = json.loads((PROC / nb.relative_to(NBS)).read_text())['cells']
-    return sum('image/png' in o.get('data', {}) for c in cells for o in c.get('outputs', []))
+    hidden = lambda c: re.search(r'^#\|\s*(output|include):\s*false', ''.join(c.get('source', '')), re.M)
+    return sum('image/png' in o.get('data', {}) for c in cells if not hidden(c) for o in c.get('outputs', []))
 
 def test_docs_site(site, tmp_path):
     exe = chromium()
