@@ -9,19 +9,22 @@ Otherwise, for every notebook in nbs/ (recursively, skipping names that start wi
    `#| hide`, show_doc cells, `#| exports`, doc links, ...) and write it to _proc/;
 3. do what Quarto would do with the cell options left for it (`echo`, `output`, `include`, `eval`, fenced
    divs) and convert it to HTML with nbconvert's `HTMLExporter` (lab template, images embedded as PNG),
-   adding a left sidebar with the notebooks grouped by number range and rewriting links to notebooks.
+   adding a left sidebar with the notebooks grouped by number range (the tutorials in nbs/tutorials/ first) and
+   rewriting links to notebooks.
 
 Executed notebooks in _proc/ are reused while they are newer than their notebook and the package
 (`--force` rebuilds all). Usage: `python .ci/docs.py [--force] [--no-quarto] [--workers N] [NAMES...]`.
 """
-import argparse, copy, html, json, os, re, shutil, subprocess, sys, time
+import argparse, copy, html, json, os, posixpath, re, shutil, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS, PROC, DOCS, LIB = ROOT / 'nbs', ROOT / '_proc', ROOT / '_docs', ROOT / 'longctx_nb'
 
-SECTIONS = [(0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'), (42, 'Distributed'),
+TUTORIALS = 'tutorials'  # nbs/tutorials/: the tutorials, listed first in the sidebar
+SECTIONS = [(None, 'Tutorials'), (0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'),
+            (42, 'Distributed'),
             (50, 'Evaluation'), (60, 'Benchmarks'), (70, 'CLI')]
 
 def notebooks(names=()):
@@ -31,10 +34,13 @@ def notebooks(names=()):
     return nbs
 
 def section(nb: Path):
+    "The sidebar section of a notebook: 'Tutorials' for those in nbs/tutorials/, else by its number."
+    parts = nb.relative_to(NBS).parts
+    if len(parts) > 1 and parts[0] == TUTORIALS: return 'Tutorials'
     m = re.match(r'(\d+)_', nb.name)
     if not m: return None
     n = int(m.group(1))
-    return next((name for lo, name in reversed(SECTIONS) if n >= lo), None)
+    return next((name for lo, name in reversed(SECTIONS) if lo is not None and n >= lo), None)
 
 def html_name(nb: Path) -> str: return nb.relative_to(NBS).with_suffix('.html').as_posix()
 
@@ -109,16 +115,19 @@ def frontmatter(nb):
 SITE = None  # the published site's address (doc_host + doc_baseurl from settings.ini)
 
 def link_target(url: str, here: Path, outmap: dict):
-    """Rewrite links to notebooks (`nbs/30_model.ipynb`, `30_model.ipynb`) and nbdev's doc links to the published
+    """Rewrite links to notebooks (`30_model.ipynb` or `../30_model.ipynb`, relative to the notebook `here`;
+    `nbs/30_model.ipynb` from the repository root, as the README has them) and nbdev's doc links to the published
     site (`{doc_host}{doc_baseurl}/model.html#x`, Quarto's `output-file` names) to the local pages."""
-    if url.startswith(SITE): url = url[len(SITE):]
+    rooted = url.startswith(SITE)   # a path from the site's root, not from this notebook's folder
+    if rooted: url = url[len(SITE):]
     elif re.match(r'^[a-z]+:|^#|^/', url): return url
     path, _, frag = url.partition('#')
-    if path.startswith('nbs/'): path = path[4:]
+    if path.startswith('nbs/'): path, rooted = path[4:], True
     if path.endswith('.ipynb'): path = path[:-6] + '.html'
-    path = outmap.get(path, path)
-    depth = len(here.relative_to(NBS).parts) - 1
-    if path and depth and not url.startswith('../'): path = '../' * depth + path
+    folder = here.parent.relative_to(NBS).as_posix()   # '.' for a notebook at the top of nbs/
+    if path:
+        from_root = path if rooted else posixpath.normpath(posixpath.join(folder, path))
+        path = posixpath.relpath(outmap.get(from_root, from_root), folder)
     return path + ('#' + frag if frag else '')
 
 _re_link = re.compile(r'\]\(([^)\s]+)\)(\{[^}\n]*\})?')  # markdown link, with Quarto's `{target=...}` attributes

@@ -9,7 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS, DOCS, PROC = ROOT / 'nbs', ROOT / '_docs', ROOT / '_proc'
-PLOTTED = ['12_attention', '40_train']  # notebooks known to draw plots
+PLOTTED = ['12_attention', '40_train', '01_first_model', '03_choosing_a_block']  # notebooks known to draw plots
+# Pages that the tutorials link to while their notebooks are written on other branches: a link to one is not
+# checked until its notebook exists in nbs/ (then it is, like every link). Remove names once they have landed.
+PENDING = {'50_evals', '51_report'}
 BROWSER_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
                  '--disable-background-networking', '--disable-component-update', '--disable-sync']
 
@@ -66,9 +69,10 @@ def dump_dom(exe, page: Path) -> str:
     return p.stdout
 
 def n_plots(nb: Path) -> int:
-    "Images among the executed notebook's outputs."
+    "Images among the executed notebook's outputs, in cells whose output the page shows (not `#| output: false`)."
     cells = json.loads((PROC / nb.relative_to(NBS)).read_text())['cells']
-    return sum('image/png' in o.get('data', {}) for c in cells for o in c.get('outputs', []))
+    hidden = lambda c: re.search(r'^#\|\s*(output|include):\s*false', ''.join(c.get('source', '')), re.M)
+    return sum('image/png' in o.get('data', {}) for c in cells if not hidden(c) for o in c.get('outputs', []))
 
 def test_docs_site(site, tmp_path):
     exe = chromium()
@@ -93,6 +97,8 @@ def test_docs_site(site, tmp_path):
             u = urlparse(href)
             if u.scheme in ('http', 'https', 'mailto', 'data', 'javascript') or (not u.path and u.fragment): continue
             target = (pages[nb].parent / unquote(u.path)).resolve() if u.scheme != 'file' else Path(unquote(u.path))
+            if not target.exists() and target.suffix == '.html' and target.stem in PENDING and \
+                    not any(n.stem == target.stem for n in nbs): continue
             assert target.is_file() and site.resolve() in target.parents, f'{nb.name}: broken link {href!r}'
     # the index's sidebar reaches every numbered notebook's page
     index = Page(); index.feed(doms[NBS / 'index.ipynb'])
