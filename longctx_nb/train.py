@@ -250,8 +250,15 @@ def setup(cfg: Config,                      # the run's config
     seed_everything(t.seed)
     if model is not None: cfg = apply_overrides(cfg, {f'model.{k}': v for k, v in vars(model.cfg).items()})
     model = (model or LM(cfg.model)).to(device)
+    _probe(model, device, precision)  # a kernel that cannot run here fails now, before anything is written
     if dist.world_size > 1: torch.manual_seed(t.seed + 1 + dist.rank)  # same weights on every rank, own dropout
     return cfg, device, precision, tokens, model
+
+def _probe(model: LM, device, precision: str):
+    "One tiny forward and backward, so that a kernel that cannot run on `device` raises its `UsageError` at once."
+    x = torch.zeros(1, 2 * model.cfg.attn_block_size, dtype=torch.long, device=device)
+    with autocast(device, precision): loss = model(x).float().mean()
+    loss.backward(); model.zero_grad(set_to_none=True)
 
 def stages(cfg: Config,  # seq_len, max_steps and curriculum
           ) -> list[tuple[int, int, int]]:

@@ -137,12 +137,13 @@ BAD = {  # args -> a phrase the error must contain
                      'valid choices: passkey, associative_recall, copy, induction_heads, selective_copy'),
     'task_too_long': (['--data.dataset_name=synthetic', '--data.task=associative_recall', '--data.num_pairs=30',
                        '--data.seq_len=64'], 'num_pairs <= 21'),
+    'kernel_not_built': (['--model.block=mamba', '--model.scan_impl=cuda'], 'needs mamba-ssm'),  # found before the run dir is made
 }
 
 @pytest.mark.parametrize('case', list(BAD))
 def test_bad_input(bindir, tmp_path, case):
     "One paragraph naming the problem, exit code 2, no traceback, nothing written."
-    if case == 'cuda_without_gpu':
+    if case in ('cuda_without_gpu', 'kernel_not_built'):
         import torch
         if torch.cuda.is_available(): pytest.skip('this machine has a GPU')
     _tokens(tmp_path)
