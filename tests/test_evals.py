@@ -66,3 +66,33 @@ def test_bad_input(bindir, copy_run, tmp_path, case):
     assert phrase in p.stderr, p.stderr
     assert 'Traceback' not in p.stderr and p.stderr.startswith('longctx_eval: error:')
     assert not out.exists()
+
+SMALL_MODEL = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--model.window_size=16',
+               '--model.chunk_size=16', '--data.copy_len=4']
+
+def test_compare_and_report(bindir, tmp_path):
+    "longctx_compare: two blocks, the same budget, one report; then longctx_report on one of its runs."
+    out = tmp_path / 'cmp'
+    p = run([bindir / 'longctx_compare'], '--blocks', 'vanilla', 'mamba', '--task', 'copy', '--max_steps', 5, '--seq_len', 32,
+            '--eval_lengths', 32, 64, '--n_samples', 8, '--device', 'cpu', *SMALL_MODEL, '--output_dir', out, check=0)
+    md = (out / 'report.md').read_text()
+    assert '| block | layers | params | tokens/s | peak MiB | val loss | acc@32 | acc@64 |' in md and '| mamba | 2 |' in md
+    settings = json.loads((out / 'report.json').read_text())['settings']
+    assert settings['overrides']['model.window_size'] == '16' and settings['max_steps'] == 5
+    assert all((out / f).stat().st_size > 5000 for f in ('loss.png', 'lengths.png'))
+    assert 'wrote' in p.stdout
+    p = run([bindir / 'longctx_report'], f'--checkpoint_path={out / "runs" / "mamba"}', '--output_dir', tmp_path / 'one',
+            '--max_len', 64, '--n_samples', 4, '--device', 'cpu', check=0)
+    assert '## copy_recall' in (tmp_path / 'one' / 'report.md').read_text()
+    assert (tmp_path / 'one' / 'mamba_passkey.png').exists()
+
+@pytest.mark.parametrize('args,phrase', [
+    (['--blocks', 'vanilla', 'transformerxl'], "unknown block 'transformerxl'"),
+    (['--task', 'retrieval'], "unknown --task 'retrieval'"),
+    (['--model.windw_size=3'], "Did you mean 'model.window_size'"),
+    (['--eval_lengths', '4', '--task', 'copy'], 'does not fit in seq_len=4'),
+])
+def test_compare_bad_input(bindir, tmp_path, args, phrase):
+    out = tmp_path / 'cmp'
+    p = run([bindir / 'longctx_compare'], *args, '--output_dir', out, check=2)
+    assert phrase in p.stderr and 'Traceback' not in p.stderr and not out.exists(), p.stderr
