@@ -1,0 +1,98 @@
+"""End to end: `longctx_eval`, `python -m longctx_nb.evals` and `longctx_compare` as a user runs them, in subprocesses."""
+import json, subprocess, sys
+from pathlib import Path
+import pytest
+
+TINY = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--trainer.enable_progress_bar=false',
+        '--trainer.tensorboard=false', '--trainer.plot=false']
+
+def run(cmd, *args, cwd=None, check=None):
+    p = subprocess.run([*map(str, cmd), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+    if check is not None: assert p.returncode == check, f'exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}'
+    return p
+
+@pytest.fixture(scope='module')
+def copy_run(bindir, tmp_path_factory):
+    "A vanilla model trained on the copy task at seq_len 32 (about 5 s)."
+    root = tmp_path_factory.mktemp('runs')
+    run([bindir / 'longctx_train'], '--data.dataset_name=synthetic', '--data.task=copy', '--data.copy_len=8', '--data.seq_len=32',
+        '--data.batch_size=32', '--trainer.max_steps=150', '--trainer.learning_rate=3e-3', '--trainer.warmup_steps=10',
+        '--trainer.eval_interval=0', *TINY, f'--trainer.default_root_dir={root}', '--trainer.run_name=copy', check=0)
+    return root / 'copy'
+
+def test_trained_model_beyond_its_length(bindir, copy_run, tmp_path):
+    "Seed 002's flags: the copy model keeps copying at 4x its training length; JSON and PNG are written."
+    out = tmp_path / 'eval'
+    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--seq_len', 32, '--max_len', 128, '--block', 'vanilla',
+            '--device', 'cpu', f'--checkpoint_path={copy_run}', '--n_samples', 16, '--output_dir', out, check=0)
+    r = json.loads((out / 'vanilla_copy_recall.json').read_text())
+    assert r['lengths'] == [32, 64, 128] and r['train_seq_len'] == 32 and r['trained_on'] == 'copy'
+    assert min(r['tasks']['copy']['accuracy']) > 0.9, r['tasks']
+    assert (out / 'vanilla_copy_recall.png').stat().st_size > 5000
+    assert 'copy' in p.stdout and 'WARNING' not in p.stderr
+    # --pretrained_model (seed 002's spelling), a checkpoint file, and python -m
+    ckpt = sorted((copy_run / 'checkpoints').glob('step_*.pt'))[-1]
+    p = run([sys.executable, '-m', 'longctx_nb.evals'], '--task', 'passkey', f'--pretrained_model={ckpt}', '--lengths', 32, 64,
+            '--depths', 0, 1, '--n_samples', 4, '--device', 'cpu', check=0)
+    assert 'passkey (tokens)' in p.stdout and 'step 150' in p.stdout
+
+def test_untrained_model_warns(bindir, tmp_path):
+    "Without a checkpoint: an untrained tiny model, with a warning that the results are chance level."
+    p = run([bindir / 'longctx_eval'], '--task', 'passkey', '--seq_len', 128, '--max_len', 256, '--block', 'mamba',
+            '--depths', 0.5, '--n_samples', 2, '--device', 'cpu', '--output_dir', tmp_path, check=0)
+    assert 'UNTRAINED mamba' in p.stderr and 'chance level' in p.stderr
+    r = json.loads((tmp_path / 'mamba_passkey.json').read_text())
+    assert (r['lengths'], r['mode'], r['trained']) == ([128, 256], 'text', False)
+
+BAD = {  # args -> phrase the error must contain
+    'block_differs': (['--task', 'passkey', '--block', 'mamba', '--checkpoint_path={run}'], '--block=mamba does not match the model'),
+    'vocab_differs': (['--task', 'copy_recall', '--vocab_size', '256', '--checkpoint_path={run}'], '--vocab_size=256 does not match'),
+    'max_len_below_seq_len': (['--task', 'drift_curve', '--seq_len', '256', '--max_len', '128'], '--max_len=128 is below --seq_len=256'),
+    'passkey_does_not_fit': (['--task', 'passkey', '--seq_len', '64'], 'does not fit in a sequence of 64 tokens'),
+    'passkey_ids_do_not_fit': (['--task', 'passkey', '--checkpoint_path={run}', '--passkey_len', '20'], 'passkey_len=20 digits does not fit'),
+    'unknown_task': (['--task', 'retrieval'], "unknown --task 'retrieval'; valid choices: passkey, copy_recall, drift_curve, perplexity"),
+    'missing_checkpoint': (['--checkpoint_path', 'nowhere/run'], 'does not exist'),
+    'synthetic_model_has_no_text': (['--task', 'perplexity', '--checkpoint_path={run}'], "trained on the synthetic task 'copy'"),
+    'unknown_flag': (['--tsak', 'passkey'], 'unrecognized arguments: --tsak'),
+}
+
+@pytest.mark.parametrize('case', list(BAD))
+def test_bad_input(bindir, copy_run, tmp_path, case):
+    "One paragraph naming the problem, exit code 2, no traceback, nothing written."
+    args, phrase = BAD[case]
+    out = tmp_path / 'out'
+    p = run([bindir / 'longctx_eval'], *[a.replace('{run}', str(copy_run)) for a in args], '--device', 'cpu',
+            '--output_dir', out, cwd=tmp_path, check=2)
+    assert phrase in p.stderr, p.stderr
+    assert 'Traceback' not in p.stderr and p.stderr.startswith('longctx_eval: error:')
+    assert not out.exists()
+
+SMALL_MODEL = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--model.window_size=16',
+               '--model.chunk_size=16', '--data.copy_len=4']
+
+def test_compare_and_report(bindir, tmp_path):
+    "longctx_compare: two blocks, the same budget, one report; then longctx_report on one of its runs."
+    out = tmp_path / 'cmp'
+    p = run([bindir / 'longctx_compare'], '--blocks', 'vanilla', 'mamba', '--task', 'copy', '--max_steps', 5, '--seq_len', 32,
+            '--eval_lengths', 32, 64, '--n_samples', 8, '--device', 'cpu', *SMALL_MODEL, '--output_dir', out, check=0)
+    md = (out / 'report.md').read_text()
+    assert '| block | layers | params | tokens/s | peak MiB | val loss | acc@32 | acc@64 |' in md and '| mamba | 2 |' in md
+    settings = json.loads((out / 'report.json').read_text())['settings']
+    assert settings['overrides']['model.window_size'] == '16' and settings['max_steps'] == 5
+    assert all((out / f).stat().st_size > 5000 for f in ('loss.png', 'lengths.png'))
+    assert 'wrote' in p.stdout
+    p = run([bindir / 'longctx_report'], f'--checkpoint_path={out / "runs" / "mamba"}', '--output_dir', tmp_path / 'one',
+            '--max_len', 64, '--n_samples', 4, '--device', 'cpu', check=0)
+    assert '## copy_recall' in (tmp_path / 'one' / 'report.md').read_text()
+    assert (tmp_path / 'one' / 'mamba_passkey.png').exists()
+
+@pytest.mark.parametrize('args,phrase', [
+    (['--blocks', 'vanilla', 'transformerxl'], "unknown block 'transformerxl'"),
+    (['--task', 'retrieval'], "unknown --task 'retrieval'"),
+    (['--model.windw_size=3'], "Did you mean 'model.window_size'"),
+    (['--eval_lengths', '4', '--task', 'copy'], 'does not fit in seq_len=4'),
+])
+def test_compare_bad_input(bindir, tmp_path, args, phrase):
+    out = tmp_path / 'cmp'
+    p = run([bindir / 'longctx_compare'], *args, '--output_dir', out, check=2)
+    assert phrase in p.stderr and 'Traceback' not in p.stderr and not out.exists(), p.stderr
