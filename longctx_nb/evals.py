@@ -29,7 +29,7 @@ __all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'Evaluated', 'load_
 @dataclass
 class Evaluated:
     "A model to evaluate and what is known about its training."
-    model: LM
+    model: LM                    # the model, in eval mode on its device
     config: Config | None        # the training config; None for an exported model without its run's config.json
     source: str                  # where it came from, for the report
     trained: bool = True         # False: a freshly initialised model (chance-level results)
@@ -62,8 +62,9 @@ def _from_checkpoint(path: Path, ck: dict, device) -> Evaluated:
     model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model'])
     return Evaluated(model.to(device).eval(), _config(ck['config'], str(path)), str(path), step=ck.get('step'))
 
-def load_for_eval(path, # a checkpoint .pt, a run directory or an exported model folder
-                  device='cpu') -> Evaluated:
+def load_for_eval(path,          # a checkpoint .pt, a run directory or an exported model folder
+                  device='cpu',  # the torch device (or its name) to load onto
+                 ) -> Evaluated:
     "The model at `path` in eval mode, with its training config when it is known."
     p = Path(path).expanduser()
     if not p.exists():
@@ -80,13 +81,21 @@ def load_for_eval(path, # a checkpoint .pt, a run directory or an exported model
     cfg = _config(json.loads(cfg_file.read_text()), str(cfg_file)) if cfg_file.is_file() else None
     return Evaluated(load_model(d, device).eval(), cfg, str(d / 'model.safetensors'))
 
-def fresh_model(block: str = 'vanilla', vocab_size: int = 256, size: str = 'tiny', seed: int = 0, device='cpu') -> Evaluated:
+def fresh_model(block: str = 'vanilla',  # the block (any name `canonical_block` accepts)
+                vocab_size: int = 256,   # ids in the vocabulary
+                size: str = 'tiny',      # a size preset (model.num_params)
+                seed: int = 0,           # seed of the initial weights
+                device='cpu',            # the torch device (or its name) to run on
+               ) -> Evaluated:
     "A freshly initialised `size` model of `block`: the chance-level baseline."
     cfg = apply_overrides(Config(), {'model.block': block, 'model.num_params': size, 'model.vocab_size': vocab_size})
     seed_everything(seed)
     return Evaluated(LM(cfg.model).to(device).eval(), cfg, f'untrained {canonical_block(block)} ({size})', trained=False)
 
-def check_flags(ev: Evaluated, block: str | None = None, vocab_size: int | None = None):
+def check_flags(ev: Evaluated,                  # the model to check the flags against
+                block: str | None = None,       # --block, if given
+                vocab_size: int | None = None,  # --vocab_size, if given
+               ):
     "Refuse flags that contradict the model: a different block or vocabulary than the checkpoint's."
     if block is not None and canonical_block(block) != ev.block:
         raise UsageError(f"--block={block} does not match the model in {ev.source}, which is a {ev.block!r} model; "
@@ -96,7 +105,8 @@ def check_flags(ev: Evaluated, block: str | None = None, vocab_size: int | None 
                          f"vocab_size={ev.vocab_size}; leave --vocab_size out (it is read from the checkpoint).")
 
 # %% ../nbs/50_evals.ipynb #1a09c8b6
-def token_bytes(tokenizer) -> np.ndarray | None:
+def token_bytes(tokenizer,  # the corpus tokenizer (byte or BPE), or None
+               ) -> np.ndarray | None:  # indexed by token id
     "UTF-8 bytes of the text each token id stands for (special tokens: 0); None without a tokenizer."
     if tokenizer is None: return None
     if tokenizer.name == 'byte': return np.ones(256, np.int64)
@@ -105,8 +115,13 @@ def token_bytes(tokenizer) -> np.ndarray | None:
     return np.array([0 if (s := tok.id_to_token(i)) in special else len(s) for i in range(tok.get_vocab_size())], np.int64)
 
 @torch.no_grad()
-def perplexity(model, tokens: TokenData, seq_len: int, batch_size: int = 8, device='cpu', precision='32',
-               max_batches: int | None = None, # None: the whole validation split
+def perplexity(model,                           # the language model, in eval mode
+               tokens: TokenData,               # a dataset with a validation split
+               seq_len: int,                    # tokens per window
+               batch_size: int = 8,             # sequences per forward pass
+               device='cpu',                    # the torch device (or its name) to run on
+               precision='32',                  # '32', 'bf16' or '16'
+               max_batches: int | None = None,  # None: the whole validation split
               ) -> dict:
     "Loss, perplexity and bits per byte (or per token) on `tokens.val` in windows of `seq_len`."
     device = torch.device(device)
@@ -125,12 +140,15 @@ FILLER = ['The grass is green. ', 'The sky is blue. ', 'The sun is yellow. ', 'H
 
 class TextPasskey:
     "The passkey test in words through `tokenizer`: filler, the key line at a depth, the question, the answer."
-    def __init__(self, tokenizer, passkey_len: int = 5):
+    def __init__(self, tokenizer,       # encodes the words (byte or BPE)
+                 passkey_len: int = 5,  # digits of the key
+                ):
         self.tok, self.passkey_len = tokenizer, passkey_len
         self.sentences = [tokenizer.encode(s) for s in FILLER]
         self.question = tokenizer.encode('What is the pass key? The pass key is')
 
-    def parts(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+    def parts(self, key: str,  # the passkey digits
+             ) -> tuple[np.ndarray, np.ndarray]:  # (key line ids, answer ids)
         "The key line's ids and the answer's ids for passkey `key`."
         line = self.tok.encode(f'The pass key is {key}. Remember it. {key} is the pass key. ')
         return line, self.tok.encode(f' {key}')
@@ -164,7 +182,11 @@ class TextPasskey:
         return np.stack(xs).astype(np.int64), np.stack(ys).astype(np.int64)
 
 # %% ../nbs/50_evals.ipynb #35b1d1c4
-def passkey_generator(ev: Evaluated, passkey_len: int | None = None, task_vocab_size: int | None = None, tokenizer=None):
+def passkey_generator(ev: Evaluated,                       # the model to test
+                      passkey_len: int | None = None,      # digits of the key (default: the training task's, else 5)
+                      task_vocab_size: int | None = None,  # vocabulary of the id passkey (default: the training task's, else at most 64)
+                      tokenizer=None,                      # the text tokenizer (default: bytes)
+                     ):
     "(generator, mode, chance of an exact match) of the passkey test that fits `ev`'s training: 'tokens' or 'text'."
     if ev.synthetic_task is not None or (tokenizer is None and ev.vocab_size != 256):  # ids; 256: the byte tokenizer
         trained = task_from_config(ev.config.data).params if ev.synthetic_task == 'passkey' else {}
@@ -180,7 +202,12 @@ def passkey_generator(ev: Evaluated, passkey_len: int | None = None, task_vocab_
     return TextPasskey(tok, k), 'text', 10.0 ** -k
 
 @torch.no_grad()
-def answer_accuracy(model, x, y, device='cpu', precision='32') -> tuple[np.ndarray, np.ndarray]:
+def answer_accuracy(model,           # the language model, in eval mode
+                    x,               # input ids (batch, seq_len)
+                    y,               # targets: -100 except at the answer
+                    device='cpu',    # the torch device (or its name) to run on
+                    precision='32',  # '32', 'bf16' or '16'
+                   ) -> tuple[np.ndarray, np.ndarray]:  # (all right, fraction right) per row
     "Per row: (every answer token right, fraction of answer tokens right) of the greedy predictions where `y != -100`."
     x, y = torch.as_tensor(x).to(device), torch.as_tensor(y).to(device)
     with autocast(torch.device(device), precision): pred = model(x).argmax(-1)
@@ -189,8 +216,16 @@ def answer_accuracy(model, x, y, device='cpu', precision='32') -> tuple[np.ndarr
     return (right == mask.sum(1)).cpu().numpy(), (right / mask.sum(1).clamp(min=1)).cpu().numpy()
 
 # %% ../nbs/50_evals.ipynb #9ffe3d8c
-def passkey_grid(model, gen, lengths: list[int], depths: list[float], n_samples: int = 32, batch_size: int = 8,
-                 device='cpu', precision='32', seed: int = 0) -> dict:
+def passkey_grid(model,                # the language model, in eval mode
+                 gen,                  # `gen(batch, seq_len, rng, depth)` -> (x, y): from `passkey_generator`
+                 lengths: list[int],   # sequence lengths (the columns)
+                 depths: list[float],  # key depths in [0, 1] (the rows)
+                 n_samples: int = 32,  # sequences per (depth, length)
+                 batch_size: int = 8,  # sequences per forward pass
+                 device='cpu',         # the torch device (or its name) to run on
+                 precision='32',       # '32', 'bf16' or '16'
+                 seed: int = 0,        # seed of the generated sequences
+                ) -> dict:
     "Exact-match and per-token passkey accuracy for each (depth, length): arrays `depths x lengths`."
     for L in lengths: gen(1, L, np.random.default_rng(0), depth=0.0)   # every length fits, before any work
     acc, tok_acc = np.zeros((len(depths), len(lengths))), np.zeros((len(depths), len(lengths)))
@@ -212,7 +247,13 @@ def _plt(path=None):
     import matplotlib.pyplot as plt
     return plt
 
-def plot_heatmap(acc, lengths, depths, title: str = '', path=None, train_len: int | None = None):
+def plot_heatmap(acc,                           # accuracy, depths x lengths
+                 lengths,                       # the columns
+                 depths,                        # the rows
+                 title: str = '',               # the plot title
+                 path=None,                     # file to save the figure to (None: not saved)
+                 train_len: int | None = None,  # the training length, marked with *
+                ):
     "Accuracy (depths x lengths) as an annotated heat map; saved to `path` if given. Returns the figure."
     plt = _plt(path)
     acc = np.asarray(acc, float)
@@ -233,7 +274,10 @@ def plot_heatmap(acc, lengths, depths, title: str = '', path=None, train_len: in
 # %% ../nbs/50_evals.ipynb #750a5e11
 RECALL_TASKS = ('associative_recall', 'copy')
 
-def recall_params(ev: Evaluated, task: str, **flags) -> dict:
+def recall_params(ev: Evaluated,  # the model to score
+                  task: str,      # a synthetic task
+                  **flags,        # task parameters from the command line (None: not given)
+                 ) -> dict:  # the checked parameters of `task`
     "The parameters to score `task` with: the training task's if it is `task`, else the defaults fitted to the vocabulary; then `flags`."
     base = dict(task_from_config(ev.config.data).params) if ev.synthetic_task == task else {}
     if 'vocab_size' not in base: base['vocab_size'] = min(task_params(task)['vocab_size'], ev.vocab_size)
@@ -242,13 +286,24 @@ def recall_params(ev: Evaluated, task: str, **flags) -> dict:
         raise UsageError(f"--task_vocab_size={p['vocab_size']} is larger than the model's vocab_size={ev.vocab_size}.")
     return p
 
-def chance_level(task: str, vocab_size: int, **_) -> float:
+def chance_level(task: str,        # a synthetic task
+                 vocab_size: int,  # the task's vocabulary
+                 **_,              # other task parameters (ignored)
+                ) -> float:  # accuracy in [0, 1]
     "Accuracy of uniform guessing among the possible answers of synthetic `task` (one answer token)."
     n = {'associative_recall': vocab_size - vocab_size // 2, 'passkey': 10, 'induction_heads': vocab_size - 1}
     return 1 / n.get(task, vocab_size - 2)                     # copy, selective_copy: the data tokens
 
-def task_accuracy(model, task: str, lengths: list[int], n_samples: int = 32, batch_size: int = 8, device='cpu',
-                  precision='32', seed: int = 0, **params) -> dict:
+def task_accuracy(model,                # the language model, in eval mode
+                  task: str,            # a synthetic task
+                  lengths: list[int],   # sequence lengths
+                  n_samples: int = 32,  # sequences per length
+                  batch_size: int = 8,  # sequences per forward pass
+                  device='cpu',         # the torch device (or its name) to run on
+                  precision='32',       # '32', 'bf16' or '16'
+                  seed: int = 0,        # seed of the generated sequences
+                  **params,             # the task's parameters (see `task_params`)
+                 ) -> dict:  # params, accuracy and loss by length, chance
     "Answer-token accuracy and loss of synthetic `task` at each length (`n_samples` sequences each)."
     device = torch.device(device)
     data = [synthetic_data(task, L, **params) for L in lengths]      # checks every length first
@@ -259,8 +314,14 @@ def task_accuracy(model, task: str, lengths: list[int], n_samples: int = 32, bat
 
 # %% ../nbs/50_evals.ipynb #38a2e1ef
 @torch.no_grad()
-def loss_by_position(model, data, length: int, n_windows: int = 32, batch_size: int = 8, device='cpu',
-                     precision='32') -> tuple[np.ndarray, int]:
+def loss_by_position(model,                # the language model, in eval mode
+                     data,                 # validation token ids (1-D)
+                     length: int,          # tokens per window
+                     n_windows: int = 32,  # windows to average (0: all)
+                     batch_size: int = 8,  # sequences per forward pass
+                     device='cpu',         # the torch device (or its name) to run on
+                     precision='32',       # '32', 'bf16' or '16'
+                    ) -> tuple[np.ndarray, int]:  # (mean loss at each position, windows used)
     "Mean loss at each position 0..length-1 over `n_windows` evenly spread windows of `data` (0: all), and the windows used."
     if len(data) < length + 1:
         raise UsageError(f"the validation split has {len(data):,} tokens, too few for windows of --max_len={length} "
@@ -274,8 +335,16 @@ def loss_by_position(model, data, length: int, n_windows: int = 32, batch_size: 
         n += x.shape[0]
     return (total / max(n, 1)).numpy(), n
 
-def drift_curve(model, data, max_len: int, train_len: int, n_windows: int = 32, n_buckets: int = 32, batch_size: int = 8,
-                device='cpu', precision='32') -> dict:
+def drift_curve(model,                # the language model, in eval mode
+                data,                 # validation token ids (1-D)
+                max_len: int,         # tokens per window: the curve's end
+                train_len: int,       # the training length: splits the loss within from beyond
+                n_windows: int = 32,  # windows to average (0: all)
+                n_buckets: int = 32,  # points of the curve (log-spaced)
+                batch_size: int = 8,  # sequences per forward pass
+                device='cpu',         # the torch device (or its name) to run on
+                precision='32',       # '32', 'bf16' or '16'
+               ) -> dict:
     "The loss-by-position curve up to `max_len`, in `n_buckets` buckets, with the mean loss within and beyond `train_len`."
     curve, n = loss_by_position(model, data, max_len, n_windows, batch_size, device, precision)
     edges = np.unique(np.r_[0, np.geomspace(1, max_len, n_buckets + 1).round().astype(int)])  # even on a log axis
@@ -285,7 +354,11 @@ def drift_curve(model, data, max_len: int, train_len: int, n_windows: int = 32, 
                 loss_beyond=round(float(curve[train_len:].mean()), 4) if max_len > train_len else None,
                 train_len=train_len, max_len=max_len, n_windows=n)
 
-def plot_drift(curves: dict, train_len: int, title: str = '', path=None):
+def plot_drift(curves: dict,     # name -> `drift_curve` result
+               train_len: int,   # the training length, marked
+               title: str = '',  # the plot title
+               path=None,        # file to save the figure to (None: not saved)
+              ):
     "Loss against position, one line per entry of `curves` (name -> `drift_curve` result), the training length marked."
     plt = _plt(path)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -299,7 +372,10 @@ def plot_drift(curves: dict, train_len: int, title: str = '', path=None):
     return fig
 
 # %% ../nbs/50_evals.ipynb #1fa62460
-def text_data(ev: Evaluated, data_dir: str | None = None, what: str = 'this task') -> TokenData:
+def text_data(ev: Evaluated,                # the model to evaluate
+              data_dir: str | None = None,  # a folder of validation text (None: the training corpus)
+              what: str = 'this task',      # what the text is for, in error messages
+             ) -> TokenData:
     "The validation text for `ev`: `data_dir`, else its training corpus, else the default corpus (fresh models)."
     if data_dir is None and ev.synthetic_task is not None:
         raise UsageError(f"the model in {ev.source} was trained on the synthetic task {ev.synthetic_task!r} and has no "
@@ -319,7 +395,9 @@ def text_data(ev: Evaluated, data_dir: str | None = None, what: str = 'this task
 EVAL_TASKS = ('passkey', 'copy_recall', 'drift_curve', 'perplexity')
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
-def eval_lengths(seq_len: int, max_len: int) -> list[int]:
+def eval_lengths(seq_len: int,  # the first length
+                 max_len: int,  # the last length
+                ) -> list[int]:
     "seq_len, 2 seq_len, 4 seq_len, ... up to max_len, and max_len itself."
     out = [seq_len]
     while out[-1] * 2 <= max_len: out.append(out[-1] * 2)
@@ -329,19 +407,28 @@ def _check(ok: bool, msg: str):
     if not ok: raise UsageError(msg)
 
 # %% ../nbs/50_evals.ipynb #74c87872
-def run_eval(task: str = 'passkey', # one of `EVAL_TASKS`
-             checkpoint_path: str | None = None, # checkpoint .pt, run directory or exported model folder; None: an untrained model
-             block: str | None = None, # the block: checked against the checkpoint, or the untrained model's block (default vanilla)
-             vocab_size: int | None = None, # checked against the checkpoint, or the untrained model's (default 256)
-             seq_len: int | None = None, # the training length (default: the checkpoint's; 128 untrained)
-             max_len: int | None = None, # the longest length evaluated (default seq_len; 4 seq_len for drift_curve)
-             lengths: list[int] | None = None, # lengths to evaluate (default: seq_len doubling up to max_len)
-             depths: list[float] = DEPTHS, # passkey depths, 0 = the start of the filler, 1 = its end
-             n_samples: int = 32, # sequences per length (per length and depth for passkey; windows for perplexity, drift)
-             batch_size: int = 8, device: str = 'auto', precision: str = 'auto', # auto: bf16 on CUDA, 32 elsewhere
-             seed: int = 0, output_dir: str | None = None, # writes {block}_{task}.json and .png there
-             passkey_len: int | None = None, task_vocab_size: int | None = None, num_pairs: int | None = None,
-             copy_len: int | None = None, n_buckets: int = 32, data_dir: str | None = None, verbose: bool = True) -> dict:
+def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
+             checkpoint_path: str | None = None,  # checkpoint .pt, run directory or exported model folder; None: an untrained model
+             block: str | None = None,            # the block: checked against the checkpoint, or the untrained model's block (default vanilla)
+             vocab_size: int | None = None,       # checked against the checkpoint, or the untrained model's (default 256)
+             seq_len: int | None = None,          # the training length (default: the checkpoint's; 128 untrained)
+             max_len: int | None = None,          # the longest length evaluated (default seq_len; 4 seq_len for drift_curve)
+             lengths: list[int] | None = None,    # lengths to evaluate (default: seq_len doubling up to max_len)
+             depths: list[float] = DEPTHS,        # passkey depths, 0 = the start of the filler, 1 = its end
+             n_samples: int = 32,                 # sequences per length (per length and depth for passkey; windows for perplexity, drift)
+             batch_size: int = 8,                 # sequences per forward pass
+             device: str = 'auto',                # auto, cpu, cuda or cuda:N
+             precision: str = 'auto',             # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
+             seed: int = 0,                       # seed of the generated sequences (and of an untrained model)
+             output_dir: str | None = None,       # writes {block}_{task}.json and .png there
+             passkey_len: int | None = None,      # digits of the passkey (default: the training task's, else 5)
+             task_vocab_size: int | None = None,  # vocabulary of the synthetic tasks (default: the training task's)
+             num_pairs: int | None = None,        # key-value pairs of associative recall
+             copy_len: int | None = None,         # tokens to copy
+             n_buckets: int = 32,                 # points of the drift curve
+             data_dir: str | None = None,         # validation text for drift_curve and perplexity (default: the training corpus)
+             verbose: bool = True,                # print progress and the results
+            ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
     say = print if verbose else (lambda *a, **k: None)
     _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
@@ -410,7 +497,8 @@ def _title(r: dict) -> str:
     what = f"step {r['step']}" if r.get('step') else ('untrained' if not r['trained'] else 'trained')
     return f"{r['block']} ({r['n_params']:,} params, {what}): {r['task']}"
 
-def format_result(r: dict) -> str:
+def format_result(r: dict,  # a `run_eval` result
+                 ) -> str:
     "A plain-text table of a `run_eval` result."
     lines = [_title(r) + (f"; trained at seq_len {r['train_seq_len']}" if r['train_seq_len'] else '')]
     if r['task'] == 'passkey':
@@ -436,8 +524,13 @@ def format_result(r: dict) -> str:
         for p, l in zip(r['positions'], r['loss']): lines.append(f"{p:>9} {l:>8.4f}" + ('  <- beyond training length' if p >= r['train_len'] else ''))
     return '\n'.join(lines)
 
-def plot_lengths(series: dict, lengths, train_len=None, ylabel='accuracy', title='', path=None,
-                 chance: dict | float | None = None, # one level for all, or one per series
+def plot_lengths(series: dict,                        # name -> one value per length
+                 lengths,                             # the x values
+                 train_len=None,                      # the training length, marked (None: not)
+                 ylabel='accuracy',                   # the y axis label
+                 title='',                            # the plot title
+                 path=None,                           # file to save the figure to (None: not saved)
+                 chance: dict | float | None = None,  # one level for all, or one per series
                 ):
     "Values by length, one line per entry of `series` (name -> list), the training length and chance levels marked."
     plt = _plt(path)
@@ -456,7 +549,9 @@ def plot_lengths(series: dict, lengths, train_len=None, ylabel='accuracy', title
     plt.close(fig)
     return fig
 
-def plot_result(r: dict, path=None):
+def plot_result(r: dict,    # a `run_eval` result
+                path=None,  # file to save the figure to (None: not saved)
+               ):
     "The picture of a `run_eval` result; saved to `path` if given."
     t, L0 = _title(r), r['train_seq_len']
     if r['task'] == 'passkey': return plot_heatmap(r['accuracy'], r['lengths'], r['depths'], t + f" ({r['mode']})", path, L0)
@@ -509,7 +604,8 @@ def _eval(argv=None) -> int:
     run_eval(**vars(eval_parser().parse_args(sys.argv[1:] if argv is None else argv)))
     return 0
 
-def eval_main(argv=None):
+def eval_main(argv=None,  # command-line arguments (None: sys.argv[1:])
+             ):
     "Console script `longctx_eval`."
     sys.exit(main(_eval, 'longctx_eval', argv))
 

@@ -26,7 +26,8 @@ __all__ = ['match_layers', 'block_configs', 'step_stats', 'train_and_eval', 'com
 def _probe_params(cfg: Config, n_layers: int) -> int:
     return count_params(LM(apply_overrides(cfg, {'model.n_layers': n_layers}).model))
 
-def match_layers(cfgs: dict[str, Config]) -> dict[str, int]:
+def match_layers(cfgs: dict[str, Config],  # block -> its training config
+                ) -> dict[str, int]:
     "For each block's config, the number of layers that brings its parameters closest to the largest model's."
     size = {b: count_params(LM(c.model)) for b, c in cfgs.items()}
     target = max(size.values())
@@ -38,10 +39,18 @@ def match_layers(cfgs: dict[str, Config]) -> dict[str, int]:
     return out
 
 # %% ../nbs/51_report.ipynb #e23d3c2e
-def block_configs(blocks, task: str = 'passkey', # a synthetic task, or 'text' (the default corpus)
-                  max_steps: int = 300, seq_len: int = 64, batch_size: int = 16, size: str = 'tiny', seed: int = 0,
-                  device: str = 'auto', root: str | Path = 'reports/compare/runs', match_params: bool = False,
-                  overrides: dict | None = None) -> dict[str, Config]:
+def block_configs(blocks,                                     # block names (any `canonical_block` accepts)
+                  task: str = 'passkey',                      # a synthetic task, or 'text' (the default corpus)
+                  max_steps: int = 300,                       # training steps of every block
+                  seq_len: int = 64,                          # the training length
+                  batch_size: int = 16,                       # training batch
+                  size: str = 'tiny',                         # size preset (model.num_params)
+                  seed: int = 0,                              # seed of the weights and the data
+                  device: str = 'auto',                       # auto, cpu, cuda or cuda:N
+                  root: str | Path = 'reports/compare/runs',  # folder of the runs
+                  match_params: bool = False,                 # raise the depth of smaller blocks to match the largest parameter count
+                  overrides: dict | None = None,              # more training settings for every block, {'section.key': value}
+                 ) -> dict[str, Config]:
     "One checked training `Config` per block: the same data, budget and seed; only the block (and with `match_params` the depth) differs."
     blocks = [canonical_block(b) for b in blocks]
     if len(set(blocks)) != len(blocks): raise UsageError(f"--blocks names a block twice: {' '.join(blocks)}.")
@@ -65,7 +74,11 @@ def block_configs(blocks, task: str = 'passkey', # a synthetic task, or 'text' (
     return cfgs
 
 # %% ../nbs/51_report.ipynb #5f2f2aac
-def step_stats(model, cfg: Config, device, reps: int = 5) -> tuple[float, float]:
+def step_stats(model,          # the model to time
+               cfg: Config,    # gives the batch and the length
+               device,         # the torch device the model is on
+               reps: int = 5,  # timed steps; the fastest counts
+              ) -> tuple[float, float]:
     "(tokens/s of the fastest of `reps` training steps, peak MiB above the weights of one) at `cfg`'s batch and length."
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-6)
     x = torch.randint(0, model.cfg.vocab_size, (cfg.data.batch_size, cfg.data.seq_len + 1),
@@ -80,7 +93,12 @@ def step_stats(model, cfg: Config, device, reps: int = 5) -> tuple[float, float]
     model.eval()
     return tps, mib
 
-def train_and_eval(cfg: Config, lengths: list[int], n_samples: int = 64, passkey_depths=None, quiet: bool = True) -> dict:
+def train_and_eval(cfg: Config,          # the training config
+                   lengths: list[int],   # evaluation lengths
+                   n_samples: int = 64,  # evaluation sequences per length
+                   passkey_depths=None,  # depths of a passkey grid, for the passkey task (None: no grid)
+                   quiet: bool = True,   # no training log
+                  ) -> dict:
     "Train `cfg`, then measure it: parameters, tokens/s, step memory, validation loss and the task at each of `lengths`."
     t0 = time.time()
     res = train(cfg, quiet=quiet)
@@ -109,10 +127,21 @@ def train_and_eval(cfg: Config, lengths: list[int], n_samples: int = 64, passkey
     return row
 
 # %% ../nbs/51_report.ipynb #4886f13b
-def compare_blocks(blocks=ALL_BLOCKS, task: str = 'passkey', max_steps: int = 300, seq_len: int = 64,
-                   eval_lengths: list[int] | None = None, # default: seq_len, 2 seq_len, 4 seq_len
-                   output_dir='reports/compare', batch_size: int = 16, size: str = 'tiny', seed: int = 0, device: str = 'auto',
-                   match_params: bool = False, n_samples: int = 64, overrides: dict | None = None, verbose: bool = True) -> list[dict]:
+def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `canonical_block` accepts)
+                   task: str = 'passkey',                  # a synthetic task, or 'text' (the default corpus)
+                   max_steps: int = 300,                   # training steps of every block
+                   seq_len: int = 64,                      # the training length
+                   eval_lengths: list[int] | None = None,  # default: seq_len, 2 seq_len, 4 seq_len
+                   output_dir='reports/compare',           # a new or empty folder for the report and the runs
+                   batch_size: int = 16,                   # training batch
+                   size: str = 'tiny',                     # size preset (model.num_params)
+                   seed: int = 0,                          # seed of the weights and the data
+                   device: str = 'auto',                   # auto, cpu, cuda or cuda:N
+                   match_params: bool = False,             # raise the depth of smaller blocks to match the largest parameter count
+                   n_samples: int = 64,                    # evaluation sequences per length
+                   overrides: dict | None = None,          # more training settings for every block, {'section.key': value}
+                   verbose: bool = True,                   # print progress and the table
+                  ) -> list[dict]:  # one row per block
     "Train each block on `task` with the same budget, evaluate each at `eval_lengths`, write a report to `output_dir`."
     out = Path(output_dir)
     if out.exists() and any(out.iterdir()):
@@ -135,7 +164,9 @@ def compare_blocks(blocks=ALL_BLOCKS, task: str = 'passkey', max_steps: int = 30
     return rows
 
 # %% ../nbs/51_report.ipynb #effe00bc
-def report_table(rows: list[dict], settings: dict) -> str:
+def report_table(rows: list[dict],  # one `train_and_eval` row per block
+                 settings: dict,    # the comparison settings (task, eval_lengths, ...)
+                ) -> str:
     "The comparison table as Markdown: block, params, tokens/s, peak memory, val loss, the task by length."
     Ls = settings['eval_lengths']
     text = settings['task'] == 'text'
@@ -148,7 +179,10 @@ def report_table(rows: list[dict], settings: dict) -> str:
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
-def write_report(rows: list[dict], settings: dict, out) -> Path:
+def write_report(rows: list[dict],  # one `train_and_eval` row per block
+                 settings: dict,    # the comparison settings
+                 out,               # the folder to write into
+                ) -> Path:  # the path of report.md
     "report.md, report.json and the plots of a comparison, into folder `out`."
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     s, Ls, text = settings, settings['eval_lengths'], settings['task'] == 'text'
@@ -194,8 +228,13 @@ def write_report(rows: list[dict], settings: dict, out) -> Path:
     return out / 'report.md'
 
 # %% ../nbs/51_report.ipynb #ae59ec96
-def generate_report(checkpoint_path, output_dir='reports', max_len: int | None = None, n_samples: int = 32,
-                    device: str = 'auto', verbose: bool = True) -> Path:
+def generate_report(checkpoint_path,             # a checkpoint .pt, a run directory or an exported model folder
+                    output_dir='reports',        # where report.md and the JSON and PNG files go
+                    max_len: int | None = None,  # the longest length evaluated (default: 4 x the training length)
+                    n_samples: int = 32,         # sequences per length (and depth)
+                    device: str = 'auto',        # auto, cpu, cuda or cuda:N
+                    verbose: bool = True,        # print the results
+                   ) -> Path:  # the path of report.md
     "Every evaluation that fits the model at `checkpoint_path`, as JSON, PNG and one report.md in `output_dir`."
     ev = load_for_eval(checkpoint_path)
     L0 = ev.train_len or 128
@@ -260,7 +299,8 @@ def _compare(argv=None) -> int:
                    ns.seed, ns.device, ns.match_params, ns.n_samples, _overrides(extra))
     return 0
 
-def compare_main(argv=None):
+def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
+                ):
     "Console script `longctx_compare`."
     sys.exit(main(_compare, 'longctx_compare', argv))
 
@@ -277,6 +317,7 @@ def _report(argv=None) -> int:
     generate_report(ns.checkpoint_path, ns.output_dir, ns.max_len, ns.n_samples, ns.device)
     return 0
 
-def report_main(argv=None):
+def report_main(argv=None,  # command-line arguments (None: sys.argv[1:])
+               ):
     "Console script `longctx_report`."
     sys.exit(main(_report, 'longctx_report', argv))
