@@ -3,8 +3,9 @@
 Where `quarto` is on PATH this just runs nbdev's own `nbdev_docs` (pass --no-quarto to force this path).
 Otherwise, for every notebook in nbs/ (recursively, skipping names that start with `_` or `.`):
 
-1. execute it (the notebooks are committed without outputs) with execnb's `CaptureShell.run_all`, as
-   `nbdev_test` does, skipping cells flagged with settings.ini's `tst_flags` (`notest`, `cuda`);
+1. execute it with execnb's `CaptureShell.run_all`, as
+   `nbdev_test` does, skipping cells flagged with settings.ini's `tst_flags` (`notest`, `cuda`), which keep
+   the outputs saved in the notebook;
 2. process it with nbdev's `FilterDefaults` (the processors `nbdev_docs` runs before Quarto: frontmatter,
    `#| hide`, show_doc cells, `#| exports`, doc links, ...) and write it to _proc/;
 3. do what Quarto would do with the cell options left for it (`echo`, `output`, `include`, `eval`, fenced
@@ -78,8 +79,7 @@ def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 6
     try:
         with working_directory(src.parent): shell.run_all(nb, exc_stop=True, preproc=no_eval)
     except Exception: err = shell.prettytb(fname=src)
-    for cell in nb.cells:  # cells that were skipped keep no stale output
-        if cell.cell_type == 'code' and no_eval(cell): cell.outputs = []
+    # cells that were skipped (notest, cuda) keep the outputs saved in the notebook from a real run
     nb0 = copy.deepcopy(nb)
     try: FilterDefaults()(nb)  # nbdev_docs' processors (they read the frontmatter cell the first pass wrote)
     except Exception as e:  # nbdev_docs itself would stop here: say so, and build the page anyway
