@@ -289,6 +289,11 @@ def _oom_message(cfg: Config, step: int, ckpt) -> str:
 class _Terminated(Exception): "SIGTERM: torchrun stops every rank when one fails."
 def _terminated(signum, frame): raise _Terminated('terminated by SIGTERM')
 
+def _lost_peer(e: RuntimeError) -> bool:
+    "Whether `e` says another rank is gone: a `DistError`, or gloo's or NCCL's plain RuntimeError for a closed peer."
+    return isinstance(e, torch.distributed.DistError) or bool(re.search(
+        r'gloo|NCCL|Connection (reset|closed|refused)|timed out|Broken pipe', str(e)))
+
 def _plain(cfg, state: dict) -> LM:
     "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."
     m = LM(cfg); m.load_state_dict(state); return m
@@ -435,7 +440,8 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
                     prune_checkpoints(run_dir, t.keep_last)
                 ckpt = dist.on_main(lambda: ckpt)
             window_t0 += time.perf_counter() - paused
-    except (torch.distributed.DistError, _Terminated) as e:
+    except (RuntimeError, _Terminated) as e:
+        if not (isinstance(e, _Terminated) or dist.world_size > 1 and _lost_peer(e)): raise
         kept = ckpt or (resumed[1] if resumed else None)
         raise TrainingError(f"rank {dist.rank} lost the other ranks at step {step + 1} ({type(e).__name__}: "
                             f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}): another rank "
