@@ -16,7 +16,7 @@ Otherwise, for every notebook in nbs/ (recursively, skipping names that start wi
 Executed notebooks in _proc/ are reused while they are newer than their notebook and the package
 (`--force` rebuilds all). Usage: `python .ci/docs.py [--force] [--no-quarto] [--workers N] [NAMES...]`.
 """
-import argparse, copy, html, json, os, posixpath, re, shutil, subprocess, sys, time
+import argparse, ast, copy, html, json, os, posixpath, re, shutil, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,6 +49,13 @@ def html_name(nb: Path) -> str: return nb.relative_to(NBS).with_suffix('.html').
 def _directives(cell):  # nbdev's parsed `#|` directives, keys without the trailing ':'
     return {k.rstrip(':'): v for k, v in (getattr(cell, 'directives_', None) or {}).items()}
 
+def _mixed(src: str) -> bool:
+    "Whether a cell imports and also does other work (nbdev warns about these and runs them again for show_doc)."
+    try: tree = ast.parse('\n'.join(l for l in src.splitlines() if not l.lstrip().startswith(('%', '!'))))
+    except SyntaxError: return False
+    nodes = list(ast.walk(tree))
+    return any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in nodes) and any(isinstance(n, (ast.Expr, ast.Assign)) for n in nodes)
+
 def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 600):
     "Run notebook `src`, process it as nbdev_docs does, write it to `dst`. Returns (seconds, error or None)."
     os.environ.setdefault('OMP_NUM_THREADS', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
@@ -60,15 +67,26 @@ def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 6
     from nbdev.process import NBProcessor
     from nbdev.frontmatter import FrontmatterProc
     from nbdev.processors import FilterDefaults, exec_show_docs
-    class TolerantShowDocs(exec_show_docs):
-        "nbdev's `exec_show_docs`, carrying on past a cell that fails out of context"
+    flags = set(skip_flags)
+    class ShowDocs(exec_show_docs):
+        """nbdev's `exec_show_docs` (it re-runs exports, imports and show_doc cells in a fresh shell to render the API
+        docs), without the cells the first pass skipped (notest, cuda) or already ran that mix imports with other work:
+        those hold the slow experiments, and no show_doc needs them"""
+        def __call__(self, cell):
+            d = _directives(cell)
+            if cell.cell_type == 'code' and (flags & d.keys() or not d.keys() & {'export', 'exports', 'exporti', 'exec_doc'}
+                                             and _mixed(cell.source)): return
+            super().__call__(cell)
+    class TolerantShowDocs(ShowDocs):
+        "`ShowDocs`, carrying on past a cell that fails out of context"
         def __call__(self, cell):
             try: super().__call__(cell)
             except Exception: self.k.exc = None
+    class Filter(FilterDefaults):
+        def base_procs(self): return [ShowDocs if p is exec_show_docs else p for p in super().base_procs()]
     src, dst, t0, err = Path(src), Path(dst), time.time(), None
     # as nbdev.test.test_nb runs it, but keeping the `#|` lines for nbdev's docs processors below
     nb = NBProcessor(src, procs=FrontmatterProc, rm_directives=False, process=True).nb
-    flags = set(skip_flags)
     def no_eval(cell):
         if cell.cell_type != 'code': return True
         if 'nbdev_export' + '(' in cell.source: return True
@@ -81,14 +99,14 @@ def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 6
     except Exception: err = shell.prettytb(fname=src)
     # cells that were skipped (notest, cuda) keep the outputs saved in the notebook from a real run
     nb0 = copy.deepcopy(nb)
-    try: FilterDefaults()(nb)  # nbdev_docs' processors (they read the frontmatter cell the first pass wrote)
+    try: Filter()(nb)  # nbdev_docs' processors (they read the frontmatter cell the first pass wrote)
     except Exception as e:  # nbdev_docs itself would stop here: say so, and build the page anyway
         sys.stderr.write(f'WARNING {src.name}: nbdev_docs would fail ({e.__cause__!r}):\n{e}\n'
                          '(nbdev runs cells that mix imports and other code to build show_doc; split them)\n')
         nb = nb0
-        class Tolerant(FilterDefaults):
+        class Tolerant(Filter):
             def base_procs(self):
-                return [TolerantShowDocs if p is exec_show_docs else p for p in super().base_procs()]
+                return [TolerantShowDocs if p is ShowDocs else p for p in super().base_procs()]
         Tolerant()(nb)
     dst.parent.mkdir(parents=True, exist_ok=True)
     write_nb(nb, dst)
