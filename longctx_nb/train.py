@@ -451,6 +451,8 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     bar.close(); log.close()
 
     plot = None
+    if run_dir and dist.strategy == 'fsdp' and (final_state is None or bad_in_row):  # no state gathered at the last step
+        final_state = full_state(wrapped, opt)
     if writes:
         export_model(model if dist.strategy != 'fsdp' else _plain(model.cfg, final_state[0]), run_dir)
         if t.plot:

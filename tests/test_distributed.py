@@ -25,9 +25,12 @@ def losses(run_dir):
 
 def workers(proc) -> dict[int, int]:
     "{rank: pid} of the workers torchrun `proc` started (each runs in a session of its own)."
-    pids = map(int, subprocess.run(['pgrep', '-P', str(proc.pid)], capture_output=True, text=True).stdout.split())
-    env = {pid: Path(f'/proc/{pid}/environ').read_bytes().decode(errors='replace').split('\0') for pid in pids}
-    return {int(v[5:]): pid for pid, e in env.items() for v in e if v.startswith('RANK=')}
+    found = {}
+    for pid in map(int, subprocess.run(['pgrep', '-P', str(proc.pid)], capture_output=True, text=True).stdout.split()):
+        try: env = Path(f'/proc/{pid}/environ').read_bytes().decode(errors='replace').split('\0')
+        except OSError: continue  # a helper process that has already exited
+        found.update({int(v[5:]): pid for v in env if v.startswith('RANK=')})
+    return found
 
 def weights(run_dir): return load_file(str(Path(run_dir) / 'model.safetensors'))
 
@@ -45,7 +48,7 @@ def test_sigkill_two_ranks_then_resume_is_exact(bindir, tmp_path, reference):
     if strategy != 'ddp': pytest.skip('one strategy is enough here; the other is resumed on one rank below')
     proc = subprocess.Popen(command(bindir, 2, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     metrics = tmp_path / 'version_0' / 'metrics.jsonl'
-    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5): time.sleep(0.01)
+    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3): time.sleep(0.005)
     assert proc.poll() is None, 'the run finished before it could be killed'
     for pid in [proc.pid, *workers(proc).values()]: os.kill(pid, signal.SIGKILL)  # the whole job, as a preempted allocation
     proc.wait()
