@@ -10,8 +10,8 @@ from pathlib import Path
 from .core import UsageError
 
 # %% auto #0
-__all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'write_csv', 'run_bench', 'bench_main', 'bench_blocks',
-           'print_block_bench', 'plot_bench']
+__all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'write_csv', 'run_bench', 'bench_main', 'train_step_cost',
+           'bench_blocks', 'print_block_bench', 'plot_bench']
 
 # %% ../nbs/60_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -87,6 +87,24 @@ def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
 # %% ../nbs/60_bench.ipynb #761386f7
 ALL_BLOCKS = ('vanilla', 'mamba', 'baseline_longformer', 'baseline_bigbird', 'blade', 'dpassm')
 
+def train_step_cost(model,          # an `LM` on `device`
+                    batch: int,     # sequences per step
+                    seq_len: int,   # tokens per sequence
+                    device,         # where `model` is
+                    reps: int = 2,  # timed steps; the fastest counts
+                   ) -> tuple[float, int]:  # (seconds of the fastest step, peak bytes of one step)
+    "Cost of one AdamW training step of `model` on random tokens: its best time and its peak memory (after a warm-up step)."
+    from longctx_nb.model import param_groups
+    from longctx_nb.core import best_time, peak_memory_bytes
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
+    x = torch.randint(0, model.cfg.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    model.train()
+    step()  # warm-up, and the optimizer state exists before memory is measured
+    return best_time(step, device, reps), peak_memory_bytes(step, device)
+
 def bench_blocks(blocks=ALL_BLOCKS,       # block names
                  Ls=(1024, 4096, 16384),  # sequence lengths
                  size: str = 'tiny',      # size preset of each model
@@ -100,24 +118,19 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
                  verbose: bool = True,    # print the table
                 ) -> list[dict]:          # one row per (block, L)
     "Time per token and peak memory of one training step of each block's LM at each length."
-    from longctx_nb.model import create_model, count_params, param_groups
-    from longctx_nb.core import best_time, get_device, peak_memory_bytes, seed_everything
+    from longctx_nb.model import create_model, count_params
+    from longctx_nb.core import get_device, seed_everything
     device = get_device(device or 'auto')
     rows = []
     for block in blocks:
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
-        opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
         for L in Ls:
-            x = torch.randint(0, 256, (batch, L + 1), generator=torch.Generator().manual_seed(L)).to(device)
-            def step():
-                loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
-                loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-            step()  # warm-up, and the optimizer state exists before memory is measured
-            ms = 1e3 * best_time(step, device, reps)
+            secs, peak = train_step_cost(model, batch, L, device, reps)
+            ms = 1e3 * secs
             rows.append(dict(block=block, L=L, size=size, params=count_params(model), device=str(device), ms=round(ms, 2),
                              tokens_per_sec=round(batch * L / ms * 1e3, 1), us_per_token=round(1e3 * ms / (batch * L), 3),
-                             peak_mib=round(peak_memory_bytes(step, device) / 2**20, 2)))
+                             peak_mib=round(peak / 2**20, 2)))
     if verbose: print_block_bench(rows)
     if csv: write_csv(rows, csv)
     if png: plot_bench(rows, png)

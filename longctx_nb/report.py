@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse, json, sys, time
 from pathlib import Path
 import numpy as np
-import torch, torch.nn.functional as F
-from .core import UsageError, get_device, best_time, peak_memory_bytes
+import torch
+from .core import UsageError, get_device
 from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_block, canonical_key
-from .model import LM, count_params, param_groups
+from .model import LM, count_params
 from .synthetic import from_config as task_from_config
 from .train import train
-from .bench import ALL_BLOCKS
+from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (HelpFormatter, load_for_eval, run_eval, format_result, task_accuracy, passkey_grid,
                               passkey_generator, text_data, perplexity, drift_curve, eval_lengths, plot_lengths, plot_drift, _plt)
 from .cli import main, _Parser
@@ -80,18 +80,9 @@ def step_stats(model,          # the model to time
                reps: int = 5,  # timed steps; the fastest counts
               ) -> tuple[float, float]:
     "(tokens/s of the fastest of `reps` training steps, peak MiB above the weights of one) at `cfg`'s batch and length."
-    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-6)
-    x = torch.randint(0, model.cfg.vocab_size, (cfg.data.batch_size, cfg.data.seq_len + 1),
-                      generator=torch.Generator().manual_seed(0)).to(device)
-    def step():
-        loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-    model.train()
-    step()                                          # warm-up; the optimizer state exists before memory is measured
-    tps = cfg.data.batch_size * cfg.data.seq_len / best_time(step, device, reps)
-    mib = peak_memory_bytes(step, device) / 2**20
+    secs, peak = train_step_cost(model, cfg.data.batch_size, cfg.data.seq_len, device, reps)
     model.eval()
-    return tps, mib
+    return cfg.data.batch_size * cfg.data.seq_len / secs, peak / 2**20
 
 def train_and_eval(cfg: Config,          # the training config
                    lengths: list[int],   # evaluation lengths
