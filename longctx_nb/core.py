@@ -11,7 +11,7 @@ import torch
 # %% auto #0
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype',
            'check_precision', 'autocast', 'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'best_time',
-           'measure_peak_flops', 'peak_memory_bytes']
+           'measure_peak_flops', 'peak_memory_bytes', 'pyplot']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -158,3 +158,13 @@ def peak_memory_bytes(fn,            # called once with no arguments
     cur = peak = 0
     for *_, n in events: cur += n; peak = max(peak, cur)
     return peak
+
+# %% ../nbs/00_core.ipynb #bc36c178
+def pyplot(save: bool = False,  # the figure will be saved to a file
+          ):
+    "`matplotlib.pyplot`, with the file-only Agg backend when saving outside a notebook (no display needed)."
+    import matplotlib
+    if save and 'ipykernel' not in sys.modules and 'matplotlib_inline' not in matplotlib.get_backend():
+        matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
