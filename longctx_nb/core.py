@@ -4,14 +4,16 @@
 
 # %% ../nbs/00_core.ipynb #517d4c20
 from __future__ import annotations
-import contextlib, os, random, resource, sys, time
+import contextlib, functools, importlib, os, random, resource, sys, time
+from dataclasses import dataclass
+from typing import Callable
 import numpy as np
 import torch
 
 # %% auto #0
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype',
            'check_precision', 'autocast', 'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'best_time',
-           'measure_peak_flops', 'peak_memory_bytes', 'pyplot']
+           'measure_peak_flops', 'peak_memory_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -28,7 +30,7 @@ def _mps_available() -> bool:
 
 def get_device(name: str = 'auto',  # one of `DEVICE_CHOICES`
               ) -> torch.device:
-    "Resolve a device name to a `torch.device` that exists on this machine."
+    "Resolve a device name to a `torch.device` that exists."
     name = str(name).strip().lower()
     if name == 'auto': return torch.device('cuda' if torch.cuda.is_available() else 'mps' if _mps_available() else 'cpu')
     if name == 'gpu': name = 'cuda'
@@ -159,6 +161,36 @@ def peak_memory_bytes(fn,            # called once with no arguments
     for *_, n in events: cur += n; peak = max(peak, cur)
     return peak
 
+# %% ../nbs/00_core.ipynb #b01f50e2
+def bench_impls(Ls,               # sequence lengths
+                impls,            # implementations, run in this order at each length
+                setup,            # `setup(L) -> (step, leaves)`: `step(impl)` returns the function to time, or a str why it is skipped
+                device,           # where it runs
+                reps: int = 3,    # timed runs per case; the best is reported
+                warmup: int = 1,  # untimed runs first: caches, compilation, the allocator
+                tokens: int = 1,  # tokens per step are `tokens * L`, for `us_per_token`
+                first=('impl', 'L'),  # the key columns, in this order
+                columns: dict | None = None,  # constant columns of every row, after the key columns
+               ) -> list[dict]:   # one row per (L, impl): the key columns, `columns`, ms, us_per_token, peak_mib, note
+    "Best-of-`reps` time and peak memory of `step(impl)` per length and implementation; gradients of `leaves` are cleared between calls."
+    rows = []
+    for L in Ls:
+        step, leaves = setup(L)
+        def clear():
+            for t in leaves: t.grad = None
+        for impl in impls:
+            key = dict(impl=impl, L=L)
+            row = {k: key[k] for k in first} | (columns or {}) | dict(ms=None, us_per_token=None, peak_mib=None, note='')
+            rows.append(row)
+            fn = step(impl)
+            if isinstance(fn, str): row['note'] = fn; continue
+            def run(): clear(); fn()
+            for _ in range(warmup): run()
+            row['ms'] = 1e3 * best_time(run, device, reps); row['us_per_token'] = 1e3 * row['ms'] / (tokens * L)
+            clear(); row['peak_mib'] = peak_memory_bytes(run, device) / 2**20
+            clear()
+    return rows
+
 # %% ../nbs/00_core.ipynb #bc36c178
 def pyplot(save: bool = False,  # the figure will be saved to a file
           ):
@@ -168,3 +200,90 @@ def pyplot(save: bool = False,  # the figure will be saved to a file
         matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     return plt
+
+# %% ../nbs/00_core.ipynb #1545c2cd
+@functools.lru_cache(maxsize=None)
+def try_import(name: str,  # a module name, e.g. 'selective_scan_cuda'
+              ) -> tuple:  # (module, None) if it imports, else (None, why not)
+    "Import `name` once, lazily: a missing package, or one built against another torch or CUDA, is a reason, not a crash."
+    try: return importlib.import_module(name), None
+    except Exception as e:                 # not installed, or an undefined symbol of another torch/CUDA build
+        return None, f"{type(e).__name__}: {e}"
+
+# %% ../nbs/00_core.ipynb #add84160
+@dataclass(frozen=True)
+class Impl:
+    "An implementation that runs only where its requirements hold; `'auto'` considers it on the device types in `auto`."
+    name: str                      # the `impl=` value
+    module: str | None = None      # a compiled module it needs, imported with `try_import`
+    cuda: bool = False             # it needs CUDA tensors
+    check: Callable | None = None  # `check(device)`: None where it runs, else why not (a sentence)
+    needs: str = ''                # what `module` is, for the error ("mamba-ssm's compiled ... extension")
+    install: str = ''              # how to get it, appended to the error
+    auto: tuple = ('cuda',)        # device types on which `'auto'` picks it (when it runs there)
+
+    def why_not(self, device,      # where it would run
+               ) -> str | None:    # None if it runs there
+        "None if this implementation runs on `device`, else the reason."
+        device = torch.device(device)
+        if self.module is not None and (r := try_import(self.module)[1]): return r
+        if self.cuda and device.type != 'cuda': return 'it needs CUDA tensors'
+        return self.check(device) if self.check else None
+
+    def require(self, device,              # where the tensors are
+                prefix: str = '',          # put before the message, e.g. 'causal_conv1d: '
+                arg: str = 'the tensors',  # the tensor named when the device is wrong
+                instead: str = 'ref',      # the implementation to suggest instead
+               ):
+        "Raise a `UsageError` that says what to install or change if this implementation cannot run on `device`."
+        device, name = torch.device(device), self.name
+        if self.module is not None and (r := try_import(self.module)[1]):
+            raise UsageError(f"{prefix}impl={name!r} needs {self.needs}, which does not import here ({r}). {self.install}".rstrip())
+        if self.cuda and device.type != 'cuda':
+            raise UsageError(f"{prefix}impl={name!r} needs CUDA tensors, but {arg} is on {device}; move the tensors to "
+                             f"the GPU or use impl={instead!r}.")
+        if self.check and (r := self.check(device)): raise UsageError(f"{prefix}impl={name!r} cannot run on {device}: {r}")
+
+# %% ../nbs/00_core.ipynb #0ab5d2a0
+def _default_device(device): return torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
+
+class KernelImpls:
+    "One op's implementations: `always` run everywhere, each optional `Impl` where its requirements hold; `'auto'` picks."
+    def __init__(self, op: str,             # the op, for messages
+                 always: tuple,             # implementations that run everywhere, 'ref' first
+                 optional: tuple = (),      # `Impl`s that need something, in the order 'auto' prefers them
+                 fallback: str = 'ref',     # what 'auto' runs where no optional one does
+                 unknown: str = "{op}: unknown impl {impl!r}; valid choices: {quoted}.",  # the message for a bad name
+                ):
+        self.op, self.always, self.optional, self.fallback, self.unknown = op, tuple(always), tuple(optional), fallback, unknown
+        self.choices = ('auto', *self.always, *(o.name for o in self.optional))   # every valid `impl=` value
+    def __repr__(self): return f"KernelImpls({self.op!r}, {self.choices})"
+
+    def check_name(self, impl,  # an `impl=` value
+                   **fmt,       # extra fields of the `unknown` message
+                  ):
+        "Raise a `UsageError` naming the valid choices if `impl` is none of them."
+        if impl not in self.choices:
+            raise UsageError(self.unknown.format(op=self.op, impl=impl, quoted=', '.join(map(repr, self.choices)),
+                                                 plain=', '.join(self.choices), **fmt))
+
+    def available(self, device=None,  # default: the GPU if any
+                 ) -> list[str]:      # the concrete implementations that run there
+        "The implementations that run on `device`: every `always` one, and the optional ones whose requirements hold."
+        device = _default_device(device)
+        return [*self.always, *(o.name for o in self.optional if o.why_not(device) is None)]
+
+    def auto(self, device=None,  # default: the GPU if any
+            ) -> str:            # a concrete implementation
+        "What `impl='auto'` runs on `device`: the first optional implementation that runs there, else `fallback`."
+        device = _default_device(device)
+        return next((o.name for o in self.optional if device.type in o.auto and o.why_not(device) is None), self.fallback)
+
+    def require(self, impl: str,               # a concrete implementation
+                device,                        # where the tensors are
+                prefix: str = '',              # put before the message, e.g. 'causal_conv1d: '
+                arg: str = 'the tensors',      # the tensor named when the device is wrong
+               ):
+        "Raise a `UsageError` that says what to install or change if `impl` cannot run on `device`."
+        for o in self.optional:
+            if o.name == impl: o.require(device, prefix, arg, self.fallback)

@@ -7,34 +7,46 @@ from __future__ import annotations
 import contextlib, functools, math
 import torch
 import torch.nn.functional as F
-from ..core import UsageError, best_time, peak_memory_bytes
+from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
-__all__ = ['SCAN_IMPLS', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'available_impls', 'auto_impl',
-           'selective_scan', 'scan_inputs', 'selective_state_update', 'bench_scan']
+__all__ = ['scan_impls', 'SCAN_IMPLS', 'available_impls', 'auto_impl', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK',
+           'TORCH_SCAN_BLOCK_ELEMS', 'selective_scan', 'scan_inputs', 'selective_state_update', 'bench_scan']
+
+# %% ../../nbs/10_scan.ipynb #fd09d8b5
+_BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
+               "mamba-ssm and causal-conv1d for the detected compute capability, ~15 minutes; `--wheels DIR` builds wheels "
+               "to carry to an offline machine), or use impl='torch' (pure PyTorch, any device) or impl='auto'.")
+
+scan_impls = KernelImpls('selective_scan', ('ref', 'torch'), (
+    Impl('cuda', module='selective_scan_cuda', cuda=True, install=_BUILD_HINT,
+         needs="mamba-ssm's compiled selective-scan extension `selective_scan_cuda`"),),
+    fallback='torch', unknown="unknown selective-scan impl {impl!r}; valid choices: {quoted}.")
+SCAN_IMPLS = scan_impls.choices
+available_impls, auto_impl = scan_impls.available, scan_impls.auto   # the names earlier versions exported
 
 # %% ../../nbs/10_scan.ipynb #526ba9db
-SCAN_IMPLS = ('auto', 'ref', 'torch', 'cuda')
 SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def _shape(t) -> tuple: return tuple(t.shape)
 
+def _check_scan_tensor(name, t, u):
+    "One argument of `selective_scan`: a real tensor of a supported dtype on `u`'s device."
+    if not isinstance(t, torch.Tensor):
+        raise UsageError(f"selective_scan: {name} must be a torch.Tensor, got {type(t).__name__}.")
+    if t.is_complex():
+        raise UsageError(f"selective_scan: {name} is complex ({t.dtype}); only real tensors are supported "
+                         "(mamba-ssm's complex-A variant is not implemented here).")
+    if t.dtype not in SCAN_DTYPES:
+        raise UsageError(f"selective_scan: {name} has dtype {t.dtype}; supported dtypes are float32, float16 and bfloat16.")
+    if t.device != u.device:
+        raise UsageError(f"selective_scan: {name} is on {t.device} but u is on {u.device}; put every tensor on one device.")
+
 def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl='auto'):
     "Validate `selective_scan`'s arguments; returns `(batch, dim, L, N, G)`."
-    if impl not in SCAN_IMPLS:
-        raise UsageError(f"unknown selective-scan impl {impl!r}; valid choices: {', '.join(map(repr, SCAN_IMPLS))}.")
-    named = dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias)
-    for name, t in named.items():
-        if t is None and name in ('D', 'z', 'delta_bias'): continue
-        if not isinstance(t, torch.Tensor):
-            raise UsageError(f"selective_scan: {name} must be a torch.Tensor, got {type(t).__name__}.")
-        if t.is_complex():
-            raise UsageError(f"selective_scan: {name} is complex ({t.dtype}); only real tensors are supported "
-                             "(mamba-ssm's complex-A variant is not implemented here).")
-        if t.dtype not in SCAN_DTYPES:
-            raise UsageError(f"selective_scan: {name} has dtype {t.dtype}; supported dtypes are float32, float16 and bfloat16.")
-        if t.device != u.device:
-            raise UsageError(f"selective_scan: {name} is on {t.device} but u is on {u.device}; put every tensor on one device.")
+    scan_impls.check_name(impl)
+    for name, t in dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias).items():
+        if t is not None or name not in ('D', 'z', 'delta_bias'): _check_scan_tensor(name, t, u)
     if u.dim() != 3 or u.shape[-1] == 0:
         raise UsageError(f"selective_scan: u must have shape (batch, dim, L) with L >= 1, got {_shape(u)}.")
     b, d, L = u.shape
@@ -120,6 +132,9 @@ def _from_chunks(x, S):
     y = x.permute(1, *range(3, nd), 2, 0)
     return y.reshape(*y.shape[:-2], -1)[..., :S]
 
+def _blocks(L, S): return [(s, min(s + S, L)) for s in range(0, L, S)]
+
+# %% ../../nbs/10_scan.ipynb #ec05aa39
 def _block_states(ws, dt, u, Bc, A2, h0=None, Hs=None):
     """All states of one block, `(T, b, nc, d, N)`. `dt`, `u`: `(T, b, nc, d)`; `Bc`: `(T, b, nc, G, N)`; `A2`: `A * log2(e)`, `(d, N)`.
     Pass `h0` `(b, d, N)`, the state entering the block, or `Hs` `(b, nc, d, N)`, the state entering each chunk.
@@ -147,72 +162,90 @@ def _block_states(ws, dt, u, Bc, A2, h0=None, Hs=None):
     h.addcmul_(cp, Hs)                      # add the entering state, decayed
     return h, a, bb, Hs, last
 
-def _blocks(L, S): return [(s, min(s + S, L)) for s in range(0, L, S)]
-
+# %% ../../nbs/10_scan.ipynb #4818d201
 def _no_autocast(device):
     return torch.autocast(device.type, enabled=False) if device.type in ('cpu', 'cuda') else contextlib.nullcontext()
 
+def _scan_blocks(u, dt, A, B, C, chunk, block):
+    "Chunked forward scan on fp32 `u, dt (b, d, L)`, `A (d, N)`, `B, C (b, G, N, L)`: `y`, the last state, every block's chunk starts."
+    b, d, L = u.shape; G, N = B.shape[1], A.shape[1]; H, T = d // G, chunk
+    ws, y, h0, starts = _Buffers(u), u.new_empty(b, d, L), u.new_zeros(b, d, N), []
+    A2 = A * _LOG2E                     # exp(x) = exp2(x log2 e): exp2 is ~4x faster than exp on the CPU
+    with _no_autocast(u.device):
+        for s0, s1 in _blocks(L, block):
+            nc = -(-(s1 - s0) // T)
+            dtc, uc, Bc, Cc = (_to_chunks(x, s0, s1, T, nc) for x in (dt, u, B, C))
+            h, _, _, Hs, h0 = _block_states(ws, dtc, uc, Bc, A2, h0=h0)
+            yb = torch.einsum('tbcghn,tbcgn->tbcgh', h.view(T, b, nc, G, H, N), Cc)   # 4x faster than matmul here
+            y[..., s0:s1] = _from_chunks(yb.view(T, b, nc, d), s1 - s0)
+            starts.append(Hs)
+    return y, h0, starts
+
+# %% ../../nbs/10_scan.ipynb #b319c078
+def _reverse_scan(ws, gy, Cc, a, gH):
+    "Gradients `gh (T, b, nc, d, N)` reaching every state of a block, from `gy (T, b, nc, d)`, decays `a` and `gH`, the gradient of its last state."
+    T, b, nc, d, N = a.shape; G = Cc.shape[-2]; H = d // G
+    shape = (T, b, nc, d, N)
+    gh = torch.mul(gy.view(T, b, nc, G, H, 1), Cc.unsqueeze(-2),
+                   out=ws.get('gh', shape).view(T, b, nc, G, H, N)).view(shape)
+    w = ws.get('cp', shape)             # decay from step t to the chunk end
+    w[T - 1].fill_(1)
+    for t in range(T - 2, -1, -1):
+        gh[t].addcmul_(a[t + 1], gh[t + 1])
+        torch.mul(w[t + 1], a[t + 1], out=w[t])
+    q, P = a[0] * gh[0], a[0] * w[0]    # what a chunk hands to the previous one; its whole decay
+    R = torch.empty_like(q)
+    R[:, -1] = gH
+    for c in range(nc - 1, 0, -1): torch.addcmul(q[:, c], P[:, c], R[:, c], out=R[:, c - 1])
+    gh.addcmul_(w, R)
+    return gh, torch.addcmul(q[:, 0], P[:, 0], R[:, 0])
+
+# %% ../../nbs/10_scan.ipynb #27955a92
+def _block_grads(h, bb, gh, gy, dt, u, Bc, A):
+    "Gradients of one block's `u, dt, A, B, C` (chunk layout) from its states `h`, inputs `bb` and state gradients `gh` (`h`, `bb` are overwritten)."
+    T, b, nc, d, N = h.shape; G = Bc.shape[-2]; H = d // G
+    dC = torch.matmul(gy.view(T, b, nc, G, 1, H), h.view(T, b, nc, G, H, N))         # summed over the group
+    dB = torch.matmul((dt * u).view(T, b, nc, G, 1, H), gh.view(T, b, nc, G, H, N))
+    gdtu = torch.einsum('tbcghn,tbcgn->tbcgh', gh.view(T, b, nc, G, H, N), Bc).reshape(T, b, nc, d)
+    dla = h.sub_(bb).mul_(gh)           # d loss / d(dt A) = gh_t * (h_t - dt_t u_t B_t)
+    gdt = torch.mul(dla, A, out=bb).sum(-1).addcmul_(gdtu, u)
+    dA = dla.mul_(dt.unsqueeze(-1)).sum((0, 1, 2))
+    return gdtu.mul_(dt), gdt, dA, dB.view(T, b, nc, G, N), dC.view(T, b, nc, G, N)
+
+def _scan_blocks_backward(u, dt, A, B, C, starts, gy, glast, chunk, block):
+    "Gradients of `u, dt, A, B, C` from those of `y` and of the last state (`None`: zero), given the forward's chunk starts."
+    b, d, L = u.shape; N, T = A.shape[1], chunk
+    ws, A2 = _Buffers(u), A * _LOG2E
+    du, ddt, dB, dC, dA = (torch.empty_like(x) for x in (u, dt, B, C, A))
+    dA.zero_()
+    gy = torch.zeros_like(u) if gy is None else gy.to(u.dtype).contiguous()
+    gH = u.new_zeros(b, d, N) if glast is None else glast.to(u.dtype)      # gradient reaching a block's last state
+    blocks = _blocks(L, block)
+    with _no_autocast(u.device):
+        for i in reversed(range(len(blocks))):
+            s0, s1 = blocks[i]; S = s1 - s0; nc = -(-S // T)
+            dtc, uc, Bc, Cc, gyc = (_to_chunks(x, s0, s1, T, nc) for x in (dt, u, B, C, gy))
+            h, a, bb, _, _ = _block_states(ws, dtc, uc, Bc, A2, Hs=starts[i])
+            gh, gH = _reverse_scan(ws, gyc, Cc, a, gH)
+            g_u, g_dt, g_A, g_B, g_C = _block_grads(h, bb, gh, gyc, dtc, uc, Bc, A)
+            dA += g_A
+            for full, part in ((du, g_u), (ddt, g_dt), (dB, g_B), (dC, g_C)): full[..., s0:s1] = _from_chunks(part, S)
+    return du, ddt, dA, dB, dC
+
+# %% ../../nbs/10_scan.ipynb #d3888f22
 class _ChunkedScan(torch.autograd.Function):
     "`y_t = C_t . h_t`, `h_t = exp(dt_t A) h_{t-1} + dt_t u_t B_t`, on fp32 `u, dt (b, d, L)`, `A (d, N)`, `B, C (b, G, N, L)`."
     @staticmethod
     def forward(ctx, u, dt, A, B, C, chunk, block):
-        b, d, L = u.shape; G, N = B.shape[1], A.shape[1]; H, T = d // G, chunk
-        ws, y, h0, starts = _Buffers(u), u.new_empty(b, d, L), u.new_zeros(b, d, N), []
-        A2 = A * _LOG2E                     # exp(x) = exp2(x log2 e): exp2 is ~4x faster than exp on the CPU
-        with _no_autocast(u.device):
-            for s0, s1 in _blocks(L, block):
-                nc = -(-(s1 - s0) // T)
-                dtc, uc, Bc, Cc = (_to_chunks(x, s0, s1, T, nc) for x in (dt, u, B, C))
-                h, _, _, Hs, h0 = _block_states(ws, dtc, uc, Bc, A2, h0=h0)
-                yb = torch.einsum('tbcghn,tbcgn->tbcgh', h.view(T, b, nc, G, H, N), Cc)   # 4x faster than matmul here
-                y[..., s0:s1] = _from_chunks(yb.view(T, b, nc, d), s1 - s0)
-                starts.append(Hs)
+        y, last, starts = _scan_blocks(u, dt, A, B, C, chunk, block)
         ctx.save_for_backward(u, dt, A, B, C, *starts)
         ctx.chunk, ctx.block = chunk, block
-        return y, h0
+        return y, last
 
     @staticmethod
     def backward(ctx, gy, glast):
         u, dt, A, B, C, *starts = ctx.saved_tensors
-        b, d, L = u.shape; G, N = B.shape[1], A.shape[1]; H, T = d // G, ctx.chunk
-        ws, A2 = _Buffers(u), A * _LOG2E
-        du, ddt, dB, dC, dA = (torch.empty_like(x) for x in (u, dt, B, C, A))
-        dA.zero_()
-        gy = torch.zeros_like(u) if gy is None else gy.float().contiguous()
-        gH = u.new_zeros(b, d, N) if glast is None else glast.float()      # gradient reaching a block's last state
-        blocks = _blocks(L, ctx.block)
-        with _no_autocast(u.device):
-            for i in reversed(range(len(blocks))):
-                s0, s1 = blocks[i]; S = s1 - s0; nc = -(-S // T)
-                dtc, uc, Bc, Cc, gyc = (_to_chunks(x, s0, s1, T, nc) for x in (dt, u, B, C, gy))
-                h, a, bb, _, _ = _block_states(ws, dtc, uc, Bc, A2, Hs=starts[i])
-                shape = (T, b, nc, d, N)
-                # gh_t = C_t gy_t + a_{t+1} gh_{t+1}: a reverse scan, chunked like the forward one
-                gh = torch.mul(gyc.view(T, b, nc, G, H, 1), Cc.unsqueeze(-2),
-                               out=ws.get('gh', shape).view(T, b, nc, G, H, N)).view(shape)
-                w = ws.get('cp', shape)             # decay from step t to the chunk end
-                w[T - 1].fill_(1)
-                for t in range(T - 2, -1, -1):
-                    gh[t].addcmul_(a[t + 1], gh[t + 1])
-                    torch.mul(w[t + 1], a[t + 1], out=w[t])
-                q, P = a[0] * gh[0], a[0] * w[0]    # what a chunk hands to the previous one; its whole decay
-                R = torch.empty_like(q)
-                R[:, -1] = gH
-                for c in range(nc - 1, 0, -1): torch.addcmul(q[:, c], P[:, c], R[:, c], out=R[:, c - 1])
-                gH = torch.addcmul(q[:, 0], P[:, 0], R[:, 0])
-                gh.addcmul_(w, R)
-                dCc = torch.matmul(gyc.view(T, b, nc, G, 1, H), h.view(T, b, nc, G, H, N))   # summed over the group
-                dtu = dtc * uc
-                dBc = torch.matmul(dtu.view(T, b, nc, G, 1, H), gh.view(T, b, nc, G, H, N))
-                gdtu = torch.einsum('tbcghn,tbcgn->tbcgh', gh.view(T, b, nc, G, H, N), Bc).reshape(T, b, nc, d)
-                dla = h.sub_(bb).mul_(gh)           # d loss / d(dt A) = gh_t * (h_t - dt_t u_t B_t)
-                gdt = torch.mul(dla, A, out=bb).sum(-1).addcmul_(gdtu, uc)
-                dA += dla.mul_(dtc.unsqueeze(-1)).sum((0, 1, 2))
-                du[..., s0:s1] = _from_chunks(gdtu.mul_(dtc), S)
-                ddt[..., s0:s1] = _from_chunks(gdt, S)
-                dB[..., s0:s1] = _from_chunks(dBc.view(T, b, nc, G, N), S)
-                dC[..., s0:s1] = _from_chunks(dCc.view(T, b, nc, G, N), S)
-        return du, ddt, dA, dB, dC, None, None
+        return (*_scan_blocks_backward(u, dt, A, B, C, starts, gy, glast, ctx.chunk, ctx.block), None, None)
 
 def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, chunk=None, block=None):
     "Chunked scan. B, C are `(batch, G, N, L)`; `chunk`, `block` (steps) default from the `TORCH_SCAN_*` tables."
@@ -226,18 +259,7 @@ def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #b32bb7d3
-_BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
-               "mamba-ssm and causal-conv1d for the detected compute capability, ~15 minutes; `--wheels DIR` builds wheels "
-               "to carry to an offline machine), or use impl='torch' (pure PyTorch, any device) or impl='auto'.")
-
-@functools.lru_cache(maxsize=None)
-def _load_scan_ext():
-    "`(module, None)` if mamba-ssm's `selective_scan_cuda` imports, else `(None, reason)`."
-    try:
-        import selective_scan_cuda
-        return selective_scan_cuda, None
-    except Exception as e:                 # not installed, or built against another torch/CUDA (undefined symbol)
-        return None, f"{type(e).__name__}: {e}"
+def _scan_ext(): return try_import('selective_scan_cuda')[0]
 
 def _call_ext(fn, *args):
     "Call an extension function; if pybind11 rejects the arity, retry with a trailing `None` (newer signatures)."
@@ -246,21 +268,10 @@ def _call_ext(fn, *args):
         if 'incompatible function arguments' not in str(e): raise
         return fn(*args, None)
 
-def available_impls() -> list[str]:
-    "The concrete implementations usable here: 'ref' and 'torch' always, 'cuda' with a GPU and mamba-ssm's extension."
-    return ['ref', 'torch'] + (['cuda'] if torch.cuda.is_available() and _load_scan_ext()[0] is not None else [])
-
-def auto_impl(device,   # where the tensors live
-             ) -> str:  # 'cuda' or 'torch'
-    "What `impl='auto'` runs for tensors on `device`: 'cuda' on a GPU with mamba-ssm's extension, else 'torch'."
-    device = torch.device(device)
-    return 'cuda' if device.type == 'cuda' and _load_scan_ext()[0] is not None else 'torch'
-
 class _SelectiveScanCuda(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-        ext = _load_scan_ext()[0]
-        out, x, *rest = _call_ext(ext.fwd, u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        out, x, *rest = _call_ext(_scan_ext().fwd, u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         ctx.delta_softplus, ctx.has_z = delta_softplus, z is not None
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, x, out if z is not None else None)
         last = x[:, :, -1, 1::2].clone()
@@ -270,20 +281,16 @@ class _SelectiveScanCuda(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlast):
         u, delta, A, B, C, D, z, delta_bias, x, out = ctx.saved_tensors
-        ext = _load_scan_ext()[0]
         if dout.stride(-1) != 1: dout = dout.contiguous()
         du, ddelta, dA, dB, dC, dD, ddelta_bias, *rest = _call_ext(
-            ext.bwd, u, delta, A, B, C, D, z, delta_bias, dout, x, out, None, ctx.delta_softplus, False)
+            _scan_ext().bwd, u, delta, A, B, C, D, z, delta_bias, dout, x, out, None, ctx.delta_softplus, False)
         return (du, ddelta, dA, dB, dC, dD if D is not None else None, rest[0] if ctx.has_z else None,
                 ddelta_bias if delta_bias is not None else None, None)
 
+# %% ../../nbs/10_scan.ipynb #da7496eb
 def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
     "mamba-ssm's kernel. B, C are `(batch, G, N, L)`."
-    if _load_scan_ext()[0] is None:
-        raise UsageError("impl='cuda' needs mamba-ssm's compiled selective-scan extension `selective_scan_cuda`, which "
-                         f"does not import here ({_load_scan_ext()[1]}). " + _BUILD_HINT)
-    if not u.is_cuda:
-        raise UsageError(f"impl='cuda' needs CUDA tensors, but u is on {u.device}; move the tensors to the GPU or use impl='torch'.")
+    scan_impls.require('cuda', u.device, arg='u')
     if A.shape[1] > 256:
         raise UsageError(f"impl='cuda' supports a state size N <= 256 (mamba-ssm's kernel), got N = {A.shape[1]}; use impl='torch'.")
     dtype = u.dtype
@@ -310,7 +317,7 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
     _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl)
     if impl == 'auto':
-        impl = auto_impl(u.device)
+        impl = scan_impls.auto(u.device)
         if impl == 'cuda' and A.shape[1] > 256: impl = 'torch'
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
     fn = {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]
@@ -381,22 +388,15 @@ def bench_scan(Ls=(1024, 4096, 16384),          # sequence lengths
               ) -> list[dict]:                  # one row per (L, impl)
     "Forward+backward time and peak memory of `selective_scan` per impl and length; prints a table with ratios to 'ref'."
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
-    rows = []
-    for L in Ls:
+    def setup(L):
         x = scan_inputs(batch, dim, L, N, device=device, seed=L)
         g = torch.randn(batch, dim, L, generator=torch.Generator().manual_seed(L)).to(device)
-        for impl in impls:
-            row = dict(impl=impl, L=L, batch=batch, dim=dim, N=N, device=str(device), ms=None, us_per_token=None, peak_mib=None, note='')
-            rows.append(row)
-            if impl == 'ref' and max_ref_len is not None and L > max_ref_len:
-                row['note'] = f'skipped (L > max_ref_len={max_ref_len})'; continue
-            def step():
-                for v in x.values(): v.grad = None
-                selective_scan(**x, delta_softplus=True, impl=impl).backward(g)
-            step()
-            row['ms'] = 1e3 * best_time(step, device, reps); row['us_per_token'] = 1e3 * row['ms'] / (batch * L)
-            for v in x.values(): v.grad = None
-            row['peak_mib'] = peak_memory_bytes(step, device) / 2**20
+        def step(impl):
+            if impl == 'ref' and max_ref_len is not None and L > max_ref_len: return f'skipped (L > max_ref_len={max_ref_len})'
+            return lambda: selective_scan(**x, delta_softplus=True, impl=impl).backward(g)
+        return step, list(x.values())
+    rows = bench_impls(Ls, impls, setup, device, reps, tokens=batch,
+                       columns=dict(batch=batch, dim=dim, N=N, device=str(device)))
     if verbose: _print_scan_bench(rows)
     return rows
 
