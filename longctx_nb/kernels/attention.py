@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
-from ..core import UsageError, best_time, peak_memory_bytes
+from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
-__all__ = ['IMPLS', 'WINDOW_KINDS', 'RandomKeys', 'bigbird_random_keys', 'local_attention_mask', 'flex_available',
-           'flex_block_mask', 'auto_impl', 'available_impls', 'local_attention', 'local_attention_saved_bytes',
-           'bench_attention']
+__all__ = ['WINDOW_KINDS', 'attention_impls', 'IMPLS', 'auto_impl', 'available_impls', 'RandomKeys', 'bigbird_random_keys',
+           'local_attention_mask', 'flex_available', 'flex_block_mask', 'local_attention',
+           'local_attention_saved_bytes', 'bench_attention']
 
 # %% ../../nbs/12_attention.ipynb #39a1d6e8
 @dataclass(frozen=True, eq=False)
@@ -103,7 +103,6 @@ def local_attention_mask(seq_len: int,                           # tokens per se
     return m & (j <= i)
 
 # %% ../../nbs/12_attention.ipynb #ed566246
-IMPLS = ('auto', 'ref', 'blocked', 'flex')
 WINDOW_KINDS = ('sliding', 'chunk')
 
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
@@ -129,7 +128,7 @@ def _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_k
                          f"tokens at its start must be an integer from 0 to seq_len={L}.")
     if not _is_int(block_size) or block_size < 1:
         raise UsageError(f"block_size={block_size!r} is not valid: the query/key block length, an integer >= 1.")
-    if impl not in IMPLS: raise UsageError(f"impl={impl!r} is not valid; choices: {', '.join(IMPLS)}.")
+    attention_impls.check_name(impl)
     if window_kind not in WINDOW_KINDS:
         raise UsageError(f"window_kind={window_kind!r} is not valid; choices: {', '.join(WINDOW_KINDS)}.")
     if rk is not None:
@@ -141,6 +140,7 @@ def _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_k
             raise UsageError(f"random_keys names key block {int(rk.index[:nq].max())} but seq_len={L} has only {nk} key "
                              f"blocks of k_block={rk.k_block} (ids 0..{nk - 1}, -1 for none).")
 
+# %% ../../nbs/12_attention.ipynb #c2891d11
 def _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse):
     mask = local_attention_mask(q.shape[2], window_size, n_global, rk, window_kind, q.device)
     ct = torch.promote_types(q.dtype, torch.float32)                     # fp32 at least
@@ -168,6 +168,7 @@ def _random_columns(rk: RandomKeys, nb: int, bs: int, L: int, device):
     ok &= torch.cat([torch.ones(nb, 1, dtype=torch.bool), key[:, 1:] != key[:, :-1]], -1)
     return torch.where(ok, pos, 0).to(device), src.to(device), ok.to(device)
 
+# %% ../../nbs/12_attention.ipynb #aedc6aad
 _BLOCKED_LAYOUTS: OrderedDict = OrderedDict()   # (pattern, L, device) -> layout; most recent last
 _CHUNK_ELEMS = {'cpu': 1 << 21}     # score elements per chunk of query blocks: 8 MB of fp32 on the CPU
 _CHUNK_ELEMS_DEFAULT = 1 << 26     # GPUs: large chunks, few kernel launches
@@ -201,6 +202,7 @@ def _blocked_layout(L, window_size, n_global, rk, window_kind, block_size, devic
     while len(_BLOCKED_LAYOUTS) > 64: _BLOCKED_LAYOUTS.popitem(last=False)
     return lay
 
+# %% ../../nbs/12_attention.ipynb #7cb479e8
 def _gather(kb, x, lay, c0, c1):
     "The keys (or values) of query blocks c0..c1: globals, window blocks, random keys: (B, H, c, n_keys, D)."
     B, H, _, bs, D = kb.shape
@@ -217,78 +219,87 @@ def _blocks(x, lay, front):
     bs, nb = lay['bs'], lay['nb']
     return F.pad(x, (0, 0, front * bs, nb * bs - L)).view(B, H, front + nb, bs, D)
 
+# %% ../../nbs/12_attention.ipynb #b0559968
+def _chunk_blocks(q, lay):
+    "How many query blocks one chunk holds: about `_CHUNK_ELEMS` score elements."
+    B, H = q.shape[:2]
+    return max(1, _CHUNK_ELEMS.get(q.device.type, _CHUNK_ELEMS_DEFAULT) // (B * H * lay['bs'] * lay['masked_out'].shape[-1]))
+
+def _blocked_forward(q, k, v, lay, scale):
+    "Blocked attention in the inputs' dtype (softmax in fp32 at least): the output `(B, H, L, Dv)` and the fp32 lse `(B, H, L)`."
+    B, H, L, Dh = q.shape
+    Dv, nb, bs, p = v.shape[-1], lay['nb'], lay['bs'], lay['p']
+    ct = torch.promote_types(q.dtype, torch.float32)
+    qb, kb, vb = _blocks(q, lay, 0), _blocks(k, lay, p), _blocks(v, lay, p)
+    cb = _chunk_blocks(q, lay)
+    o = q.new_empty(B, H, nb, bs, Dv)
+    lse = torch.empty(B, H, nb, bs, dtype=ct, device=q.device)
+    for c0 in range(0, nb, cb):
+        c1 = min(nb, c0 + cb)
+        s = (qb[:, :, c0:c1] * scale) @ _gather(kb, k, lay, c0, c1).transpose(-2, -1)
+        s = s.to(ct).masked_fill_(lay['masked_out'][c0:c1], float('-inf'))
+        m = torch.logsumexp(s, -1)
+        pr = s.sub_(m[..., None]).exp_()
+        o[:, :, c0:c1] = pr.to(v.dtype) @ _gather(vb, v, lay, c0, c1)
+        lse[:, :, c0:c1] = m
+    return o.view(B, H, nb * bs, Dv)[:, :, :L].contiguous(), lse.view(B, H, nb * bs)[:, :, :L].contiguous()
+
+# %% ../../nbs/12_attention.ipynb #45447fc9
+def _scatter_keys(dX, dxb, lay, c0, c1):
+    "Add the gradients `dX (B, H, c, n_keys, D)` of query blocks c0..c1's columns to `dxb`, the padded key blocks."
+    G, p, bs, pos = lay['G'], lay['p'], lay['bs'], lay['pos']
+    nw, off = (p + 1) * bs, p * bs                                        # window columns; position 0's offset
+    dX, flat = dX.to(dxb.dtype), dxb.flatten(2, 3)
+    if G: flat[:, :, off:off + G] += dX[:, :, :, :G].sum(2)
+    win = dX[:, :, :, G:G + nw].unflatten(3, (p + 1, bs))                 # (B, H, c, p+1, bs, D)
+    for d in range(p + 1): dxb[:, :, c0 + d:c1 + d] += win[:, :, :, d]
+    if pos is not None: flat.index_add_(2, pos[c0:c1].flatten() + off, dX[:, :, :, G + nw:].flatten(2, 3))
+
+def _blocked_backward(q, k, v, o, lse, do, dlse, lay, scale):
+    "Gradients of `q, k, v` from those of the output and of the lse (`None`: zero), recomputing the probabilities."
+    B, H, L, Dh = q.shape
+    Dv, nb, bs, p = v.shape[-1], lay['nb'], lay['bs'], lay['p']
+    ct, cb = lse.dtype, _chunk_blocks(q, lay)
+    qb, kb, vb = _blocks(q, lay, 0), _blocks(k, lay, p), _blocks(v, lay, p)
+    dob = _blocks(do, lay, 0)
+    delta = _blocks((do.to(ct) * o.to(ct)).sum(-1, keepdim=True), lay, 0)[..., 0]      # (B, H, nb, bs)
+    if dlse is not None: delta = delta - _blocks(dlse[..., None].to(ct), lay, 0)[..., 0]
+    lseb = _blocks(lse[..., None], lay, 0)[..., 0]
+    dq = torch.empty(B, H, nb, bs, Dh, dtype=ct, device=q.device)
+    dkb = torch.zeros(B, H, p + nb, bs, Dh, dtype=ct, device=q.device)   # key gradients, in padded blocks
+    dvb = torch.zeros(B, H, p + nb, bs, Dv, dtype=ct, device=q.device)
+    for c0 in range(0, nb, cb):
+        c1 = min(nb, c0 + cb)
+        K, V = _gather(kb, k, lay, c0, c1), _gather(vb, v, lay, c0, c1)
+        qs = qb[:, :, c0:c1] * scale
+        s = (qs @ K.transpose(-2, -1)).to(ct).masked_fill_(lay['masked_out'][c0:c1], float('-inf'))
+        pr = s.sub_(lseb[:, :, c0:c1, :, None]).exp_()                   # the probabilities, recomputed
+        do_c = dob[:, :, c0:c1]
+        dV = pr.to(v.dtype).transpose(-2, -1) @ do_c                      # (B, H, c, n_keys, Dv)
+        dS = pr.mul_((do_c @ V.transpose(-2, -1)).to(ct).sub_(delta[:, :, c0:c1, :, None])).to(q.dtype)
+        dq[:, :, c0:c1] = (dS @ K).to(ct) * scale
+        _scatter_keys(dS.transpose(-2, -1) @ qs, dkb, lay, c0, c1)        # (B, H, c, n_keys, Dh)
+        _scatter_keys(dV, dvb, lay, c0, c1)
+    dq = dq.flatten(2, 3)[:, :, :L]
+    dk, dv = (x.flatten(2, 3)[:, :, p * bs:p * bs + L] for x in (dkb, dvb))
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+# %% ../../nbs/12_attention.ipynb #f1624411
 class _BlockedAttention(torch.autograd.Function):
     "Blocked local attention, processed in chunks of query blocks; backward recomputes the scores (saves q, k, v, out, lse)."
     @staticmethod
     def forward(ctx, q, k, v, lay, scale):
         with torch.autocast(q.device.type, enabled=False):   # compute in the inputs' dtype, as backward will
-            return _BlockedAttention._forward(ctx, q, k, v, lay, scale)
-
-    @staticmethod
-    def _forward(ctx, q, k, v, lay, scale):
-        B, H, L, Dh = q.shape
-        Dv, nb, bs, p = v.shape[-1], lay['nb'], lay['bs'], lay['p']
-        ct = torch.promote_types(q.dtype, torch.float32)
-        qb, kb, vb = _blocks(q, lay, 0), _blocks(k, lay, p), _blocks(v, lay, p)
-        n_keys = lay['masked_out'].shape[-1]
-        cb = max(1, _CHUNK_ELEMS.get(q.device.type, _CHUNK_ELEMS_DEFAULT) // (B * H * bs * n_keys))
-        o = q.new_empty(B, H, nb, bs, Dv)
-        lse = torch.empty(B, H, nb, bs, dtype=ct, device=q.device)
-        for c0 in range(0, nb, cb):
-            c1 = min(nb, c0 + cb)
-            s = (qb[:, :, c0:c1] * scale) @ _gather(kb, k, lay, c0, c1).transpose(-2, -1)
-            s = s.to(ct).masked_fill_(lay['masked_out'][c0:c1], float('-inf'))
-            m = torch.logsumexp(s, -1)
-            pr = s.sub_(m[..., None]).exp_()
-            o[:, :, c0:c1] = pr.to(v.dtype) @ _gather(vb, v, lay, c0, c1)
-            lse[:, :, c0:c1] = m
-        o, lse = o.view(B, H, nb * bs, Dv)[:, :, :L].contiguous(), lse.view(B, H, nb * bs)[:, :, :L].contiguous()
+            o, lse = _blocked_forward(q, k, v, lay, scale)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.lay, ctx.scale, ctx.cb = lay, scale, cb
+        ctx.lay, ctx.scale = lay, scale
         return o, lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx, do, dlse):
         with torch.autocast(do.device.type, enabled=False):
-            return _BlockedAttention._backward(ctx, do, dlse)
-
-    @staticmethod
-    def _backward(ctx, do, dlse):
-        q, k, v, o, lse = ctx.saved_tensors
-        lay, scale, cb = ctx.lay, ctx.scale, ctx.cb
-        B, H, L, Dh = q.shape
-        Dv, nb, bs, p, G, pos = v.shape[-1], lay['nb'], lay['bs'], lay['p'], lay['G'], lay['pos']
-        ct = lse.dtype
-        qb, kb, vb = _blocks(q, lay, 0), _blocks(k, lay, p), _blocks(v, lay, p)
-        dob = _blocks(do, lay, 0)
-        delta = _blocks((do.to(ct) * o.to(ct)).sum(-1, keepdim=True), lay, 0)[..., 0]      # (B, H, nb, bs)
-        if dlse is not None: delta = delta - _blocks(dlse[..., None].to(ct), lay, 0)[..., 0]
-        lseb = _blocks(lse[..., None], lay, 0)[..., 0]
-        dq = torch.empty(B, H, nb, bs, Dh, dtype=ct, device=q.device)
-        dkb = torch.zeros(B, H, p + nb, bs, Dh, dtype=ct, device=q.device)   # key gradients, in padded blocks
-        dvb = torch.zeros(B, H, p + nb, bs, Dv, dtype=ct, device=q.device)
-        nw, off = (p + 1) * bs, p * bs                                        # window columns; position 0's offset
-        for c0 in range(0, nb, cb):
-            c1 = min(nb, c0 + cb)
-            K, V = _gather(kb, k, lay, c0, c1), _gather(vb, v, lay, c0, c1)
-            qs = qb[:, :, c0:c1] * scale
-            s = (qs @ K.transpose(-2, -1)).to(ct).masked_fill_(lay['masked_out'][c0:c1], float('-inf'))
-            pr = s.sub_(lseb[:, :, c0:c1, :, None]).exp_()                   # the probabilities, recomputed
-            do_c = dob[:, :, c0:c1]
-            dV = pr.to(v.dtype).transpose(-2, -1) @ do_c                      # (B, H, c, n_keys, Dv)
-            dS = pr.mul_((do_c @ V.transpose(-2, -1)).to(ct).sub_(delta[:, :, c0:c1, :, None])).to(q.dtype)
-            dq[:, :, c0:c1] = (dS @ K).to(ct) * scale
-            dK = dS.transpose(-2, -1) @ qs                                    # (B, H, c, n_keys, Dh)
-            for dX, dxb in ((dK, dkb), (dV, dvb)):                            # scatter back where each key came from
-                dX, flat = dX.to(ct), dxb.flatten(2, 3)
-                if G: flat[:, :, off:off + G] += dX[:, :, :, :G].sum(2)
-                win = dX[:, :, :, G:G + nw].unflatten(3, (p + 1, bs))         # (B, H, c, p+1, bs, D)
-                for d in range(p + 1): dxb[:, :, c0 + d:c1 + d] += win[:, :, :, d]
-                if pos is not None: flat.index_add_(2, pos[c0:c1].flatten() + off, dX[:, :, :, G + nw:].flatten(2, 3))
-        dq = dq.flatten(2, 3)[:, :, :L]
-        dk, dv = (x.flatten(2, 3)[:, :, off:off + L] for x in (dkb, dvb))
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+            return (*_blocked_backward(*ctx.saved_tensors, do, dlse, ctx.lay, ctx.scale), None, None)
 
 def _attention_blocked(q, k, v, window_size, n_global, rk, window_kind, block_size, scale, return_lse):
     lay = _blocked_layout(q.shape[2], window_size, n_global, rk, window_kind, block_size, q.device)
@@ -296,13 +307,9 @@ def _attention_blocked(q, k, v, window_size, n_global, rk, window_kind, block_si
     return (o, lse) if return_lse else o
 
 # %% ../../nbs/12_attention.ipynb #8b4665db
-@functools.lru_cache(maxsize=None)
 def _flex_module():
     "torch's flex_attention module, or None where this torch has none."
-    try:
-        import torch.nn.attention.flex_attention as fa
-        return fa
-    except ImportError: return None
+    return try_import('torch.nn.attention.flex_attention')[0]
 
 def flex_available(device='cpu',  # where it would run
                   ) -> bool:
@@ -314,6 +321,7 @@ def flex_available(device='cpu',  # where it would run
         return torch.cuda.is_available() and has_triton()
     except ImportError: return False
 
+# %% ../../nbs/12_attention.ipynb #3c2aae47
 _BLOCK_MASKS: OrderedDict = OrderedDict()   # (pattern, L, device) -> BlockMask, most recent last
 
 def flex_block_mask(seq_len: int,                           # tokens per sequence
@@ -346,6 +354,7 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
     while len(_BLOCK_MASKS) > 256: _BLOCK_MASKS.popitem(last=False)
     return bm
 
+# %% ../../nbs/12_attention.ipynb #3699eec6
 @functools.lru_cache(maxsize=None)
 def _flex_compiled():
     return torch.compile(_flex_module().flex_attention, dynamic=False)
@@ -355,9 +364,7 @@ def _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, retu
     if dev.type != 'cuda' and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise UsageError(f"impl='flex' has no backward pass on {dev.type} (FlexAttention's backward needs a CUDA GPU); "
                          "use impl='blocked' to train off the GPU, or call it under torch.no_grad().")
-    if not flex_available(dev):
-        raise UsageError(f"impl='flex' cannot run on {dev}: it needs torch.nn.attention.flex_attention and, on CUDA, "
-                         "Triton to compile it (pip install triton). Use impl='blocked'.")
+    attention_impls.require('flex', dev)
     kw = dict(block_mask=flex_block_mask(q.shape[2], window_size, n_global, rk, window_kind, dev), scale=scale)
     if return_lse:
         if hasattr(fa, 'AuxRequest'): kw['return_aux'] = fa.AuxRequest(lse=True)
@@ -371,18 +378,16 @@ def _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, retu
     return o, getattr(aux, 'lse', aux)
 
 # %% ../../nbs/12_attention.ipynb #40c1ad3f
-def auto_impl(device=None,  # default: the GPU if any
-             ) -> str:      # 'flex' or 'blocked'
-    "What `impl='auto'` runs on `device` (default: the GPU if any): 'flex' on CUDA where FlexAttention compiles, else 'blocked'."
-    device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
-    return 'flex' if device.type == 'cuda' and flex_available(device) else 'blocked'
+def _flex_why_not(device):
+    if flex_available(device): return None
+    return "it needs torch.nn.attention.flex_attention and, on CUDA, Triton to compile it (pip install triton). Use impl='blocked'."
 
-def available_impls(device=None,  # default: the GPU if any
-                   ) -> tuple[str, ...]:
-    "Implementations that run on `device` (default: the GPU if any); 'flex' off CUDA is forward-only."
-    device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
-    return ('ref', 'blocked') + (('flex',) if flex_available(device) else ())
+attention_impls = KernelImpls('local_attention', ('ref', 'blocked'), (Impl('flex', check=_flex_why_not),),
+                              fallback='blocked', unknown="impl={impl!r} is not valid; choices: {plain}.")
+IMPLS = attention_impls.choices
+auto_impl, available_impls = attention_impls.auto, attention_impls.available   # the names earlier versions exported
 
+# %% ../../nbs/12_attention.ipynb #dc062d0e
 def _as_random_keys(random_keys, block_size):
     if random_keys is None or isinstance(random_keys, RandomKeys): return random_keys
     if isinstance(random_keys, torch.Tensor): return RandomKeys(random_keys, block_size, block_size)
@@ -405,7 +410,7 @@ def local_attention(q: torch.Tensor,                                       # (B,
     rk = _as_random_keys(random_keys, block_size)
     _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_kind)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if impl == 'auto': impl = auto_impl(q.device)
+    if impl == 'auto': impl = attention_impls.auto(q.device)
     if impl == 'ref': return _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
     if impl == 'blocked': return _attention_blocked(q, k, v, window_size, n_global, rk, window_kind, block_size, scale, return_lse)
     return _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
@@ -442,30 +447,21 @@ def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
                    ) -> list[dict]:                    # one row per (L, impl)
     "Forward+backward time (best of `reps`) and peak memory of each impl per length; 'sdpa' is full causal SDPA."
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
-    rows = []
-    for L in Ls:
+    def setup(L):
         gen = torch.Generator().manual_seed(L)
         q, k, v, g = (torch.randn(batch_size, H, L, Dh, generator=gen).to(device, dtype) for _ in range(4))
         for t in (q, k, v): t.requires_grad_(True)
-        for impl in impls:
-            row = dict(L=L, impl=impl, ms=None, us_per_token=None, peak_mib=None, note='')
-            rows.append(row)
+        def step(impl):
             need = 3.25 * batch_size * H * L * L * 4                  # measured: about 3.1 L x L fp32 tensors at once
-            if impl == 'ref' and need > max_ref_bytes:
-                row['note'] = f'skipped: needs ~{need / 2**30:.0f} GiB (> max_ref_bytes)'; continue
-            if impl == 'sdpa': fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else: fn = lambda: local_attention(q, k, v, window, n_global, block_size=block_size, impl=impl)
-            def step():
-                for t in (q, k, v): t.grad = None
-                fn().backward(g)
-            step(); step()                                               # warm-up: caches, compilation, allocator
-            row['ms'] = 1e3 * best_time(step, device, reps); row['us_per_token'] = 1e3 * row['ms'] / (batch_size * L)
-            for t in (q, k, v): t.grad = None
-            row['peak_mib'] = peak_memory_bytes(step, device) / 2**20
-            for t in (q, k, v): t.grad = None
+            if impl == 'ref' and need > max_ref_bytes: return f'skipped: needs ~{need / 2**30:.0f} GiB (> max_ref_bytes)'
+            if impl == 'sdpa': return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+            return lambda: local_attention(q, k, v, window, n_global, block_size=block_size, impl=impl).backward(g)
+        return step, (q, k, v)
+    rows = bench_impls(Ls, impls, setup, device, reps, warmup=2, tokens=batch_size, first=('L', 'impl'))
     if verbose: _print_bench(rows, device, dtype, H, Dh, window, batch_size)
     return rows
 
+# %% ../../nbs/12_attention.ipynb #b70a1eb9
 def _print_bench(rows, device, dtype, H, Dh, window, B):
     print(f"forward+backward on {device} ({torch.get_num_threads()} threads), {dtype}, B={B} H={H} Dh={Dh} window={window}")
     print(f"{'L':>7} {'impl':>8} {'ms':>10} {'us/token':>9} {'peak MiB':>10}")

@@ -4,17 +4,27 @@
 
 # %% ../../nbs/11_conv.ipynb #29de3329
 from __future__ import annotations
-import functools
 import torch
 import torch.nn.functional as F
-from ..core import UsageError
+from ..core import UsageError, Impl, KernelImpls, try_import
 
 # %% auto #0
-__all__ = ['CONV_IMPLS', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'available_impls', 'auto_impl', 'causal_conv1d',
+__all__ = ['conv_impls', 'CONV_IMPLS', 'available_impls', 'auto_impl', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d',
            'causal_conv1d_update']
 
+# %% ../../nbs/11_conv.ipynb #a2bba331
+_BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
+               "causal-conv1d and mamba-ssm for the detected compute capability; `--wheels DIR` builds wheels to carry to "
+               "an offline machine), or use impl='ref' or impl='auto'.")
+
+conv_impls = KernelImpls('causal_conv1d', ('ref',), (
+    Impl('cuda', module='causal_conv1d_cuda', cuda=True, install=_BUILD_HINT,
+         needs="causal-conv1d's compiled extension `causal_conv1d_cuda`"),),
+    unknown="{fn}: unknown impl {impl!r}; valid choices: {quoted}.")
+CONV_IMPLS = conv_impls.choices
+available_impls, auto_impl = conv_impls.available, conv_impls.auto   # the names earlier versions exported
+
 # %% ../../nbs/11_conv.ipynb #4691b86f
-CONV_IMPLS = ('auto', 'ref', 'cuda')
 CONV_ACTIVATIONS = (None, 'silu', 'swish')
 CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -23,8 +33,7 @@ def _as_2d_weight(weight: torch.Tensor) -> torch.Tensor:
     return weight[:, 0] if weight.dim() == 3 and weight.shape[1] == 1 else weight
 
 def _check_common(fn, x, weight, bias, activation, impl):
-    if impl not in CONV_IMPLS:
-        raise UsageError(f"{fn}: unknown impl {impl!r}; valid choices: {', '.join(map(repr, CONV_IMPLS))}.")
+    conv_impls.check_name(impl, fn=fn)
     if activation not in CONV_ACTIVATIONS:
         raise UsageError(f"{fn}: unknown activation {activation!r}; valid choices: None, 'silu', 'swish' (the same as 'silu').")
     for name, t in (('x', x), ('weight', weight), ('bias', bias)):
@@ -57,18 +66,8 @@ def _conv_ref(x, weight, bias, activation):
     return (out if activation is None else F.silu(out)).to(x.dtype)
 
 # %% ../../nbs/11_conv.ipynb #7141e5a9
-_BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
-               "causal-conv1d and mamba-ssm for the detected compute capability; `--wheels DIR` builds wheels to carry to "
-               "an offline machine), or use impl='ref' or impl='auto'.")
-
-@functools.lru_cache(maxsize=None)
-def _load_conv_ext():
-    "`(module, None)` if causal-conv1d's `causal_conv1d_cuda` imports, else `(None, reason)`."
-    try:
-        import causal_conv1d_cuda
-        return causal_conv1d_cuda, None
-    except Exception as e:               # not installed, or built against another torch/CUDA
-        return None, f"{type(e).__name__}: {e}"
+def _load_conv_ext(): return try_import('causal_conv1d_cuda')   # (module, None) or (None, why not)
+def _conv_ext(): return _load_conv_ext()[0]
 
 def _first_accepted(fn, *arg_lists):
     "Call `fn` with the first argument list its pybind11 signature accepts (the API changed across versions)."
@@ -77,30 +76,18 @@ def _first_accepted(fn, *arg_lists):
         except TypeError as e:
             if 'incompatible function arguments' not in str(e) or i == len(arg_lists) - 1: raise
 
-def available_impls() -> list[str]:
-    "The concrete implementations usable here: 'ref' always, 'cuda' with a GPU and causal-conv1d's extension."
-    return ['ref'] + (['cuda'] if torch.cuda.is_available() and _load_conv_ext()[0] is not None else [])
-
-def auto_impl(device,   # where the tensors live
-             ) -> str:  # 'cuda' or 'ref'
-    "What `impl='auto'` runs for tensors on `device` (widths 2 to 4): 'cuda' on a GPU with the extension, else 'ref'."
-    device = torch.device(device)
-    return 'cuda' if device.type == 'cuda' and _load_conv_ext()[0] is not None else 'ref'
-
 def _require_cuda(fn, x, width):
-    if _load_conv_ext()[0] is None:
-        raise UsageError(f"{fn}: impl='cuda' needs causal-conv1d's compiled extension `causal_conv1d_cuda`, which does not "
-                         f"import here ({_load_conv_ext()[1]}). " + _BUILD_HINT)
-    if not x.is_cuda: raise UsageError(f"{fn}: impl='cuda' needs CUDA tensors, but x is on {x.device}; use impl='ref'.")
+    "Raise a `UsageError` saying what to do if the kernel cannot run on `x` with a filter of `width`."
+    conv_impls.require('cuda', x.device, prefix=f'{fn}: ', arg='x')
     if not 2 <= width <= 4:
         raise UsageError(f"{fn}: impl='cuda' supports filter widths 2 to 4 (causal-conv1d's kernel), got {width}; use impl='ref'.")
 
+# %% ../../nbs/11_conv.ipynb #6af5ce35
 class _CausalConv1dCuda(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, silu):
-        ext = _load_conv_ext()[0]
         out = torch.empty_like(x)
-        r = _first_accepted(ext.causal_conv1d_fwd, (x, weight, bias, None, None, out, None, silu),
+        r = _first_accepted(_conv_ext().causal_conv1d_fwd, (x, weight, bias, None, None, out, None, silu),
                             (x, weight, bias, None, None, None, silu))
         ctx.save_for_backward(x, weight, bias); ctx.silu = silu
         return out if r is None else r
@@ -108,12 +95,11 @@ class _CausalConv1dCuda(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         x, weight, bias = ctx.saved_tensors
-        ext = _load_conv_ext()[0]
         dout = dout.contiguous()
         dx = torch.empty_like(x)
         dw = torch.zeros_like(weight, dtype=torch.float32)
         db = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
-        r = _first_accepted(ext.causal_conv1d_bwd, (x, weight, bias, dout, None, None, None, dx, dw, db, None, ctx.silu),
+        r = _first_accepted(_conv_ext().causal_conv1d_bwd, (x, weight, bias, dout, None, None, None, dx, dw, db, None, ctx.silu),
                             (x, weight, bias, dout, None, None, None, dx, False, ctx.silu))
         if r is not None: dx, dw, db = r[0], r[1], r[2]
         return dx, dw.to(weight.dtype), (None if bias is None else db.to(bias.dtype)), None
@@ -134,7 +120,7 @@ def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
                  ) -> torch.Tensor:
     "Depthwise causal convolution: output `t` of channel `d` sees `x[d, t - width + 1 .. t]`; `(batch, dim, L)` in `x`'s dtype."
     weight = _check_conv_inputs(x, weight, bias, activation, impl)
-    if impl == 'auto': impl = auto_impl(x.device) if 2 <= weight.shape[1] <= 4 else 'ref'
+    if impl == 'auto': impl = conv_impls.auto(x.device) if 2 <= weight.shape[1] <= 4 else 'ref'
     return (_conv_cuda if impl == 'cuda' else _conv_ref)(x, weight, bias, activation)
 
 # %% ../../nbs/11_conv.ipynb #85531019
@@ -150,17 +136,17 @@ def _update_cuda(x, conv_state, weight, bias, activation):
     _require_cuda('causal_conv1d_update', x, weight.shape[1])
     if conv_state.dtype != x.dtype:
         raise UsageError(f"causal_conv1d_update: impl='cuda' needs conv_state in x's dtype ({x.dtype}), got {conv_state.dtype}.")
-    ext = _load_conv_ext()[0]
     x3 = x.unsqueeze(-1).contiguous()
     weight = weight.contiguous()
     bias = None if bias is None else bias.to(weight.dtype).contiguous()
     out = torch.empty_like(x3)
     silu = activation is not None
-    r = _first_accepted(ext.causal_conv1d_update, (x3, conv_state, weight, bias, out, silu, None, None),
+    r = _first_accepted(_conv_ext().causal_conv1d_update, (x3, conv_state, weight, bias, out, silu, None, None),
                         (x3, conv_state, weight, bias, silu, None, None), (x3, conv_state, weight, bias, silu, None),
                         (x3, conv_state, weight, bias, silu))
     return (out if r is None else r)[..., 0]
 
+# %% ../../nbs/11_conv.ipynb #1c732631
 def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this step's input
                          conv_state: torch.Tensor,          # (batch, dim, state_len >= width - 1): the last inputs, updated in place
                          weight: torch.Tensor,              # (dim, width) or (dim, 1, width)
@@ -181,5 +167,5 @@ def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this
                          f"{tuple(conv_state.shape) if isinstance(conv_state, torch.Tensor) else type(conv_state).__name__}.")
     if impl == 'auto':
         ok = 2 <= width <= 4 and conv_state.dtype == x.dtype
-        impl = auto_impl(x.device) if ok else 'ref'
+        impl = conv_impls.auto(x.device) if ok else 'ref'
     return (_update_cuda if impl == 'cuda' else _update_ref)(x, conv_state, weight, bias, activation)

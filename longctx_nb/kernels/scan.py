@@ -259,7 +259,8 @@ def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #b32bb7d3
-def _scan_ext(): return try_import('selective_scan_cuda')[0]
+def _load_scan_ext(): return try_import('selective_scan_cuda')   # (module, None) or (None, why not)
+def _scan_ext(): return _load_scan_ext()[0]
 
 def _call_ext(fn, *args):
     "Call an extension function; if pybind11 rejects the arity, retry with a trailing `None` (newer signatures)."
