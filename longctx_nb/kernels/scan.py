@@ -42,6 +42,7 @@ def _check_scan_tensor(name, t, u):
     if t.device != u.device:
         raise UsageError(f"selective_scan: {name} is on {t.device} but u is on {u.device}; put every tensor on one device.")
 
+# %% ../../nbs/10_scan.ipynb #ca450366
 def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl='auto'):
     "Validate `selective_scan`'s arguments; returns `(batch, dim, L, N, G)`."
     scan_impls.check_name(impl)
