@@ -6,14 +6,15 @@
 from __future__ import annotations
 import contextlib, functools, importlib, os, random, resource, sys, time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 import numpy as np
 import torch
 
 # %% auto #0
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype',
            'check_precision', 'autocast', 'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'best_time',
-           'measure_peak_flops', 'peak_memory_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
+           'measure_peak_flops', 'peak_memory_bytes', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import',
+           'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -160,6 +161,27 @@ def peak_memory_bytes(fn,            # called once with no arguments
     cur = peak = 0
     for *_, n in events: cur += n; peak = max(peak, cur)
     return peak
+
+# %% ../nbs/00_core.ipynb #84863f00
+def saved_tensor_bytes(fn: Callable,                                           # called as fn(*args)
+                       *args,                                                  # its arguments
+                       params: torch.nn.Module | Iterable[torch.Tensor] = (),  # left out: weights are not activations
+                       log: list | None = None,                                # if a list, gets `(shape, dtype, nbytes)` of each storage counted
+                      ) -> int:
+    "Bytes of the storages autograd saves for backward while running `fn(*args)`, each storage once."
+    if isinstance(params, torch.nn.Module): params = params.parameters()
+    skip = {p.untyped_storage().data_ptr() for p in params}
+    seen, held = {}, []
+    def pack(t):
+        s = t.untyped_storage()
+        ptr = s.data_ptr()
+        if s.nbytes() and ptr not in skip and ptr not in seen:
+            seen[ptr] = s.nbytes(); held.append(t)
+            if log is not None: log.append((tuple(t.shape), t.dtype, s.nbytes()))
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args)
+    return sum(seen.values())
 
 # %% ../nbs/00_core.ipynb #b01f50e2
 def bench_impls(Ls,               # sequence lengths
