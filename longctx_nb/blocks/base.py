@@ -13,7 +13,7 @@ from ..core import UsageError, parse_precision
 
 # %% auto #0
 __all__ = ['Mixer', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
-           'saved_tensor_bytes', 'act_bytes', 'rmsnorm_bytes']
+           'saved_tensor_bytes', 'act_bytes', 'rmsnorm_bytes', 'patch_to']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Mixer(nn.Module):
@@ -171,3 +171,13 @@ def rmsnorm_bytes(d_model: int,          # model width
                  ) -> int:               # bytes per token
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)
+
+# %% ../../nbs/20_blocks.ipynb #50426007
+def patch_to(cls: type,  # the class that gets the method
+            ):
+    "Decorator: add the decorated function to `cls` as a method of the same name."
+    def add(f):
+        f.__qualname__ = f'{cls.__qualname__}.{f.__name__}'
+        setattr(cls, f.__name__, f)
+        return f
+    return add

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes
+from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
@@ -56,11 +56,33 @@ class KeepFp32(nn.Module):
                 if p.grad is not None: p.grad = p.grad.float()
         return self
 
-# %% ../../nbs/23_mamba.ipynb #ad09e81b
+# %% ../../nbs/23_mamba.ipynb #ed364b00
 def _check_positive_int(name, value, what):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"{name}={value!r} is not valid: {what}, a positive integer.")
 
+def _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_init, dt_init_floor, scan_impl, conv_impl) -> int:
+    "Check Mamba's settings, naming the first bad one; the resolved `dt_rank`."
+    _check_positive_int('d_model', d_model, 'the model width')
+    _check_positive_int('d_state', d_state, 'the SSM state size per channel')
+    _check_positive_int('d_conv', d_conv, 'the causal convolution width')
+    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or int(expand * d_model) < 1:
+        raise UsageError(f"expand={expand!r} is not valid: the inner width is int(expand * d_model), which must be >= 1.")
+    if dt_rank in ('auto', None): dt_rank = math.ceil(d_model / 16)
+    _check_positive_int('dt_rank', dt_rank, "the rank of the step-size projection ('auto': ceil(d_model / 16))")
+    if not 0 < dt_min <= dt_max:
+        raise UsageError(f"dt_min={dt_min!r}, dt_max={dt_max!r} are not valid: the initial step sizes are drawn "
+                         "log-uniformly from [dt_min, dt_max], so 0 < dt_min <= dt_max is needed.")
+    if not dt_init_floor > 0: raise UsageError(f"dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
+    if dt_init not in ('random', 'constant'):
+        raise UsageError(f"dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
+    if scan_impl not in kscan.SCAN_IMPLS:
+        raise UsageError(f"scan_impl={scan_impl!r} is not valid; choices: {', '.join(map(repr, kscan.SCAN_IMPLS))}.")
+    if conv_impl not in kconv.CONV_IMPLS:
+        raise UsageError(f"conv_impl={conv_impl!r} is not valid; choices: {', '.join(map(repr, kconv.CONV_IMPLS))}.")
+    return dt_rank
+
+# %% ../../nbs/23_mamba.ipynb #ad09e81b
 @register_block
 class Mamba(KeepFp32, Mixer):
     "Mamba's selective state-space mixer with mamba-ssm's parameters and defaults: `(B, L, D) -> (B, L, D)`, causal."
@@ -87,23 +109,7 @@ class Mamba(KeepFp32, Mixer):
                  layer_idx: int | None = None,        # the layer's index in the model
                 ):
         super().__init__()
-        _check_positive_int('d_model', d_model, 'the model width')
-        _check_positive_int('d_state', d_state, 'the SSM state size per channel')
-        _check_positive_int('d_conv', d_conv, 'the causal convolution width')
-        if isinstance(expand, bool) or not isinstance(expand, (int, float)) or int(expand * d_model) < 1:
-            raise UsageError(f"expand={expand!r} is not valid: the inner width is int(expand * d_model), which must be >= 1.")
-        if dt_rank in ('auto', None): dt_rank = math.ceil(d_model / 16)
-        _check_positive_int('dt_rank', dt_rank, "the rank of the step-size projection ('auto': ceil(d_model / 16))")
-        if not 0 < dt_min <= dt_max:
-            raise UsageError(f"dt_min={dt_min!r}, dt_max={dt_max!r} are not valid: the initial step sizes are drawn "
-                             "log-uniformly from [dt_min, dt_max], so 0 < dt_min <= dt_max is needed.")
-        if not dt_init_floor > 0: raise UsageError(f"dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
-        if dt_init not in ('random', 'constant'):
-            raise UsageError(f"dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
-        if scan_impl not in kscan.SCAN_IMPLS:
-            raise UsageError(f"scan_impl={scan_impl!r} is not valid; choices: {', '.join(map(repr, kscan.SCAN_IMPLS))}.")
-        if conv_impl not in kconv.CONV_IMPLS:
-            raise UsageError(f"conv_impl={conv_impl!r} is not valid; choices: {', '.join(map(repr, kconv.CONV_IMPLS))}.")
+        dt_rank = _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_init, dt_init_floor, scan_impl, conv_impl)
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
         self.d_inner, self.dt_rank = int(expand * d_model), dt_rank
         self.dt_min, self.dt_max, self.dt_init, self.dt_scale, self.dt_init_floor = dt_min, dt_max, dt_init, dt_scale, dt_init_floor
@@ -133,73 +139,81 @@ class Mamba(KeepFp32, Mixer):
         d_inner = int(cfg.expand * cfg.d_model)
         return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
 
-    def _ssm_params(self):
-        "A, D and the step-size bias, fp32."
-        return -torch.exp(self.A_log.float()), self.D.float(), self.dt_proj.bias.float()
-
-    def _mix(self, x: torch.Tensor, return_state: bool = False):
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise UsageError(f"Mamba expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
-        L, W = x.shape[1], self.in_proj
-        # channel-first (B, C, L) activations, the layout the kernels read: W @ x does the matmul and the transpose at once
-        xz = W.weight @ x.mT                                                     # (B, 2 d_inner, L), contiguous
-        if W.bias is not None: xz = xz + W.bias[:, None].to(xz.dtype)
-        x_in, z = xz.chunk(2, dim=1)
-        u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
-        dt_low, Bm, Cm = (self.x_proj.weight @ u).split([self.dt_rank, self.d_state, self.d_state], dim=1)
-        delta = self.dt_proj.weight @ dt_low                                     # its bias goes to the scan, in fp32
-        A, D, dt_bias = self._ssm_params()
-        y = selective_scan(u, delta, A, Bm, Cm, D, z=z, delta_bias=dt_bias, delta_softplus=True,
-                           return_last_state=return_state, impl=self.scan_impl)
-        if return_state: y, last = y
-        out = (self.out_proj.weight @ y).mT                                      # (B, L, D)
-        if self.out_proj.bias is not None: out = out + self.out_proj.bias.to(out.dtype)
-        if not return_state: return out
-        conv_state = F.pad(x_in, (self.d_conv - L, 0)).to(self.conv1d.weight.dtype)  # the last d_conv inputs, zeros before t=0
-        return out, conv_state.detach().contiguous(), last.detach().float()
-
-    def forward(self, x: torch.Tensor,  # (B, L, d_model)
-               ) -> torch.Tensor:       # (B, L, d_model)
-        "`(B, L, d_model) -> (B, L, d_model)`, causal."
-        return self._mix(x)
-
-    def prefill(self, x: torch.Tensor,  # (B, L, d_model) prompt
-               ):
-        "The parallel forward of a prompt `x` `(B, L, D)`, and the caches `(conv_state, ssm_state)` that `step` continues from."
-        return self._mix(x, return_state=True)
-
-    def allocate_inference_cache(self, batch_size: int,  # sequences
-                                 device=None,            # default: the module's
-                                 dtype=None,             # conv_state's dtype (default: the conv weight's)
-                                ):
-        "Zero states for generation: `conv_state` `(B, d_inner, d_conv)` (the conv weight's dtype unless `dtype`), `ssm_state` `(B, d_inner, d_state)` fp32."
-        device = self.out_proj.weight.device if device is None else device
-        conv_state = torch.zeros(batch_size, self.d_inner, self.d_conv, device=device, dtype=dtype or self.conv1d.weight.dtype)
-        ssm_state = torch.zeros(batch_size, self.d_inner, self.d_state, device=device, dtype=torch.float32)
-        return conv_state, ssm_state
-
-    def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
-             conv_state: torch.Tensor,  # (B, d_inner, d_conv), updated in place
-             ssm_state: torch.Tensor,   # (B, d_inner, d_state) fp32, updated in place
-            ) -> torch.Tensor:          # the token's output, in x's shape
-        "One generation step: the output for token `x`, in `x`'s shape; the same work and memory at every position."
-        one = x.dim() == 3
-        if (one and x.shape[1] != 1) or x.dim() not in (2, 3) or x.shape[-1] != self.d_model:
-            raise UsageError(f"Mamba.step takes one token, x of shape (batch, d_model={self.d_model}) or (batch, 1, "
-                             f"{self.d_model}), got {tuple(x.shape)}; use prefill() for a whole prompt.")
-        if one: x = x[:, 0]
-        x_in, z = self.in_proj(x).chunk(2, dim=-1)
-        u = causal_conv1d_update(x_in, conv_state, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
-        dt_low, Bm, Cm = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
-        A, D, dt_bias = self._ssm_params()
-        y = selective_state_update(ssm_state, u, F.linear(dt_low, self.dt_proj.weight), A, Bm, Cm, D, z=z,
-                                   dt_bias=dt_bias, dt_softplus=True)
-        out = self.out_proj(y)
-        return out[:, None] if one else out
-
     def extra_repr(self) -> str:
         return (f'd_model={self.d_model}, d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, '
                 f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
+
+# %% ../../nbs/23_mamba.ipynb #2cea7f04
+@patch_to(Mamba)
+def _ssm_params(self):
+    "A, D and the step-size bias, fp32."
+    return -torch.exp(self.A_log.float()), self.D.float(), self.dt_proj.bias.float()
+
+@patch_to(Mamba)
+def _mix(self, x: torch.Tensor, return_state: bool = False):
+    if x.dim() != 3 or x.shape[-1] != self.d_model:
+        raise UsageError(f"Mamba expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
+    L, W = x.shape[1], self.in_proj
+    # channel-first (B, C, L) activations, the layout the kernels read: W @ x does the matmul and the transpose at once
+    xz = W.weight @ x.mT                                                     # (B, 2 d_inner, L), contiguous
+    if W.bias is not None: xz = xz + W.bias[:, None].to(xz.dtype)
+    x_in, z = xz.chunk(2, dim=1)
+    u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
+    dt_low, Bm, Cm = (self.x_proj.weight @ u).split([self.dt_rank, self.d_state, self.d_state], dim=1)
+    delta = self.dt_proj.weight @ dt_low                                     # its bias goes to the scan, in fp32
+    A, D, dt_bias = self._ssm_params()
+    y = selective_scan(u, delta, A, Bm, Cm, D, z=z, delta_bias=dt_bias, delta_softplus=True,
+                       return_last_state=return_state, impl=self.scan_impl)
+    if return_state: y, last = y
+    out = (self.out_proj.weight @ y).mT                                      # (B, L, D)
+    if self.out_proj.bias is not None: out = out + self.out_proj.bias.to(out.dtype)
+    if not return_state: return out
+    conv_state = F.pad(x_in, (self.d_conv - L, 0)).to(self.conv1d.weight.dtype)  # the last d_conv inputs, zeros before t=0
+    return out, conv_state.detach().contiguous(), last.detach().float()
+
+@patch_to(Mamba)
+def forward(self, x: torch.Tensor,  # (B, L, d_model)
+           ) -> torch.Tensor:       # (B, L, d_model)
+    "`(B, L, d_model) -> (B, L, d_model)`, causal."
+    return self._mix(x)
+
+@patch_to(Mamba)
+def prefill(self, x: torch.Tensor,  # (B, L, d_model) prompt
+           ):
+    "The parallel forward of a prompt `x` `(B, L, D)`, and the caches `(conv_state, ssm_state)` that `step` continues from."
+    return self._mix(x, return_state=True)
+
+# %% ../../nbs/23_mamba.ipynb #6dbee266
+@patch_to(Mamba)
+def allocate_inference_cache(self, batch_size: int,  # sequences
+                             device=None,            # default: the module's
+                             dtype=None,             # conv_state's dtype (default: the conv weight's)
+                            ):
+    "Zero states for generation: `conv_state` `(B, d_inner, d_conv)` (the conv weight's dtype unless `dtype`), `ssm_state` `(B, d_inner, d_state)` fp32."
+    device = self.out_proj.weight.device if device is None else device
+    conv_state = torch.zeros(batch_size, self.d_inner, self.d_conv, device=device, dtype=dtype or self.conv1d.weight.dtype)
+    ssm_state = torch.zeros(batch_size, self.d_inner, self.d_state, device=device, dtype=torch.float32)
+    return conv_state, ssm_state
+
+@patch_to(Mamba)
+def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
+         conv_state: torch.Tensor,  # (B, d_inner, d_conv), updated in place
+         ssm_state: torch.Tensor,   # (B, d_inner, d_state) fp32, updated in place
+        ) -> torch.Tensor:          # the token's output, in x's shape
+    "One generation step: the output for token `x`, in `x`'s shape; the same work and memory at every position."
+    one = x.dim() == 3
+    if (one and x.shape[1] != 1) or x.dim() not in (2, 3) or x.shape[-1] != self.d_model:
+        raise UsageError(f"Mamba.step takes one token, x of shape (batch, d_model={self.d_model}) or (batch, 1, "
+                         f"{self.d_model}), got {tuple(x.shape)}; use prefill() for a whole prompt.")
+    if one: x = x[:, 0]
+    x_in, z = self.in_proj(x).chunk(2, dim=-1)
+    u = causal_conv1d_update(x_in, conv_state, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
+    dt_low, Bm, Cm = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+    A, D, dt_bias = self._ssm_params()
+    y = selective_state_update(ssm_state, u, F.linear(dt_low, self.dt_proj.weight), A, Bm, Cm, D, z=z,
+                               dt_bias=dt_bias, dt_softplus=True)
+    out = self.out_proj(y)
+    return out[:, None] if one else out
 
 # %% ../../nbs/23_mamba.ipynb #d591c4f0
 def kernel_backends(device='cpu',             # where Mamba runs
