@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes, rmsnorm_bytes
+from .base import Mixer, register_block, act_bytes, rmsnorm_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -133,127 +133,139 @@ class Blade(Mixer):
         "The default log decays `log sigmoid(w)` (fp32), before the chunks' corrections."
         return F.logsigmoid(self.decay_logit.float())
 
-    def summarize(self, k: torch.Tensor,                  # (..., H, C, Dh) keys of finished chunks
-                  v: torch.Tensor,                        # (..., H, C, Dh) their values
-                 ) -> tuple[torch.Tensor, torch.Tensor]:  # (u, log_a), each (..., state_dim); log_a fp32
-        "Keys and values `(..., H, C, Dh)` of finished chunks -> summaries `u` `(..., S)` and fp32 log decays `log a` `(..., S)`."
-        s = torch.einsum('hrd,...hcd->...hrc', self.latent.to(k.dtype), k) / math.sqrt(self.head_dim)
-        u, g = self.write((s.softmax(-1) @ v).flatten(-3)).chunk(2, -1)   # pooled (..., H, r, Dh) -> (..., r*D) -> 2 x (..., S)
-        return u, F.logsigmoid(self.decay_logit.float() + g.float())
+# %% ../../nbs/26_blade.ipynb #ab767478
+@patch_to(Blade)
+def summarize(self, k: torch.Tensor,                  # (..., H, C, Dh) keys of finished chunks
+              v: torch.Tensor,                        # (..., H, C, Dh) their values
+             ) -> tuple[torch.Tensor, torch.Tensor]:  # (u, log_a), each (..., state_dim); log_a fp32
+    "Keys and values `(..., H, C, Dh)` of finished chunks -> summaries `u` `(..., S)` and fp32 log decays `log a` `(..., S)`."
+    s = torch.einsum('hrd,...hcd->...hrc', self.latent.to(k.dtype), k) / math.sqrt(self.head_dim)
+    u, g = self.write((s.softmax(-1) @ v).flatten(-3)).chunk(2, -1)   # pooled (..., H, r, Dh) -> (..., r*D) -> 2 x (..., S)
+    return u, F.logsigmoid(self.decay_logit.float() + g.float())
 
-    def memory(self, state: torch.Tensor,              # (..., state_dim)
-              ) -> tuple[torch.Tensor, torch.Tensor]:  # memory keys and values, each (..., H, n_mem, Dh)
-        "State `(..., state_dim)` -> memory keys and values `(..., H, m, Dh)`; the norm runs in fp32."
-        w = self.state_norm.weight
-        z = F.rms_norm(state.float(), (self.state_dim,), w.float(), self.state_norm.eps).to(state.dtype)
-        kv = self.read(z).unflatten(-1, (2, self.n_heads, self.n_mem, self.head_dim))
-        return kv.select(-4, 0), kv.select(-4, 1)
+@patch_to(Blade)
+def memory(self, state: torch.Tensor,              # (..., state_dim)
+          ) -> tuple[torch.Tensor, torch.Tensor]:  # memory keys and values, each (..., H, n_mem, Dh)
+    "State `(..., state_dim)` -> memory keys and values `(..., H, m, Dh)`; the norm runs in fp32."
+    w = self.state_norm.weight
+    z = F.rms_norm(state.float(), (self.state_dim,), w.float(), self.state_norm.eps).to(state.dtype)
+    kv = self.read(z).unflatten(-1, (2, self.n_heads, self.n_mem, self.head_dim))
+    return kv.select(-4, 0), kv.select(-4, 1)
 
-    def forward(self, x: torch.Tensor,  # (B, L, d_model)
-               ) -> torch.Tensor:       # (B, L, d_model)
-        return self._forward_ref(x) if self.impl == 'ref' else self._forward_fast(x)[0]
+# %% ../../nbs/26_blade.ipynb #1e5b73a7
+@patch_to(Blade)
+def forward(self, x: torch.Tensor,  # (B, L, d_model)
+           ) -> torch.Tensor:       # (B, L, d_model)
+    return self._forward_ref(x) if self.impl == 'ref' else self._forward_fast(x)[0]
 
-    def _forward_ref(self, x):
-        B, L, D = x.shape
-        C, H, Dh, m = self.chunk_size, self.n_heads, self.head_dim, self.n_mem
-        q, k, v = self.qkv(x).view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4)    # 3 x (B, H, L, Dh)
-        cos, sin = self.rope(C, x.device)
-        state, ys = x.new_zeros(B, self.state_dim), []
-        for start in range(0, L, C):
-            qc, kc, vc = q[:, :, start:start + C], k[:, :, start:start + C], v[:, :, start:start + C]
-            n = qc.shape[2]                                                     # C, or less for the last chunk
-            qc, kc = apply_rotary(qc, cos[:n], sin[:n]), apply_rotary(kc, cos[:n], sin[:n])
-            mk, mv = self.memory(state)                                         # (B, H, m, Dh)
-            K, V = torch.cat([mk, kc], 2), torch.cat([mv, vc], 2)               # (B, H, m + n, Dh)
-            scores = qc @ K.transpose(-2, -1) / math.sqrt(Dh)
-            allowed = torch.ones(n, m + n, dtype=torch.bool, device=x.device).tril(m)   # memory: all; chunk: j <= i
-            p = F.dropout(scores.masked_fill(~allowed, float('-inf')).softmax(-1), self.dropout, self.training)
-            ys.append(p @ V)
-            if start + C < L:                                                  # carry, one chunk at a time
-                u, log_a = self.summarize(kc, vc); a = log_a.exp()
-                state = (a * state + (1 - a) * u).to(x.dtype)
-        return self.out_proj(torch.cat(ys, 2).transpose(1, 2).reshape(B, L, D))
+@patch_to(Blade)
+def _forward_ref(self, x):
+    B, L, D = x.shape
+    C, H, Dh, m = self.chunk_size, self.n_heads, self.head_dim, self.n_mem
+    q, k, v = self.qkv(x).view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4)    # 3 x (B, H, L, Dh)
+    cos, sin = self.rope(C, x.device)
+    state, ys = x.new_zeros(B, self.state_dim), []
+    for start in range(0, L, C):
+        qc, kc, vc = q[:, :, start:start + C], k[:, :, start:start + C], v[:, :, start:start + C]
+        n = qc.shape[2]                                                     # C, or less for the last chunk
+        qc, kc = apply_rotary(qc, cos[:n], sin[:n]), apply_rotary(kc, cos[:n], sin[:n])
+        mk, mv = self.memory(state)                                         # (B, H, m, Dh)
+        K, V = torch.cat([mk, kc], 2), torch.cat([mv, vc], 2)               # (B, H, m + n, Dh)
+        scores = qc @ K.transpose(-2, -1) / math.sqrt(Dh)
+        allowed = torch.ones(n, m + n, dtype=torch.bool, device=x.device).tril(m)   # memory: all; chunk: j <= i
+        p = F.dropout(scores.masked_fill(~allowed, float('-inf')).softmax(-1), self.dropout, self.training)
+        ys.append(p @ V)
+        if start + C < L:                                                  # carry, one chunk at a time
+            u, log_a = self.summarize(kc, vc); a = log_a.exp()
+            state = (a * state + (1 - a) * u).to(x.dtype)
+    return self.out_proj(torch.cat(ys, 2).transpose(1, 2).reshape(B, L, D))
 
-    def _attend(self, q, k, v, mk, mv):
-        "Queries, keys, values `(B, N, H, C, Dh)` and memory `(B, N, H, m, Dh)` -> `(B, N, H, C, Dh)`, all chunks at once."
-        B, N, H, C, Dh = q.shape
-        m = mk.shape[-2]
-        K, V = torch.cat([mk, k], -2).flatten(0, 1), torch.cat([mv, v], -2).flatten(0, 1)   # (B N, H, m + C, Dh)
-        drop = self.dropout if self.training else 0.0
-        if q.is_cuda:
-            from torch.nn.attention.bias import causal_lower_right
-            mask = causal_lower_right(C, m + C)
-        else: mask = torch.ones(C, m + C, dtype=torch.bool, device=q.device).tril(m)
-        y = F.scaled_dot_product_attention(q.flatten(0, 1), K, V, attn_mask=mask, dropout_p=drop)
-        return y.unflatten(0, (B, N))
+# %% ../../nbs/26_blade.ipynb #6d056585
+@patch_to(Blade)
+def _attend(self, q, k, v, mk, mv):
+    "Queries, keys, values `(B, N, H, C, Dh)` and memory `(B, N, H, m, Dh)` -> `(B, N, H, C, Dh)`, all chunks at once."
+    B, N, H, C, Dh = q.shape
+    m = mk.shape[-2]
+    K, V = torch.cat([mk, k], -2).flatten(0, 1), torch.cat([mv, v], -2).flatten(0, 1)   # (B N, H, m + C, Dh)
+    drop = self.dropout if self.training else 0.0
+    if q.is_cuda:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(C, m + C)
+    else: mask = torch.ones(C, m + C, dtype=torch.bool, device=q.device).tril(m)
+    y = F.scaled_dot_product_attention(q.flatten(0, 1), K, V, attn_mask=mask, dropout_p=drop)
+    return y.unflatten(0, (B, N))
 
-    def _forward_fast(self, x, want_cache: bool = False):
-        B, L, D = x.shape
-        C, H, Dh = self.chunk_size, self.n_heads, self.head_dim
-        N = -(-L // C)
-        qkv = self.qkv(x)
-        if N * C != L: qkv = F.pad(qkv, (0, 0, 0, N * C - L))                 # zeros after the last token
-        q, k, v = qkv.view(B, N, C, 3, H, Dh).permute(3, 0, 1, 4, 2, 5)        # 3 x (B, N, H, C, Dh)
-        cos, sin = self.rope(C, x.device)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        n_sum = L // C if want_cache else N - 1      # the summaries anyone reads: never the last chunk's in forward
-        if n_sum:
-            states = chunk_states(*self.summarize(k[:, :n_sum], v[:, :n_sum]))   # (B, n_sum + 1, S)
-        else: states = x.new_zeros(B, 1, self.state_dim)
-        mk, mv = self.memory(states[:, :N])
-        y = self._attend(q, k, v, mk, mv)
-        y = self.out_proj(y.permute(0, 1, 3, 2, 4).reshape(B, N * C, D))[:, :L]
-        if not want_cache: return y, None
-        cache = self.allocate_cache(B, x.device, states.dtype)
-        cache.state, cache.pos, cache.seen = states[:, -1], L % C, L
+@patch_to(Blade)
+def _forward_fast(self, x, want_cache: bool = False):
+    B, L, D = x.shape
+    C, H, Dh = self.chunk_size, self.n_heads, self.head_dim
+    N = -(-L // C)
+    qkv = self.qkv(x)
+    if N * C != L: qkv = F.pad(qkv, (0, 0, 0, N * C - L))                 # zeros after the last token
+    q, k, v = qkv.view(B, N, C, 3, H, Dh).permute(3, 0, 1, 4, 2, 5)        # 3 x (B, N, H, C, Dh)
+    cos, sin = self.rope(C, x.device)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    n_sum = L // C if want_cache else N - 1      # the summaries anyone reads: never the last chunk's in forward
+    if n_sum:
+        states = chunk_states(*self.summarize(k[:, :n_sum], v[:, :n_sum]))   # (B, n_sum + 1, S)
+    else: states = x.new_zeros(B, 1, self.state_dim)
+    mk, mv = self.memory(states[:, :N])
+    y = self._attend(q, k, v, mk, mv)
+    y = self.out_proj(y.permute(0, 1, 3, 2, 4).reshape(B, N * C, D))[:, :L]
+    if not want_cache: return y, None
+    cache = self.allocate_cache(B, x.device, states.dtype)
+    cache.state, cache.pos, cache.seen = states[:, -1], L % C, L
+    cache.mem_k, cache.mem_v = self.memory(cache.state)
+    if cache.pos:
+        cache.k[:, :, :cache.pos], cache.v[:, :, :cache.pos] = k[:, -1, :, :cache.pos], v[:, -1, :, :cache.pos]
+    return y, cache
+
+# %% ../../nbs/26_blade.ipynb #8bd727c6
+@patch_to(Blade)
+def allocate_cache(self, batch_size: int,  # sequences
+                   device=None,            # default: the module's
+                   dtype=None,             # default: the module's
+                  ) -> BladeCache:
+    "An empty cache (no tokens seen) for `batch_size` sequences; its size never changes."
+    w = self.qkv.weight
+    device, dtype = device or w.device, dtype or w.dtype
+    kv = torch.zeros(batch_size, self.n_heads, self.chunk_size, self.head_dim, device=device, dtype=dtype)
+    state = torch.zeros(batch_size, self.state_dim, device=device, dtype=dtype)
+    mk, mv = self.memory(state)
+    return BladeCache(kv, kv.clone(), mk, mv, state)
+
+@patch_to(Blade)
+def prefill(self, x: torch.Tensor,                # (B, L, d_model) prompt
+           ) -> tuple[torch.Tensor, BladeCache]:  # (output (B, L, d_model), cache)
+    "The fast forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
+    return self._forward_fast(x, want_cache=True)
+
+@patch_to(Blade)
+def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next token's input
+         cache: BladeCache,                    # from `allocate_cache` or `prefill`; updated in place
+        ) -> tuple[torch.Tensor, BladeCache]:  # (output in x_t's shape, cache)
+    "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it)."
+    B, C, H, Dh = cache.k.shape[0], self.chunk_size, self.n_heads, self.head_dim
+    if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
+        raise UsageError(f"blade.step: x_t has shape {tuple(x_t.shape)}; expected ({B}, {self.d_model}) or "
+                         f"({B}, 1, {self.d_model}) for a cache of batch {B} and d_model={self.d_model}.")
+    if cache.k.shape[1:] != (H, C, Dh) or cache.state.shape[-1] != self.state_dim:
+        raise UsageError("blade.step: the cache was made for another layer shape; use this layer's allocate_cache or prefill.")
+    i = cache.pos
+    q, k, v = self.qkv(x_t.reshape(B, -1)).view(B, 3, H, 1, Dh).unbind(1)    # 3 x (B, H, 1, Dh)
+    cos, sin = self.rope(C, x_t.device)
+    q, k = apply_rotary(q, cos[i:i + 1], sin[i:i + 1]), apply_rotary(k, cos[i:i + 1], sin[i:i + 1])
+    cache.k[:, :, i:i + 1], cache.v[:, :, i:i + 1] = k, v
+    K = torch.cat([cache.mem_k, cache.k[:, :, :i + 1]], 2)
+    V = torch.cat([cache.mem_v, cache.v[:, :, :i + 1]], 2)
+    y = self.out_proj(F.scaled_dot_product_attention(q, K, V).reshape(B, self.d_model))
+    cache.pos, cache.seen = i + 1, cache.seen + 1
+    if cache.pos == C:                                                      # the chunk is complete: write, carry
+        u, log_a = self.summarize(cache.k, cache.v); a = log_a.exp()
+        cache.state = (a * cache.state + (1 - a) * u).to(cache.state.dtype)
         cache.mem_k, cache.mem_v = self.memory(cache.state)
-        if cache.pos:
-            cache.k[:, :, :cache.pos], cache.v[:, :, :cache.pos] = k[:, -1, :, :cache.pos], v[:, -1, :, :cache.pos]
-        return y, cache
-
-    # -- streaming generation
-    def allocate_cache(self, batch_size: int,  # sequences
-                       device=None,            # default: the module's
-                       dtype=None,             # default: the module's
-                      ) -> BladeCache:
-        "An empty cache (no tokens seen) for `batch_size` sequences; its size never changes."
-        w = self.qkv.weight
-        device, dtype = device or w.device, dtype or w.dtype
-        kv = torch.zeros(batch_size, self.n_heads, self.chunk_size, self.head_dim, device=device, dtype=dtype)
-        state = torch.zeros(batch_size, self.state_dim, device=device, dtype=dtype)
-        mk, mv = self.memory(state)
-        return BladeCache(kv, kv.clone(), mk, mv, state)
-
-    def prefill(self, x: torch.Tensor,                # (B, L, d_model) prompt
-               ) -> tuple[torch.Tensor, BladeCache]:  # (output (B, L, d_model), cache)
-        "The fast forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
-        return self._forward_fast(x, want_cache=True)
-
-    def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next token's input
-             cache: BladeCache,                    # from `allocate_cache` or `prefill`; updated in place
-            ) -> tuple[torch.Tensor, BladeCache]:  # (output in x_t's shape, cache)
-        "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it)."
-        B, C, H, Dh = cache.k.shape[0], self.chunk_size, self.n_heads, self.head_dim
-        if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
-            raise UsageError(f"blade.step: x_t has shape {tuple(x_t.shape)}; expected ({B}, {self.d_model}) or "
-                             f"({B}, 1, {self.d_model}) for a cache of batch {B} and d_model={self.d_model}.")
-        if cache.k.shape[1:] != (H, C, Dh) or cache.state.shape[-1] != self.state_dim:
-            raise UsageError("blade.step: the cache was made for another layer shape; use this layer's allocate_cache or prefill.")
-        i = cache.pos
-        q, k, v = self.qkv(x_t.reshape(B, -1)).view(B, 3, H, 1, Dh).unbind(1)    # 3 x (B, H, 1, Dh)
-        cos, sin = self.rope(C, x_t.device)
-        q, k = apply_rotary(q, cos[i:i + 1], sin[i:i + 1]), apply_rotary(k, cos[i:i + 1], sin[i:i + 1])
-        cache.k[:, :, i:i + 1], cache.v[:, :, i:i + 1] = k, v
-        K = torch.cat([cache.mem_k, cache.k[:, :, :i + 1]], 2)
-        V = torch.cat([cache.mem_v, cache.v[:, :, :i + 1]], 2)
-        y = self.out_proj(F.scaled_dot_product_attention(q, K, V).reshape(B, self.d_model))
-        cache.pos, cache.seen = i + 1, cache.seen + 1
-        if cache.pos == C:                                                      # the chunk is complete: write, carry
-            u, log_a = self.summarize(cache.k, cache.v); a = log_a.exp()
-            cache.state = (a * cache.state + (1 - a) * u).to(cache.state.dtype)
-            cache.mem_k, cache.mem_v = self.memory(cache.state)
-            cache.pos = 0
-        return y.view(x_t.shape), cache
+        cache.pos = 0
+    return y.view(x_t.shape), cache
 
 # %% ../../nbs/26_blade.ipynb #2ec9409c
 def blade_mixer_bytes(cfg,                    # a resolved `ModelConfig`
