@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes
+from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .mamba import KeepFp32, init_selective_ssm_
+from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_
 from ..kernels.attention import IMPLS as ATTN_IMPLS, local_attention
 from ..kernels.scan import SCAN_IMPLS, TORCH_SCAN_CHUNK, selective_scan, selective_state_update, auto_impl as scan_auto_impl
 from ..kernels.conv import CONV_IMPLS, causal_conv1d, causal_conv1d_update
@@ -35,7 +35,7 @@ class DPASSMCache:
         "Bytes held: fixed by the shapes, independent of `seen`."
         return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.conv_state, self.ssm_state))
 
-# %% ../../nbs/27_dpassm.ipynb #60452272
+# %% ../../nbs/27_dpassm.ipynb #2a058f14
 PATHS = {'ref': ('ref', 'ref', 'ref'), 'fast': ('blocked', 'torch', 'ref')}   # impl -> (attention, scan, conv)
 
 def _check_int(name: str, value, lo: int, what: str):
@@ -45,6 +45,24 @@ def _check_int(name: str, value, lo: int, what: str):
 def _check_choice(name: str, value, choices):
     if value not in choices: raise UsageError(f"dpassm: {name}={value!r} is not valid; choices: {', '.join(choices)}.")
 
+def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_size, dt_rank, dt_min, dt_max, dt_init_floor, attn_impl, scan_impl, conv_impl) -> int:
+    "Check DP-ASSM's settings, naming the first bad one; the resolved `dt_rank`."
+    _check_int('d_model', d_model, 1, 'the model width')
+    _check_int('n_heads', n_heads, 1, 'the number of attention heads')
+    if d_model % n_heads: raise UsageError(f"dpassm: d_model={d_model} must be divisible by n_heads={n_heads}.")
+    _check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
+    _check_int('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel')
+    _check_int('d_conv', d_conv, 1, 'the causal conv width (1 for a per-channel scale, i.e. no conv)')
+    _check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
+    if dt_rank in (None, 'auto'): dt_rank = math.ceil(d_model / 16)
+    _check_int('dt_rank', dt_rank, 1, "the rank of the step-size projection (or 'auto')")
+    if not 0 < dt_min <= dt_max: raise UsageError(f"dpassm: dt_min={dt_min!r} and dt_max={dt_max!r} must satisfy 0 < dt_min <= dt_max.")
+    if not dt_init_floor > 0: raise UsageError(f"dpassm: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
+    _check_choice('attn_impl', attn_impl, ATTN_IMPLS); _check_choice('scan_impl', scan_impl, SCAN_IMPLS)
+    _check_choice('conv_impl', conv_impl, CONV_IMPLS)
+    return dt_rank
+
+# %% ../../nbs/27_dpassm.ipynb #60452272
 @register_block
 class DPASSM(KeepFp32, Mixer):
     "Dual-path mixer: sliding-window attention and a selective SSM over the same input, merged by a learned per-channel gate: `(B, L, D) -> (B, L, D)`."
@@ -72,19 +90,7 @@ class DPASSM(KeepFp32, Mixer):
                  block_size: int = 64,                # query block of the blocked attention kernel
                 ):
         super().__init__()
-        _check_int('d_model', d_model, 1, 'the model width')
-        _check_int('n_heads', n_heads, 1, 'the number of attention heads')
-        if d_model % n_heads: raise UsageError(f"dpassm: d_model={d_model} must be divisible by n_heads={n_heads}.")
-        _check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
-        _check_int('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel')
-        _check_int('d_conv', d_conv, 1, 'the causal conv width (1 for a per-channel scale, i.e. no conv)')
-        _check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
-        if dt_rank in (None, 'auto'): dt_rank = math.ceil(d_model / 16)
-        _check_int('dt_rank', dt_rank, 1, "the rank of the step-size projection (or 'auto')")
-        if not 0 < dt_min <= dt_max: raise UsageError(f"dpassm: dt_min={dt_min!r} and dt_max={dt_max!r} must satisfy 0 < dt_min <= dt_max.")
-        if not dt_init_floor > 0: raise UsageError(f"dpassm: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
-        _check_choice('attn_impl', attn_impl, ATTN_IMPLS); _check_choice('scan_impl', scan_impl, SCAN_IMPLS)
-        _check_choice('conv_impl', conv_impl, CONV_IMPLS)
+        dt_rank = _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_size, dt_rank, dt_min, dt_max, dt_init_floor, attn_impl, scan_impl, conv_impl)
         D, N, R = d_model, ssm_state_dim, dt_rank
         self.d_model, self.n_heads, self.head_dim, self.dropout = D, n_heads, D // n_heads, dropout
         self.window_size, self.ssm_state_dim, self.d_conv, self.dt_rank = window_size, N, d_conv, R
@@ -95,16 +101,10 @@ class DPASSM(KeepFp32, Mixer):
         self.rope = RotaryEmbedding(self.head_dim, rope_theta)
         # SSM path (inner width D)
         self.in_proj = nn.Linear(D, D, bias=bias)
-        self.conv1d = nn.Conv1d(D, D, d_conv, groups=D, padding=d_conv - 1, bias=True)
-        self.x_proj = nn.Linear(D, R + 2 * N, bias=False)
-        self.dt_proj = nn.Linear(R, D, bias=True)
-        self.A_log = nn.Parameter(torch.empty(D, N, dtype=torch.float32))
-        self.D = nn.Parameter(torch.empty(D, dtype=torch.float32))
+        add_selective_ssm_(self, D, N, R, d_conv)                                # conv1d, x_proj, dt_proj, A_log, D: Mamba's
         # merge
         self.gate = nn.Linear(D, D, bias=True)
         self.out_proj = mark_residual_proj(nn.Linear(D, D, bias=bias))
-        for p in (self.dt_proj.weight, self.dt_proj.bias, self.A_log, self.D): p._no_reinit = True
-        for p in (self.A_log, self.D): p._no_weight_decay = True
         self.reset_parameters()
 
     @torch.no_grad()
@@ -120,111 +120,119 @@ class DPASSM(KeepFp32, Mixer):
         D = cfg.d_model
         return 12.0 * D * min(seq_len, cfg.window_size) + 3.0 * D * (9 * cfg.ssm_state_dim + 2 * cfg.d_conv)
 
-    def _impls(self, impl):
-        if impl is None: return self.attn_impl, self.scan_impl, self.conv_impl
-        if impl not in PATHS: raise UsageError(f"dpassm: impl={impl!r} is not valid; choices: None (the module's), {', '.join(PATHS)}.")
-        return PATHS[impl]
-
-    def _forward(self, x, impl=None, want_cache=False):
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise UsageError(f"dpassm expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
-        attn_impl, scan_impl, conv_impl = self._impls(impl)
-        B, L, D = x.shape
-        H, Dh, N, R = self.n_heads, self.head_dim, self.ssm_state_dim, self.dt_rank
-        # attention path: RoPE, then causal attention over the last window_size positions
-        q, k, v = self.qkv(x).view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4)               # 3 x (B, H, L, Dh)
-        cos, sin = self.rope(L, x.device)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
-        a = a.transpose(1, 2).reshape(B, L, D)
-        # SSM path, channel-first (B, D, L): W @ x^T does the matmul and the transpose at once
-        xs = self.in_proj.weight @ x.mT
-        if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
-        u = causal_conv1d(xs, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
-        dt_low, Bm, Cm = (self.x_proj.weight @ u).split([R, N, N], dim=1)
-        A = -torch.exp(self.A_log.float())
-        s = selective_scan(u, self.dt_proj.weight @ dt_low, A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
-                           delta_softplus=True, return_last_state=want_cache, impl=scan_impl)
-        if want_cache: s, last = s
-        # merge: h = g * attn + (1 - g) * ssm, per channel
-        g = torch.sigmoid(self.gate(x))
-        h = torch.lerp(s.mT.to(a.dtype), a, g.to(a.dtype))
-        if self.dropout and self.training: h = F.dropout(h, self.dropout)
-        y = self.out_proj(h)
-        if not want_cache: return y
-        W, n = self.window_size, min(L, self.window_size)
-        cache = self.allocate_cache(B, x.device, k.dtype)
-        slots = torch.arange(L - n, L, device=x.device) % W
-        cache.k[:, :, slots], cache.v[:, :, slots] = k[:, :, L - n:].detach(), v[:, :, L - n:].detach()
-        cache.conv_state.copy_(F.pad(xs, (self.d_conv - L, 0)).detach())               # last d_conv inputs, zeros before t=0
-        cache.ssm_state.copy_(last.detach())
-        cache.seen = L
-        return y, cache
-
-    def forward(self, x: torch.Tensor,    # (B, L, d_model)
-                impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
-               ) -> torch.Tensor:         # (B, L, d_model)
-        "`(B, L, d_model) -> (B, L, d_model)`, causal."
-        return self._forward(x, impl)
-
-    # -- streaming generation
-    def allocate_cache(self, batch_size: int,  # sequences
-                       device=None,            # default: the module's
-                       dtype=None,             # default: the module's (the SSM state is fp32)
-                      ) -> DPASSMCache:
-        "An empty cache (no tokens seen) for `batch_size` sequences; its size is fixed by `window_size`, never by the length."
-        w = self.qkv.weight
-        device, dtype = device or w.device, dtype or w.dtype
-        kv = torch.zeros(batch_size, self.n_heads, self.window_size, self.head_dim, device=device, dtype=dtype)
-        conv = torch.zeros(batch_size, self.d_model, self.d_conv, device=device, dtype=dtype)
-        ssm = torch.zeros(batch_size, self.d_model, self.ssm_state_dim, device=device, dtype=torch.float32)
-        return DPASSMCache(kv, kv.clone(), conv, ssm)
-
-    def prefill(self, x: torch.Tensor,                 # (B, L, d_model) prompt
-                impl: str | None = None,               # as in `forward`
-               ) -> tuple[torch.Tensor, DPASSMCache]:  # (output (B, L, d_model), cache)
-        "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
-        return self._forward(x, impl, want_cache=True)
-
-    def _rope_at(self, pos: int, device):
-        "RoPE's `(cos, sin)` `(1, Dh)` at one position, the same numbers as `RotaryEmbedding`'s row `pos`, without its tables."
-        Dh = self.head_dim
-        inv_freq = self.rope.theta ** (-torch.arange(0, Dh, 2, device=device, dtype=torch.float32) / Dh)
-        ang = torch.tensor([float(pos)], device=device)[:, None] * inv_freq
-        ang = torch.cat([ang, ang], -1)
-        return ang.cos(), ang.sin()
-
-    def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next token's input
-             cache: DPASSMCache,                    # from `allocate_cache` or `prefill`; updated in place
-            ) -> tuple[torch.Tensor, DPASSMCache]:  # (output in x_t's shape, cache)
-        "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it). Memory and work per token are constant."
-        B, W, H, Dh, N, R = cache.k.shape[0], self.window_size, self.n_heads, self.head_dim, self.ssm_state_dim, self.dt_rank
-        if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
-            raise UsageError(f"dpassm.step: x_t has shape {tuple(x_t.shape)}; expected ({B}, {self.d_model}) or "
-                             f"({B}, 1, {self.d_model}) for a cache of batch {B} and d_model={self.d_model}.")
-        if cache.k.shape[1:] != (H, W, Dh) or cache.ssm_state.shape[1:] != (self.d_model, N):
-            raise UsageError("dpassm.step: the cache was made for another layer shape; use this layer's allocate_cache or prefill.")
-        x, p = x_t.reshape(B, self.d_model), cache.seen
-        q, k, v = self.qkv(x).view(B, 3, H, 1, Dh).unbind(1)                           # 3 x (B, H, 1, Dh)
-        cos, sin = self._rope_at(p, x.device)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        cache.k[:, :, p % W], cache.v[:, :, p % W] = k[:, :, 0], v[:, :, 0]
-        n = min(p + 1, W)                                                              # filled slots: a prefix until full
-        a = F.scaled_dot_product_attention(q, cache.k[:, :, :n], cache.v[:, :, :n]).reshape(B, self.d_model)
-        u = causal_conv1d_update(self.in_proj(x), cache.conv_state, self.conv1d.weight, self.conv1d.bias,
-                                 activation='silu', impl=self.conv_impl)
-        dt_low, Bm, Cm = self.x_proj(u).split([R, N, N], dim=-1)
-        s = selective_state_update(cache.ssm_state, u, F.linear(dt_low, self.dt_proj.weight), -torch.exp(self.A_log.float()),
-                                   Bm, Cm, self.D.float(), dt_bias=self.dt_proj.bias.float(), dt_softplus=True)
-        g = torch.sigmoid(self.gate(x))
-        y = self.out_proj(torch.lerp(s.to(a.dtype), a, g.to(a.dtype)))
-        cache.seen = p + 1
-        return y.view(x_t.shape), cache
-
     def extra_repr(self) -> str:
         return (f'd_model={self.d_model}, n_heads={self.n_heads}, window_size={self.window_size}, '
                 f'ssm_state_dim={self.ssm_state_dim}, d_conv={self.d_conv}, dt_rank={self.dt_rank}, '
                 f'attn_impl={self.attn_impl!r}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}, block_size={self.block_size}')
+
+# %% ../../nbs/27_dpassm.ipynb #3ce25805
+@patch_to(DPASSM)
+def _impls(self, impl):
+    if impl is None: return self.attn_impl, self.scan_impl, self.conv_impl
+    if impl not in PATHS: raise UsageError(f"dpassm: impl={impl!r} is not valid; choices: None (the module's), {', '.join(PATHS)}.")
+    return PATHS[impl]
+
+@patch_to(DPASSM)
+def _forward(self, x, impl=None, want_cache=False):
+    if x.dim() != 3 or x.shape[-1] != self.d_model:
+        raise UsageError(f"dpassm expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
+    attn_impl, scan_impl, conv_impl = self._impls(impl)
+    B, L, D = x.shape
+    H, Dh, N, R = self.n_heads, self.head_dim, self.ssm_state_dim, self.dt_rank
+    # attention path: RoPE, then causal attention over the last window_size positions
+    q, k, v = self.qkv(x).view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4)               # 3 x (B, H, L, Dh)
+    cos, sin = self.rope(L, x.device)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
+    a = a.transpose(1, 2).reshape(B, L, D)
+    # SSM path, channel-first (B, D, L): W @ x^T does the matmul and the transpose at once
+    xs = self.in_proj.weight @ x.mT
+    if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
+    u = causal_conv1d(xs, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
+    dt_low, Bm, Cm = (self.x_proj.weight @ u).split([R, N, N], dim=1)
+    A = -torch.exp(self.A_log.float())
+    s = selective_scan(u, self.dt_proj.weight @ dt_low, A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
+                       delta_softplus=True, return_last_state=want_cache, impl=scan_impl)
+    if want_cache: s, last = s
+    # merge: h = g * attn + (1 - g) * ssm, per channel
+    g = torch.sigmoid(self.gate(x))
+    h = torch.lerp(s.mT.to(a.dtype), a, g.to(a.dtype))
+    if self.dropout and self.training: h = F.dropout(h, self.dropout)
+    y = self.out_proj(h)
+    if not want_cache: return y
+    W, n = self.window_size, min(L, self.window_size)
+    cache = self.allocate_cache(B, x.device, k.dtype)
+    slots = torch.arange(L - n, L, device=x.device) % W
+    cache.k[:, :, slots], cache.v[:, :, slots] = k[:, :, L - n:].detach(), v[:, :, L - n:].detach()
+    cache.conv_state.copy_(F.pad(xs, (self.d_conv - L, 0)).detach())               # last d_conv inputs, zeros before t=0
+    cache.ssm_state.copy_(last.detach())
+    cache.seen = L
+    return y, cache
+
+@patch_to(DPASSM)
+def forward(self, x: torch.Tensor,    # (B, L, d_model)
+            impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
+           ) -> torch.Tensor:         # (B, L, d_model)
+    "`(B, L, d_model) -> (B, L, d_model)`, causal."
+    return self._forward(x, impl)
+
+# %% ../../nbs/27_dpassm.ipynb #17b1859b
+@patch_to(DPASSM)
+def allocate_cache(self, batch_size: int,  # sequences
+                   device=None,            # default: the module's
+                   dtype=None,             # default: the module's (the SSM state is fp32)
+                  ) -> DPASSMCache:
+    "An empty cache (no tokens seen) for `batch_size` sequences; its size is fixed by `window_size`, never by the length."
+    w = self.qkv.weight
+    device, dtype = device or w.device, dtype or w.dtype
+    kv = torch.zeros(batch_size, self.n_heads, self.window_size, self.head_dim, device=device, dtype=dtype)
+    conv = torch.zeros(batch_size, self.d_model, self.d_conv, device=device, dtype=dtype)
+    ssm = torch.zeros(batch_size, self.d_model, self.ssm_state_dim, device=device, dtype=torch.float32)
+    return DPASSMCache(kv, kv.clone(), conv, ssm)
+
+@patch_to(DPASSM)
+def prefill(self, x: torch.Tensor,                 # (B, L, d_model) prompt
+            impl: str | None = None,               # as in `forward`
+           ) -> tuple[torch.Tensor, DPASSMCache]:  # (output (B, L, d_model), cache)
+    "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
+    return self._forward(x, impl, want_cache=True)
+
+@patch_to(DPASSM)
+def _rope_at(self, pos: int, device):
+    "RoPE's `(cos, sin)` `(1, Dh)` at one position, the same numbers as `RotaryEmbedding`'s row `pos`, without its tables."
+    Dh = self.head_dim
+    inv_freq = self.rope.theta ** (-torch.arange(0, Dh, 2, device=device, dtype=torch.float32) / Dh)
+    ang = torch.tensor([float(pos)], device=device)[:, None] * inv_freq
+    ang = torch.cat([ang, ang], -1)
+    return ang.cos(), ang.sin()
+
+@patch_to(DPASSM)
+def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next token's input
+         cache: DPASSMCache,                    # from `allocate_cache` or `prefill`; updated in place
+        ) -> tuple[torch.Tensor, DPASSMCache]:  # (output in x_t's shape, cache)
+    "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it). Memory and work per token are constant."
+    B, W, H, Dh, N, R = cache.k.shape[0], self.window_size, self.n_heads, self.head_dim, self.ssm_state_dim, self.dt_rank
+    if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
+        raise UsageError(f"dpassm.step: x_t has shape {tuple(x_t.shape)}; expected ({B}, {self.d_model}) or "
+                         f"({B}, 1, {self.d_model}) for a cache of batch {B} and d_model={self.d_model}.")
+    if cache.k.shape[1:] != (H, W, Dh) or cache.ssm_state.shape[1:] != (self.d_model, N):
+        raise UsageError("dpassm.step: the cache was made for another layer shape; use this layer's allocate_cache or prefill.")
+    x, p = x_t.reshape(B, self.d_model), cache.seen
+    q, k, v = self.qkv(x).view(B, 3, H, 1, Dh).unbind(1)                           # 3 x (B, H, 1, Dh)
+    cos, sin = self._rope_at(p, x.device)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    cache.k[:, :, p % W], cache.v[:, :, p % W] = k[:, :, 0], v[:, :, 0]
+    n = min(p + 1, W)                                                              # filled slots: a prefix until full
+    a = F.scaled_dot_product_attention(q, cache.k[:, :, :n], cache.v[:, :, :n]).reshape(B, self.d_model)
+    u = causal_conv1d_update(self.in_proj(x), cache.conv_state, self.conv1d.weight, self.conv1d.bias,
+                             activation='silu', impl=self.conv_impl)
+    dt_low, Bm, Cm = self.x_proj(u).split([R, N, N], dim=-1)
+    s = selective_state_update(cache.ssm_state, u, F.linear(dt_low, self.dt_proj.weight), -torch.exp(self.A_log.float()),
+                               Bm, Cm, self.D.float(), dt_bias=self.dt_proj.bias.float(), dt_softplus=True)
+    g = torch.sigmoid(self.gate(x))
+    y = self.out_proj(torch.lerp(s.to(a.dtype), a, g.to(a.dtype)))
+    cache.seen = p + 1
+    return y.view(x_t.shape), cache
 
 # %% ../../nbs/27_dpassm.ipynb #868f1a06
 def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`

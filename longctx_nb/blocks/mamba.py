@@ -16,7 +16,7 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'KeepFp32', 'Mamba', 'kernel_backends', 'mamba_mixer_bytes']
+__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'kernel_backends', 'mamba_mixer_bytes']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
@@ -39,6 +39,24 @@ def init_selective_ssm_(dt_proj: nn.Linear,           # step-size projection; we
     n = torch.arange(1, A_log.shape[1] + 1, dtype=torch.float32, device=A_log.device)
     A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                  # S4D-real: A[:, n-1] = -n
     D.fill_(1.0)
+
+# %% ../../nbs/23_mamba.ipynb #53ff2097
+def add_selective_ssm_(m: nn.Module,           # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
+                       d_inner: int,           # channels of the SSM
+                       d_state: int,           # state size per channel
+                       dt_rank: int,           # rank of the step-size projection
+                       d_conv: int,            # width of the causal depthwise conv
+                       conv_bias: bool = True, # bias in the conv
+                      ) -> nn.Module:          # `m`
+    "Declare a selective SSM's layers on `m` (Mamba's and DP-ASSM's SSM path), flagged for the model's init and AdamW."
+    m.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1, bias=conv_bias)
+    m.x_proj = nn.Linear(d_inner, dt_rank + 2 * d_state, bias=False)
+    m.dt_proj = nn.Linear(dt_rank, d_inner, bias=True)
+    m.A_log = nn.Parameter(torch.empty(d_inner, d_state, dtype=torch.float32))
+    m.D = nn.Parameter(torch.empty(d_inner, dtype=torch.float32))
+    for p in (m.dt_proj.weight, m.dt_proj.bias, m.A_log, m.D): p._no_reinit = True   # `init_selective_ssm_` draws them
+    for p in (m.A_log, m.D): p._no_weight_decay = True
+    return m
 
 # %% ../../nbs/23_mamba.ipynb #328873e9
 class KeepFp32(nn.Module):
@@ -116,14 +134,8 @@ class Mamba(KeepFp32, Mixer):
         self.scan_impl, self.conv_impl, self.layer_idx = scan_impl, conv_impl, layer_idx
         di, N, R = self.d_inner, d_state, dt_rank
         self.in_proj = nn.Linear(d_model, 2 * di, bias=bias)
-        self.conv1d = nn.Conv1d(di, di, d_conv, groups=di, padding=d_conv - 1, bias=conv_bias)
-        self.x_proj = nn.Linear(di, R + 2 * N, bias=False)
-        self.dt_proj = nn.Linear(R, di, bias=True)
-        self.A_log = nn.Parameter(torch.empty(di, N, dtype=torch.float32))
-        self.D = nn.Parameter(torch.empty(di, dtype=torch.float32))
+        add_selective_ssm_(self, di, N, R, d_conv, conv_bias)                  # conv1d, x_proj, dt_proj, A_log, D
         self.out_proj = mark_residual_proj(nn.Linear(di, d_model, bias=bias))
-        for p in (self.dt_proj.weight, self.dt_proj.bias, self.A_log, self.D): p._no_reinit = True
-        for p in (self.A_log, self.D): p._no_weight_decay = True
         self.reset_parameters()
 
     @torch.no_grad()
