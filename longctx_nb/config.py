@@ -5,16 +5,16 @@
 # %% ../nbs/01_config.ipynb #60f310aa
 from __future__ import annotations
 import copy, dataclasses, difflib, json, typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, InitVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from .core import UsageError, parse_precision
 
 # %% auto #0
-__all__ = ['BLOCK_REGISTRY', 'BLOCK_ALIASES', 'SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS',
-           'PRESETS', 'ALIASES', 'opt', 'canonical_block', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'Config',
-           'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'validate', 'resolve_model',
-           'flatten_sections', 'read_config_file', 'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
+__all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES', 'opt',
+           'own_values', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'Config', 'coerce', 'parse_curriculum',
+           'all_keys', 'canonical_key', 'apply_overrides', 'validate', 'resolve_model', 'flatten_sections',
+           'read_config_file', 'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -29,26 +29,16 @@ def opt(default,       # the field's default value
     return field(default=default, metadata=dict(help=help, choices=choices, ge=ge, gt=gt, lt=lt, const=const))
 
 # %% ../nbs/01_config.ipynb #e3cde246
-BLOCK_REGISTRY: dict[str, str] = {
-    'vanilla': 'longctx_nb.blocks.vanilla:CausalSelfAttention',
-    'mamba': 'longctx_nb.blocks.mamba:Mamba',
-    'baseline_longformer': 'longctx_nb.blocks.longformer:LongformerAttention',
-    'baseline_bigbird': 'longctx_nb.blocks.bigbird:BigBirdAttention',
-    'blade': 'longctx_nb.blocks.blade:Blade',
-    'dpassm': 'longctx_nb.blocks.dpassm:DPASSM',
-}
-BLOCK_ALIASES = {'attention': 'vanilla', 'transformer': 'vanilla', 'longformer': 'baseline_longformer',
-                 'bigbird': 'baseline_bigbird', 'dp_assm': 'dpassm', 'dp-assm': 'dpassm'}
+_OWNED: dict[str, tuple[Callable, Callable]] = {}
 
-def canonical_block(name: str,  # a block name or alias, any case
-                   ) -> str:
-    "The registry name for `name` or one of its aliases."
-    name = BLOCK_ALIASES.get(str(name).lower(), str(name).lower())
-    if name not in BLOCK_REGISTRY:
-        aliases = [f'{a} ({b})' for a, b in BLOCK_ALIASES.items() if b in BLOCK_REGISTRY]
-        raise UsageError(f"unknown block {name!r}; valid choices: {', '.join(BLOCK_REGISTRY)}"
-                         + (f"; aliases: {', '.join(aliases)}" if aliases else ''))
-    return name
+def own_values(key: str,            # canonical dotted key, e.g. 'model.block'
+               canonical: Callable, # value -> its canonical spelling; raises `UsageError` naming the valid choices
+               choices: Callable,   # () -> the valid values, listed in --help
+              ):
+    "Let the module that defines a setting's values check and canonicalise them: the block registry owns `model.block`."
+    _OWNED[key] = (canonical, choices)
+
+def _owned_choices(key): return _OWNED[key][1]() if key in _OWNED else None
 
 # %% ../nbs/01_config.ipynb #cb6865fe
 def _size(d, n, h, ff, **extra): return {'model.d_model': d, 'model.n_layers': n, 'model.n_heads': h, 'model.d_ff': ff, **extra}
@@ -89,8 +79,8 @@ TRAINING_PRESETS: dict[str, dict] = {
 @dataclass
 class ModelConfig:
     "The network: which mixing block, how big, and the block's own settings."
-    block: str = opt('vanilla', 'sequence-mixing block', choices=lambda: list(BLOCK_REGISTRY))
-    num_params: str = opt('tiny', 'size preset', choices=lambda: list(SIZE_PRESETS))
+    block: str = opt('vanilla', 'sequence-mixing block', choices=lambda: _owned_choices('model.block'))
+    size: str = opt('tiny', 'size preset', choices=lambda: list(SIZE_PRESETS))
     d_model: int | None = opt(None, 'model width (default: from the size preset)', gt=0)
     n_layers: int | None = opt(None, 'number of blocks (default: from the size preset)', gt=0)
     n_heads: int | None = opt(None, 'attention heads (default: from the size preset)', gt=0)
@@ -122,6 +112,10 @@ class ModelConfig:
     attn_block_size: int = opt(64, 'query/key block size of the blocked and flex attention paths', gt=0)
     gradient_checkpointing: bool = opt(False, 'recompute each block\'s activations in backward to save memory')
     compile: bool = opt(False, 'torch.compile the model')
+    num_params: InitVar[str | None] = None  # the former name of `size`, still accepted (old config files and checkpoints)
+
+    def __post_init__(self, num_params):
+        if num_params is not None: self.size = num_params
 
 SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy']  # synthetic.TASKS (tested there)
 
@@ -177,7 +171,7 @@ class TrainerConfig:
     checkpoint_interval: int = opt(1000, 'save a checkpoint every N steps (0: only at the end)', ge=0)
     accelerator: str = opt('auto', "device: auto, cpu, cuda (gpu), cuda:N or mps")
     devices: int = opt(1, 'processes on this machine; above 1 longctx_train starts them itself (or run it under torchrun)', gt=0)
-    strategy: str = opt('auto', "multi-process strategy: ddp (the default), fsdp (FSDP2, fully_shard per block); seed 002's "
+    strategy: str = opt('auto', "multi-process strategy: ddp (the default), fsdp (FSDP2, fully_shard per block); Lightning's "
                         "deepspeed_stage_2 / deepspeed_stage_3 run as fsdp", choices=['auto', 'ddp', 'fsdp', 'deepspeed_stage_2',
                         'deepspeed_stage_3'])
     dist_backend: str = opt('auto', 'process-group backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo',
@@ -185,7 +179,7 @@ class TrainerConfig:
     dist_timeout: int = opt(600, 'seconds a collective waits for the other ranks before the run stops with an error', gt=0)
     precision: str = opt('32', 'numeric precision: 32, bf16 (bf16-mixed) or 16 (16-mixed)',
                          choices=lambda: sorted(_PRECISION_SPELLINGS))
-    use_fp16: bool = opt(False, 'fp16 mixed precision where the device supports it, fp32 elsewhere (seed 001 configs)')
+    use_fp16: bool = opt(False, 'fp16 mixed precision where the device supports it, fp32 elsewhere (Mamba memory guide configs)')
     cpu_offload: bool = opt(False, 'keep optimizer state in CPU memory (not supported: see the training notebook)')
     default_root_dir: str = opt('runs', 'folder that holds the run directories')
     run_name: str | None = opt(None, 'run directory name under default_root_dir (default: the next free version_N)')
@@ -205,7 +199,7 @@ from .core import PRECISIONS as _PRECISION_SPELLINGS
 
 # %% ../nbs/01_config.ipynb #f68e43ae
 SECTIONS = {'model': ModelConfig, 'data': DataConfig, 'trainer': TrainerConfig}
-PRESETS = {'model.num_params': SIZE_PRESETS, 'vram': VRAM_PRESETS, 'training_preset': TRAINING_PRESETS}
+PRESETS = {'model.size': SIZE_PRESETS, 'vram': VRAM_PRESETS, 'training_preset': TRAINING_PRESETS}
 
 @dataclass
 class Config:
@@ -224,19 +218,19 @@ class Config:
 
 # %% ../nbs/01_config.ipynb #5609901b
 ALIASES = {
-    # seed 001: flags and JSON sections
-    'model_size': 'model.num_params', 'model.size': 'model.num_params', 'data_dir': 'data.data_dir',
+    # the Mamba memory guide's presets (model_size / vram / training_preset): flags and JSON sections
+    'model_size': 'model.size', 'model.num_params': 'model.size', 'data_dir': 'data.data_dir',
     'model.expand_factor': 'model.expand', 'model.max_seq_len': 'data.seq_len',
     'vram.batch_size': 'data.batch_size', 'vram.max_seq_len': 'data.seq_len',
     'vram.gradient_accumulation_steps': 'trainer.accumulate_grad_batches',
     'vram.use_fp16': 'trainer.use_fp16', 'vram.use_gradient_checkpointing': 'model.gradient_checkpointing',
     'vram.use_cpu_offload': 'trainer.cpu_offload', 'training.save_interval': 'trainer.checkpoint_interval',
     'training.logging_steps': 'trainer.log_every_n_steps', 'training.max_grad_norm': 'trainer.gradient_clip_val',
-    # seed 002
+    # LightningCLI-style dotted flags
     'data.max_seq_len': 'data.seq_len', 'model.learning_rate': 'trainer.learning_rate',
     'model.gradient_clip_val': 'trainer.gradient_clip_val', 'trainer.gradient_accumulation_steps': 'trainer.accumulate_grad_batches',
     'trainer.log_interval': 'trainer.log_every_n_steps', 'trainer.save_interval': 'trainer.checkpoint_interval',
-    # seed 003: flat flags
+    # cs336-style flat flags
     'context_length': 'data.seq_len', 'batch_size': 'data.batch_size', 'train_data': 'data.train_data',
     'val_data': 'data.val_data', 'vocab_size': 'model.vocab_size', 'd_model': 'model.d_model',
     'num_layers': 'model.n_layers', 'num_heads': 'model.n_heads', 'd_ff': 'model.d_ff', 'rope_theta': 'model.rope_theta',
@@ -246,7 +240,7 @@ ALIASES = {
     'log_interval': 'trainer.log_every_n_steps', 'checkpoint_interval': 'trainer.checkpoint_interval', 'seed': 'trainer.seed',
     'resume': 'trainer.resume', 'keep_last': 'trainer.keep_last',
 }
-# the rest of seed 001's `training` section has our names already
+# the rest of the Mamba memory guide's `training` section has our names already
 ALIASES.update({f'training.{k}': f'trainer.{k}' for k in ('learning_rate', 'weight_decay', 'max_steps', 'warmup_steps',
                 'eval_interval', 'adam_beta1', 'adam_beta2', 'adam_epsilon', 'label_smoothing')})
 
@@ -288,7 +282,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     choices = meta.get('choices')
     if callable(choices): choices = choices()
     if choices is not None:
-        if key == 'model.block': v = canonical_block(v)
+        if key in _OWNED: v = _OWNED[key][0](v)
         elif key == 'trainer.precision': v = parse_precision(v)
         elif v not in choices: bad(f"valid choices: {', '.join(map(str, choices))}")
     if meta.get('ge') is not None and v < meta['ge']: bad(f"must be >= {meta['ge']}")
@@ -345,7 +339,7 @@ def apply_overrides(cfg: Config,      # the config to start from (not modified)
     for pkey, table in PRESETS.items():
         if pkey in canon:
             _set(cfg, pkey, canon[pkey])
-            name = getattr(cfg.model, 'num_params') if pkey == 'model.num_params' else getattr(cfg, pkey)
+            name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey)
             if name is not None: _set_all(cfg, table[name])
     _set_all(cfg, {k: v for k, v in canon.items() if k not in PRESETS})
     validate(cfg)
@@ -384,7 +378,7 @@ def resolve_model(m: ModelConfig,  # the model section
                  ) -> ModelConfig:
     "A copy of `m` with the sizes left `None` filled in from its size preset."
     m = copy.copy(m)
-    for k, v in SIZE_PRESETS[m.num_params].items():
+    for k, v in SIZE_PRESETS[m.size].items():
         sec, name = k.split('.')
         if sec == 'model' and getattr(m, name) is None: setattr(m, name, v)
     return m

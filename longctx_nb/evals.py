@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch, torch.nn.functional as F
 from .core import UsageError, get_device, autocast, check_precision, seed_everything
-from .config import Config, DataConfig, ModelConfig, apply_overrides, canonical_block, flatten_sections
+from .config import Config, DataConfig, ModelConfig, apply_overrides, flatten_sections
+from .blocks.base import canonical_block
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
 from .model import LM, count_params

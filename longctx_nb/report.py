@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, get_device
-from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_block, canonical_key
+from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key
+from .blocks.base import canonical_block
 from .model import LM, count_params
 from .synthetic import from_config as task_from_config
 from .train import train

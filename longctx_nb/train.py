@@ -343,7 +343,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / 'config.json').write_text(json.dumps(cfg.to_dict(), indent=2) + '\n')
     log = MetricsLog(run_dir if writes else None, t.tensorboard, resume_step=start if resumed else None)
-    say(f"model: {cfg.model.block} {cfg.model.num_params}, {n_params:,} parameters | data: {tokens.source}, "
+    say(f"model: {cfg.model.block} {cfg.model.size}, {n_params:,} parameters | data: {tokens.source}, "
         f"{'generated' if synthetic else f'{len(tokens.train):,}'} train tokens, vocab {model.cfg.vocab_size} | device {device}, precision {precision}"
         + (f" | run dir {run_dir}" if run_dir else ''))
     say(global_batch(cfg, dist.world_size) + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else ''))
@@ -457,7 +457,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
         export_model(model if dist.strategy != 'fsdp' else _plain(model.cfg, final_state[0]), run_dir)
         if t.plot:
             plot = run_dir / 'loss.png'
-            plot_losses(log.rows, plot, title=f'{cfg.model.block} {cfg.model.num_params}')
+            plot_losses(log.rows, plot, title=f'{cfg.model.block} {cfg.model.size}')
     peak = peak_memory_mb(device)
     if start < max_steps: say(f"memory: estimated {est.total / 2**20:,.0f} MiB, measured peak {peak:,.0f} MiB"
                               + (" (process RSS, includes the runtime)" if device.type != 'cuda' else ''))
