@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse, csv, importlib, inspect, sys
 import torch
 from pathlib import Path
-from .core import UsageError
+from .core import UsageError, pyplot
+from .flags import Parser, arg, add_args, args_from, main
 
 # %% auto #0
 __all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'write_csv', 'run_bench', 'bench_main', 'train_step_cost',
@@ -27,32 +28,19 @@ def get_bench(name: str,  # a key of `BENCHES`
     mod, fn = BENCHES[name].split(':')
     return getattr(importlib.import_module(mod), fn)
 
-_FLAG = {'Ls': 'L'}  # friendlier flag names
-
-def _none_or(f): return lambda s: None if s.lower() == 'none' else f(s)
-
-def _parser_for(default):
-    "How to read a flag's string, judged from the argument's default."
-    if isinstance(default, bool): return lambda s: s.lower() in ('1', 'true', 'yes')
-    if isinstance(default, int): return _none_or(int)
-    if isinstance(default, float): return _none_or(float)
-    if isinstance(default, torch.dtype): return lambda s: getattr(torch, s.removeprefix('torch.'))
-    return _none_or(str)
-
-def bench_parser(name: str,  # a key of `BENCHES`
-                ) -> argparse.ArgumentParser:
-    "An argument parser for benchmark `name`, one flag per argument of its function."
+def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the command's own parser
+                ) -> Parser:
+    "The parser of benchmark `name`: one flag per argument of its function, with the help of its comment."
+    if name is None:
+        p = Parser('longctx_bench', 'Time and peak memory of the kernels and blocks against sequence length.',
+                   usage='longctx_bench NAME [flags]  (longctx_bench NAME --help for its flags)')
+        return add_args(p, [arg('name', metavar='NAME', nargs='?', choices=list(BENCHES),
+                                help='the benchmark: ' + ', '.join(BENCHES))])
     fn = get_bench(name)
-    p = argparse.ArgumentParser(prog=f'longctx_bench {name}', description=inspect.getdoc(fn))
-    for pname, par in inspect.signature(fn).parameters.items():
-        d = par.default
-        if pname == 'verbose' or d is inspect.Parameter.empty: continue
-        many = isinstance(d, (tuple, list))
-        p.add_argument(f'--{_FLAG.get(pname, pname)}', dest=pname, nargs='+' if many else None, default=d,
-                       type=_parser_for(d[0] if many and d else d), help=f'(default: {" ".join(map(str, d)) if many else d})')
+    specs = args_from(fn, rename={'Ls': 'L'})
     if 'csv' not in inspect.signature(fn).parameters:
-        p.add_argument('--csv', type=Path, help='also write the rows to this CSV file')
-    return p
+        specs.append(arg('--csv', type=Path, help='also write the rows to this CSV file'))
+    return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #b78c9bc8
 def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
@@ -69,8 +57,8 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
              ) -> list[dict]:                 # the benchmark's rows
     "Parse `argv` (`NAME [flags]`), run that benchmark (it prints its table) and return its rows."
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ('-h', '--help'):
-        print(f"usage: longctx_bench {{{','.join(BENCHES)}}} [flags]  (longctx_bench NAME --help for its flags)"); return []
+    if not argv: print(bench_parser().format_help()); return []
+    if argv[0].startswith('-'): bench_parser().parse_args(argv); return []   # --help, --version
     fn = get_bench(argv[0])
     ns = vars(bench_parser(argv[0]).parse_args(argv[1:]))
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
@@ -81,7 +69,6 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
 def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
               ):
     "Console script `longctx_bench`."
-    from longctx_nb.cli import main
     sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv))
 
 # %% ../nbs/50_bench.ipynb #761386f7
@@ -150,9 +137,7 @@ def plot_bench(rows: list[dict],  # from `bench_blocks`
                path=None,         # PNG file to save (None: don't save)
               ):
     "Time per token and peak memory against sequence length, one line per block; saved as PNG if `path`."
-    import matplotlib
-    if path is not None: matplotlib.use('Agg', force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot(save=path is not None)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for block in dict.fromkeys(r['block'] for r in rows):
         rs = [r for r in rows if r['block'] == block]

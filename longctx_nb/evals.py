@@ -9,21 +9,21 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch, torch.nn.functional as F
-from .core import UsageError, get_device, autocast, check_precision, seed_everything
+from .core import UsageError, get_device, autocast, check_precision, seed_everything, pyplot
 from .config import Config, DataConfig, ModelConfig, apply_overrides, canonical_block, flatten_sections
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
 from .model import LM, count_params
 from .checkpoint import CheckpointError, read_checkpoint, latest_checkpoint, load_model
 from .train import evaluate, evaluate_task
-from .cli import main, _Parser
+from .flags import arg, make_parser, main
 
 # %% auto #0
 __all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags',
            'token_bytes', 'perplexity', 'TextPasskey', 'passkey_generator', 'answer_accuracy', 'passkey_grid',
            'plot_heatmap', 'recall_params', 'chance_level', 'task_accuracy', 'loss_by_position', 'drift_curve',
            'plot_drift', 'text_data', 'eval_lengths', 'run_eval', 'format_result', 'plot_lengths', 'plot_result',
-           'HelpFormatter', 'eval_parser', 'eval_main']
+           'eval_parser', 'eval_main']
 
 # %% ../nbs/60_evals.ipynb #ded02c88
 @dataclass
@@ -239,14 +239,6 @@ def passkey_grid(model,                # the language model, in eval mode
     return dict(lengths=list(lengths), depths=list(depths), accuracy=acc.round(4).tolist(), token_accuracy=tok_acc.round(4).tolist())
 
 # %% ../nbs/60_evals.ipynb #93860f9e
-def _plt(path=None):
-    "pyplot, with the file-only Agg backend when saving outside a notebook."
-    import matplotlib
-    if path is not None and 'matplotlib_inline' not in matplotlib.get_backend() and 'ipykernel' not in sys.modules:
-        matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    return plt
-
 def plot_heatmap(acc,                           # accuracy, depths x lengths
                  lengths,                       # the columns
                  depths,                        # the rows
@@ -255,7 +247,7 @@ def plot_heatmap(acc,                           # accuracy, depths x lengths
                  train_len: int | None = None,  # the training length, marked with *
                 ):
     "Accuracy (depths x lengths) as an annotated heat map; saved to `path` if given. Returns the figure."
-    plt = _plt(path)
+    plt = pyplot(save=path is not None)
     acc = np.asarray(acc, float)
     fig, ax = plt.subplots(figsize=(1.6 + 0.8 * len(lengths), 1.2 + 0.42 * len(depths)))
     im = ax.imshow(acc, vmin=0, vmax=1, cmap='RdYlGn', aspect='auto')
@@ -360,7 +352,7 @@ def plot_drift(curves: dict,     # name -> `drift_curve` result
                path=None,        # file to save the figure to (None: not saved)
               ):
     "Loss against position, one line per entry of `curves` (name -> `drift_curve` result), the training length marked."
-    plt = _plt(path)
+    plt = pyplot(save=path is not None)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for name, c in curves.items(): ax.plot(c['positions'], c['loss'], 'o-', ms=3, label=name)
     ax.axvline(train_len, color='k', ls='--', lw=1, label=f'training length {train_len}')
@@ -533,7 +525,7 @@ def plot_lengths(series: dict,                        # name -> one value per le
                  chance: dict | float | None = None,  # one level for all, or one per series
                 ):
     "Values by length, one line per entry of `series` (name -> list), the training length and chance levels marked."
-    plt = _plt(path)
+    plt = pyplot(save=path is not None)
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for name, ys in series.items():
         line, = ax.plot(lengths, ys, 'o-', label=name)
@@ -564,41 +556,32 @@ def plot_result(r: dict,    # a `run_eval` result
     return plot_drift({r['block']: r}, r['train_len'], t, path)
 
 # %% ../nbs/60_evals.ipynb #41558ef4
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    "Help with each flag's default, except where it is None (the help says what None means)."
-    def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
-
 def eval_parser() -> argparse.ArgumentParser:
     "The `longctx_eval` argument parser."
-    p = _Parser(prog='longctx_eval', allow_abbrev=False, formatter_class=HelpFormatter,
-                description='Evaluate a trained model (or, without --checkpoint_path, an untrained one: chance level) on '
-                            'passkey retrieval, associative recall and copying, the loss-by-position drift curve, or perplexity.')
-    a = p.add_argument
-    a('--task', default='passkey', help=f"one of {', '.join(EVAL_TASKS)}")
-    a('--checkpoint_path', '--pretrained_model', default=None, help='a checkpoint .pt, a run directory or an exported model folder')
-    a('--block', default=None, help='the block: checked against the checkpoint; without one, the untrained model\'s (vanilla)')
-    a('--vocab_size', type=int, default=None, help='checked against the checkpoint; without one, the untrained model\'s (256)')
-    a('--seq_len', type=int, default=None, help="the training length (default: the checkpoint's)")
-    a('--max_len', type=int, default=None, help='the longest length evaluated (default: seq_len; 4 x seq_len for drift_curve)')
-    a('--lengths', type=int, nargs='+', default=None, help='the lengths to evaluate (default: seq_len doubling up to max_len)')
-    a('--depths', type=float, nargs='+', default=list(DEPTHS), help='passkey depths in [0, 1]')
-    a('--n_samples', type=int, default=32, help='sequences per length (per length and depth for passkey); windows for drift_curve '
-                                                'and perplexity, 0: the whole validation split')
-    a('--batch_size', type=int, default=8, help='sequences per forward pass')
-    a('--device', default='auto', help='auto, cpu, cuda or cuda:N')
-    a('--precision', default='auto', help='32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere')
-    a('--seed', type=int, default=0, help='seed of the generated sequences (and of an untrained model)')
-    a('--output_dir', default=None, help='write {block}_{task}.json and .png here')
-    g = p.add_argument_group('task parameters (default: the training task\'s, else the task\'s defaults)')
-    g.add_argument('--passkey_len', type=int, default=None, help='digits of the passkey (default 5)')
-    g.add_argument('--task_vocab_size', type=int, default=None, help='vocabulary of the synthetic tasks')
-    g.add_argument('--num_pairs', type=int, default=None, help='key-value pairs of associative recall')
-    g.add_argument('--copy_len', type=int, default=None, help='tokens to copy')
-    g.add_argument('--n_buckets', type=int, default=32, help='points of the drift curve')
-    g.add_argument('--data_dir', default=None, help='validation text for drift_curve and perplexity (default: the training corpus)')
-    p.add_argument('--version', action='version', version='%(prog)s ' + __import__('longctx_nb').__version__)
-    return p
+    task = "task parameters (default: the training task's, else the task's defaults)"
+    return make_parser('longctx_eval', 'Evaluate a trained model (or, without --checkpoint_path, an untrained one: chance level) '
+                       'on passkey retrieval, associative recall and copying, the loss-by-position drift curve, or perplexity.', [
+        arg('--task', default='passkey', choices=EVAL_TASKS, metavar='NAME', help=f"one of {', '.join(EVAL_TASKS)}"),
+        arg('--checkpoint_path', '--pretrained_model', help='a checkpoint .pt, a run directory or an exported model folder'),
+        arg('--block', help="the block: checked against the checkpoint; without one, the untrained model's (vanilla)"),
+        arg('--vocab_size', type=int, help="checked against the checkpoint; without one, the untrained model's (256)"),
+        arg('--seq_len', type=int, help="the training length (default: the checkpoint's)"),
+        arg('--max_len', type=int, help='the longest length evaluated (default: seq_len; 4 x seq_len for drift_curve)'),
+        arg('--lengths', type=int, nargs='+', help='the lengths to evaluate (default: seq_len doubling up to max_len)'),
+        arg('--depths', type=float, nargs='+', default=list(DEPTHS), help='passkey depths in [0, 1]'),
+        arg('--n_samples', type=int, default=32, help='sequences per length (per length and depth for passkey); windows for '
+                                                      'drift_curve and perplexity, 0: the whole validation split'),
+        arg('--batch_size', type=int, default=8, help='sequences per forward pass'),
+        arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
+        arg('--precision', default='auto', help='32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere'),
+        arg('--seed', type=int, default=0, help='seed of the generated sequences (and of an untrained model)'),
+        arg('--output_dir', help='write {block}_{task}.json and .png here'),
+        arg('--passkey_len', type=int, group=task, help='digits of the passkey (default 5)'),
+        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks'),
+        arg('--num_pairs', type=int, group=task, help='key-value pairs of associative recall'),
+        arg('--copy_len', type=int, group=task, help='tokens to copy'),
+        arg('--n_buckets', type=int, default=32, group=task, help='points of the drift curve'),
+        arg('--data_dir', group=task, help='validation text for drift_curve and perplexity (default: the training corpus)')])
 
 def _eval(argv=None) -> int:
     run_eval(**vars(eval_parser().parse_args(sys.argv[1:] if argv is None else argv)))

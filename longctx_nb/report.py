@@ -8,15 +8,15 @@ import argparse, json, sys, time
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, get_device
+from .core import UsageError, get_device, pyplot
 from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_block, canonical_key
 from .model import LM, count_params
 from .synthetic import from_config as task_from_config
 from .train import train
 from .bench import ALL_BLOCKS, train_step_cost
-from .evals import (HelpFormatter, load_for_eval, run_eval, format_result, task_accuracy, passkey_grid,
-                              passkey_generator, text_data, perplexity, drift_curve, eval_lengths, plot_lengths, plot_drift, _plt)
-from .cli import main, _Parser
+from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator,
+                              text_data, perplexity, drift_curve, eval_lengths, plot_lengths, plot_drift)
+from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
 __all__ = ['match_layers', 'block_configs', 'step_stats', 'train_and_eval', 'compare_blocks', 'report_table', 'write_report',
@@ -177,7 +177,7 @@ def write_report(rows: list[dict],  # one `train_and_eval` row per block
     "report.md, report.json and the plots of a comparison, into folder `out`."
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     s, Ls, text = settings, settings['eval_lengths'], settings['task'] == 'text'
-    plt = _plt(out)
+    plt = pyplot(save=True)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for r in rows: ax.plot(*zip(*r['curve']), label=r['block'])
     ax.set_xlabel('step'); ax.set_ylabel('training loss' + ('' if text else ' (answer tokens)')); ax.set_yscale('log')
@@ -254,40 +254,26 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
 # %% ../nbs/61_report.ipynb #5c26bf42
 def compare_parser() -> argparse.ArgumentParser:
     "The `longctx_compare` argument parser (training settings come as extra --SECTION.KEY=VALUE flags)."
-    p = _Parser(prog='longctx_compare', allow_abbrev=False, formatter_class=HelpFormatter,
-                description='Train each block on the same task with the same budget, evaluate each, and write a report. '
-                            'Extra --SECTION.KEY=VALUE flags are training settings applied to every block.')
-    a = p.add_argument
-    a('--blocks', nargs='+', default=list(ALL_BLOCKS), help='the blocks to compare')
-    a('--task', default='passkey', help=f"text, or one of {', '.join(SYNTHETIC_TASKS)}")
-    a('--max_steps', type=int, default=300, help='training steps of every block')
-    a('--seq_len', type=int, default=64, help='the training length')
-    a('--eval_lengths', type=int, nargs='+', default=None, help='lengths to evaluate at (default: seq_len, 2 seq_len, 4 seq_len)')
-    a('--output_dir', default='reports/compare', help='a new or empty folder for the report and the runs')
-    a('--batch_size', type=int, default=16, help='training batch')
-    a('--size', default='tiny', help='size preset (model.num_params)')
-    a('--seed', type=int, default=0, help='seed of the weights and the data')
-    a('--device', default='auto', help='auto, cpu, cuda or cuda:N')
-    a('--n_samples', type=int, default=64, help='evaluation sequences per length')
-    a('--match_params', action='store_true', help='raise the depth of smaller blocks to match the largest parameter count')
-    return p
-
-def _overrides(extra: list[str]) -> dict:
-    out, i = {}, 0
-    while i < len(extra):
-        tok = extra[i]
-        if not tok.startswith('--') or '.' not in tok:
-            raise UsageError(f"unrecognized argument {tok!r}; training settings are given as --SECTION.KEY=VALUE.")
-        if '=' in tok: k, v = tok[2:].split('=', 1)
-        elif i + 1 < len(extra): k, v, i = tok[2:], extra[i + 1], i + 1
-        else: raise UsageError(f"{tok} needs a value.")
-        out[canonical_key(k)] = v; i += 1
-    return out
+    return make_parser('longctx_compare', 'Train each block on the same task with the same budget, evaluate each, and write a '
+                       'report. Extra --SECTION.KEY=VALUE flags are training settings applied to every block.', [
+        arg('--blocks', nargs='+', default=list(ALL_BLOCKS), help='the blocks to compare'),
+        arg('--task', default='passkey', help=f"text, or one of {', '.join(SYNTHETIC_TASKS)}"),
+        arg('--max_steps', type=int, default=300, help='training steps of every block'),
+        arg('--seq_len', type=int, default=64, help='the training length'),
+        arg('--eval_lengths', type=int, nargs='+', help='lengths to evaluate at (default: seq_len, 2 seq_len, 4 seq_len)'),
+        arg('--output_dir', default='reports/compare', help='a new or empty folder for the report and the runs'),
+        arg('--batch_size', type=int, default=16, help='training batch'),
+        arg('--size', default='tiny', help='size preset (model.num_params)'),
+        arg('--seed', type=int, default=0, help='seed of the weights and the data'),
+        arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
+        arg('--n_samples', type=int, default=64, help='evaluation sequences per length'),
+        arg('--match_params', action='store_true', help='raise the depth of smaller blocks to match the largest parameter count')],
+        usage='longctx_compare [--blocks NAME ...] [--task NAME] [...] [--SECTION.KEY=VALUE ...]')
 
 def _compare(argv=None) -> int:
     ns, extra = compare_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
-                   ns.seed, ns.device, ns.match_params, ns.n_samples, _overrides(extra))
+                   ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra))
     return 0
 
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
@@ -296,14 +282,12 @@ def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
     sys.exit(main(_compare, 'longctx_compare', argv))
 
 def _report(argv=None) -> int:
-    p = _Parser(prog='longctx_report', formatter_class=HelpFormatter, allow_abbrev=False,
-                description='Every evaluation that fits one checkpoint, written as one report.')
-    a = p.add_argument
-    a('--checkpoint_path', '--pretrained_model', required=True, help='a checkpoint .pt, a run directory or an exported model folder')
-    a('--output_dir', default='reports', help='where report.md and the JSON and PNG files go')
-    a('--max_len', type=int, default=None, help='the longest length evaluated (default: 4 x the training length)')
-    a('--n_samples', type=int, default=32, help='sequences per length (and depth)')
-    a('--device', default='auto', help='auto, cpu, cuda or cuda:N')
+    p = make_parser('longctx_report', 'Every evaluation that fits one checkpoint, written as one report.', [
+        arg('--checkpoint_path', '--pretrained_model', required=True, help='a checkpoint .pt, a run directory or an exported model folder'),
+        arg('--output_dir', default='reports', help='where report.md and the JSON and PNG files go'),
+        arg('--max_len', type=int, help='the longest length evaluated (default: 4 x the training length)'),
+        arg('--n_samples', type=int, default=32, help='sequences per length (and depth)'),
+        arg('--device', default='auto', help='auto, cpu, cuda or cuda:N')])
     ns = p.parse_args(sys.argv[1:] if argv is None else argv)
     generate_report(ns.checkpoint_path, ns.output_dir, ns.max_len, ns.n_samples, ns.device)
     return 0
