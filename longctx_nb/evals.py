@@ -9,21 +9,21 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch, torch.nn.functional as F
-from .core import UsageError, get_device, autocast, check_precision, seed_everything, pyplot
+from .core import UsageError, get_device, autocast, check_precision, seed_everything
 from .config import Config, DataConfig, ModelConfig, apply_overrides, canonical_block, flatten_sections
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
 from .model import LM, count_params
 from .checkpoint import CheckpointError, read_checkpoint, latest_checkpoint, load_model
 from .train import evaluate, evaluate_task
+from .plots import plot_heatmap, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
 __all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags',
            'token_bytes', 'perplexity', 'TextPasskey', 'passkey_generator', 'answer_accuracy', 'passkey_grid',
-           'plot_heatmap', 'recall_params', 'chance_level', 'task_accuracy', 'loss_by_position', 'drift_curve',
-           'plot_drift', 'text_data', 'eval_lengths', 'run_eval', 'format_result', 'plot_lengths', 'plot_result',
-           'eval_parser', 'eval_main']
+           'recall_params', 'chance_level', 'task_accuracy', 'loss_by_position', 'drift_curve', 'text_data',
+           'eval_lengths', 'run_eval', 'format_result', 'plot_result', 'eval_parser', 'eval_main']
 
 # %% ../nbs/60_evals.ipynb #ded02c88
 @dataclass
@@ -238,31 +238,6 @@ def passkey_grid(model,                # the language model, in eval mode
             acc[i, j], tok_acc[i, j] = np.concatenate(hits).mean(), np.concatenate(toks).mean()
     return dict(lengths=list(lengths), depths=list(depths), accuracy=acc.round(4).tolist(), token_accuracy=tok_acc.round(4).tolist())
 
-# %% ../nbs/60_evals.ipynb #93860f9e
-def plot_heatmap(acc,                           # accuracy, depths x lengths
-                 lengths,                       # the columns
-                 depths,                        # the rows
-                 title: str = '',               # the plot title
-                 path=None,                     # file to save the figure to (None: not saved)
-                 train_len: int | None = None,  # the training length, marked with *
-                ):
-    "Accuracy (depths x lengths) as an annotated heat map; saved to `path` if given. Returns the figure."
-    plt = pyplot(save=path is not None)
-    acc = np.asarray(acc, float)
-    fig, ax = plt.subplots(figsize=(1.6 + 0.8 * len(lengths), 1.2 + 0.42 * len(depths)))
-    im = ax.imshow(acc, vmin=0, vmax=1, cmap='RdYlGn', aspect='auto')
-    for (i, j), v in np.ndenumerate(acc):
-        ax.text(j, i, f'{v:.0%}', ha='center', va='center', fontsize=8, color='black')
-    ax.set_xticks(range(len(lengths)), [f'{L}' + ('*' if L == train_len else '') for L in lengths])
-    ax.set_yticks(range(len(depths)), [f'{d:.0%}' for d in depths])
-    ax.set_xlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''))
-    ax.set_ylabel('passkey depth'); ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label='accuracy')
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return fig
-
 # %% ../nbs/60_evals.ipynb #750a5e11
 RECALL_TASKS = ('associative_recall', 'copy')
 
@@ -345,23 +320,6 @@ def drift_curve(model,                # the language model, in eval mode
                 loss_within=round(float(curve[:train_len].mean()), 4),
                 loss_beyond=round(float(curve[train_len:].mean()), 4) if max_len > train_len else None,
                 train_len=train_len, max_len=max_len, n_windows=n)
-
-def plot_drift(curves: dict,     # name -> `drift_curve` result
-               train_len: int,   # the training length, marked
-               title: str = '',  # the plot title
-               path=None,        # file to save the figure to (None: not saved)
-              ):
-    "Loss against position, one line per entry of `curves` (name -> `drift_curve` result), the training length marked."
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for name, c in curves.items(): ax.plot(c['positions'], c['loss'], 'o-', ms=3, label=name)
-    ax.axvline(train_len, color='k', ls='--', lw=1, label=f'training length {train_len}')
-    ax.set_xscale('log', base=2); ax.set_xlabel('token position'); ax.set_ylabel('loss (nats/token)')
-    ax.set_title(title, fontsize=9); ax.grid(alpha=.3); ax.legend(fontsize=8)
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return fig
 
 # %% ../nbs/60_evals.ipynb #1fa62460
 def text_data(ev: Evaluated,                # the model to evaluate
@@ -515,31 +473,6 @@ def format_result(r: dict,  # a `run_eval` result
         lines.append(f"{'position':>9} {'loss':>8}")
         for p, l in zip(r['positions'], r['loss']): lines.append(f"{p:>9} {l:>8.4f}" + ('  <- beyond training length' if p >= r['train_len'] else ''))
     return '\n'.join(lines)
-
-def plot_lengths(series: dict,                        # name -> one value per length
-                 lengths,                             # the x values
-                 train_len=None,                      # the training length, marked (None: not)
-                 ylabel='accuracy',                   # the y axis label
-                 title='',                            # the plot title
-                 path=None,                           # file to save the figure to (None: not saved)
-                 chance: dict | float | None = None,  # one level for all, or one per series
-                ):
-    "Values by length, one line per entry of `series` (name -> list), the training length and chance levels marked."
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    for name, ys in series.items():
-        line, = ax.plot(lengths, ys, 'o-', label=name)
-        if isinstance(chance, dict) and name in chance: ax.axhline(chance[name], color=line.get_color(), ls=':', lw=1)
-    if isinstance(chance, (int, float)): ax.axhline(chance, color='gray', ls=':', lw=1, label='chance')
-    if train_len: ax.axvline(train_len, color='k', ls='--', lw=1, label=f'training length {train_len}')
-    ax.set_xscale('log', base=2); ax.set_xticks(lengths, [str(L) for L in lengths]); ax.minorticks_off()
-    ax.set_xlabel('sequence length (tokens)'); ax.set_ylabel(ylabel)
-    if ylabel == 'accuracy': ax.set_ylim(-0.03, 1.03)
-    ax.set_title(title, fontsize=9); ax.grid(alpha=.3); ax.legend(fontsize=8)
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return fig
 
 def plot_result(r: dict,    # a `run_eval` result
                 path=None,  # file to save the figure to (None: not saved)

@@ -15,7 +15,8 @@ from .synthetic import from_config as task_from_config
 from .train import train
 from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator,
-                              text_data, perplexity, drift_curve, eval_lengths, plot_lengths, plot_drift)
+                              text_data, perplexity, drift_curve, eval_lengths)
+from .plots import plot_lengths, plot_drift
 from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
