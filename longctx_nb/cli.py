@@ -11,7 +11,7 @@ from .config import Config, SECTIONS, resolve_model
 from .flags import Parser, arg, make_parser, parse_config, main
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'build_parser', 'parse_cli', 'train_main', 'prepare_main']
+__all__ = ['EXAMPLES', 'build_parser', 'parse_cli', 'train_main', 'prepare_parser', 'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
@@ -67,12 +67,15 @@ def train_main(argv=None,  # command-line arguments (default: sys.argv[1:])
     sys.exit(main(_train, 'longctx_train', argv))
 
 # %% ../nbs/70_cli.ipynb #4c5f2462
+def prepare_parser() -> Parser:
+    "The `longctx_prepare` argument parser: --out and the data settings."
+    return make_parser('longctx_prepare', 'Tokenize a corpus once into train.bin, val.bin and meta.json.',
+                       [arg('--out', '--output_dir', dest='out', required=True, metavar='DIR', help='folder to write (must be new or empty)')],
+                       sections=('data',), usage='longctx_prepare --out DIR [--data.KEY VALUE ...]')
+
 def _prepare(argv=None) -> int:
     from longctx_nb.data import prepare_corpus
-    p = make_parser('longctx_prepare', 'Tokenize a corpus once into train.bin, val.bin and meta.json.',
-                    [arg('--out', '--output_dir', dest='out', required=True, metavar='DIR', help='folder to write (must be new or empty)')],
-                    sections=('data',), usage='longctx_prepare --out DIR [--data.KEY VALUE ...]')
-    cfg, ns = parse_cli(argv, 'longctx_prepare', parser=p)
+    cfg, ns = parse_cli(argv, 'longctx_prepare', parser=prepare_parser())
     out = Path(ns.out)
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"output folder {str(out)!r} is not empty; choose a new --out folder.")

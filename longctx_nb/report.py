@@ -21,7 +21,7 @@ from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
 __all__ = ['match_layers', 'block_configs', 'step_stats', 'train_and_eval', 'compare_blocks', 'report_table', 'write_report',
-           'generate_report', 'compare_parser', 'compare_main', 'report_main']
+           'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
 
 # %% ../nbs/61_report.ipynb #85387b09
 def _probe_params(cfg: Config, n_layers: int) -> int:
@@ -272,9 +272,10 @@ def compare_parser() -> argparse.ArgumentParser:
         usage='longctx_compare [--blocks NAME ...] [--task NAME] [...] [--SECTION.KEY=VALUE ...]')
 
 def _compare(argv=None) -> int:
-    ns, extra = compare_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    p = compare_parser()
+    ns, extra = p.parse_known_args(sys.argv[1:] if argv is None else argv)
     compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
-                   ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra))
+                   ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions))
     return 0
 
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
@@ -282,14 +283,17 @@ def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
     "Console script `longctx_compare`."
     sys.exit(main(_compare, 'longctx_compare', argv))
 
-def _report(argv=None) -> int:
-    p = make_parser('longctx_report', 'Every evaluation that fits one checkpoint, written as one report.', [
+def report_parser() -> argparse.ArgumentParser:
+    "The `longctx_report` argument parser."
+    return make_parser('longctx_report', 'Every evaluation that fits one checkpoint, written as one report.', [
         arg('--checkpoint_path', '--pretrained_model', required=True, help='a checkpoint .pt, a run directory or an exported model folder'),
         arg('--output_dir', default='reports', help='where report.md and the JSON and PNG files go'),
         arg('--max_len', type=int, help='the longest length evaluated (default: 4 x the training length)'),
         arg('--n_samples', type=int, default=32, help='sequences per length (and depth)'),
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N')])
-    ns = p.parse_args(sys.argv[1:] if argv is None else argv)
+
+def _report(argv=None) -> int:
+    ns = report_parser().parse_args(sys.argv[1:] if argv is None else argv)
     generate_report(ns.checkpoint_path, ns.output_dir, ns.max_len, ns.n_samples, ns.device)
     return 0
 
