@@ -33,8 +33,8 @@ def test_default_corpus_loss_falls(bindir, tmp_path):
         f'--trainer.default_root_dir={tmp_path}', check=0)
     assert (tmp_path / 'version_1' / 'config.json').exists() and len(metrics(run_dir)) == len(rows)
 
-def test_pretokenized_npy_seed003_flags(bindir, tmp_path):
-    "Seed 003's flat flags on pre-tokenized .npy files."
+def test_pretokenized_npy_flat_flags(bindir, tmp_path):
+    "cs336-style flat flags on pre-tokenized .npy files."
     rng = np.random.default_rng(0)
     pattern = rng.integers(0, 50, 97)
     tokens = np.tile(pattern, 200).astype(np.uint16)  # a learnable periodic sequence
@@ -49,8 +49,8 @@ def test_pretokenized_npy_seed003_flags(bindir, tmp_path):
     assert (cfg['model']['vocab_size'], cfg['data']['seq_len'], cfg['model']['d_model']) == (50, 64, 64)
     assert rows[-1]['val_loss'] < 2.0  # the periodic sequence is learnt
 
-def test_seed001_config_and_presets(bindir, tmp_path):
-    "A seed-001 JSON config (model / vram / training sections) with --training_preset and overrides."
+def test_mamba_guide_config_and_presets(bindir, tmp_path):
+    "A JSON config in the Mamba memory guide's format (model / vram / training sections) with --training_preset and overrides."
     conf = {"model": {"d_model": 64, "n_layers": 2, "d_state": 16, "expand_factor": 2, "dropout": 0.1,
                       "max_seq_len": 64, "vocab_size": 256},
             "vram": {"batch_size": 2, "gradient_accumulation_steps": 2, "max_seq_len": 64, "use_fp16": True,
@@ -72,7 +72,8 @@ def test_seed001_config_and_presets(bindir, tmp_path):
     d = json.loads(p.stdout)
     assert (d['model']['d_model'], d['data']['batch_size'], d['trainer']['accumulate_grad_batches'], d['vram']) == (512, 1, 16, '8gb')
 
-def test_seed002_dotted_flags(bindir, tmp_path):
+def test_lightning_dotted_flags(bindir, tmp_path):
+    "LightningCLI-style dotted flags, with its `fit` subcommand."
     p = run(bindir, 'longctx_train', 'fit', '--model.block=vanilla', '--model.num_params=tiny', '--data.max_seq_len=64',
             '--data.batch_size=2', '--trainer.max_steps=3', '--trainer.accelerator=cpu', '--trainer.precision=bf16',
             '--trainer.enable_progress_bar=False', f'--trainer.default_root_dir={tmp_path}',
@@ -101,9 +102,54 @@ def test_help_and_version(bindir):
     for s in ('--trainer.max_steps', '--model.block', '--context_length', '--vram', '(default: 400)', 'examples:'):
         assert s in p.stdout, s
     assert run(bindir, 'longctx_train', '--version', check=0).stdout.startswith('longctx_train ')
+    assert '(default: None)' not in p.stdout and 'cs336-style flat flags: --context_length (data.seq_len)' in p.stdout
+
+COMMANDS = ('longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench')
+
+def test_every_command_has_version_and_help(bindir):
+    "--version and --help on all six console scripts; python -m longctx_nb lists them, as settings.ini declares them."
+    import longctx_nb
+    for cmd in COMMANDS:
+        assert run(bindir, cmd, '--version', check=0).stdout.strip() == f'{cmd} {longctx_nb.__version__}', cmd
+        assert run(bindir, cmd, '--help', check=0).stdout.startswith('usage: ' + cmd), cmd
+    p = subprocess.run([sys.executable, '-m', 'longctx_nb'], capture_output=True, text=True, check=True)
+    listed = [l.split()[0] for l in p.stdout.splitlines()[1:]]
+    assert listed == list(COMMANDS), p.stdout
+    ini = (Path(__file__).resolve().parents[1] / 'settings.ini').read_text()
+    scripts = next(l for l in ini.splitlines() if l.startswith('console_scripts')).split('=', 1)[1].split()
+    assert sorted(s.split('=')[0] for s in scripts) == sorted(COMMANDS)
+
+def parsers():
+    "The parsers of the six console scripts (and of each benchmark)."
+    from longctx_nb import cli, evals, report, bench
+    ps = [cli.build_parser(), cli.prepare_parser(), evals.eval_parser(), report.compare_parser(), report.report_parser(),
+          bench.bench_parser()]
+    return ps + [bench.bench_parser(n) for n in bench.BENCHES]
+
+def test_every_flag_has_help_and_its_default_once():
+    import argparse
+    for p in parsers():
+        h = p.format_help()
+        assert '(default: None)' not in h, p.prog
+        for a in p._actions:
+            assert a.help, (p.prog, a.option_strings)
+            if a.help == argparse.SUPPRESS:  # another spelling: listed with the setting it names
+                assert f'{a.option_strings[0]} (' in h, (p.prog, a.option_strings)
+            else: assert a.help.count('(default') <= 1, (p.prog, a.help)
+
+def test_usage_errors_of_every_command(bindir, tmp_path):
+    "A misspelt flag: exit code 2, one paragraph starting with `prog: error:`, the valid flag suggested, no traceback."
+    for cmd in COMMANDS:
+        args = ['blocks', '--rpes', '1'] if cmd == 'longctx_bench' else ['--n_sampels', '1', '--checkpoint_path', 'x'] \
+            if cmd in ('longctx_eval', 'longctx_report') else ['--out', tmp_path / 'o', '--data.seq_lne=3']
+        if cmd == 'longctx_compare': args = ['--max_stpes', '3', '--output_dir', tmp_path / 'c']
+        if cmd == 'longctx_train': args = ['--data.seq_lne=3', f'--trainer.default_root_dir={tmp_path / "runs"}']
+        p = run(bindir, cmd, *args, check=2)
+        assert p.stderr.startswith(f'{cmd}') and ': error: ' in p.stderr and 'Traceback' not in p.stderr, p.stderr
+        assert 'did you mean' in p.stderr.lower() or 'unrecognized argument' in p.stderr, p.stderr
 
 def test_synthetic_task(bindir, tmp_path):
-    "Seed 002's spelling --data.dataset_name=synthetic: an associative-recall run logs val_acc beside val_loss."
+    "The long-context blocks guide's spelling --data.dataset_name=synthetic: an associative-recall run logs val_acc beside val_loss."
     p = run(bindir, 'longctx_train', '--data.dataset_name=synthetic', '--data.task=associative_recall', '--data.num_pairs=4',
             '--data.seq_len=64', '--data.batch_size=8', '--model.n_layers=2', '--trainer.max_steps=6', '--trainer.eval_interval=3',
             '--trainer.limit_val_batches=2', '--trainer.log_every_n_steps=3', '--trainer.enable_progress_bar=false',
