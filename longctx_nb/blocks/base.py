@@ -9,11 +9,11 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError, parse_precision
+from ..core import UsageError, parse_precision, saved_tensor_bytes
 
 # %% auto #0
 __all__ = ['Mixer', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
-           'saved_tensor_bytes', 'act_bytes', 'rmsnorm_bytes', 'patch_to']
+           'act_bytes', 'rmsnorm_bytes', 'patch_to']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Mixer(nn.Module):
@@ -129,27 +129,6 @@ def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
         g, = torch.autograd.grad(yg[:, t].sum(), xg, retain_graph=True)
         if t + 1 < L: assert g[:, t + 1:].abs().max() <= atol, f"output {t} has a gradient from a later input"
         assert g[:, t].abs().max() > 0, f"output {t} does not depend on its own input"
-
-# %% ../../nbs/20_blocks.ipynb #373b9ccb
-def saved_tensor_bytes(fn: Callable,                                     # called as fn(*args)
-                       *args,                                            # its arguments
-                       params: nn.Module | Iterable[torch.Tensor] = (),  # left out: weights are not activations
-                       log: list | None = None,                          # if a list, gets `(shape, dtype, nbytes)` of each storage counted
-                      ) -> int:
-    "Bytes of the storages autograd saves for backward while running `fn(*args)`, each storage once."
-    if isinstance(params, nn.Module): params = params.parameters()
-    skip = {p.untyped_storage().data_ptr() for p in params}
-    seen, held = {}, []
-    def pack(t):
-        s = t.untyped_storage()
-        ptr = s.data_ptr()
-        if s.nbytes() and ptr not in skip and ptr not in seen:
-            seen[ptr] = s.nbytes(); held.append(t)
-            if log is not None: log.append((tuple(t.shape), t.dtype, s.nbytes()))
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(*args)
-    return sum(seen.values())
 
 # %% ../../nbs/20_blocks.ipynb #f25ded19
 def act_bytes(precision: str,  # '32', 'bf16' or '16'

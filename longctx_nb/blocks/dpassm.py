@@ -13,9 +13,9 @@ from ..core import UsageError
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_
-from ..kernels.attention import IMPLS as ATTN_IMPLS, local_attention
-from ..kernels.scan import SCAN_IMPLS, TORCH_SCAN_CHUNK, selective_scan, selective_state_update, auto_impl as scan_auto_impl
-from ..kernels.conv import CONV_IMPLS, causal_conv1d, causal_conv1d_update
+from ..kernels.attention import attention_impls, local_attention
+from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, selective_scan, selective_state_update
+from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
 __all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes']
@@ -58,8 +58,8 @@ def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_si
     _check_int('dt_rank', dt_rank, 1, "the rank of the step-size projection (or 'auto')")
     if not 0 < dt_min <= dt_max: raise UsageError(f"dpassm: dt_min={dt_min!r} and dt_max={dt_max!r} must satisfy 0 < dt_min <= dt_max.")
     if not dt_init_floor > 0: raise UsageError(f"dpassm: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
-    _check_choice('attn_impl', attn_impl, ATTN_IMPLS); _check_choice('scan_impl', scan_impl, SCAN_IMPLS)
-    _check_choice('conv_impl', conv_impl, CONV_IMPLS)
+    _check_choice('attn_impl', attn_impl, attention_impls.choices); _check_choice('scan_impl', scan_impl, scan_impls.choices)
+    _check_choice('conv_impl', conv_impl, conv_impls.choices)
     return dt_rank
 
 # %% ../../nbs/27_dpassm.ipynb #60452272
@@ -248,7 +248,7 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     BL, Dh, f32 = batch_size * L, D // H, a == 4
     attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
     scan = cfg.scan_impl
-    if scan == 'auto': scan = scan_auto_impl(dev)
+    if scan == 'auto': scan = scan_impls.auto(dev)
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
     # the merge (SSM output, attention output, gate) and out_proj's input; dropout's mask
     per = (D * 4 if f32 else 3 * D * a) + 3 * D * a + D * a

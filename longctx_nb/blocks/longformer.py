@@ -10,7 +10,7 @@ from torch import nn
 from ..core import UsageError
 from .base import register_block, act_bytes
 from .vanilla import CausalSelfAttention
-from ..kernels.attention import IMPLS, local_attention, local_attention_saved_bytes
+from ..kernels.attention import attention_impls, local_attention, local_attention_saved_bytes
 
 # %% auto #0
 __all__ = ['LongformerAttention', 'local_mixer_bytes', 'longformer_mixer_bytes']
@@ -40,7 +40,7 @@ class LongformerAttention(CausalSelfAttention):
         _check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
         _check_int('n_global_tokens', n_global_tokens, 0, 'the number of global tokens at the start of the sequence')
         _check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
-        if impl not in IMPLS: raise UsageError(f"impl={impl!r} is not valid; choices: {', '.join(IMPLS)}.")
+        attention_impls.check_name(impl)
         super().__init__(d_model, n_heads, rope_theta=rope_theta, dropout=dropout, bias=bias)  # qkv, rope, out_proj
         self.window_size, self.n_global_tokens, self.block_size, self.impl = window_size, n_global_tokens, block_size, impl
 

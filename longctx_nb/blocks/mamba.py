@@ -94,10 +94,10 @@ def _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_i
     if not dt_init_floor > 0: raise UsageError(f"dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
     if dt_init not in ('random', 'constant'):
         raise UsageError(f"dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
-    if scan_impl not in kscan.SCAN_IMPLS:
-        raise UsageError(f"scan_impl={scan_impl!r} is not valid; choices: {', '.join(map(repr, kscan.SCAN_IMPLS))}.")
-    if conv_impl not in kconv.CONV_IMPLS:
-        raise UsageError(f"conv_impl={conv_impl!r} is not valid; choices: {', '.join(map(repr, kconv.CONV_IMPLS))}.")
+    if scan_impl not in kscan.scan_impls.choices:
+        raise UsageError(f"scan_impl={scan_impl!r} is not valid; choices: {', '.join(map(repr, kscan.scan_impls.choices))}.")
+    if conv_impl not in kconv.conv_impls.choices:
+        raise UsageError(f"conv_impl={conv_impl!r} is not valid; choices: {', '.join(map(repr, kconv.conv_impls.choices))}.")
     return dt_rank
 
 # %% ../../nbs/23_mamba.ipynb #ad09e81b
@@ -234,11 +234,11 @@ def kernel_backends(device='cpu',             # where Mamba runs
                    ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
     device = torch.device(device)
-    if scan_impl not in kscan.SCAN_IMPLS or conv_impl not in kconv.CONV_IMPLS:
-        raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(kscan.SCAN_IMPLS)} and "
-                         f"conv_impl={conv_impl!r} one of {', '.join(kconv.CONV_IMPLS)}.")
-    return {'selective_scan': kscan.auto_impl(device) if scan_impl == 'auto' else scan_impl,
-            'causal_conv1d': kconv.auto_impl(device) if conv_impl == 'auto' else conv_impl}
+    if scan_impl not in kscan.scan_impls.choices or conv_impl not in kconv.conv_impls.choices:
+        raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(kscan.scan_impls.choices)} and "
+                         f"conv_impl={conv_impl!r} one of {', '.join(kconv.conv_impls.choices)}.")
+    return {'selective_scan': kscan.scan_impls.auto(device) if scan_impl == 'auto' else scan_impl,
+            'causal_conv1d': kconv.conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}
 
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
 def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
