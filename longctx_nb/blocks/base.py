@@ -12,8 +12,8 @@ from torch import nn
 from ..core import UsageError, parse_precision, saved_tensor_bytes
 
 # %% auto #0
-__all__ = ['Mixer', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
-           'act_bytes', 'rmsnorm_bytes', 'patch_to']
+__all__ = ['Mixer', 'patch_to', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
+           'act_bytes', 'rmsnorm_bytes']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Mixer(nn.Module):
@@ -44,27 +44,42 @@ class Mixer(nn.Module):
         if 'layer_idx' in inspect.signature(cls.__init__).parameters: kw['layer_idx'] = layer_idx
         return cls(**kw)
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token of one layer's matmuls without parameters (attention's `q k^T` and `A v`, a scan): none here."
-        return 0.0
+# %% ../../nbs/20_blocks.ipynb #50426007
+def patch_to(cls: type,  # the class that gets the method
+            ):
+    "Decorator: add the decorated function (or static or class method) to `cls` as a method of the same name."
+    def add(f):
+        fn = f.__func__ if isinstance(f, (staticmethod, classmethod)) else f
+        fn.__qualname__ = f'{cls.__qualname__}.{fn.__name__}'
+        setattr(cls, fn.__name__, f)
+        return f
+    return add
 
-    @staticmethod
-    def activation_bytes(cfg,                    # a resolved `ModelConfig`
-                         batch_size: int,        # sequences per micro-batch
-                         seq_len: int,           # tokens per sequence
-                         precision: str = '32',  # '32', 'bf16' or '16'
-                         device: str = 'cuda',   # picks the kernels (CUDA or not)
-                        ) -> int | None:         # bytes, or None: the block does not say
-        "Bytes one mixer saves for backward on a `(batch_size, seq_len)` batch, its input included."
-        return None
+# %% ../../nbs/20_blocks.ipynb #36093cc1
+@patch_to(Mixer)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token of one layer's matmuls without parameters (attention's `q k^T` and `A v`, a scan): none here."
+    return 0.0
 
-    @classmethod
-    def can_stream(cls) -> bool:
-        "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
-        return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
+@patch_to(Mixer)
+@staticmethod
+def activation_bytes(cfg,                    # a resolved `ModelConfig`
+                     batch_size: int,        # sequences per micro-batch
+                     seq_len: int,           # tokens per sequence
+                     precision: str = '32',  # '32', 'bf16' or '16'
+                     device: str = 'cuda',   # picks the kernels (CUDA or not)
+                    ) -> int | None:         # bytes, or None: the block does not say
+    "Bytes one mixer saves for backward on a `(batch_size, seq_len)` batch, its input included."
+    return None
+
+@patch_to(Mixer)
+@classmethod
+def can_stream(cls) -> bool:
+    "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
+    return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
 
 # %% ../../nbs/20_blocks.ipynb #073db687
 _BLOCKS: dict[str, type] = {}   # name -> mixer class, in registration order
@@ -150,13 +165,3 @@ def rmsnorm_bytes(d_model: int,          # model width
                  ) -> int:               # bytes per token
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)
-
-# %% ../../nbs/20_blocks.ipynb #50426007
-def patch_to(cls: type,  # the class that gets the method
-            ):
-    "Decorator: add the decorated function to `cls` as a method of the same name."
-    def add(f):
-        f.__qualname__ = f'{cls.__qualname__}.{f.__name__}'
-        setattr(cls, f.__name__, f)
-        return f
-    return add
