@@ -100,7 +100,7 @@ def _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_i
         raise UsageError(f"conv_impl={conv_impl!r} is not valid; choices: {', '.join(map(repr, kconv.conv_impls.choices))}.")
     return dt_rank
 
-# %% ../../nbs/23_mamba.ipynb #ad09e81b
+# %% ../../nbs/23_mamba.ipynb #ec19ee2f
 @register_block
 class Mamba(KeepFp32, Mixer):
     "Mamba's selective state-space mixer with mamba-ssm's parameters and defaults: `(B, L, D) -> (B, L, D)`, causal."
@@ -138,22 +138,26 @@ class Mamba(KeepFp32, Mixer):
         self.out_proj = mark_residual_proj(nn.Linear(di, d_model, bias=bias))
         self.reset_parameters()
 
-    @torch.no_grad()
-    def reset_parameters(self):
-        "(Re)draw the parameters the model's generic init leaves alone: `dt_proj`, `A_log`, `D`."
-        init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor, self.dt_scale, self.dt_init)
+# %% ../../nbs/23_mamba.ipynb #4819c302
+@patch_to(Mamba)
+@torch.no_grad()
+def reset_parameters(self):
+    "(Re)draw the parameters the model's generic init leaves alone: `dt_proj`, `A_log`, `D`."
+    init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor, self.dt_scale, self.dt_init)
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token of one layer's work outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
-        d_inner = int(cfg.expand * cfg.d_model)
-        return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
+@patch_to(Mamba)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token of one layer's work outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
+    d_inner = int(cfg.expand * cfg.d_model)
+    return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
 
-    def extra_repr(self) -> str:
-        return (f'd_model={self.d_model}, d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, '
-                f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
+@patch_to(Mamba)
+def extra_repr(self) -> str:
+    return (f'd_model={self.d_model}, d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, '
+            f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
 
 # %% ../../nbs/23_mamba.ipynb #2cea7f04
 @patch_to(Mamba)
