@@ -228,7 +228,7 @@ def _forward_fast(self, x, want_cache: bool = False):
         cache.k[:, :, :cache.pos], cache.v[:, :, :cache.pos] = k[:, -1, :, :cache.pos], v[:, -1, :, :cache.pos]
     return y, cache
 
-# %% ../../nbs/26_blade.ipynb #8bd727c6
+# %% ../../nbs/26_blade.ipynb #fb320500
 @patch_to(Blade)
 def allocate_cache(self, batch_size: int,  # sequences
                    device=None,            # default: the module's
@@ -248,6 +248,7 @@ def prefill(self, x: torch.Tensor,                # (B, L, d_model) prompt
     "The fast forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward_fast(x, want_cache=True)
 
+# %% ../../nbs/26_blade.ipynb #80239579
 @patch_to(Blade)
 def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next token's input
          cache: BladeCache,                    # from `allocate_cache` or `prefill`; updated in place
