@@ -8,9 +8,9 @@ import dataclasses, warnings
 from dataclasses import dataclass
 import torch
 from torch import nn
-from .core import UsageError, parse_precision
+from .core import UsageError, parse_precision, saved_tensor_bytes
 from .config import ModelConfig, resolve_model
-from .blocks.base import get_block, act_bytes, rmsnorm_bytes, saved_tensor_bytes
+from .blocks.base import get_block, act_bytes, rmsnorm_bytes
 from .model import LM, count_params
 
 # %% auto #0

@@ -9,11 +9,11 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError, parse_precision
+from ..core import UsageError, parse_precision, saved_tensor_bytes
 
 # %% auto #0
-__all__ = ['Mixer', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
-           'saved_tensor_bytes', 'act_bytes', 'rmsnorm_bytes', 'patch_to']
+__all__ = ['Mixer', 'patch_to', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
+           'act_bytes', 'rmsnorm_bytes']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Mixer(nn.Module):
@@ -44,27 +44,42 @@ class Mixer(nn.Module):
         if 'layer_idx' in inspect.signature(cls.__init__).parameters: kw['layer_idx'] = layer_idx
         return cls(**kw)
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token of one layer's matmuls without parameters (attention's `q k^T` and `A v`, a scan): none here."
-        return 0.0
+# %% ../../nbs/20_blocks.ipynb #50426007
+def patch_to(cls: type,  # the class that gets the method
+            ):
+    "Decorator: add the decorated function (or static or class method) to `cls` as a method of the same name."
+    def add(f):
+        fn = f.__func__ if isinstance(f, (staticmethod, classmethod)) else f
+        fn.__qualname__ = f'{cls.__qualname__}.{fn.__name__}'
+        setattr(cls, fn.__name__, f)
+        return f
+    return add
 
-    @staticmethod
-    def activation_bytes(cfg,                    # a resolved `ModelConfig`
-                         batch_size: int,        # sequences per micro-batch
-                         seq_len: int,           # tokens per sequence
-                         precision: str = '32',  # '32', 'bf16' or '16'
-                         device: str = 'cuda',   # picks the kernels (CUDA or not)
-                        ) -> int | None:         # bytes, or None: the block does not say
-        "Bytes one mixer saves for backward on a `(batch_size, seq_len)` batch, its input included."
-        return None
+# %% ../../nbs/20_blocks.ipynb #36093cc1
+@patch_to(Mixer)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token of one layer's matmuls without parameters (attention's `q k^T` and `A v`, a scan): none here."
+    return 0.0
 
-    @classmethod
-    def can_stream(cls) -> bool:
-        "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
-        return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
+@patch_to(Mixer)
+@staticmethod
+def activation_bytes(cfg,                    # a resolved `ModelConfig`
+                     batch_size: int,        # sequences per micro-batch
+                     seq_len: int,           # tokens per sequence
+                     precision: str = '32',  # '32', 'bf16' or '16'
+                     device: str = 'cuda',   # picks the kernels (CUDA or not)
+                    ) -> int | None:         # bytes, or None: the block does not say
+    "Bytes one mixer saves for backward on a `(batch_size, seq_len)` batch, its input included."
+    return None
+
+@patch_to(Mixer)
+@classmethod
+def can_stream(cls) -> bool:
+    "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
+    return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
 
 # %% ../../nbs/20_blocks.ipynb #073db687
 _BLOCKS: dict[str, type] = {}   # name -> mixer class, in registration order
@@ -130,27 +145,6 @@ def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
         if t + 1 < L: assert g[:, t + 1:].abs().max() <= atol, f"output {t} has a gradient from a later input"
         assert g[:, t].abs().max() > 0, f"output {t} does not depend on its own input"
 
-# %% ../../nbs/20_blocks.ipynb #373b9ccb
-def saved_tensor_bytes(fn: Callable,                                     # called as fn(*args)
-                       *args,                                            # its arguments
-                       params: nn.Module | Iterable[torch.Tensor] = (),  # left out: weights are not activations
-                       log: list | None = None,                          # if a list, gets `(shape, dtype, nbytes)` of each storage counted
-                      ) -> int:
-    "Bytes of the storages autograd saves for backward while running `fn(*args)`, each storage once."
-    if isinstance(params, nn.Module): params = params.parameters()
-    skip = {p.untyped_storage().data_ptr() for p in params}
-    seen, held = {}, []
-    def pack(t):
-        s = t.untyped_storage()
-        ptr = s.data_ptr()
-        if s.nbytes() and ptr not in skip and ptr not in seen:
-            seen[ptr] = s.nbytes(); held.append(t)
-            if log is not None: log.append((tuple(t.shape), t.dtype, s.nbytes()))
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(*args)
-    return sum(seen.values())
-
 # %% ../../nbs/20_blocks.ipynb #f25ded19
 def act_bytes(precision: str,  # '32', 'bf16' or '16'
              ) -> int:
@@ -171,13 +165,3 @@ def rmsnorm_bytes(d_model: int,          # model width
                  ) -> int:               # bytes per token
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)
-
-# %% ../../nbs/20_blocks.ipynb #50426007
-def patch_to(cls: type,  # the class that gets the method
-            ):
-    "Decorator: add the decorated function to `cls` as a method of the same name."
-    def add(f):
-        f.__qualname__ = f'{cls.__qualname__}.{f.__name__}'
-        setattr(cls, f.__name__, f)
-        return f
-    return add

@@ -7,13 +7,13 @@ from __future__ import annotations
 import torch
 from ..core import UsageError
 from ..kernels.attention import RandomKeys, bigbird_random_keys
-from .base import register_block
+from .base import register_block, patch_to
 from .longformer import LongformerAttention, local_mixer_bytes, _check_int
 
 # %% auto #0
 __all__ = ['BigBirdAttention', 'bigbird_mixer_bytes']
 
-# %% ../../nbs/25_bigbird.ipynb #f296699e
+# %% ../../nbs/25_bigbird.ipynb #c37ad85f
 @register_block
 class BigBirdAttention(LongformerAttention):
     "Causal BigBird attention: sliding window, global tokens, and `n_random_tokens` random keys per query block fixed by `seed`: `(B, L, D) -> (B, L, D)`."
@@ -39,33 +39,37 @@ class BigBirdAttention(LongformerAttention):
         self.n_random_tokens, self.seed = n_random_tokens, seed
         self._random: RandomKeys | None = None
 
-    @classmethod
-    def from_config(cls, cfg,            # a resolved `ModelConfig`
-                    layer_idx: int = 0,  # the layer's index in the model (seeds its random keys)
-                   ):
-        "Build from a resolved `ModelConfig`; layer `layer_idx` draws its random keys with seed `layer_idx`."
-        return cls(**cls.config_kwargs(cfg), seed=layer_idx)
-
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token of the parameter-free matmuls: vanilla's, with window + global + random keys."
-        return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens + cfg.n_random_tokens)
-
-    def random_keys(self, seq_len: int,     # tokens per sequence
-                   ) -> RandomKeys | None:  # None when n_random_tokens is 0
-        "This layer's random keys for sequences up to `seq_len` (drawn once, regrown by doubling)."
-        if self.n_random_tokens == 0: return None
-        rk = self._random
-        if rk is None or rk.index.shape[0] * self.block_size < seq_len:
-            n = max(seq_len, 2 * rk.index.shape[0] * self.block_size if rk is not None else 0)
-            self._random = bigbird_random_keys(n, self.n_random_tokens, self.block_size, self.window_size,
-                                               self.n_global_tokens, seed=self.seed)
-        return self._random
-
     def extra_repr(self) -> str:
         return super().extra_repr() + f', n_random_tokens={self.n_random_tokens}, seed={self.seed}'
+
+# %% ../../nbs/25_bigbird.ipynb #54e3be8c
+@patch_to(BigBirdAttention)
+@classmethod
+def from_config(cls, cfg,            # a resolved `ModelConfig`
+                layer_idx: int = 0,  # the layer's index in the model (seeds its random keys)
+               ):
+    "Build from a resolved `ModelConfig`; layer `layer_idx` draws its random keys with seed `layer_idx`."
+    return cls(**cls.config_kwargs(cfg), seed=layer_idx)
+
+@patch_to(BigBirdAttention)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token of the parameter-free matmuls: vanilla's, with window + global + random keys."
+    return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens + cfg.n_random_tokens)
+
+@patch_to(BigBirdAttention)
+def random_keys(self, seq_len: int,     # tokens per sequence
+               ) -> RandomKeys | None:  # None when n_random_tokens is 0
+    "This layer's random keys for sequences up to `seq_len` (drawn once, regrown by doubling)."
+    if self.n_random_tokens == 0: return None
+    rk = self._random
+    if rk is None or rk.index.shape[0] * self.block_size < seq_len:
+        n = max(seq_len, 2 * rk.index.shape[0] * self.block_size if rk is not None else 0)
+        self._random = bigbird_random_keys(n, self.n_random_tokens, self.block_size, self.window_size,
+                                           self.n_global_tokens, seed=self.seed)
+    return self._random
 
 # %% ../../nbs/25_bigbird.ipynb #b4224608
 def bigbird_mixer_bytes(cfg,                    # a resolved `ModelConfig`

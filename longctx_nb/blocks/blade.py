@@ -61,11 +61,20 @@ class BladeCache:
         "Bytes held: fixed by the shapes, independent of `seen`."
         return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.mem_k, self.mem_v, self.state))
 
-# %% ../../nbs/26_blade.ipynb #8b62706b
+# %% ../../nbs/26_blade.ipynb #8a6d7674
 def _positive_int(name: str, value, what: str):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"blade: {name}={value!r} is not valid: it must be a positive integer ({what}).")
 
+def _check_blade(d_model, n_heads, chunk_size, state_dim, n_mem):
+    "Check BLADE's sizes, naming the first bad one."
+    _positive_int('chunk_size', chunk_size, "the number of tokens per attention chunk, e.g. 128; it need not "
+                  "divide the sequence length, the last chunk is padded")
+    _positive_int('state_dim', state_dim, "the size of the state carried from chunk to chunk, e.g. 64")
+    _positive_int('n_mem', n_mem, "the number of memory tokens per head, e.g. 4")
+    if d_model % n_heads: raise UsageError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
+
+# %% ../../nbs/26_blade.ipynb #bbacf75c
 @register_block
 class Blade(Mixer):
     "Chunked causal attention with a recurrent per-chunk state read back as `n_mem` memory tokens: `(B, L, D) -> (B, L, D)`."
@@ -85,11 +94,7 @@ class Blade(Mixer):
                  impl: str = 'fast',           # 'fast' (batched SDPA over all chunks) or 'ref' (a loop over chunks)
                 ):
         super().__init__()
-        _positive_int('chunk_size', chunk_size, "the number of tokens per attention chunk, e.g. 128; it need not "
-                      "divide the sequence length, the last chunk is padded")
-        _positive_int('state_dim', state_dim, "the size of the state carried from chunk to chunk, e.g. 64")
-        _positive_int('n_mem', n_mem, "the number of memory tokens per head, e.g. 4")
-        if d_model % n_heads: raise UsageError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
+        _check_blade(d_model, n_heads, chunk_size, state_dim, n_mem)
         if impl not in self.IMPLS: raise UsageError(f"blade: impl={impl!r} is not valid; valid choices: {', '.join(self.IMPLS)}.")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.chunk_size, self.state_dim, self.n_mem = chunk_size, state_dim, n_mem
@@ -113,25 +118,28 @@ class Blade(Mixer):
             a = 1 - 1 / torch.logspace(math.log10(1.5), math.log10(128.0), self.state_dim)
             self.decay_logit.copy_(torch.log(a) - torch.log1p(-a))
 
-    @classmethod
-    def from_config(cls, cfg,            # a resolved `ModelConfig`
-                    layer_idx: int = 0,  # the layer's index in the model
-                   ):
-        "Build from a resolved `ModelConfig`: `chunk_size`, `state_dim`, `n_mem_tokens`; `attn_impl='ref'` selects the reference path."
-        kw = cls.config_kwargs(cfg)
-        return cls(**{**kw, 'impl': 'ref' if kw['impl'] == 'ref' else 'fast'})
+# %% ../../nbs/26_blade.ipynb #730e8002
+@patch_to(Blade)
+@classmethod
+def from_config(cls, cfg,            # a resolved `ModelConfig`
+                layer_idx: int = 0,  # the layer's index in the model
+               ):
+    "Build from a resolved `ModelConfig`: `chunk_size`, `state_dim`, `n_mem_tokens`; `attn_impl='ref'` selects the reference path."
+    kw = cls.config_kwargs(cfg)
+    return cls(**{**kw, 'impl': 'ref' if kw['impl'] == 'ref' else 'fast'})
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token of the parameter-free matmuls: attention over `C + m` keys and the `r` summary queries."
-        return 12.0 * cfg.d_model * (min(cfg.chunk_size, seq_len) + 2 * cfg.n_mem_tokens)
+@patch_to(Blade)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token of the parameter-free matmuls: attention over `C + m` keys and the `r` summary queries."
+    return 12.0 * cfg.d_model * (min(cfg.chunk_size, seq_len) + 2 * cfg.n_mem_tokens)
 
-    # -- write, carry, read: shared by every path
-    def log_decay(self) -> torch.Tensor:
-        "The default log decays `log sigmoid(w)` (fp32), before the chunks' corrections."
-        return F.logsigmoid(self.decay_logit.float())
+@patch_to(Blade)
+def log_decay(self) -> torch.Tensor:
+    "The default log decays `log sigmoid(w)` (fp32), before the chunks' corrections."
+    return F.logsigmoid(self.decay_logit.float())
 
 # %% ../../nbs/26_blade.ipynb #ab767478
 @patch_to(Blade)
@@ -220,7 +228,7 @@ def _forward_fast(self, x, want_cache: bool = False):
         cache.k[:, :, :cache.pos], cache.v[:, :, :cache.pos] = k[:, -1, :, :cache.pos], v[:, -1, :, :cache.pos]
     return y, cache
 
-# %% ../../nbs/26_blade.ipynb #8bd727c6
+# %% ../../nbs/26_blade.ipynb #fb320500
 @patch_to(Blade)
 def allocate_cache(self, batch_size: int,  # sequences
                    device=None,            # default: the module's
@@ -240,6 +248,7 @@ def prefill(self, x: torch.Tensor,                # (B, L, d_model) prompt
     "The fast forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward_fast(x, want_cache=True)
 
+# %% ../../nbs/26_blade.ipynb #80239579
 @patch_to(Blade)
 def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next token's input
          cache: BladeCache,                    # from `allocate_cache` or `prefill`; updated in place

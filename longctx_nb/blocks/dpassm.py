@@ -13,9 +13,9 @@ from ..core import UsageError
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_
-from ..kernels.attention import IMPLS as ATTN_IMPLS, local_attention
-from ..kernels.scan import SCAN_IMPLS, TORCH_SCAN_CHUNK, selective_scan, selective_state_update, auto_impl as scan_auto_impl
-from ..kernels.conv import CONV_IMPLS, causal_conv1d, causal_conv1d_update
+from ..kernels.attention import attention_impls, local_attention
+from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, selective_scan, selective_state_update
+from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
 __all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes']
@@ -58,11 +58,11 @@ def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_si
     _check_int('dt_rank', dt_rank, 1, "the rank of the step-size projection (or 'auto')")
     if not 0 < dt_min <= dt_max: raise UsageError(f"dpassm: dt_min={dt_min!r} and dt_max={dt_max!r} must satisfy 0 < dt_min <= dt_max.")
     if not dt_init_floor > 0: raise UsageError(f"dpassm: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
-    _check_choice('attn_impl', attn_impl, ATTN_IMPLS); _check_choice('scan_impl', scan_impl, SCAN_IMPLS)
-    _check_choice('conv_impl', conv_impl, CONV_IMPLS)
+    _check_choice('attn_impl', attn_impl, attention_impls.choices); _check_choice('scan_impl', scan_impl, scan_impls.choices)
+    _check_choice('conv_impl', conv_impl, conv_impls.choices)
     return dt_rank
 
-# %% ../../nbs/27_dpassm.ipynb #60452272
+# %% ../../nbs/27_dpassm.ipynb #08a38bbb
 @register_block
 class DPASSM(KeepFp32, Mixer):
     "Dual-path mixer: sliding-window attention and a selective SSM over the same input, merged by a learned per-channel gate: `(B, L, D) -> (B, L, D)`."
@@ -107,31 +107,36 @@ class DPASSM(KeepFp32, Mixer):
         self.out_proj = mark_residual_proj(nn.Linear(D, D, bias=bias))
         self.reset_parameters()
 
-    @torch.no_grad()
-    def reset_parameters(self):
-        "(Re)draw the SSM parameters the model's generic init leaves alone (mamba-ssm's init): `dt_proj`, `A_log`, `D`."
-        init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor)
+# %% ../../nbs/27_dpassm.ipynb #22364e60
+@patch_to(DPASSM)
+@torch.no_grad()
+def reset_parameters(self):
+    "(Re)draw the SSM parameters the model's generic init leaves alone (mamba-ssm's init): `dt_proj`, `A_log`, `D`."
+    init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor)
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token outside `nn.Linear`: windowed `q k^T` and `A v`, the scan (9 per channel and state), the conv."
-        D = cfg.d_model
-        return 12.0 * D * min(seq_len, cfg.window_size) + 3.0 * D * (9 * cfg.ssm_state_dim + 2 * cfg.d_conv)
+@patch_to(DPASSM)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token outside `nn.Linear`: windowed `q k^T` and `A v`, the scan (9 per channel and state), the conv."
+    D = cfg.d_model
+    return 12.0 * D * min(seq_len, cfg.window_size) + 3.0 * D * (9 * cfg.ssm_state_dim + 2 * cfg.d_conv)
 
-    def extra_repr(self) -> str:
-        return (f'd_model={self.d_model}, n_heads={self.n_heads}, window_size={self.window_size}, '
-                f'ssm_state_dim={self.ssm_state_dim}, d_conv={self.d_conv}, dt_rank={self.dt_rank}, '
-                f'attn_impl={self.attn_impl!r}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}, block_size={self.block_size}')
+@patch_to(DPASSM)
+def extra_repr(self) -> str:
+    return (f'd_model={self.d_model}, n_heads={self.n_heads}, window_size={self.window_size}, '
+            f'ssm_state_dim={self.ssm_state_dim}, d_conv={self.d_conv}, dt_rank={self.dt_rank}, '
+            f'attn_impl={self.attn_impl!r}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}, block_size={self.block_size}')
 
-# %% ../../nbs/27_dpassm.ipynb #3ce25805
+# %% ../../nbs/27_dpassm.ipynb #9df45032
 @patch_to(DPASSM)
 def _impls(self, impl):
     if impl is None: return self.attn_impl, self.scan_impl, self.conv_impl
     if impl not in PATHS: raise UsageError(f"dpassm: impl={impl!r} is not valid; choices: None (the module's), {', '.join(PATHS)}.")
     return PATHS[impl]
 
+# %% ../../nbs/27_dpassm.ipynb #1bda9d2e
 @patch_to(DPASSM)
 def _forward(self, x, impl=None, want_cache=False):
     if x.dim() != 3 or x.shape[-1] != self.d_model:
@@ -169,6 +174,7 @@ def _forward(self, x, impl=None, want_cache=False):
     cache.seen = L
     return y, cache
 
+# %% ../../nbs/27_dpassm.ipynb #9afaa4aa
 @patch_to(DPASSM)
 def forward(self, x: torch.Tensor,    # (B, L, d_model)
             impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
@@ -176,7 +182,7 @@ def forward(self, x: torch.Tensor,    # (B, L, d_model)
     "`(B, L, d_model) -> (B, L, d_model)`, causal."
     return self._forward(x, impl)
 
-# %% ../../nbs/27_dpassm.ipynb #17b1859b
+# %% ../../nbs/27_dpassm.ipynb #d5c74ed2
 @patch_to(DPASSM)
 def allocate_cache(self, batch_size: int,  # sequences
                    device=None,            # default: the module's
@@ -197,6 +203,7 @@ def prefill(self, x: torch.Tensor,                 # (B, L, d_model) prompt
     "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward(x, impl, want_cache=True)
 
+# %% ../../nbs/27_dpassm.ipynb #9765c4d9
 @patch_to(DPASSM)
 def _rope_at(self, pos: int, device):
     "RoPE's `(cos, sin)` `(1, Dh)` at one position, the same numbers as `RotaryEmbedding`'s row `pos`, without its tables."
@@ -206,6 +213,7 @@ def _rope_at(self, pos: int, device):
     ang = torch.cat([ang, ang], -1)
     return ang.cos(), ang.sin()
 
+# %% ../../nbs/27_dpassm.ipynb #adb5fb80
 @patch_to(DPASSM)
 def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next token's input
          cache: DPASSMCache,                    # from `allocate_cache` or `prefill`; updated in place
@@ -248,7 +256,7 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     BL, Dh, f32 = batch_size * L, D // H, a == 4
     attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
     scan = cfg.scan_impl
-    if scan == 'auto': scan = scan_auto_impl(dev)
+    if scan == 'auto': scan = scan_impls.auto(dev)
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
     # the merge (SSM output, attention output, gate) and out_proj's input; dropout's mask
     per = (D * 4 if f32 else 3 * D * a) + 3 * D * a + D * a

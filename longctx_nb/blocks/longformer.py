@@ -8,14 +8,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import register_block, act_bytes
+from .base import register_block, act_bytes, patch_to
 from .vanilla import CausalSelfAttention
-from ..kernels.attention import IMPLS, local_attention, local_attention_saved_bytes
+from ..kernels.attention import attention_impls, local_attention, local_attention_saved_bytes
 
 # %% auto #0
 __all__ = ['LongformerAttention', 'local_mixer_bytes', 'longformer_mixer_bytes']
 
-# %% ../../nbs/24_longformer.ipynb #4fcf5c9f
+# %% ../../nbs/24_longformer.ipynb #961f1404
 def _check_int(name: str, value, lo: int, what: str):
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise UsageError(f"{name}={value!r} is not valid: {what}, an integer >= {lo}.")
@@ -40,35 +40,40 @@ class LongformerAttention(CausalSelfAttention):
         _check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
         _check_int('n_global_tokens', n_global_tokens, 0, 'the number of global tokens at the start of the sequence')
         _check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
-        if impl not in IMPLS: raise UsageError(f"impl={impl!r} is not valid; choices: {', '.join(IMPLS)}.")
+        attention_impls.check_name(impl)
         super().__init__(d_model, n_heads, rope_theta=rope_theta, dropout=dropout, bias=bias)  # qkv, rope, out_proj
         self.window_size, self.n_global_tokens, self.block_size, self.impl = window_size, n_global_tokens, block_size, impl
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token of the parameter-free matmuls: vanilla's, with `window_size + n_global_tokens` keys."
-        return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens)
+# %% ../../nbs/24_longformer.ipynb #4640e167
+@patch_to(LongformerAttention)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token of the parameter-free matmuls: vanilla's, with `window_size + n_global_tokens` keys."
+    return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens)
 
-    def random_keys(self, seq_len: int,  # tokens per sequence
-                   ):
-        "Extra keys per query block (none here; BigBird's subclass draws them)."
-        return None
+@patch_to(LongformerAttention)
+def random_keys(self, seq_len: int,  # tokens per sequence
+               ):
+    "Extra keys per query block (none here; BigBird's subclass draws them)."
+    return None
 
-    def forward(self, x: torch.Tensor,    # (B, L, d_model)
-                impl: str | None = None,  # overrides the module's `impl` for this call
-               ) -> torch.Tensor:         # (B, L, d_model)
-        L = x.shape[1]
-        q, k, v = self.qkv_rotated(x)
-        y = local_attention(q, k, v, self.window_size, min(self.n_global_tokens, L), self.random_keys(L),
-                            block_size=self.block_size, impl=impl or self.impl)
-        y = y.transpose(1, 2).flatten(2)
-        if self.dropout and self.training: y = F.dropout(y, self.dropout)
-        return self.out_proj(y)
+@patch_to(LongformerAttention)
+def forward(self, x: torch.Tensor,    # (B, L, d_model)
+            impl: str | None = None,  # overrides the module's `impl` for this call
+           ) -> torch.Tensor:         # (B, L, d_model)
+    L = x.shape[1]
+    q, k, v = self.qkv_rotated(x)
+    y = local_attention(q, k, v, self.window_size, min(self.n_global_tokens, L), self.random_keys(L),
+                        block_size=self.block_size, impl=impl or self.impl)
+    y = y.transpose(1, 2).flatten(2)
+    if self.dropout and self.training: y = F.dropout(y, self.dropout)
+    return self.out_proj(y)
 
-    def extra_repr(self) -> str:
-        return f'window_size={self.window_size}, n_global_tokens={self.n_global_tokens}, block_size={self.block_size}, impl={self.impl!r}'
+@patch_to(LongformerAttention)
+def extra_repr(self) -> str:
+    return f'window_size={self.window_size}, n_global_tokens={self.n_global_tokens}, block_size={self.block_size}, impl={self.impl!r}'
 
 # %% ../../nbs/24_longformer.ipynb #4f9206d2
 def local_mixer_bytes(cfg,                    # a resolved `ModelConfig`

@@ -94,13 +94,13 @@ def _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_i
     if not dt_init_floor > 0: raise UsageError(f"dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
     if dt_init not in ('random', 'constant'):
         raise UsageError(f"dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
-    if scan_impl not in kscan.SCAN_IMPLS:
-        raise UsageError(f"scan_impl={scan_impl!r} is not valid; choices: {', '.join(map(repr, kscan.SCAN_IMPLS))}.")
-    if conv_impl not in kconv.CONV_IMPLS:
-        raise UsageError(f"conv_impl={conv_impl!r} is not valid; choices: {', '.join(map(repr, kconv.CONV_IMPLS))}.")
+    if scan_impl not in kscan.scan_impls.choices:
+        raise UsageError(f"scan_impl={scan_impl!r} is not valid; choices: {', '.join(map(repr, kscan.scan_impls.choices))}.")
+    if conv_impl not in kconv.conv_impls.choices:
+        raise UsageError(f"conv_impl={conv_impl!r} is not valid; choices: {', '.join(map(repr, kconv.conv_impls.choices))}.")
     return dt_rank
 
-# %% ../../nbs/23_mamba.ipynb #ad09e81b
+# %% ../../nbs/23_mamba.ipynb #ec19ee2f
 @register_block
 class Mamba(KeepFp32, Mixer):
     "Mamba's selective state-space mixer with mamba-ssm's parameters and defaults: `(B, L, D) -> (B, L, D)`, causal."
@@ -138,22 +138,26 @@ class Mamba(KeepFp32, Mixer):
         self.out_proj = mark_residual_proj(nn.Linear(di, d_model, bias=bias))
         self.reset_parameters()
 
-    @torch.no_grad()
-    def reset_parameters(self):
-        "(Re)draw the parameters the model's generic init leaves alone: `dt_proj`, `A_log`, `D`."
-        init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor, self.dt_scale, self.dt_init)
+# %% ../../nbs/23_mamba.ipynb #4819c302
+@patch_to(Mamba)
+@torch.no_grad()
+def reset_parameters(self):
+    "(Re)draw the parameters the model's generic init leaves alone: `dt_proj`, `A_log`, `D`."
+    init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor, self.dt_scale, self.dt_init)
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:     # FLOPs per token
-        "Training FLOPs per token of one layer's work outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
-        d_inner = int(cfg.expand * cfg.d_model)
-        return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
+@patch_to(Mamba)
+@staticmethod
+def flops_per_token(cfg,           # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:     # FLOPs per token
+    "Training FLOPs per token of one layer's work outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
+    d_inner = int(cfg.expand * cfg.d_model)
+    return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
 
-    def extra_repr(self) -> str:
-        return (f'd_model={self.d_model}, d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, '
-                f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
+@patch_to(Mamba)
+def extra_repr(self) -> str:
+    return (f'd_model={self.d_model}, d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, '
+            f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
 
 # %% ../../nbs/23_mamba.ipynb #2cea7f04
 @patch_to(Mamba)
@@ -234,11 +238,11 @@ def kernel_backends(device='cpu',             # where Mamba runs
                    ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
     device = torch.device(device)
-    if scan_impl not in kscan.SCAN_IMPLS or conv_impl not in kconv.CONV_IMPLS:
-        raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(kscan.SCAN_IMPLS)} and "
-                         f"conv_impl={conv_impl!r} one of {', '.join(kconv.CONV_IMPLS)}.")
-    return {'selective_scan': kscan.auto_impl(device) if scan_impl == 'auto' else scan_impl,
-            'causal_conv1d': kconv.auto_impl(device) if conv_impl == 'auto' else conv_impl}
+    if scan_impl not in kscan.scan_impls.choices or conv_impl not in kconv.conv_impls.choices:
+        raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(kscan.scan_impls.choices)} and "
+                         f"conv_impl={conv_impl!r} one of {', '.join(kconv.conv_impls.choices)}.")
+    return {'selective_scan': kscan.scan_impls.auto(device) if scan_impl == 'auto' else scan_impl,
+            'causal_conv1d': kconv.conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}
 
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
 def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`

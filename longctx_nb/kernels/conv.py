@@ -9,8 +9,7 @@ import torch.nn.functional as F
 from ..core import UsageError, Impl, KernelImpls, try_import
 
 # %% auto #0
-__all__ = ['conv_impls', 'CONV_IMPLS', 'available_impls', 'auto_impl', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d',
-           'causal_conv1d_update']
+__all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update']
 
 # %% ../../nbs/11_conv.ipynb #a2bba331
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -21,8 +20,6 @@ conv_impls = KernelImpls('causal_conv1d', ('ref',), (
     Impl('cuda', module='causal_conv1d_cuda', cuda=True, install=_BUILD_HINT,
          needs="causal-conv1d's compiled extension `causal_conv1d_cuda`"),),
     unknown="{fn}: unknown impl {impl!r}; valid choices: {quoted}.")
-CONV_IMPLS = conv_impls.choices
-available_impls, auto_impl = conv_impls.available, conv_impls.auto   # the names earlier versions exported
 
 # %% ../../nbs/11_conv.ipynb #4691b86f
 CONV_ACTIVATIONS = (None, 'silu', 'swish')

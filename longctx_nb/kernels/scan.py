@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
-__all__ = ['scan_impls', 'SCAN_IMPLS', 'available_impls', 'auto_impl', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK',
-           'TORCH_SCAN_BLOCK_ELEMS', 'selective_scan', 'scan_inputs', 'selective_state_update', 'bench_scan']
+__all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'selective_scan', 'scan_inputs',
+           'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -22,8 +22,6 @@ scan_impls = KernelImpls('selective_scan', ('ref', 'torch'), (
     Impl('cuda', module='selective_scan_cuda', cuda=True, install=_BUILD_HINT,
          needs="mamba-ssm's compiled selective-scan extension `selective_scan_cuda`"),),
     fallback='torch', unknown="unknown selective-scan impl {impl!r}; valid choices: {quoted}.")
-SCAN_IMPLS = scan_impls.choices
-available_impls, auto_impl = scan_impls.available, scan_impls.auto   # the names earlier versions exported
 
 # %% ../../nbs/10_scan.ipynb #526ba9db
 SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
