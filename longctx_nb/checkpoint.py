@@ -112,12 +112,12 @@ def prune_checkpoints(run_dir,         # the run directory
 RUNTIME_ONLY = {'dropout', 'gradient_checkpointing', 'compile', 'num_params'}
 
 def check_same_model(saved: dict,            # the checkpoint's config dict
-                     cfg: Config,            # this run's config
+                     m: ModelConfig,         # this run's model settings
                      path='the checkpoint',  # names the checkpoint in the message
                     ):
-    "Raise `CheckpointError` naming the model settings in which `cfg` differs from a checkpoint's config dict."
+    "Raise `CheckpointError` naming the model settings in which `m` differs from a checkpoint's config dict."
     old = vars(resolve_model(ModelConfig(**saved['model'])))
-    new = vars(resolve_model(cfg.model))
+    new = vars(resolve_model(m))
     diff = [f"model.{k}: checkpoint {old[k]!r}, this run {new[k]!r}" for k in new
             if k not in RUNTIME_ONLY and old.get(k) != new[k] and not (k == 'vocab_size' and new[k] is None)]
     if diff:

@@ -8,11 +8,11 @@ import contextlib, datetime, os, subprocess, sys
 from dataclasses import dataclass, field
 import torch, torch.distributed as dist
 from .core import UsageError, TrainingError, get_device
-from .config import Config, TrainerConfig, apply_overrides
+from .config import Config, TrainerConfig, DataConfig, apply_overrides
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'launcher_env', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state', 'init_distributed',
-           'resolve_batch', 'global_batch', 'launch']
+           'grad_accumulation', 'global_batch', 'launch']
 
 # %% ../nbs/41_distributed.ipynb #c9657bb1
 STRATEGIES = {'auto': 'ddp', 'ddp': 'ddp', 'fsdp': 'fsdp', 'deepspeed_stage_2': 'fsdp', 'deepspeed_stage_3': 'fsdp'}
@@ -154,12 +154,12 @@ def init_distributed(t: TrainerConfig,  # accelerator, devices, strategy, dist_b
     return Dist(rank, local, world, device, strategy, reshard=t.strategy != 'deepspeed_stage_2')
 
 # %% ../nbs/41_distributed.ipynb #f8729928
-def resolve_batch(cfg: Config,      # batch_size and global_batch_size
-                  world_size: int,  # processes in the run
-                 ) -> Config:
-    "`cfg` with the gradient accumulation that `data.global_batch_size` implies on `world_size` ranks."
-    G, b = cfg.data.global_batch_size, cfg.data.batch_size
-    if G is None: return cfg
+def grad_accumulation(d: DataConfig,    # batch_size and global_batch_size
+                      world_size: int,  # processes in the run
+                     ) -> int | None:   # micro-batches per step (None: no global_batch_size, keep the configured one)
+    "The gradient accumulation that `d.global_batch_size` implies on `world_size` ranks."
+    G, b = d.global_batch_size, d.batch_size
+    if G is None: return None
     if G % world_size:
         raise UsageError(f"data.global_batch_size={G} cannot be split over {world_size} ranks; use a multiple of {world_size} "
                          f"(e.g. {world_size * max(1, G // world_size)}) or another number of processes.")
@@ -167,13 +167,13 @@ def resolve_batch(cfg: Config,      # batch_size and global_batch_size
         ok = [d for d in range(1, G // world_size + 1) if (G // world_size) % d == 0]
         raise UsageError(f"data.global_batch_size={G} on {world_size} rank(s) is {G // world_size} sequences per rank, which "
                          f"data.batch_size={b} does not divide; use a data.batch_size in {ok}.")
-    return apply_overrides(cfg, {'trainer.accumulate_grad_batches': G // (world_size * b)})
+    return G // (world_size * b)
 
-def global_batch(cfg: Config,      # batch_size, accumulation and seq_len
+def global_batch(d: DataConfig,    # batch_size and seq_len
+                 a: int,           # trainer.accumulate_grad_batches
                  world_size: int,  # processes in the run
                 ) -> str:
     "The global batch, spelled out."
-    d, a = cfg.data, cfg.trainer.accumulate_grad_batches
     g = d.batch_size * a * world_size
     return (f"global batch {g} sequences = {d.batch_size} per micro-batch x {a} accumulation x {world_size} "
             f"rank{'s' if world_size > 1 else ''} ({g * d.seq_len:,} tokens per step)")

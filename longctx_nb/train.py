@@ -6,11 +6,12 @@
 from __future__ import annotations
 import dataclasses, itertools, json, math, os, re, signal, sys, time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
-                             reset_peak_memory, peak_memory_mb, measure_peak_flops)
+                             reset_peak_memory, peak_memory_mb, measure_peak_flops, pyplot)
 from .config import Config, TrainerConfig, apply_overrides, resolve_model, parse_curriculum
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
@@ -18,11 +19,13 @@ from .model import LM, param_groups, count_params, flops_per_token
 from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, load_model)
 from .memory import estimate_memory
-from .distributed import Dist, init_distributed, resolve_batch, global_batch, full_state, load_full_state, clip_grad_norm
+from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
 
 # %% auto #0
 __all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'new_run_dir', 'resume_point',
-           'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision', 'setup', 'stages', 'kernel_report', 'train']
+           'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision', 'setup', 'stages', 'run_length',
+           'kernel_report', 'Run', 'open_run', 'announce', 'start_loop', 'train_step', 'log_window', 'validate',
+           'save_state', 'restore', 'finish', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -170,9 +173,7 @@ def plot_losses(rows: list[dict],  # metric rows, with step and loss or val_loss
                 title: str = '',   # the plot's title
                ):
     "Train and validation loss against step; saved to `path` as PNG if given. Returns the figure."
-    import matplotlib
-    if path is not None and not _in_notebook(): matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot(save=path is not None)
     tr = [(r['step'], r['loss']) for r in rows if 'loss' in r]
     va = [(r['step'], r['val_loss']) for r in rows if 'val_loss' in r]
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -183,10 +184,6 @@ def plot_losses(rows: list[dict],  # metric rows, with step and loss or val_loss
     if path is not None: fig.savefig(path, dpi=110)
     plt.close(fig)
     return fig
-
-def _in_notebook() -> bool:
-    try: return 'IPKernelApp' in get_ipython().config  # noqa: F821
-    except NameError: return False
 
 # %% ../nbs/42_train.ipynb #11dd4a51
 @dataclass
@@ -217,14 +214,15 @@ class TrainResult:
         if self.run_dir: lines.append(f"metrics:    {self.run_dir / 'metrics.jsonl'}")
         return '\n'.join(lines)
 
-# %% ../nbs/42_train.ipynb #08ef5362
+# %% ../nbs/42_train.ipynb #7331b044
 def resolve_precision(t: TrainerConfig,      # precision and use_fp16
                       device: torch.device,  # where the run computes
                      ) -> str:               # '32', 'bf16' or '16'
-    "The precision to run: `precision`, or fp16 from seed 001's `use_fp16` where the device has it."
+    "The precision to run: `precision`, or fp16 from the Mamba memory guide's `use_fp16` where the device has it."
     if t.use_fp16 and t.precision == '32': return '16' if device.type == 'cuda' else '32'
     return check_precision(device, t.precision)
 
+# %% ../nbs/42_train.ipynb #df3f1cce
 def setup(cfg: Config,                      # the run's config
           tokens: TokenData | None = None,  # data to use instead of the configured data
           model: LM | None = None,          # model to use instead of building one
@@ -232,7 +230,9 @@ def setup(cfg: Config,                      # the run's config
          ):
     "Device, precision, data and model for `cfg` (or `model`); raises `UsageError` on bad input before anything is written."
     dist = dist or Dist(device=get_device(cfg.trainer.accelerator))
-    cfg = resolve_batch(cfg, dist.world_size)
+    if cfg.data.global_batch_size is not None:
+        accum = grad_accumulation(cfg.data, dist.world_size)
+        cfg = apply_overrides(cfg, {'trainer.accumulate_grad_batches': accum})
     t, device = cfg.trainer, dist.device
     if device.type == 'cuda':
         os.environ.setdefault('PYTORCH_CUDA_ALLOC_CONF', 'expandable_segments:True')  # less fragmentation at long lengths
@@ -260,14 +260,32 @@ def _probe(model: LM, device, precision: str):
     with autocast(device, precision): loss = model(x).float().mean()
     loss.backward(); model.zero_grad(set_to_none=True)
 
-def stages(cfg: Config,  # seq_len, max_steps and curriculum
+# %% ../nbs/42_train.ipynb #9920d3bf
+def stages(seq_len: int,             # data.seq_len
+           max_steps: int,           # trainer.max_steps
+           curriculum: str | None,   # trainer.curriculum, e.g. '64:6,128:4' (None: no curriculum)
           ) -> list[tuple[int, int, int]]:
     "(seq_len, first step, end step) of each curriculum stage; one stage without a curriculum."
-    if not cfg.trainer.curriculum: return [(cfg.data.seq_len, 0, cfg.trainer.max_steps)]
+    if not curriculum: return [(seq_len, 0, max_steps)]
     out, start = [], 0
-    for seq_len, n in parse_curriculum(cfg.trainer.curriculum): out.append((seq_len, start, start + n)); start += n
+    for L, n in parse_curriculum(curriculum): out.append((L, start, start + n)); start += n
     return out
 
+def run_length(t: TrainerConfig,                 # fast_dev_run, max_epochs and accumulate_grad_batches
+               plan: list[tuple[int, int, int]],  # from `stages`
+               batch_size: int,                   # sequences per micro-batch and rank
+               world_size: int,                   # ranks
+               train_tokens: int | None,          # tokens of the training split (None: generated data, no epochs)
+              ) -> int:
+    "Optimizer steps of the run: the end of the last stage, 2 with `fast_dev_run`, at most `max_epochs` of the data."
+    if t.fast_dev_run: return 2
+    n = plan[-1][2]
+    if t.max_epochs and train_tokens is not None:  # an epoch: as many steps as the split has tokens (at the first length)
+        per_step = plan[0][0] * batch_size * t.accumulate_grad_batches * world_size
+        n = min(n, math.ceil(t.max_epochs * train_tokens / per_step))
+    return n
+
+# %% ../nbs/42_train.ipynb #5a44997d
 def kernel_report(m,       # a resolved `ModelConfig`
                   device,  # where the model runs
                  ) -> str:
@@ -278,14 +296,223 @@ def kernel_report(m,       # a resolved `ModelConfig`
          'local_attention': m.attn_impl if m.attn_impl != 'auto' else auto_impl(device)}
     return ', '.join(f'{k}={v}' for k, v in b.items())
 
-def _oom_message(cfg: Config, step: int, ckpt) -> str:
-    d, t = cfg.data, cfg.trainer
-    return (f"out of GPU memory at step {step} (batch {d.batch_size} x seq_len {d.seq_len}, precision {t.precision}, "
-            f"gradient checkpointing {cfg.model.gradient_checkpointing}). Lower --data.batch_size and raise "
-            "--trainer.accumulate_grad_batches, set --model.gradient_checkpointing=true or --trainer.precision=bf16, "
-            "use a smaller --vram preset (8gb is the smallest) or a shorter --data.seq_len. "
-            + (f"The last checkpoint, {ckpt}, is intact; continue with --resume." if ckpt else "No checkpoint was written yet."))
+# %% ../nbs/42_train.ipynb #fb20cc3b
+class Run(SimpleNamespace):
+    "One training run between steps: its settings, model, optimizer, data, and the counters the loop updates."
+    def kept(self):
+        "The last checkpoint written, or the one resumed from (None: none yet)."
+        return self.ckpt or (self.resumed[1] if self.resumed else None)
 
+def open_run(cfg: Config,                      # the run's config
+             tokens: TokenData | None = None,  # data to use instead of the configured data
+             model: LM | None = None,          # model to use instead of building one
+             dist: Dist | None = None,         # this process's place in the run (None: one process)
+             quiet: bool = False,              # no progress bar or log lines
+            ) -> Run:
+    "Setup: data and model, optimizer, the run directory (new, or resumed from its checkpoint) and the metrics log."
+    dist = dist or Dist(device=get_device(cfg.trainer.accelerator))
+    cfg, device, precision, tokens, model = setup(cfg, tokens, model, dist)
+    t, d, synthetic = cfg.trainer, cfg.data, isinstance(tokens, SyntheticData)
+    r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
+            synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
+    r.resumed = resume_point(t) if t.resume and not t.fast_dev_run else None
+    if r.resumed: check_same_model(r.resumed[2]['config'], cfg.model, r.resumed[1])
+    r.plan = stages(d.seq_len, t.max_steps, t.curriculum)
+    r.max_steps = run_length(t, r.plan, d.batch_size, dist.world_size, None if synthetic else len(tokens.train))
+    r.n_params = count_params(model)
+    r.wrapped = dist.wrap(model)   # DDP replica or FSDP2 shards; `model` itself under one process
+    r.opt = make_optimizer(model, t, device)
+    r.scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
+    r.start, r.tokens_seen = 0, 0
+    if r.resumed: restore(r, *r.resumed)
+    else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
+    r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
+    if r.writes:
+        r.run_dir.mkdir(parents=True, exist_ok=True)
+        (r.run_dir / 'config.json').write_text(json.dumps(cfg.to_dict(), indent=2) + '\n')
+    r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed else None)
+    return r
+
+# %% ../nbs/42_train.ipynb #ca9b6454
+def announce(r: Run,  # an opened run
+            ):
+    "Print the model, data, device, global batch, kernels and memory estimate; measure the peak FLOP/s for the MFU."
+    cfg, d, dist, device = r.cfg, r.d, r.dist, r.device
+    r.say(f"model: {cfg.model.block} {cfg.model.num_params}, {r.n_params:,} parameters | data: {r.tokens.source}, "
+          f"{'generated' if r.synthetic else f'{len(r.tokens.train):,}'} train tokens, vocab {r.model.cfg.vocab_size} | "
+          f"device {device}, precision {r.precision}" + (f" | run dir {r.run_dir}" if r.run_dir else ''))
+    r.say(global_batch(d, r.t.accumulate_grad_batches, dist.world_size)
+          + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else ''))
+    r.say(f"kernels: {kernel_report(cfg.model, device)}")
+    r.est = estimate_memory(r.model.cfg, d.batch_size, max(L for L, _, _ in r.plan), r.precision, device=device.type)
+    r.say(r.est.table())
+    r.peak_flops = measure_peak_flops(device, autocast_dtype(r.precision) or torch.float32) * dist.world_size  # all ranks
+    r.fpt = {L: flops_per_token(r.model.cfg, L) for L, _, _ in r.plan}
+
+# %% ../nbs/42_train.ipynb #2a922040
+def start_loop(r: Run,  # an announced run
+              ):        # iterator of (step, x, y); x and y are (accumulate_grad_batches, batch_size, seq_len)
+    "The batches from the first step not yet taken to `max_steps`; counters, progress bar and clock at zero."
+    t, d, dist, start = r.t, r.d, r.dist, r.start
+    r.step_model = torch.compile(r.wrapped) if r.cfg.model.compile else r.wrapped
+    pin = d.pin_memory and r.device.type == 'cuda'
+    loader = itertools.chain.from_iterable(
+        make_loader(r.tokens, dataclasses.replace(d, seq_len=L), accum=t.accumulate_grad_batches, seed=t.seed,
+                    start_step=max(a, start), max_steps=min(b, r.max_steps), rank=dist.rank, world_size=dist.world_size,
+                    pin_memory=pin)
+        for L, a, b in r.plan if max(a, start) < min(b, r.max_steps))
+    reset_peak_memory(r.device)
+    r.model.train()
+    r.bar = tqdm(total=r.max_steps, initial=start, disable=r.quiet or not t.enable_progress_bar or not dist.main,
+                 desc='train', unit='step', dynamic_ncols=True,
+                 mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
+    _new_window(r); r.train_time, r.train_tokens = 0.0, 0
+    r.last_loss, r.val_loss, r.val_acc, r.ckpt, r.bad_in_row, r.skipped = float('nan'), None, None, None, 0, 0
+    r.final_state = None
+    return loader
+
+def _new_window(r: Run):
+    "Start the counters of the next log line."
+    r.window_loss, r.window_steps, r.window_tokens, r.window_flops, r.window_t0 = 0.0, 0, 0, 0.0, time.perf_counter()
+
+# %% ../nbs/42_train.ipynb #5689eef3
+def train_step(r: Run,            # the run
+               step: int,         # optimizer step, 0-based
+               x: torch.Tensor,   # (accumulate_grad_batches, batch_size, seq_len) inputs
+               y: torch.Tensor,   # their targets
+              ) -> tuple[float, float, float]:  # (learning rate, loss of the global batch, gradient norm)
+    "One optimizer step with gradient accumulation and clipping; a step with a NaN or inf is skipped."
+    t, dist, device, precision = r.t, r.dist, r.device, r.precision
+    lr = lr_at(step, t, r.max_steps)
+    for g in r.opt.param_groups: g['lr'] = lr
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    step_loss = 0.0
+    try:
+        for i, (xm, ym) in enumerate(zip(x, y)):  # micro-batches of the accumulation; gradients sync on the last
+            with dist.accumulate(r.wrapped, last=i == len(x) - 1):
+                with autocast(device, precision):
+                    logits = r.step_model(xm)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten(), label_smoothing=t.label_smoothing)
+                r.scaler.scale(loss / t.accumulate_grad_batches).backward()
+            step_loss += loss.item() / t.accumulate_grad_batches
+    except torch.OutOfMemoryError:
+        raise TrainingError(_oom_message(r.cfg, step, r.kept())) from None
+    step_loss, = dist.mean(step_loss)   # the loss of the global batch
+    r.scaler.unscale_(r.opt)
+    grad_norm = clip_grad_norm(r.model.parameters(), t.gradient_clip_val or float('inf'))
+    # fp16: an inf gradient is the loss scaler's business (it skips the step and lowers the scale)
+    if math.isfinite(step_loss) and (math.isfinite(grad_norm) or precision == '16'):
+        r.scaler.step(r.opt); r.bad_in_row = 0
+    else: _skip(r, step, step_loss, grad_norm)
+    r.scaler.update(); r.opt.zero_grad(set_to_none=True)
+    n_tok = x.numel() * dist.world_size; r.tokens_seen += n_tok
+    if math.isfinite(step_loss): r.window_loss, r.window_steps = r.window_loss + step_loss, r.window_steps + 1
+    r.window_tokens, r.window_flops = r.window_tokens + n_tok, r.window_flops + n_tok * r.fpt[x.shape[-1]]
+    r.bar.update(1); r.bar.set_postfix(loss=f'{step_loss:.3f}', lr=f'{lr:.1e}')
+    return lr, step_loss, grad_norm
+
+# %% ../nbs/42_train.ipynb #55e3105f
+def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
+    "Count a skipped step; stop the run after `max_bad_steps` in a row."
+    r.bad_in_row, r.skipped = r.bad_in_row + 1, r.skipped + 1
+    r.say(f"step {step + 1:>6} | non-finite loss {step_loss} or gradient norm {grad_norm}: step skipped "
+          f"({r.bad_in_row} in a row, {r.skipped} in all)")
+    if r.bad_in_row >= r.t.max_bad_steps:
+        kept = r.kept()
+        raise TrainingError(f"the loss or gradient was NaN or inf for {r.bad_in_row} steps in a row (up to step {step + 1}): "
+                            "the run diverged. Lower --trainer.learning_rate, keep --trainer.gradient_clip_val on, "
+                            "or use bf16 instead of 16. " + (f"The last good checkpoint is {kept}." if kept else
+                            "No checkpoint was written."))
+
+# %% ../nbs/42_train.ipynb #f48b03e4
+def log_window(r: Run,            # the run
+               step: int,         # steps taken
+               lr: float,         # the step's learning rate
+               grad_norm: float,  # the step's gradient norm
+               seq_len: int,      # the step's sequence length
+              ):
+    "Log the steps since the last row: mean loss, tokens per second, MFU and peak memory."
+    dt = time.perf_counter() - r.window_t0; r.train_time += dt; r.train_tokens += r.window_tokens
+    r.last_loss = r.window_loss / max(r.window_steps, 1)
+    row = dict(step=step, loss=r.last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(r.window_tokens / dt, 1),
+               mfu=round(r.window_flops / dt / r.peak_flops, 5), peak_mem_mb=round(peak_memory_mb(r.device), 1),
+               tokens=r.tokens_seen, seq_len=seq_len, skipped_steps=r.skipped)
+    r.log.log(**row)
+    r.say(f"step {step:>6} | loss {r.last_loss:.4f} | lr {lr:.2e} | grad norm {grad_norm:.3f} | "
+          f"{row['tokens_per_sec']:,.0f} tok/s | MFU {row['mfu']:.1%} | {row['peak_mem_mb']:,.0f} MiB")
+    _new_window(r)
+
+# %% ../nbs/42_train.ipynb #a15b3109
+def validate(r: Run,     # the run
+             step: int,  # steps taken
+            ):
+    "Evaluate: the validation loss (and a synthetic task's accuracy), logged and printed."
+    t, d, limit = r.t, r.d, 1 if r.t.fast_dev_run else r.t.limit_val_batches
+    if r.synthetic:  # (loss, accuracy) on the answers of fixed batches; limit 0 ("the whole split") means 20
+        r.val_loss, r.val_acc = evaluate_task(r.model, r.tokens, d.seq_len, d.batch_size, r.device, r.precision,
+                                              limit or 20, t.seed)
+    else: r.val_loss, r.val_acc = evaluate(r.model, r.tokens.val, d.seq_len, d.batch_size, r.device, r.precision, limit), None
+    r.log.log(step=step, val_loss=r.val_loss, val_ppl=round(math.exp(min(r.val_loss, 50)), 3),
+              **({'val_acc': round(r.val_acc, 5)} if r.val_acc is not None else {}))
+    r.say(f"step {step:>6} | val loss {r.val_loss:.4f}" + (f" | val acc {r.val_acc:.1%}" if r.val_acc is not None else ''))
+
+# %% ../nbs/42_train.ipynb #985f71a3
+def save_state(r: Run,       # the run
+               step: int,    # steps taken
+               n_seqs: int,  # sequences in the step's global batch
+              ):
+    "Checkpoint the full training state (rank 0 writes it) and prune old checkpoints."
+    r.final_state = full_state(r.wrapped, r.opt)   # gathered to rank 0: a checkpoint any number of ranks can resume
+    rngs = r.dist.gather(rng_state())
+    if r.writes:
+        r.ckpt = save_checkpoint(checkpoint_path(r.run_dir, step), dict(
+            model=r.final_state[0], optimizer=r.final_state[1], scaler=r.scaler.state_dict(), rng=rngs[0],
+            rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict()))
+        prune_checkpoints(r.run_dir, r.t.keep_last)
+    r.ckpt = r.dist.on_main(lambda: r.ckpt)
+
+# %% ../nbs/42_train.ipynb #c1cfaef3
+def restore(r: Run,        # the run being opened
+            run_dir: Path, # the run directory resumed
+            path: Path,    # its checkpoint file
+            ck: dict,      # the checkpoint
+           ):
+    "Load a checkpoint into the run: weights, optimizer, loss scale, random generators, step and tokens seen."
+    load_full_state(r.model, r.opt, ck['model'], ck['optimizer']); r.scaler.load_state_dict(ck['scaler'])
+    rngs = ck.get('rng_ranks') or []
+    set_rng_state(rngs[r.dist.rank] if len(rngs) == r.dist.world_size else ck['rng'])
+    r.run_dir, r.start, r.tokens_seen = run_dir, ck['step'], ck['tokens_seen']
+    r.say(f"resuming {run_dir} from {path.name} (step {r.start})")
+    gb = r.d.batch_size * r.t.accumulate_grad_batches * r.dist.world_size
+    if ck.get('global_batch') not in (None, gb):
+        r.say(f"note: the checkpoint was trained with a global batch of {ck['global_batch']} sequences and this run's is "
+              f"{gb}; --data.global_batch_size={ck['global_batch']} continues the same trajectory.")
+
+# %% ../nbs/42_train.ipynb #af4b0c59
+def finish(r: Run,  # a run whose loop ended
+          ) -> TrainResult:
+    "Export the model, draw the loss plot, report the memory; the run's `TrainResult`."
+    r.bar.close(); r.log.close()
+    plot, fsdp = None, r.dist.strategy == 'fsdp'
+    if r.run_dir and fsdp and (r.final_state is None or r.bad_in_row):  # no state gathered at the last step
+        r.final_state = full_state(r.wrapped, r.opt)
+    if r.writes:
+        export_model(r.model if not fsdp else _plain(r.model.cfg, r.final_state[0]), r.run_dir)
+        if r.t.plot:
+            plot = r.run_dir / 'loss.png'
+            plot_losses(r.log.rows, plot, title=f'{r.cfg.model.block} {r.cfg.model.num_params}')
+    peak = peak_memory_mb(r.device)
+    if r.start < r.max_steps: r.say(f"memory: estimated {r.est.total / 2**20:,.0f} MiB, measured peak {peak:,.0f} MiB"
+                                    + (" (process RSS, includes the runtime)" if r.device.type != 'cuda' else ''))
+    tps = r.train_tokens / max(r.train_time, 1e-9)
+    return TrainResult(r.run_dir, r.max_steps, r.last_loss, r.val_loss, tps, peak, r.n_params, r.ckpt, plot, r.log.rows,
+                       mfu=tps * r.fpt[r.plan[-1][0]] / r.peak_flops if r.train_tokens else None, val_acc=r.val_acc)
+
+def _plain(cfg, state: dict) -> LM:
+    "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."
+    m = LM(cfg); m.load_state_dict(state); return m
+
+# %% ../nbs/42_train.ipynb #542d0cd7
 class _Terminated(Exception): "SIGTERM: torchrun stops every rank when one fails."
 def _terminated(signum, frame): raise _Terminated('terminated by SIGTERM')
 
@@ -294,11 +521,18 @@ def _lost_peer(e: RuntimeError) -> bool:
     return isinstance(e, torch.distributed.DistError) or bool(re.search(
         r'gloo|NCCL|Connection (reset|closed|refused)|timed out|Broken pipe', str(e)))
 
-def _plain(cfg, state: dict) -> LM:
-    "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."
-    m = LM(cfg); m.load_state_dict(state); return m
+def _lost_message(r: Run, step: int, e: Exception) -> str:
+    kept = r.kept()
+    return (f"rank {r.dist.rank} lost the other ranks at step {step + 1} ({type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}): another rank "
+            f"died or the network failed; torchrun's report names the rank. "
+            + (f"The last checkpoint, {kept}, is intact; continue with --resume." if kept else "No checkpoint was written."))
 
-# %% ../nbs/42_train.ipynb #536ae8ae
+def _due(step: int, every: int, done: bool) -> bool:
+    "Whether an every-`every`-steps action (0: never) is due after step `step` (0-based), or the run is `done`."
+    return done or bool(every and (step + 1) % every == 0)
+
+# %% ../nbs/42_train.ipynb #00e56d1f
 def train(cfg: Config,                      # the run's config
           tokens: TokenData | None = None,  # data to use instead of the configured data
           quiet: bool = False,              # no progress bar or log lines
@@ -310,157 +544,31 @@ def train(cfg: Config,                      # the run's config
     finally: dist.close()
 
 def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
-    cfg, device, precision, tokens, model = setup(cfg, tokens, model, dist)
-    t, d = cfg.trainer, cfg.data
-    synthetic = isinstance(tokens, SyntheticData)
-    say = (lambda *a: None) if quiet or not dist.main else tqdm.write
-    resumed = resume_point(t) if t.resume and not t.fast_dev_run else None
-    if resumed: check_same_model(resumed[2]['config'], cfg, resumed[1])
-    plan = stages(cfg)
-    max_steps = 2 if t.fast_dev_run else plan[-1][2]
-    if t.max_epochs and not t.fast_dev_run and not synthetic:  # an epoch: as many steps as the training split has tokens (at the first length)
-        per_step = plan[0][0] * d.batch_size * t.accumulate_grad_batches * dist.world_size
-        max_steps = min(max_steps, math.ceil(t.max_epochs * len(tokens.train) / per_step))
-
-    n_params = count_params(model)
-    wrapped = dist.wrap(model)   # DDP replica or FSDP2 shards; `model` itself under one process
-    opt = make_optimizer(model, t, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
-    start, tokens_seen = 0, 0
-    if resumed:
-        run_dir, path, ck = resumed
-        load_full_state(model, opt, ck['model'], ck['optimizer']); scaler.load_state_dict(ck['scaler'])
-        rngs = ck.get('rng_ranks') or []
-        set_rng_state(rngs[dist.rank] if len(rngs) == dist.world_size else ck['rng'])
-        start, tokens_seen = ck['step'], ck['tokens_seen']
-        say(f"resuming {run_dir} from {path.name} (step {start})")
-        if ck.get('global_batch') not in (None, gb := d.batch_size * t.accumulate_grad_batches * dist.world_size):
-            say(f"note: the checkpoint was trained with a global batch of {ck['global_batch']} sequences and this run's is {gb}; "
-                f"--data.global_batch_size={ck['global_batch']} continues the same trajectory.")
-    else: run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
-    writes = bool(run_dir) and dist.main   # only rank 0 writes
-    if writes:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / 'config.json').write_text(json.dumps(cfg.to_dict(), indent=2) + '\n')
-    log = MetricsLog(run_dir if writes else None, t.tensorboard, resume_step=start if resumed else None)
-    say(f"model: {cfg.model.block} {cfg.model.num_params}, {n_params:,} parameters | data: {tokens.source}, "
-        f"{'generated' if synthetic else f'{len(tokens.train):,}'} train tokens, vocab {model.cfg.vocab_size} | device {device}, precision {precision}"
-        + (f" | run dir {run_dir}" if run_dir else ''))
-    say(global_batch(cfg, dist.world_size) + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else ''))
-    say(f"kernels: {kernel_report(cfg.model, device)}")
-    est = estimate_memory(model.cfg, d.batch_size, max(L for L, _, _ in plan), precision, device=device.type)
-    say(est.table())
-    peak_flops = measure_peak_flops(device, autocast_dtype(precision) or torch.float32) * dist.world_size  # of all ranks
-    fpt = {L: flops_per_token(model.cfg, L) for L, _, _ in plan}
-
-    step_model = torch.compile(wrapped) if cfg.model.compile else wrapped
-    pin = d.pin_memory and device.type == 'cuda'
-    loader = itertools.chain.from_iterable(
-        make_loader(tokens, dataclasses.replace(d, seq_len=L), accum=t.accumulate_grad_batches, seed=t.seed,
-                    start_step=max(a, start), max_steps=min(b, max_steps), rank=dist.rank, world_size=dist.world_size,
-                    pin_memory=pin)
-        for L, a, b in plan if max(a, start) < min(b, max_steps))
-    val_limit = 1 if t.fast_dev_run else t.limit_val_batches
-    if synthetic:  # (loss, accuracy) on the answers of fixed batches; limit 0 ("the whole split") means 20
-        val = lambda limit: evaluate_task(model, tokens, d.seq_len, d.batch_size, device, precision, limit or 20, t.seed)
-    else: val = lambda limit: (evaluate(model, tokens.val, d.seq_len, d.batch_size, device, precision, limit), None)
-
-    reset_peak_memory(device)
-    model.train()
-    bar = tqdm(total=max_steps, initial=start, disable=quiet or not t.enable_progress_bar or not dist.main, desc='train',
-               unit='step', dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
-    window_loss, window_steps, window_tokens, window_flops = 0.0, 0, 0, 0.0
-    window_t0, train_time, train_tokens = time.perf_counter(), 0.0, 0
-    last_loss, val_loss, val_acc, ckpt, bad_in_row, skipped = float('nan'), None, None, None, 0, 0
-    final_state = None
+    r = open_run(cfg, tokens, model, dist, quiet)
+    announce(r)
+    loader = start_loop(r)
     if dist.world_size > 1: signal.signal(signal.SIGTERM, _terminated)  # torchrun stops the others when a rank fails
+    can_validate = r.synthetic or r.tokens.val is not None
     try:
         for step, x, y in loader:
-            lr = lr_at(step, t, max_steps)
-            for g in opt.param_groups: g['lr'] = lr
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            step_loss = 0.0
-            try:
-                for i, (xm, ym) in enumerate(zip(x, y)):  # micro-batches of the accumulation; gradients sync on the last
-                    with dist.accumulate(wrapped, last=i == len(x) - 1):
-                        with autocast(device, precision):
-                            logits = step_model(xm)
-                        loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten(), label_smoothing=t.label_smoothing)
-                        scaler.scale(loss / t.accumulate_grad_batches).backward()
-                    step_loss += loss.item() / t.accumulate_grad_batches
-            except torch.OutOfMemoryError:
-                raise TrainingError(_oom_message(cfg, step, ckpt or (resumed[1] if resumed else None))) from None
-            step_loss, = dist.mean(step_loss)   # the loss of the global batch
-            scaler.unscale_(opt)
-            grad_norm = clip_grad_norm(model.parameters(), t.gradient_clip_val or float('inf'))
-            # fp16: an inf gradient is the loss scaler's business (it skips the step and lowers the scale)
-            if math.isfinite(step_loss) and (math.isfinite(grad_norm) or precision == '16'):
-                scaler.step(opt); bad_in_row = 0
-            else:
-                bad_in_row, skipped = bad_in_row + 1, skipped + 1
-                say(f"step {step + 1:>6} | non-finite loss {step_loss} or gradient norm {grad_norm}: step skipped "
-                    f"({bad_in_row} in a row, {skipped} in all)")
-                if bad_in_row >= t.max_bad_steps:
-                    kept = ckpt or (resumed[1] if resumed else None)
-                    raise TrainingError(f"the loss or gradient was NaN or inf for {bad_in_row} steps in a row (up to step {step + 1}): "
-                                        "the run diverged. Lower --trainer.learning_rate, keep --trainer.gradient_clip_val on, "
-                                        "or use bf16 instead of 16. " + (f"The last good checkpoint is {kept}." if kept else
-                                        "No checkpoint was written."))
-            scaler.update(); opt.zero_grad(set_to_none=True)
-            n_tok = x.numel() * dist.world_size; tokens_seen += n_tok
-            if math.isfinite(step_loss): window_loss, window_steps = window_loss + step_loss, window_steps + 1
-            window_tokens, window_flops = window_tokens + n_tok, window_flops + n_tok * fpt[x.shape[-1]]
-            bar.update(1); bar.set_postfix(loss=f'{step_loss:.3f}', lr=f'{lr:.1e}')
-
-            done = step + 1 == max_steps
-            if (step + 1) % t.log_every_n_steps == 0 or done:
-                dt = time.perf_counter() - window_t0; train_time += dt; train_tokens += window_tokens
-                last_loss = window_loss / max(window_steps, 1)
-                row = dict(step=step + 1, loss=last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(window_tokens / dt, 1),
-                           mfu=round(window_flops / dt / peak_flops, 5), peak_mem_mb=round(peak_memory_mb(device), 1),
-                           tokens=tokens_seen, seq_len=x.shape[-1], skipped_steps=skipped)
-                log.log(**row)
-                say(f"step {step + 1:>6} | loss {last_loss:.4f} | lr {lr:.2e} | grad norm {grad_norm:.3f} | "
-                    f"{row['tokens_per_sec']:,.0f} tok/s | MFU {row['mfu']:.1%} | {row['peak_mem_mb']:,.0f} MiB")
-                window_loss, window_steps, window_tokens, window_flops, window_t0 = 0.0, 0, 0, 0.0, time.perf_counter()
+            lr, _, grad_norm = train_step(r, step, x, y)
+            done = step + 1 == r.max_steps
+            if (step + 1) % r.t.log_every_n_steps == 0 or done: log_window(r, step + 1, lr, grad_norm, x.shape[-1])
             paused = time.perf_counter()  # evaluation and checkpoints do not count as training time
-            if (synthetic or tokens.val is not None) and (done or (t.eval_interval and (step + 1) % t.eval_interval == 0)):
-                val_loss, val_acc = val(val_limit)
-                log.log(step=step + 1, val_loss=val_loss, val_ppl=round(math.exp(min(val_loss, 50)), 3),
-                        **({'val_acc': round(val_acc, 5)} if val_acc is not None else {}))
-                say(f"step {step + 1:>6} | val loss {val_loss:.4f}" + (f" | val acc {val_acc:.1%}" if val_acc is not None else ''))
-            if run_dir and bad_in_row == 0 and (done or (t.checkpoint_interval and (step + 1) % t.checkpoint_interval == 0)):
-                final_state = full_state(wrapped, opt)   # gathered to rank 0: a checkpoint any number of ranks can resume
-                rngs = dist.gather(rng_state())
-                if writes:
-                    ckpt = save_checkpoint(checkpoint_path(run_dir, step + 1), dict(
-                        model=final_state[0], optimizer=final_state[1], scaler=scaler.state_dict(), rng=rngs[0],
-                        rng_ranks=rngs, step=step + 1, tokens_seen=tokens_seen, global_batch=len(x[0]) * len(x) * dist.world_size,
-                        config=cfg.to_dict()))
-                    prune_checkpoints(run_dir, t.keep_last)
-                ckpt = dist.on_main(lambda: ckpt)
-            window_t0 += time.perf_counter() - paused
+            if can_validate and _due(step, r.t.eval_interval, done): validate(r, step + 1)
+            if r.run_dir and r.bad_in_row == 0 and _due(step, r.t.checkpoint_interval, done):
+                save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
+            r.window_t0 += time.perf_counter() - paused
     except (RuntimeError, _Terminated) as e:
         if not (isinstance(e, _Terminated) or dist.world_size > 1 and _lost_peer(e)): raise
-        kept = ckpt or (resumed[1] if resumed else None)
-        raise TrainingError(f"rank {dist.rank} lost the other ranks at step {step + 1} ({type(e).__name__}: "
-                            f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}): another rank "
-                            f"died or the network failed; torchrun's report names the rank. "
-                            + (f"The last checkpoint, {kept}, is intact; continue with --resume." if kept
-                               else "No checkpoint was written.")) from None
-    bar.close(); log.close()
+        raise TrainingError(_lost_message(r, step, e)) from None
+    return finish(r)
 
-    plot = None
-    if run_dir and dist.strategy == 'fsdp' and (final_state is None or bad_in_row):  # no state gathered at the last step
-        final_state = full_state(wrapped, opt)
-    if writes:
-        export_model(model if dist.strategy != 'fsdp' else _plain(model.cfg, final_state[0]), run_dir)
-        if t.plot:
-            plot = run_dir / 'loss.png'
-            plot_losses(log.rows, plot, title=f'{cfg.model.block} {cfg.model.num_params}')
-    peak = peak_memory_mb(device)
-    if start < max_steps: say(f"memory: estimated {est.total / 2**20:,.0f} MiB, measured peak {peak:,.0f} MiB"
-                              + (" (process RSS, includes the runtime)" if device.type != 'cuda' else ''))
-    tps = train_tokens / max(train_time, 1e-9)
-    return TrainResult(run_dir, max_steps, last_loss, val_loss, tps, peak, n_params, ckpt, plot, log.rows,
-                       mfu=tps * fpt[plan[-1][0]] / peak_flops if train_tokens else None, val_acc=val_acc)
+# %% ../nbs/42_train.ipynb #271b7e98
+def _oom_message(cfg: Config, step: int, ckpt) -> str:
+    d, t = cfg.data, cfg.trainer
+    return (f"out of GPU memory at step {step} (batch {d.batch_size} x seq_len {d.seq_len}, precision {t.precision}, "
+            f"gradient checkpointing {cfg.model.gradient_checkpointing}). Lower --data.batch_size and raise "
+            "--trainer.accumulate_grad_batches, set --model.gradient_checkpointing=true or --trainer.precision=bf16, "
+            "use a smaller --vram preset (8gb is the smallest) or a shorter --data.seq_len. "
+            + (f"The last checkpoint, {ckpt}, is intact; continue with --resume." if ckpt else "No checkpoint was written yet."))
