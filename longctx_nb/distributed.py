@@ -182,7 +182,7 @@ def global_batch(d: DataConfig,    # batch_size and seq_len
 def launch(argv: list[str],  # longctx_train's arguments
            nproc: int,       # processes to start
           ) -> int:          # torchrun's exit code
-    "Run `longctx_train argv` as `nproc` processes on this machine under torchrun; its exit code."
+    "Run `longctx_train argv` as `nproc` processes on this node under torchrun; its exit code."
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}',
            '-m', 'longctx_nb.cli', *argv]
     return subprocess.call(cmd)
