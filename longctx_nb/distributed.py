@@ -24,10 +24,10 @@ def launcher_env() -> dict | None:
     e['LOCAL_WORLD_SIZE'] = e['LOCAL_WORLD_SIZE'] or e['WORLD_SIZE']
     return e
 
-# %% ../nbs/41_distributed.ipynb #f3ead19e
+# %% ../nbs/41_distributed.ipynb #fd0b774b
 @dataclass
-class Dist:
-    "This process's place in the run; with `world_size=1` every method is a no-op."
+class _Ranks:
+    "This process's place in the run and the collectives; with `world_size=1` each is a no-op."
     rank: int = 0                 # this process's global rank
     local_rank: int = 0           # its rank on this node
     world_size: int = 1           # processes in the run
@@ -37,6 +37,43 @@ class Dist:
 
     @property
     def main(self) -> bool: return self.rank == 0
+
+    def mean(self, *xs: float,  # this rank's numbers
+            ) -> list[float]:
+        "The mean of each number over all ranks."
+        if self.world_size == 1: return list(xs)
+        t = torch.tensor(xs, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return (t / self.world_size).tolist()
+
+    def gather(self, obj,  # any picklable object
+              ) -> list:
+        "`obj` of every rank, in rank order."
+        if self.world_size == 1: return [obj]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def close(self):
+        "Leave the process group (if one was opened)."
+        if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
+
+# %% ../nbs/41_distributed.ipynb #7344b932
+@dataclass
+class Dist(_Ranks):
+    "This process's place in the run; with `world_size=1` every method is a no-op."
+    def on_main(self, fn,  # run on rank 0 only
+                *args,     # its arguments
+               ):
+        "`fn(*args)` run on rank 0; every rank gets its result, or raises its `UsageError`."
+        if self.world_size == 1: return fn(*args)
+        out = [None, None]
+        if self.main:
+            try: out[0] = fn(*args)
+            except UsageError as e: out[1] = str(e)
+        dist.broadcast_object_list(out, src=0)
+        if out[1] is not None: raise UsageError(out[1])
+        return out[0]
 
     def wrap(self, model: torch.nn.Module,  # an `LM` on this rank's device
             ) -> torch.nn.Module:
@@ -59,39 +96,6 @@ class Dist:
         "Backward of one micro-batch; gradients are synchronised only when it is the `last` of the step."
         if self.strategy == 'fsdp': model.set_requires_gradient_sync(last)
         with (model.no_sync() if self.strategy == 'ddp' and not last else contextlib.nullcontext()): yield
-
-    def mean(self, *xs: float,  # this rank's numbers
-            ) -> list[float]:
-        "The mean of each number over all ranks."
-        if self.world_size == 1: return list(xs)
-        t = torch.tensor(xs, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return (t / self.world_size).tolist()
-
-    def on_main(self, fn,  # run on rank 0 only
-                *args,     # its arguments
-               ):
-        "`fn(*args)` run on rank 0; every rank gets its result, or raises its `UsageError`."
-        if self.world_size == 1: return fn(*args)
-        out = [None, None]
-        if self.main:
-            try: out[0] = fn(*args)
-            except UsageError as e: out[1] = str(e)
-        dist.broadcast_object_list(out, src=0)
-        if out[1] is not None: raise UsageError(out[1])
-        return out[0]
-
-    def gather(self, obj,  # any picklable object
-              ) -> list:
-        "`obj` of every rank, in rank order."
-        if self.world_size == 1: return [obj]
-        out = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
-
-    def close(self):
-        "Leave the process group (if one was opened)."
-        if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
 
 # %% ../nbs/41_distributed.ipynb #f727b897
 def clip_grad_norm(params,           # parameters (plain or sharded)

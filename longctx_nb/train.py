@@ -76,6 +76,7 @@ def evaluate(model,                           # the model
     model.train(was_training)
     return total / max(count, 1)
 
+# %% ../nbs/42_train.ipynb #d42125e1
 @torch.no_grad()
 def evaluate_task(model,                    # the model
                   data: SyntheticData,      # the synthetic task
