@@ -25,16 +25,8 @@ def launcher_env() -> dict | None:
     return e
 
 # %% ../nbs/41_distributed.ipynb #fd0b774b
-@dataclass
-class _Ranks:
-    "This process's place in the run and the collectives; with `world_size=1` each is a no-op."
-    rank: int = 0                 # this process's global rank
-    local_rank: int = 0           # its rank on this node
-    world_size: int = 1           # processes in the run
-    device: torch.device = field(default_factory=lambda: torch.device('cpu'))  # this process's device
-    strategy: str = 'none'        # none (one process), ddp or fsdp
-    reshard: bool = True          # fsdp: free gathered parameters after forward (ZeRO-3); False keeps them (ZeRO-2)
-
+class _Collectives:
+    "Where the ranks meet (needs `rank`, `world_size` and `device`); with `world_size=1` each is a no-op."
     @property
     def main(self) -> bool: return self.rank == 0
 
@@ -45,6 +37,19 @@ class _Ranks:
         t = torch.tensor(xs, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return (t / self.world_size).tolist()
+
+    def on_main(self, fn,  # run on rank 0 only
+                *args,     # its arguments
+               ):
+        "`fn(*args)` run on rank 0; every rank gets its result, or raises its `UsageError`."
+        if self.world_size == 1: return fn(*args)
+        out = [None, None]
+        if self.main:
+            try: out[0] = fn(*args)
+            except UsageError as e: out[1] = str(e)
+        dist.broadcast_object_list(out, src=0)
+        if out[1] is not None: raise UsageError(out[1])
+        return out[0]
 
     def gather(self, obj,  # any picklable object
               ) -> list:
@@ -60,20 +65,14 @@ class _Ranks:
 
 # %% ../nbs/41_distributed.ipynb #7344b932
 @dataclass
-class Dist(_Ranks):
+class Dist(_Collectives):
     "This process's place in the run; with `world_size=1` every method is a no-op."
-    def on_main(self, fn,  # run on rank 0 only
-                *args,     # its arguments
-               ):
-        "`fn(*args)` run on rank 0; every rank gets its result, or raises its `UsageError`."
-        if self.world_size == 1: return fn(*args)
-        out = [None, None]
-        if self.main:
-            try: out[0] = fn(*args)
-            except UsageError as e: out[1] = str(e)
-        dist.broadcast_object_list(out, src=0)
-        if out[1] is not None: raise UsageError(out[1])
-        return out[0]
+    rank: int = 0                 # this process's global rank
+    local_rank: int = 0           # its rank on this node
+    world_size: int = 1           # processes in the run
+    device: torch.device = field(default_factory=lambda: torch.device('cpu'))  # this process's device
+    strategy: str = 'none'        # none (one process), ddp or fsdp
+    reshard: bool = True          # fsdp: free gathered parameters after forward (ZeRO-3); False keeps them (ZeRO-2)
 
     def wrap(self, model: torch.nn.Module,  # an `LM` on this rank's device
             ) -> torch.nn.Module:
