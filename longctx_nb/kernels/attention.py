@@ -13,8 +13,8 @@ from torch.autograd.function import once_differentiable
 from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
-__all__ = ['WINDOW_KINDS', 'attention_impls', 'auto_impl', 'RandomKeys', 'bigbird_random_keys', 'local_attention_mask',
-           'flex_available', 'flex_block_mask', 'local_attention', 'local_attention_saved_bytes', 'bench_attention']
+__all__ = ['WINDOW_KINDS', 'attention_impls', 'RandomKeys', 'bigbird_random_keys', 'local_attention_mask', 'flex_available',
+           'flex_block_mask', 'local_attention', 'local_attention_saved_bytes', 'bench_attention']
 
 # %% ../../nbs/12_attention.ipynb #39a1d6e8
 @dataclass(frozen=True, eq=False)
@@ -383,7 +383,6 @@ def _flex_why_not(device):
 
 attention_impls = KernelImpls('local_attention', ('ref', 'blocked'), (Impl('flex', check=_flex_why_not),),
                               fallback='blocked', unknown="impl={impl!r} is not valid; choices: {plain}.")
-auto_impl = attention_impls.auto
 
 # %% ../../nbs/12_attention.ipynb #dc062d0e
 def _as_random_keys(random_keys, block_size):
