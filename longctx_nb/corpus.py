@@ -110,7 +110,7 @@ def _is_val(name: str, val_fraction: float) -> bool:
     h = int.from_bytes(hashlib.blake2b(name.encode('utf-8', 'surrogatepass'), digest_size=8).digest(), 'little')
     return h / 2**64 < val_fraction
 
-# %% ../nbs/04_corpus.ipynb #bd7de4e9
+# %% ../nbs/04_corpus.ipynb #d2245da5
 class _SplitWriter:
     "Appends token ids to one .bin file through a buffer; remembers where its last document starts."
     def __init__(self, path: Path, dtype: np.dtype, buffer_tokens: int = 1 << 22):
@@ -135,6 +135,7 @@ class _SplitWriter:
 
     def close(self): self.flush(); self.f.close()
 
+# %% ../nbs/04_corpus.ipynb #cdff8a52
 def _byte_doc(text: str) -> str:
     "The text followed by a blank line: documents joined by exactly one blank line."
     return text if text.endswith('\n\n') else text + ('\n' if text.endswith('\n') else '\n\n')
@@ -157,19 +158,23 @@ def _batched(it, n):
         if len(buf) == n: yield buf; buf = []
     if buf: yield buf
 
+# %% ../nbs/04_corpus.ipynb #41694297
+def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fraction: float) -> tuple:
+    "(tokenizer, documents): a 'bpe' is trained on the training documents, which are spooled to `d` to be read twice."
+    if not isinstance(tokenizer, str): return tokenizer, documents
+    if tokenizer not in ('byte', 'bpe'): raise UsageError(f"unknown tokenizer {tokenizer!r}; valid choices: byte, bpe")
+    if tokenizer == 'byte': return ByteTokenizer(), documents
+    spool = d / '.documents.jsonl'
+    n = _spool(documents, spool)
+    train_docs = lambda: (t for name, t in _unspool(spool) if not _is_val(name, val_fraction))
+    has_train = any(True for _ in train_docs())
+    tok = BPETokenizer.train(train_docs() if has_train else (t for _, t in _unspool(spool)), bpe_vocab_size)
+    return tok, _unspool(spool)
+
+# %% ../nbs/04_corpus.ipynb #cad513b0
 def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str) -> dict:
     "Tokenize `documents` into folder `d`; returns the meta."
-    if isinstance(tokenizer, str):
-        if tokenizer not in ('byte', 'bpe'): raise UsageError(f"unknown tokenizer {tokenizer!r}; valid choices: byte, bpe")
-        if tokenizer == 'bpe':
-            spool = d / '.documents.jsonl'
-            n = _spool(documents, spool)
-            train_docs = lambda: (t for name, t in _unspool(spool) if not _is_val(name, val_fraction))
-            has_train = any(True for _ in train_docs())
-            tok = BPETokenizer.train(train_docs() if has_train else (t for _, t in _unspool(spool)), bpe_vocab_size)
-            documents = _unspool(spool)
-        else: tok = ByteTokenizer()
-    else: tok = tokenizer
+    tok, documents = _tokenizer_for(tokenizer, documents, d, bpe_vocab_size, val_fraction)
     dtype = token_dtype(tok.vocab_size)
     train, val = _SplitWriter(d / 'train.bin', dtype), _SplitWriter(d / 'val.bin', dtype)
     docs = ((n, t) for n, t in documents if t)
@@ -194,7 +199,7 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
     (d / 'meta.json').write_text(json.dumps(meta, indent=2) + '\n')
     return meta
 
-# %% ../nbs/04_corpus.ipynb #094dc3d3
+# %% ../nbs/04_corpus.ipynb #c51892db
 def _read_meta(d: Path) -> dict:
     p = Path(d) / 'meta.json'
     if not p.is_file(): return {}
@@ -207,6 +212,7 @@ def is_prepared(d,  # a folder
     d = Path(d).expanduser()
     return (d / 'meta.json').is_file() and (d / 'train.bin').is_file()
 
+# %% ../nbs/04_corpus.ipynb #e0aada38
 def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
             out_dir,                               # folder to create
             tokenizer='byte',                      # 'byte', 'bpe' (trained here) or a tokenizer object

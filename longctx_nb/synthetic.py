@@ -130,7 +130,7 @@ def selective_copy(batch: int,                         # sequences
     s[:, region], s[:, region + 1:] = vocab_size - 1, a
     return _shifted(s, copy_len)
 
-# %% ../nbs/05_synthetic.ipynb #b2dfdd85
+# %% ../nbs/05_synthetic.ipynb #6d5a0af2
 @dataclass(frozen=True)
 class Task:
     "A synthetic task: its generator, default parameters (with `vocab_size`) and token layout."
@@ -154,6 +154,7 @@ def get_task(name: str,  # a key of `TASKS`
     if name not in TASKS: raise UsageError(f"unknown synthetic task {name!r}; valid choices: {', '.join(TASKS)}.")
     return TASKS[name]
 
+# %% ../nbs/05_synthetic.ipynb #6ecdf150
 def task_params(task: str,  # a key of `TASKS`
                 **params,   # overrides of the task's defaults
                ) -> dict:   # every parameter of the task
