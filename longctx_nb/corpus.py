@@ -400,15 +400,15 @@ def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -
     return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
                      source or meta.get('source') or str(d), tf, vf)
 
-def _load_pretokenized(cfg: DataConfig, vocab_size: int | None) -> TokenData:
-    tp = Path(cfg.train_data).expanduser()
+def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: float, vocab_size: int | None) -> TokenData:
+    tp = Path(train_data).expanduser()
     train = load_tokens(tp)
     meta = _read_meta(tp.parent) if tp.suffix == '.bin' else {}
-    if cfg.val_data is not None:
-        tf, vf = TokenFile(str(tp)), TokenFile(str(Path(cfg.val_data).expanduser()))
+    if val_data is not None:
+        tf, vf = TokenFile(str(tp)), TokenFile(str(Path(val_data).expanduser()))
         val = vf.open()
     else:  # hold out the tail
-        cut = len(train) - max(1, int(len(train) * cfg.val_fraction))
+        cut = len(train) - max(1, int(len(train) * val_fraction))
         tf, vf = TokenFile(str(tp), stop=cut), TokenFile(str(tp), start=cut)
         train, val = train[:cut], train[cut:]
     arrays = {f'the training split of {tp}': train, **({f'the validation split of {vf.path}': val} if len(val) else {})}
@@ -420,7 +420,7 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
                 vocab_size: int | None = None,  # the model's vocabulary, to check the ids against (None: the data's)
                ) -> TokenData:
     "The tokens of pre-tokenized files, a prepared folder, or a text corpus prepared into the cache (once)."
-    if cfg.train_data is not None: return _load_pretokenized(cfg, vocab_size)
+    if cfg.train_data is not None: return _load_pretokenized(cfg.train_data, cfg.val_data, cfg.val_fraction, vocab_size)
     if cfg.data_dir is not None and is_prepared(cfg.data_dir): return _load_prepared(Path(cfg.data_dir).expanduser(), vocab_size)
     out = corpus_cache_dir(cfg)
     if not is_prepared(out):
