@@ -104,10 +104,10 @@ def test_help_and_version(bindir):
     assert run(bindir, 'longctx_train', '--version', check=0).stdout.startswith('longctx_train ')
     assert '(default: None)' not in p.stdout and 'cs336-style flat flags: --context_length (data.seq_len)' in p.stdout
 
-COMMANDS = ('longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench')
+COMMANDS = ('longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench', 'longctx_export')
 
 def test_every_command_has_version_and_help(bindir):
-    "--version and --help on all six console scripts; python -m longctx_nb lists them, as settings.ini declares them."
+    "--version and --help on every console script; python -m longctx_nb lists them, as settings.ini declares them."
     import longctx_nb
     for cmd in COMMANDS:
         assert run(bindir, cmd, '--version', check=0).stdout.strip() == f'{cmd} {longctx_nb.__version__}', cmd
@@ -120,10 +120,10 @@ def test_every_command_has_version_and_help(bindir):
     assert sorted(s.split('=')[0] for s in scripts) == sorted(COMMANDS)
 
 def parsers():
-    "The parsers of the six console scripts (and of each benchmark)."
-    from longctx_nb import cli, evals, report, bench
+    "The parsers of the console scripts (and of each benchmark)."
+    from longctx_nb import cli, evals, report, bench, hf
     ps = [cli.build_parser(), cli.prepare_parser(), evals.eval_parser(), report.compare_parser(), report.report_parser(),
-          bench.bench_parser()]
+          bench.bench_parser(), hf.export_parser()]
     return ps + [bench.bench_parser(n) for n in bench.BENCHES]
 
 def test_every_flag_has_help_and_its_default_once():
