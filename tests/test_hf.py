@@ -92,3 +92,21 @@ def test_without_transformers(tmp_path):
     p = subprocess.run([sys.executable, '-c', code, str(tmp_path / 'x')], capture_output=True, text=True)
     assert p.returncode == 0 and "pip install 'longctx_nb[hf]'" in p.stdout, p.stdout + p.stderr
     assert not (tmp_path / 'x').exists()
+
+def test_sharded_mamba_with_bpe_tokenizer(tmp_path):
+    "A transformers Mamba saved in shards, with a BPE tokenizer: imported with its tokenizer, same logits and greedy tokens."
+    from longctx_nb.data import BPETokenizer
+    torch.manual_seed(0)
+    bpe = BPETokenizer.train(['import json\ndef dumps(obj): return obj\n' * 30], vocab_size=300)
+    hf = tf.AutoModelForCausalLM.from_config(tf.MambaConfig(vocab_size=300, hidden_size=48, num_hidden_layers=3, state_size=8,
+                                                            use_bias=True, tie_word_embeddings=False)).eval()
+    with torch.no_grad():
+        for p in hf.parameters(): p.add_(torch.randn_like(p) * 0.05)
+    hf.save_pretrained(tmp_path / 'm', max_shard_size='100KB'); hf_tokenizer(bpe).save_pretrained(tmp_path / 'm')
+    assert (tmp_path / 'm' / 'model.safetensors.index.json').is_file()
+    m, tok = create_model_from_hf(tmp_path / 'm')
+    assert isinstance(tok, BPETokenizer) and tok.encode('def dumps').tolist() == bpe.encode('def dumps').tolist()
+    assert (m.cfg.block, m.cfg.d_state, m.cfg.bias, m.cfg.tie_embeddings) == ('mamba', 8, True, False)
+    assert logit_gap(m, hf) < 1e-5
+    x = torch.tensor([bpe.encode('import json').tolist()])
+    assert torch.equal(generate(m, x, 10, temperature=0), hf.generate(x, max_new_tokens=10, do_sample=False, eos_token_id=None))
