@@ -108,5 +108,6 @@ def test_sharded_mamba_with_bpe_tokenizer(tmp_path):
     assert isinstance(tok, BPETokenizer) and tok.encode('def dumps').tolist() == bpe.encode('def dumps').tolist()
     assert (m.cfg.block, m.cfg.d_state, m.cfg.bias, m.cfg.tie_embeddings) == ('mamba', 8, True, False)
     assert logit_gap(m, hf) < 1e-5
-    x = torch.tensor([bpe.encode('import json').tolist()])
+    x = torch.tensor([bpe.encode('import json\ndef dumps(obj').tolist()])
+    assert x.shape[1] >= 4   # transformers 4.x's Mamba cache mishandles prompts shorter than conv_kernel (its own no-cache run differs)
     assert torch.equal(generate(m, x, 10, temperature=0), hf.generate(x, max_new_tokens=10, do_sample=False, eos_token_id=None))
