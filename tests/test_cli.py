@@ -143,6 +143,7 @@ def test_usage_errors_of_every_command(bindir, tmp_path):
         args = ['blocks', '--rpes', '1'] if cmd == 'longctx_bench' else ['--n_sampels', '1', '--checkpoint_path', 'x'] \
             if cmd in ('longctx_eval', 'longctx_report') else ['--out', tmp_path / 'o', '--data.seq_lne=3']
         if cmd == 'longctx_compare': args = ['--max_stpes', '3', '--output_dir', tmp_path / 'c']
+        if cmd == 'longctx_export': args = ['--formt=hf', tmp_path / 'run', tmp_path / 'o']
         if cmd == 'longctx_train': args = ['--data.seq_lne=3', f'--trainer.default_root_dir={tmp_path / "runs"}']
         p = run(bindir, cmd, *args, check=2)
         assert p.stderr.startswith(f'{cmd}') and ': error: ' in p.stderr and 'Traceback' not in p.stderr, p.stderr
