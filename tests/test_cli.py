@@ -104,10 +104,10 @@ def test_help_and_version(bindir):
     assert run(bindir, 'longctx_train', '--version', check=0).stdout.startswith('longctx_train ')
     assert '(default: None)' not in p.stdout and 'cs336-style flat flags: --context_length (data.seq_len)' in p.stdout
 
-COMMANDS = ('longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench')
+COMMANDS = ('longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench', 'longctx_export')
 
 def test_every_command_has_version_and_help(bindir):
-    "--version and --help on all six console scripts; python -m longctx_nb lists them, as settings.ini declares them."
+    "--version and --help on every console script; python -m longctx_nb lists them, as settings.ini declares them."
     import longctx_nb
     for cmd in COMMANDS:
         assert run(bindir, cmd, '--version', check=0).stdout.strip() == f'{cmd} {longctx_nb.__version__}', cmd
@@ -120,10 +120,10 @@ def test_every_command_has_version_and_help(bindir):
     assert sorted(s.split('=')[0] for s in scripts) == sorted(COMMANDS)
 
 def parsers():
-    "The parsers of the six console scripts (and of each benchmark)."
-    from longctx_nb import cli, evals, report, bench
+    "The parsers of the console scripts (and of each benchmark)."
+    from longctx_nb import cli, evals, report, bench, hf
     ps = [cli.build_parser(), cli.prepare_parser(), evals.eval_parser(), report.compare_parser(), report.report_parser(),
-          bench.bench_parser()]
+          bench.bench_parser(), hf.export_parser()]
     return ps + [bench.bench_parser(n) for n in bench.BENCHES]
 
 def test_every_flag_has_help_and_its_default_once():
@@ -143,6 +143,7 @@ def test_usage_errors_of_every_command(bindir, tmp_path):
         args = ['blocks', '--rpes', '1'] if cmd == 'longctx_bench' else ['--n_sampels', '1', '--checkpoint_path', 'x'] \
             if cmd in ('longctx_eval', 'longctx_report') else ['--out', tmp_path / 'o', '--data.seq_lne=3']
         if cmd == 'longctx_compare': args = ['--max_stpes', '3', '--output_dir', tmp_path / 'c']
+        if cmd == 'longctx_export': args = ['--formt=hf', tmp_path / 'run', tmp_path / 'o']
         if cmd == 'longctx_train': args = ['--data.seq_lne=3', f'--trainer.default_root_dir={tmp_path / "runs"}']
         p = run(bindir, cmd, *args, check=2)
         assert p.stderr.startswith(f'{cmd}') and ': error: ' in p.stderr and 'Traceback' not in p.stderr, p.stderr
