@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse, json, os, sys
 from pathlib import Path
 from .core import UsageError
-from .config import Config, SECTIONS, resolve_model
+from .config import Config, SECTIONS, apply_overrides, resolve_model
 from .flags import Parser, arg, make_parser, parse_config, main
 import longctx_nb.model  # registers the block zoo: --model.block is checked, and --help lists the blocks
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'build_parser', 'parse_cli', 'train_main', 'prepare_parser', 'prepare_main']
+__all__ = ['EXAMPLES', 'build_parser', 'parse_cli', 'init_model', 'train_main', 'prepare_parser', 'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
@@ -21,6 +21,7 @@ EXAMPLES = """examples:
   longctx_train --config config_16gb_safe.json --training_preset fast
   longctx_train --model_size small --vram 8gb --data_dir your_data
   longctx_train --train_data train.npy --val_data val.npy --context_length 512 --batch_size 32 --max_iters 5000 --device cpu
+  longctx_train --init_from mamba-130m-hf --data.train_data train.npy --data.seq_len=4096   # continue at longer context
   longctx_train --trainer.devices=2 --data.global_batch_size=32          # 2 processes on one machine (DDP)
   torchrun --nproc_per_node=8 --no-python longctx_train --trainer.strategy=fsdp --trainer.precision=bf16
 """
@@ -31,7 +32,10 @@ def build_parser(prog: str = 'longctx_train',  # the program's name in messages
                 ) -> Parser:
     "The argument parser: one flag per setting of `sections`, their aliases, and (`extra`) presets and config files."
     own = [arg('--print_config', action='store_true', group='config files and presets',
-               help='print the resolved config as JSON and exit')] if extra else []
+               help='print the resolved config as JSON and exit'),
+           arg('--init_from', metavar='PATH', group='config files and presets',
+               help='start from the weights (and model settings) of a transformers Llama/Mamba folder, an export, '
+                    'a checkpoint or a run directory')] if extra else []
     return make_parser(prog, 'Train a long-context language model. Settings come from defaults, presets, a JSON config '
                        'and flags, in that order.' if extra else None, own, sections, presets=extra,
                        usage=f'{prog} [--config FILE] [--SECTION.KEY VALUE ...]', epilog=EXAMPLES if extra else None)
@@ -46,18 +50,46 @@ def parse_cli(argv: list[str] | None = None,  # command-line arguments (default:
     if argv[:1] == ['fit']: argv = argv[1:]
     return parse_config(parser or build_parser(prog), argv)
 
+# %% ../nbs/70_cli.ipynb #83a2224a
+def init_model(cfg: Config,  # the run's config, as parsed
+               path,         # what `hf.init_from` reads: a transformers folder, an export, a checkpoint or a run
+               say=print,    # where the notes go
+              ):             # (config with PATH's model settings, the model holding PATH's weights)
+    "The config and model of a run that starts from the weights at `path`; each setting it replaces is printed."
+    from longctx_nb.hf import init_from
+    from longctx_nb.model import LM
+    from longctx_nb.tokenizer import ByteTokenizer
+    if cfg.trainer.resume:
+        raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
+    ov, state, tok = init_from(path)
+    if tok is not None and not isinstance(tok, ByteTokenizer) and cfg.data.dataset_name != 'synthetic' \
+            and not (cfg.data.train_data or cfg.data.data_dir):
+        raise UsageError(f"{str(path)!r} comes with its own tokenizer ({type(tok).__name__}), so the training tokens must be "
+                         "made with it: give --data.train_data/--data.val_data (token ids as .npy or .bin) or --data.data_dir.")
+    before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
+              **{f'model.{k}': v for k, v in vars(resolve_model(cfg.model)).items()}}
+    for k, v in ov.items():
+        if before.get(k) != v: say(f"init_from: {k} {before.get(k)!r} -> {v!r} (from {path})")
+    cfg = apply_overrides(cfg, ov)
+    model = LM(cfg.model)
+    model.load_state_dict(state)
+    return cfg, model
+
 # %% ../nbs/70_cli.ipynb #6b63386f
 def _train(argv=None) -> int:
     from longctx_nb.train import train  # heavy imports only when training
     from longctx_nb.distributed import launcher_env, launch
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, ns = parse_cli(argv, 'longctx_train')
+    model = None
+    if ns.init_from:
+        cfg, model = init_model(cfg, ns.init_from, say=print if int(os.environ.get('RANK', 0)) == 0 else (lambda *a: None))
     if ns.print_config:
         d = cfg.to_dict(); d['model'] = vars(resolve_model(cfg.model))
         print(json.dumps(d, indent=2)); return 0
     if cfg.trainer.devices > 1 and launcher_env() is None:  # start the N workers via torchrun
         return launch(argv, cfg.trainer.devices)
-    res = train(cfg)
+    res = train(cfg, model=model)
     if int(os.environ.get('RANK', 0)) == 0:
         print('\n' + '=' * 72 + '\nTraining finished\n' + res.summary() + '\n' + '=' * 72)
     return 0

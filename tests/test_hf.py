@@ -111,3 +111,18 @@ def test_sharded_mamba_with_bpe_tokenizer(tmp_path):
     x = torch.tensor([bpe.encode('import json\ndef dumps(obj').tolist()])
     assert x.shape[1] >= 4   # transformers 4.x's Mamba cache mishandles prompts shorter than conv_kernel (its own no-cache run differs)
     assert torch.equal(generate(m, x, 10, temperature=0), hf.generate(x, max_new_tokens=10, do_sample=False, eos_token_id=None))
+
+def test_train_init_from_transformers(runs, tmp_path, bindir):
+    "longctx_train --init_from a transformers Mamba folder: the model's settings come from it (each printed) and training starts from its weights."
+    assert export(runs['mamba'], tmp_path / 'hf') == 0
+    p = subprocess.run([bindir / 'longctx_train', '--init_from', tmp_path / 'hf', '--trainer.max_steps=2', '--data.seq_len=32',
+                        '--data.batch_size=2', '--trainer.default_root_dir', tmp_path / 'runs', '--trainer.enable_progress_bar=false',
+                        '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0', '--data.dataset_name=local',
+                        '--data.data_dir', runs['vanilla'].parent.parent / 'text', '--data.cache_dir', tmp_path / 'cache'],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "init_from: model.block 'vanilla' -> 'mamba'" in p.stdout and 'model.d_model 128 -> 64' in p.stdout, p.stdout
+    trained = load_model(next((tmp_path / 'runs').iterdir()))
+    assert trained.cfg.block == 'mamba' and trained.cfg.n_layers == 2
+    p = subprocess.run([bindir / 'longctx_train', '--init_from', tmp_path / 'hf', '--resume'], capture_output=True, text=True)
+    assert p.returncode == 2 and 'give one of them' in p.stderr and 'Traceback' not in p.stderr
