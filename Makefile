@@ -5,7 +5,7 @@ TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test venv export readme docs clean-venv
+.PHONY: train test venv export readme docs lab hooks lint clean-venv
 
 # (re)install when the package's requirements change
 $(STAMP): settings.ini setup.py
@@ -35,6 +35,18 @@ readme: $(STAMP)
 # docs site -> _docs/: nbdev_docs where quarto is installed, else executes the notebooks and renders them with nbconvert
 docs: $(STAMP)
 	$(BIN)/python .ci/docs.py $(ARGS)
+
+# JupyterLab on the notebooks (the source of the package)
+lab: $(STAMP)
+	$(BIN)/jupyter lab nbs
+
+# nbdev's hooks: notebooks cleaned when saved in Jupyter, and git's merge driver for notebook conflicts
+hooks: $(STAMP)
+	$(BIN)/nbdev_install_hooks
+
+# pyflakes-class errors in the package and the tests (ruff.toml)
+lint: $(STAMP)
+	$(BIN)/ruff check longctx_nb tests
 
 clean-venv:
 	rm -rf $(VENV)

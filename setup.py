@@ -28,6 +28,7 @@ setuptools.setup(
                 + [f'Programming Language :: Python :: {v}' for v in py_versions[py_versions.index(min_python):]],
     packages=setuptools.find_packages(include=[cfg['lib_path'], cfg['lib_path'] + '.*']),
     include_package_data=True,
+    package_data={cfg['lib_path']: ['py.typed']},   # PEP 561: the package ships its type hints
     python_requires=f'>={min_python}',
     install_requires=_split('requirements'),
     # cuda: mamba-ssm and causal-conv1d compile against the installed torch; build them with examples/build_cuda_kernels.sh
