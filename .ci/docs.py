@@ -25,8 +25,7 @@ NBS, PROC, DOCS, LIB = ROOT / 'nbs', ROOT / '_proc', ROOT / '_docs', ROOT / 'lon
 
 TUTORIALS = 'tutorials'  # nbs/tutorials/: the tutorials, listed first in the sidebar
 SECTIONS = [(None, 'Tutorials'), (0, 'Foundation & data'), (10, 'Kernels'), (20, 'Blocks'), (30, 'Model'), (40, 'Training'),
-            (42, 'Distributed'),
-            (50, 'Evaluation'), (60, 'Benchmarks'), (70, 'CLI')]
+            (44, 'Interoperability'), (50, 'Benchmarks'), (55, 'Evaluation'), (70, 'CLI')]
 
 def notebooks(names=()):
     nbs = sorted(p for p in NBS.rglob('*.ipynb')
@@ -201,6 +200,8 @@ body { margin: 0; }
   border-right: 1px solid #ddd; padding: 16px 14px; font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', sans-serif;
   box-sizing: border-box; }
 #lc-sidebar .lc-brand { font-size: 18px; font-weight: 700; display: block; margin-bottom: 12px; color: #2c3e50; text-decoration: none; }
+#lc-q { width: 100%; box-sizing: border-box; margin: 0 0 6px; padding: 4px 6px; border: 1px solid #ccc; border-radius: 4px; }
+#lc-hits li a { font-size: 13px; }
 #lc-sidebar h3 { font-size: 12px; text-transform: uppercase; letter-spacing: .05em; color: #777; margin: 14px 0 4px; }
 #lc-sidebar ul { list-style: none; margin: 0; padding: 0; }
 #lc-sidebar li a { display: block; padding: 2px 6px; border-radius: 4px; color: #2780e3; text-decoration: none; }
@@ -215,7 +216,9 @@ body { margin: 0; }
 def sidebar(pages, current: str) -> str:
     depth = current.count('/')
     up = '../' * depth
-    out = [f'<nav id="lc-sidebar"><a class="lc-brand" href="{up}index.html">longctx_nb</a>']
+    out = [f'<nav id="lc-sidebar"><a class="lc-brand" href="{up}index.html">longctx_nb</a>',
+           f'<input id="lc-q" type="search" placeholder="Search" aria-label="Search the docs" data-up="{up}">'
+           '<ul id="lc-hits"></ul>']
     groups = {}
     for p in pages:
         if p['section']: groups.setdefault(p['section'], []).append(p)
@@ -229,13 +232,79 @@ def sidebar(pages, current: str) -> str:
     out.append('</nav>')
     return '\n'.join(out)
 
-def to_html(nb: dict, title: str, nav: str) -> str:
+def anchors(body: str) -> str:
+    """Lower-case heading ids and the fragments of links within the site, as Quarto does: nbdev writes its doc links
+    (`model.html#lm`, `#modelconfig`) lower-case, while nbconvert keeps a heading's case (`id="LM"`)."""
+    body = re.sub(r'(<h[1-6][^>]*\bid=")([^"]+)"', lambda m: m.group(1) + m.group(2).lower() + '"', body)
+    site = lambda url: not re.match(r'^[a-z]+:', url)   # relative: a page of this site, or this page
+    return re.sub(r'(href=")([^"#]*)#([^"]+)"', lambda m: m.group(0) if not site(m.group(2)) else
+                  f'{m.group(1)}{m.group(2)}#{m.group(3).lower()}"', body)
+
+MATHJAX = 'mathjax@3.2.2'   # the npm package; its es5/tex-chtml-full.js renders TeX with no other file but its fonts
+
+def local_mathjax() -> bool:
+    """Copy MathJax into _docs/mathjax/ (from .cache/, filled once from the npm registry), so maths renders with no
+    network when the site is read; False (pages then load MathJax from its CDN, as nbconvert does) if npm is missing."""
+    import tarfile, tempfile
+    cache = ROOT / '.cache' / 'mathjax'
+    if not (cache / 'tex-chtml-full.js').exists():
+        if not shutil.which('npm'): log('note: npm not found: pages load MathJax from its CDN'); return False
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run(['npm', 'pack', '--silent', MATHJAX], cwd=d, capture_output=True, text=True)
+            tgz = next(Path(d).glob('*.tgz'), None)
+            if p.returncode or tgz is None: log(f'note: npm pack {MATHJAX} failed: pages load MathJax from its CDN'); return False
+            with tarfile.open(tgz) as t:
+                for m in t.getmembers():
+                    rel = m.name.removeprefix('package/es5/')
+                    if m.isfile() and (rel == 'tex-chtml-full.js' or rel.startswith('output/chtml/fonts/woff-v2/')):
+                        out = cache / rel; out.parent.mkdir(parents=True, exist_ok=True)
+                        out.write_bytes(t.extractfile(m).read())
+    shutil.copytree(cache, DOCS / 'mathjax', dirs_exist_ok=True)
+    return True
+
+_re_mathjax = re.compile(r'<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->', re.S)
+def mathjax(body: str, up: str) -> str:
+    "nbconvert's MathJax 2 from a CDN -> the local MathJax 3, with the same delimiters."
+    cfg = ("<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], displayMath: [['$$', '$$'], "
+           "['\\\\[', '\\\\]']], processEscapes: true}};</script>")
+    return _re_mathjax.sub(lambda m: f'{cfg}\n<script src="{up}mathjax/tex-chtml-full.js"></script>', body, count=1)
+
+SEARCH_JS = r'''(function () {
+  var q = document.getElementById('lc-q'), hits = document.getElementById('lc-hits');
+  if (!q || !window.LC_SEARCH) return;
+  var up = q.dataset.up || '';
+  q.addEventListener('input', function () {
+    var terms = q.value.toLowerCase().split(/\s+/).filter(Boolean);
+    hits.innerHTML = '';
+    if (!terms.length) return;
+    window.LC_SEARCH.filter(function (p) {
+      return terms.every(function (t) { return p.text.indexOf(t) >= 0 || p.title.toLowerCase().indexOf(t) >= 0; });
+    }).slice(0, 12).forEach(function (p) {
+      var li = document.createElement('li'), a = document.createElement('a');
+      a.href = up + p.href; a.textContent = p.title; li.appendChild(a); hits.appendChild(li);
+    });
+  });
+})();'''
+
+def search_index(pages: list) -> str:
+    "`search.js`: each page's title, address and words, for the search box (a script, so it also works from file://)."
+    docs = []
+    for p in pages:
+        text = re.sub(r'<(script|style)\b.*?</\1>|<[^>]+>', ' ', (DOCS / p['href']).read_text(), flags=re.S)
+        text = re.sub(r'\s+', ' ', html.unescape(text)).lower()
+        docs.append({'title': p['title'], 'href': p['href'], 'text': text[:60_000]})
+    return 'window.LC_SEARCH = ' + json.dumps(docs) + ';\n' + SEARCH_JS
+
+def to_html(nb: dict, title: str, nav: str, up: str = '', local_math: bool = False) -> str:
     import nbformat
     from nbconvert import HTMLExporter
     exp = HTMLExporter(template_name='lab', exclude_input_prompt=True, exclude_output_prompt=True)
     exp.register_preprocessor('nbconvert.preprocessors.TagRemovePreprocessor', enabled=False)
     body, _ = exp.from_notebook_node(nbformat.from_dict(nb))
     body = re.sub(r'<title>.*?</title>', f'<title>{html.escape(title if title == "longctx_nb" else title + " – longctx_nb")}</title>', body, count=1, flags=re.S)
+    body = anchors(body)
+    if local_math: body = mathjax(body, up)
+    body = body.replace('</body>', f'<script src="{up}search.js" defer></script>\n</body>', 1)
     body = body.replace('</head>', f'<style>{CSS}</style>\n</head>', 1)
     body = re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav + '\n<div id="lc-content">', body, count=1)
     return body.replace('</body>', '</div>\n</body>', 1)
@@ -294,9 +363,12 @@ def build(names=(), force=False, workers=None, quiet=False):
     SITE = settings().get('doc_host', '').rstrip('/') + '/' + settings().get('doc_baseurl', '').strip('/') + '/'
     outmap = {frontmatter(p['proc']).get('output-file', p['href']): p['href'] for p in pages}
     DOCS.mkdir(exist_ok=True)
+    local_math = local_mathjax()
     for p in pages:
         out = DOCS / p['href']; out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(to_html(for_html(p['proc'], p['nb'], outmap), p['title'], sidebar(pages, p['href'])))
+        out.write_text(to_html(for_html(p['proc'], p['nb'], outmap), p['title'], sidebar(pages, p['href']),
+                               '../' * p['href'].count('/'), local_math))
+    (DOCS / 'search.js').write_text(search_index(pages))
     for extra in ('styles.css',):
         if (NBS / extra).exists(): shutil.copy2(NBS / extra, DOCS / extra)
     (DOCS / '.nojekyll').touch()

@@ -47,7 +47,7 @@ def site():
 class Page(HTMLParser):
     "What the test checks in a rendered DOM: title, H1s, code blocks, images, links."
     def __init__(self):
-        super().__init__(); self.title, self.h1, self.pre, self.imgs, self.hrefs = '', [], 0, [], []
+        super().__init__(); self.title, self.h1, self.pre, self.imgs, self.hrefs, self.ids = '', [], 0, [], [], set()
         self._in = None
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -55,6 +55,8 @@ class Page(HTMLParser):
         if tag == 'pre': self.pre += 1
         if tag == 'img': self.imgs.append(a.get('src', ''))
         if tag == 'a' and a.get('href'): self.hrefs.append(a['href'])
+        if a.get('id'): self.ids.add(a['id'])
+        if a.get('name'): self.ids.add(a['name'])
     def handle_endtag(self, tag):
         if tag == self._in: self._in = None
     def handle_data(self, data):
@@ -81,9 +83,12 @@ def test_docs_site(site, tmp_path):
     missing = [str(p) for p in pages.values() if not p.exists()]
     assert not missing, f'pages not built: {missing}'
     with ThreadPoolExecutor(4) as ex: doms = dict(zip(nbs, ex.map(lambda nb: dump_dom(exe, pages[nb]), nbs)))
+    parsed = {}
+    for nb in nbs: parsed[nb] = Page(); parsed[nb].feed(doms[nb])
+    ids = {pages[nb].resolve(): parsed[nb].ids for nb in nbs}
+    broken_fragments = []
     for nb in nbs:
-        page, dom = Page(), doms[nb]
-        page.feed(dom)
+        page, dom = parsed[nb], doms[nb]
         title = h1(nb)
         assert title in page.title, (nb.name, page.title)
         assert any(title == h.replace('¶', '').strip() for h in page.h1), (nb.name, page.h1)
@@ -95,11 +100,16 @@ def test_docs_site(site, tmp_path):
         assert len(pngs) >= plots, f'{nb.name}: {plots} plots but {len(pngs)} embedded PNG images'
         for href in page.hrefs:
             u = urlparse(href)
-            if u.scheme in ('http', 'https', 'mailto', 'data', 'javascript') or (not u.path and u.fragment): continue
+            if u.scheme in ('http', 'https', 'mailto', 'data', 'javascript'): continue
             target = (pages[nb].parent / unquote(u.path)).resolve() if u.scheme != 'file' else Path(unquote(u.path))
+            if not u.path: target = pages[nb].resolve()
+            if u.fragment and target in ids and unquote(u.fragment) not in ids[target]:
+                broken_fragments.append(f'{nb.name}: {href}')
             if not target.exists() and target.suffix == '.html' and target.stem in PENDING and \
                     not any(n.stem == target.stem for n in nbs): continue
             assert target.is_file() and site.resolve() in target.parents, f'{nb.name}: broken link {href!r}'
+    # every link to a heading or a symbol of the site lands on it
+    assert not broken_fragments, f'{len(broken_fragments)} links to a missing anchor: {broken_fragments[:20]}'
     # the index's sidebar reaches every numbered notebook's page
     index = Page(); index.feed(doms[NBS / 'index.ipynb'])
     numbered = {pages[nb].relative_to(site).as_posix() for nb in nbs if re.match(r'\d+_', nb.name)}
