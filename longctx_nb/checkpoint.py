@@ -4,17 +4,18 @@
 
 # %% ../nbs/40_checkpoint.ipynb #42f7ca0d
 from __future__ import annotations
-import json, os, random, re, warnings
+import hashlib, json, os, random, re, warnings
 from pathlib import Path
+from typing import Callable
 import numpy as np
 import torch
-from .core import UsageError
+from .core import UsageError, TrainingError
 from .config import Config, ModelConfig, SECTIONS, resolve_model
 
 # %% auto #0
-__all__ = ['FORMAT', 'RUNTIME_ONLY', 'CheckpointError', 'rng_state', 'set_rng_state', 'save_checkpoint', 'read_checkpoint',
-           'checkpoint_path', 'list_checkpoints', 'latest_checkpoint', 'prune_checkpoints', 'check_same_model',
-           'export_model', 'load_model']
+__all__ = ['FORMAT', 'RESUME_KEYS', 'RUNTIME_ONLY', 'SUMS', 'CheckpointError', 'rng_state', 'set_rng_state', 'WriteError',
+           'sidecar', 'sha256_file', 'save_checkpoint', 'read_checkpoint', 'checkpoint_path', 'list_checkpoints',
+           'latest_checkpoint', 'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model']
 
 # %% ../nbs/40_checkpoint.ipynb #56b00df8
 FORMAT = 'longctx_nb.checkpoint/1'
@@ -39,6 +40,33 @@ def set_rng_state(s: dict,  # from `rng_state`
     if s['cuda'] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
 
 # %% ../nbs/40_checkpoint.ipynb #a4ad69be
+class WriteError(TrainingError):
+    "A file the run could not write; `path` and the system's reason are in the message, nothing partial was left."
+    def __init__(self, path,           # the file or folder that could not be written
+                 err: OSError,         # the system's error
+                ):
+        self.path = Path(getattr(err, 'filename', None) or path)
+        super().__init__(f"cannot write {str(self.path)!r}: {err.strerror or err}.")
+
+def sidecar(path,  # a checkpoint file
+           ) -> Path:
+    "The file holding `path`'s SHA-256: `path` + '.sha256'."
+    return Path(path).with_name(Path(path).name + '.sha256')
+
+def sha256_file(path,  # any file
+               ) -> str:
+    "The SHA-256 of a file's bytes, read in 1 MiB chunks."
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)
+    return h.hexdigest()
+
+class _Hashing:
+    "A binary file that hashes what is written through it."
+    def __init__(self, f): self.f, self.h = f, hashlib.sha256()
+    def write(self, b): self.h.update(b); return self.f.write(b)
+    def flush(self): self.f.flush()
+
 def _fsync_dir(d: Path):
     try:
         fd = os.open(d, os.O_RDONLY)
@@ -46,36 +74,57 @@ def _fsync_dir(d: Path):
         finally: os.close(fd)
     except OSError: pass  # not every platform can sync a directory
 
+# %% ../nbs/40_checkpoint.ipynb #b03d2851
 def save_checkpoint(path,         # file to write
                     state: dict,  # tensors and plain Python values
                    ) -> Path:
-    "Write `state` (plus the format tag) to `path` atomically."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f'.{path.name}.tmp')
+    "Write `state` (plus the format tag) to `path` atomically, its SHA-256 beside it; `WriteError` if the system refuses."
+    path = Path(path)
+    tmp, side_tmp = path.with_name(f'.{path.name}.tmp'), path.with_name(f'.{sidecar(path).name}.tmp')
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, 'wb') as f:
-            torch.save({'format': FORMAT, **state}, f)
+            w = _Hashing(f)
+            torch.save({'format': FORMAT, **state}, w)
             f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True); raise
+        with open(side_tmp, 'w') as f:
+            f.write(f'{w.h.hexdigest()}  {path.name}\n'); f.flush(); os.fsync(f.fileno())
+        os.replace(side_tmp, sidecar(path)); os.replace(tmp, path)
+    except OSError as e: raise WriteError(path, e) from None
+    finally: tmp.unlink(missing_ok=True); side_tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
     return path
 
 # %% ../nbs/40_checkpoint.ipynb #3f0507b7
+def _reason(e: Exception) -> str:
+    "The line of a loading error that says what is wrong (not torch's advice to load with weights_only=False)."
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    why = [l for l in lines if l.startswith(('WeightsUnpickler error', 'PytorchStreamReader'))]
+    keep = [l for l in lines if 'weights_only' not in l and 'only if you trust' not in l and not l.startswith('(')]
+    return (why or keep or [type(e).__name__])[0][:200]
+
 def read_checkpoint(path,                # a checkpoint file
                     map_location='cpu',  # device to load tensors onto
+                    required=(),         # keys the caller needs (e.g. RESUME_KEYS)
                    ) -> dict:
-    "Load a checkpoint with `weights_only=True`; `CheckpointError` if it is missing, damaged or not ours."
+    "Load a checkpoint with `weights_only=True` after checking its digest; `CheckpointError` naming the file and the reason."
     path = Path(path)
     if not path.is_file(): raise CheckpointError(f"checkpoint {str(path)!r} does not exist.")
+    side = sidecar(path)
+    if side.is_file():
+        want, got = (side.read_text().split() or [''])[0], sha256_file(path)
+        if want != got: raise CheckpointError(f"{str(path)!r} is damaged: its SHA-256 is {got[:16]}..., and {side.name} "
+                                              f"says {want[:16]}...")
+    else: warnings.warn(f"{str(path)!r} has no digest ({side.name}): written before checkpoints carried one, it is loaded unverified.")
     try: ck = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{str(path)!r} is not a readable checkpoint ({type(e).__name__}: {reason}).") from None
+    except Exception as e: raise CheckpointError(f"{str(path)!r} is not a readable checkpoint ({_reason(e)}).") from None
     if not isinstance(ck, dict) or ck.get('format') != FORMAT:
         raise CheckpointError(f"{str(path)!r} is not a longctx_nb checkpoint (no {FORMAT!r} format tag).")
+    if missing := [k for k in required if k not in ck]:
+        raise CheckpointError(f"{str(path)!r} is incomplete: it lacks {', '.join(missing)}.")
     return ck
+
+RESUME_KEYS = ('model', 'optimizer', 'scaler', 'rng', 'step', 'tokens_seen', 'config')  # what a resume reads
 
 # %% ../nbs/40_checkpoint.ipynb #b04dfeb0
 _NAME = re.compile(r'step_(\d+)\.pt$')
@@ -92,13 +141,19 @@ def list_checkpoints(run_dir,  # the run directory
     found = [(int(m.group(1)), p) for p in d.glob('step_*.pt') if (m := _NAME.search(p.name))] if d.is_dir() else []
     return [p for _, p in sorted(found)]
 
-def latest_checkpoint(run_dir,                       # the run directory
-                      map_location='cpu',            # device to load tensors onto
-                     ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
-    "The newest checkpoint of `run_dir` that loads, skipping damaged ones with a warning; None if there is none."
+def latest_checkpoint(run_dir,                                  # the run directory
+                      map_location='cpu',                       # device to load tensors onto
+                      required=(),                              # keys it must hold (`read_checkpoint`)
+                      accept: Callable | None = None,           # accept(path, ck) raises CheckpointError to skip it
+                      on_skip: Callable[[str], None] | None = None,  # told why each newer one was skipped (default: a warning)
+                     ) -> tuple[Path, dict] | None:             # (path, checkpoint), or None
+    "The newest checkpoint of `run_dir` that passes its checks, saying why it skipped each newer one; None if none passes."
     for p in reversed(list_checkpoints(run_dir)):
-        try: return p, read_checkpoint(p, map_location)
-        except CheckpointError as e: warnings.warn(f"skipping checkpoint: {e}", stacklevel=2)
+        try:
+            ck = read_checkpoint(p, map_location, required)
+            if accept is not None: accept(p, ck)
+            return p, ck
+        except CheckpointError as e: (on_skip or (lambda m: warnings.warn(m, stacklevel=3)))(f"skipping checkpoint {p.name}: {e}")
     return None
 
 def prune_checkpoints(run_dir,         # the run directory
@@ -106,10 +161,10 @@ def prune_checkpoints(run_dir,         # the run directory
                      ):
     "Delete all but the newest `keep_last` checkpoints (0 keeps all)."
     if keep_last > 0:
-        for p in list_checkpoints(run_dir)[:-keep_last]: p.unlink(missing_ok=True)
+        for p in list_checkpoints(run_dir)[:-keep_last]: p.unlink(missing_ok=True); sidecar(p).unlink(missing_ok=True)
 
 # %% ../nbs/40_checkpoint.ipynb #6551d387
-RUNTIME_ONLY = {'dropout', 'gradient_checkpointing', 'compile', 'num_params'}
+RUNTIME_ONLY = {'dropout', 'gradient_checkpointing', 'compile', 'size'}  # size: the preset's name; its sizes are compared
 
 def check_same_model(saved: dict,            # the checkpoint's config dict
                      m: ModelConfig,         # this run's model settings
@@ -125,29 +180,54 @@ def check_same_model(saved: dict,            # the checkpoint's config dict
                               "Use the same model settings to resume, or start a new run.")
 
 # %% ../nbs/40_checkpoint.ipynb #ba1a365d
+SUMS = 'SHA256SUMS'
+
 def export_model(model: torch.nn.Module,  # an `LM`
                  out_dir,                 # folder to write
                 ) -> Path:                # the safetensors file
-    "Write `model.safetensors` and `model_config.json` (its resolved `ModelConfig`) into `out_dir`."
+    "Write `model.safetensors`, `model_config.json` (its resolved `ModelConfig`) and their `SHA256SUMS` into `out_dir`, atomically."
     from safetensors.torch import save_model
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(out / 'model.safetensors'))   # stores tied weights once
-    (out / 'model_config.json').write_text(json.dumps(vars(model.cfg), indent=2) + '\n')
+    out = Path(out_dir)
+    files = {'model.safetensors': lambda p: save_model(model, str(p)),   # stores tied weights once
+             'model_config.json': lambda p: p.write_text(json.dumps(vars(model.cfg), indent=2) + '\n')}
+    tmps = {name: out / f'.{name}.tmp' for name in [*files, SUMS]}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, write in files.items(): write(tmps[name])
+        tmps[SUMS].write_text(''.join(f'{sha256_file(tmps[n])}  {n}\n' for n in files))
+        for name in [*files, SUMS]: os.replace(tmps[name], out / name)
+    except OSError as e: raise WriteError(out, e) from None
+    finally:
+        for t in tmps.values(): t.unlink(missing_ok=True)
+    _fsync_dir(out)
     return out / 'model.safetensors'
 
+def verify_export(d,  # an exported folder
+                 ):
+    "Check the files `SHA256SUMS` lists in folder `d`; `CheckpointError` naming a damaged one, a warning if there is no list."
+    sums = Path(d) / SUMS
+    if not sums.is_file():
+        warnings.warn(f"{str(d)!r} has no {SUMS}: exported before exports carried digests, it is loaded unverified."); return
+    for line in sums.read_text().splitlines():
+        want, _, name = line.partition('  ')
+        if not (Path(d) / name).is_file() or sha256_file(Path(d) / name) != want:
+            raise CheckpointError(f"{str(Path(d) / name)!r} is damaged or missing: it does not match {SUMS}.")
+
+# %% ../nbs/40_checkpoint.ipynb #0ab1860a
 def load_model(path,          # an exported folder (or its model.safetensors), or a .pt checkpoint
                device='cpu',  # where the model goes
               ):
-    "An `LM` from an exported folder (model.safetensors + model_config.json) or a training checkpoint (.pt)."
+    "An `LM` from an exported folder (model.safetensors + model_config.json) or a training checkpoint (.pt), checked first."
     from longctx_nb.model import LM
     p = Path(path)
     if p.suffix == '.pt':
-        ck = read_checkpoint(p)
+        ck = read_checkpoint(p, required=('model', 'config'))
         model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model'])
         return model.to(device)
     d = p if p.is_dir() else p.parent
     if not (d / 'model.safetensors').is_file() or not (d / 'model_config.json').is_file():
         raise CheckpointError(f"{str(d)!r} holds no exported model (model.safetensors and model_config.json).")
+    verify_export(d)
     from safetensors.torch import load_model as _load
     model = LM(ModelConfig(**json.loads((d / 'model_config.json').read_text())))
     _load(model, str(d / 'model.safetensors'), device=str(device))

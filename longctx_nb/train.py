@@ -12,12 +12,13 @@ import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
                              reset_peak_memory, peak_memory_mb, measure_peak_flops, pyplot)
-from .config import Config, TrainerConfig, apply_overrides, resolve_model, parse_curriculum
+from .config import Config, ModelConfig, TrainerConfig, apply_overrides, resolve_model, parse_curriculum
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
 from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
-                                   prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, load_model)
+                                   prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, load_model,
+                                   RESUME_KEYS, WriteError)
 from .memory import estimate_memory
 from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
 
@@ -119,9 +120,13 @@ def _versions(root: Path) -> list[Path]:
     found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
     return [p for _, p in sorted(found)]
 
-def resume_point(t: TrainerConfig,  # resume, default_root_dir and run_name
+def resume_point(t: TrainerConfig,             # resume, default_root_dir and run_name
+                 m: ModelConfig | None = None,  # this run's model: a checkpoint of another model is skipped
+                 warn=None,                     # told which checkpoints were skipped, and why (default: stderr)
                 ) -> tuple[Path, Path, dict]:
-    "(run dir, checkpoint path, checkpoint) that `t.resume` names; `UsageError` if there is none to resume."
+    """(run dir, checkpoint path, checkpoint) that `t.resume` names: the newest checkpoint that is intact, complete and of
+    this model, saying why each newer one was skipped; a `UsageError` if none is, or if a file named directly is not."""
+    same = (lambda p, ck: check_same_model(ck['config'], m, p.name)) if m is not None else None
     root, r = Path(t.default_root_dir), t.resume
     if r.lower() in ('last', 'true', 'latest'):
         runs = [root / t.run_name] if t.run_name else _versions(root)[::-1]
@@ -129,11 +134,17 @@ def resume_point(t: TrainerConfig,  # resume, default_root_dir and run_name
         if not runs: raise UsageError(f"nothing to resume: no run with checkpoints under {str(root)!r}"
                                       + (f" named {t.run_name!r}" if t.run_name else '') + '.')
         run_dir = runs[0]
-    elif Path(r).is_file(): return Path(r).parent.parent, Path(r), read_checkpoint(r)
+    elif Path(r).is_file():
+        ck = read_checkpoint(r, required=RESUME_KEYS)
+        if same: same(Path(r), ck)
+        return Path(r).parent.parent, Path(r), ck
     elif Path(r).is_dir(): run_dir = Path(r)
     else: raise UsageError(f"--resume={r!r}: no such run directory or checkpoint file; use --resume for the newest run.")
-    found = latest_checkpoint(run_dir)
-    if found is None: raise UsageError(f"nothing to resume in {str(run_dir)!r}: it holds no readable checkpoint.")
+    skipped = []
+    found = latest_checkpoint(run_dir, required=RESUME_KEYS, accept=same, on_skip=skipped.append)
+    for why in skipped: (warn or (lambda m: print(m, file=sys.stderr)))(f"warning: {why}")
+    if found is None: raise UsageError(f"nothing to resume in {str(run_dir)!r}: it holds no checkpoint that is intact and "
+                                       f"of this model{' (' + '; '.join(skipped) + ')' if skipped else ''}.")
     return run_dir, *found
 
 # %% ../nbs/42_train.ipynb #b55fd92a
@@ -157,7 +168,11 @@ class MetricsLog:
            ):
         self.rows.append(row)
         if self.path:
-            with open(self.path, 'a') as f: f.write(json.dumps(row) + '\n')
+            bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+            line = {**{k: None if k in bad else v for k, v in row.items()}, **({'nonfinite': bad} if bad else {})}
+            try:
+                with open(self.path, 'a') as f: f.write(json.dumps(line, allow_nan=False) + '\n')  # strict JSON: null, not NaN
+            except OSError as e: raise WriteError(self.path, e) from None
         if self.tb:
             for k, v in row.items():
                 if k != 'step' and isinstance(v, (int, float)): self.tb.add_scalar(TB_NAMES.get(k, k), v, row['step'])
@@ -316,8 +331,7 @@ def open_run(cfg: Config,                      # the run's config
     t, d, synthetic = cfg.trainer, cfg.data, isinstance(tokens, SyntheticData)
     r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
             synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
-    r.resumed = resume_point(t) if t.resume and not t.fast_dev_run else None
-    if r.resumed: check_same_model(r.resumed[2]['config'], cfg.model, r.resumed[1])
+    r.resumed = resume_point(t, cfg.model, None if dist.main else (lambda m: None)) if t.resume and not t.fast_dev_run else None
     r.plan = stages(d.seq_len, t.max_steps, t.curriculum)
     r.max_steps = run_length(t, r.plan, d.batch_size, dist.world_size, None if synthetic else len(tokens.train))
     r.n_params = count_params(model)
@@ -330,7 +344,8 @@ def open_run(cfg: Config,                      # the run's config
     r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
     if r.writes:
         r.run_dir.mkdir(parents=True, exist_ok=True)
-        (r.run_dir / 'config.json').write_text(json.dumps(cfg.to_dict(), indent=2) + '\n')
+        try: (r.run_dir / 'config.json').write_text(json.dumps(cfg.to_dict(), indent=2) + '\n')
+        except OSError as e: raise WriteError(r.run_dir / 'config.json', e) from None
     r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed else None)
     return r
 
@@ -560,10 +575,14 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             if r.run_dir and r.bad_in_row == 0 and _due(step, r.t.checkpoint_interval, done):
                 save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
             r.window_t0 += time.perf_counter() - paused
+        return finish(r)
+    except WriteError as e:   # disk full, read-only, no permission: say what is still good
+        kept = r.kept()
+        raise TrainingError(f"{e} " + (f"The newest good checkpoint, {kept}, is intact: make room or fix the folder, then "
+                                       "continue with --resume." if kept else "No checkpoint was written yet.")) from None
     except (RuntimeError, _Terminated) as e:
         if not (isinstance(e, _Terminated) or dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
-    return finish(r)
 
 # %% ../nbs/42_train.ipynb #271b7e98
 def _oom_message(cfg: Config, step: int, ckpt) -> str:
