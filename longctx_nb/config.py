@@ -14,8 +14,8 @@ from .core import UsageError, parse_precision
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
            'LIGHTNING_ONLY', 'opt', 'own_values', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'Config', 'coerce',
            'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir', 'validate',
-           'resolve_model', 'flatten_sections', 'read_config_file', 'load_config', 'field_help', 'option_specs',
-           'key_type', 'key_meta']
+           'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'load_config', 'field_help',
+           'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -31,14 +31,15 @@ def opt(default,       # the field's default value
     return field(default=default, metadata=dict(help=help, choices=choices, ge=ge, gt=gt, lt=lt, le=le, const=const))
 
 # %% ../nbs/01_config.ipynb #e3cde246
-_OWNED: dict[str, tuple[Callable, Callable]] = {}
+_OWNED: dict[str, tuple] = {}
 
 def own_values(key: str,            # canonical dotted key, e.g. 'model.block'
                canonical: Callable, # value -> its canonical spelling; raises `UsageError` naming the valid choices
                choices: Callable,   # () -> the valid values, listed in --help
+               readers: Callable | None = None,  # field name -> the values that read that field (None: all of them)
               ):
     "Let the module that defines a setting's values check and canonicalise them: the block registry owns `model.block`."
-    _OWNED[key] = (canonical, choices)
+    _OWNED[key] = (canonical, choices, readers)
 
 def _owned_choices(key): return _OWNED[key][1]() if key in _OWNED else None
 
@@ -498,6 +499,20 @@ def resolve_model(m: ModelConfig,  # the model section
         sec, name = k.split('.')
         if sec == 'model' and getattr(m, name) is None: setattr(m, name, v)
     return m
+
+# %% ../nbs/01_config.ipynb #1cc53b78
+def check_read(cfg: Config,  # the resolved config
+               keys,         # canonical keys the user gave explicitly (defaults and presets are fine)
+              ):
+    "Refuse an explicitly given `model` setting that the run's block does not read, naming the blocks that read it."
+    readers = _OWNED.get('model.block', (None, None, None))[2]
+    if readers is None: return
+    for k in keys:
+        if not k.startswith('model.'): continue
+        r = readers(k.split('.', 1)[1])
+        if r is not None and cfg.model.block not in r:
+            raise UsageError(f"{k} is read only by the blocks {', '.join(r)}, and this run's model.block={cfg.model.block!r} "
+                             f"would ignore it; leave {k} out, or choose one of those blocks with --model.block.")
 
 # %% ../nbs/01_config.ipynb #1548a524
 def flatten_sections(d: dict,           # {section: {key: value}} or top-level scalars
