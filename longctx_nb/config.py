@@ -453,6 +453,7 @@ def _set_all(cfg, d: dict):
 # %% ../nbs/01_config.ipynb #e16213d3
 def check_writable_dir(path,                       # a folder that will be created or written into
                        what: str = 'output folder',  # what it is, for the message (e.g. '--output_dir')
+                       writable: bool = True,        # also refuse a folder this user cannot write (False: only the shape)
                       ) -> Path:
     "Refuse a folder that cannot be made or written: it (or a parent) is a file, or it cannot be written; `UsageError` naming it."
     p = Path(path).expanduser()
@@ -461,7 +462,7 @@ def check_writable_dir(path,                       # a folder that will be creat
     while not q.exists() and q != q.parent: q = q.parent
     if q.exists() and not q.is_dir():
         raise UsageError(f"{what} {str(p)!r} cannot be created: {str(q)!r} is a file, not a folder.")
-    if q.exists() and not os.access(q, os.W_OK | os.X_OK):
+    if writable and q.exists() and not os.access(q, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {str(p)!r} cannot be written: {str(q)!r} is not writable by this user.")
     return p
 
@@ -486,9 +487,9 @@ def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_step
     if t.min_lr is not None and t.min_lr > t.learning_rate:
         raise UsageError(f"trainer.min_lr={t.min_lr} is above trainer.learning_rate={t.learning_rate}; the cosine decay "
                          "ends at min_lr, so min_lr <= learning_rate.")
-    check_writable_dir(t.default_root_dir, 'trainer.default_root_dir')
-    if t.run_name: check_writable_dir(Path(t.default_root_dir) / t.run_name, 'the run directory (trainer.run_name)')
-    if cfg.data.cache_dir: check_writable_dir(cfg.data.cache_dir, 'data.cache_dir')
+    check_writable_dir(t.default_root_dir, 'trainer.default_root_dir', writable=False)   # a file where a folder goes
+    if t.run_name: check_writable_dir(Path(t.default_root_dir) / t.run_name, 'the run directory (trainer.run_name)', writable=False)
+    if cfg.data.cache_dir: check_writable_dir(cfg.data.cache_dir, 'data.cache_dir', writable=False)
     return cfg
 
 def resolve_model(m: ModelConfig,  # the model section

@@ -206,7 +206,7 @@ def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None
                shards: int = 1,                     # ranks the weights and optimizer state are sharded over (FSDP)
                processes: int = 1,                  # processes sharing this memory (CPU ranks of one machine)
                hint: str = TRAIN_HINT,              # the settings to lower, in the tool's own flags
-               override: str = '--trainer.skip_memory_check',  # the flag that skips this check
+               override: str | None = '--trainer.skip_memory_check',  # the flag that skips this check (None: none)
               ) -> int:                             # the bytes needed
     "Refuse (`UsageError`) a run whose estimated memory exceeds what `device` has available; returns the estimate."
     cfg = resolve_model(mcfg)
@@ -223,7 +223,7 @@ def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None
         desc = f"{'at least' if early else 'about'} {format_bytes(need)} for {n:,} parameters and {size}" + (f" in each of {processes} processes" if processes > 1 else '')
     if need is None or (avail is not None and need > avail[0]):
         raise UsageError(f"this run cannot fit in memory: to {what} it needs {desc}, but {avail[1] if avail else 'the device is too small'}. "
-                         f"Lower {hint}; or pass {override} to start anyway.")
+                         f"Lower {hint}" + (f"; or pass {override} to start anyway." if override else '.'))
     return need
 
 # %% ../nbs/31_memory.ipynb #d75e6e82
