@@ -390,7 +390,7 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
     _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
-    check_positive(lengths=lengths, passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
+    check_positive(lengths=lengths, vocab_size=vocab_size, passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
     _check(seed >= 0, f"--seed={seed} must be >= 0.")
     if output_dir is not None: check_writable_dir(output_dir, '--output_dir')
     _check(n_samples > 0 or (n_samples == 0 and task in ('perplexity', 'drift_curve')), f"--n_samples={n_samples} must be > 0 "
