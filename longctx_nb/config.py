@@ -289,7 +289,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     elif key == 'trainer.curriculum' and isinstance(value, (list, tuple)):  # JSON: [{"seq_len": 512, "steps": 100}, ...]
         try: v = ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
         except (KeyError, IndexError, TypeError): bad('expected SEQ_LEN:STEPS pairs, or a list of {"seq_len": N, "steps": N}')
-    elif isinstance(value, (dict, list, tuple, bool)): bad('expected a text value')
+    elif isinstance(value, (dict, list, tuple)): bad('expected a text value, not a JSON list or object')
     else: v = str(value)
     if key == 'trainer.curriculum': parse_curriculum(v)
     if key in _CHECKS: v = _CHECKS[key](key, v, bad)
