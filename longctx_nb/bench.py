@@ -48,7 +48,7 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
 def _bench_bytes(name: str, ns: dict) -> int | None:
     "A rough upper estimate of the bytes of the largest case of the kernel benchmarks (inputs, outputs, gradients)."
     L = max(ns.get('Ls') or [0])
-    if name == 'scan': return 4 * ns['batch'] * ns['dim'] * L * (ns['N'] + 8) * 3
+    if name == 'scan': return 4 * ns['batch'] * ns['dim'] * L * (ns['N'] + 8)
     if name == 'attention': return 4 * ns['batch_size'] * ns['H'] * L * ns['Dh'] * 16
     return None
 

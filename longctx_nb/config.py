@@ -281,8 +281,8 @@ def coerce(key: str,    # canonical dotted key, for messages
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool): v = value
         else:
-            if isinstance(value, str) and value.strip().lstrip('+-').isdigit(): f = int(value)   # exact, however long
-            else: f = _number(value, bad, 'an integer')
+            try: f = int(value.strip()) if isinstance(value, str) else _number(value, bad, 'an integer')   # exact, however long
+            except ValueError: f = _number(value, bad, 'an integer')
             if isinstance(f, float) and not f.is_integer(): bad('expected an integer')
             v = int(f)
     elif tp is float: v = _number(value, bad, 'a number')

@@ -104,15 +104,36 @@ def arg_comments(fn,  # a function whose arguments carry `# comments`
     return out
 
 # %% ../nbs/02_flags.ipynb #338a6253
-def _none_or(f): return lambda s: None if s.lower() == 'none' else f(s)
+def _none_or(f):
+    g = lambda s: None if s.lower() == 'none' else f(s)
+    g.__name__ = f.__name__   # argparse names the type in its message: "invalid int value: 'x'"
+    return g
+
+def _bool(s: str) -> bool:
+    if s.lower() in ('1', 'true', 'yes', 'on'): return True
+    if s.lower() in ('0', 'false', 'no', 'off'): return False
+    raise ValueError(s)   # argparse: "invalid _bool value"
+
+def _dtype(s: str):
+    "A torch dtype by name ('float32', 'torch.bfloat16'); a `ValueError` (argparse's 'invalid dtype value') otherwise."
+    torch = importlib.import_module('torch')
+    dt = getattr(torch, s.removeprefix('torch.'), None)
+    if not isinstance(dt, torch.dtype): raise ValueError(s)
+    return dt
+_dtype.__name__, _bool.__name__ = 'dtype', 'true/false'
+
+def _finite(s: str) -> float:
+    f = float(s)
+    if f != f or f in (float('inf'), float('-inf')): raise ValueError(s)
+    return f
+_finite.__name__ = 'finite float'
 
 def _reader(default):
     "How to read a flag's string, judged from the argument's default."
-    if isinstance(default, bool): return lambda s: s.lower() in ('1', 'true', 'yes')
+    if isinstance(default, bool): return _bool
     if isinstance(default, int): return _none_or(int)
-    if isinstance(default, float): return _none_or(float)
-    if type(default).__module__ == 'torch':  # a torch.dtype
-        return lambda s: getattr(importlib.import_module('torch'), s.removeprefix('torch.'))
+    if isinstance(default, float): return _none_or(_finite)
+    if type(default).__module__ == 'torch': return _dtype   # a torch.dtype
     return _none_or(str)
 
 def args_from(fn,                          # the function

@@ -61,6 +61,8 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('nan_lr_lightning', T, ['--model.learning_rate=NaN'], 'finite'),
     ('huge_float_int', T, ['--trainer.max_steps=1e400'], 'finite'),
     ('text_int', T, ['--trainer.max_steps=ten'], 'expected an integer'),
+    ('double_minus_int', T, ['--trainer.max_steps=--5'], 'expected an integer'),
+    ('hex_int', T, ['--data.seq_len=0x40'], 'expected an integer'),
     ('fraction_int', T, ['--data.batch_size=2.5'], 'expected an integer'),
     ('beta1_one', T, ['--trainer.adam_beta1=1'], 'must be < 1'),
     ('beta2_negative', T, ['--trainer.adam_beta2=-0.1'], 'must be >= 0'),
@@ -184,6 +186,8 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('bench_blocks_L_huge', B, ['blocks', '--L', '100000000', '--blocks', 'vanilla', '--device', 'cpu'], 'cannot fit in memory'),
     ('bench_csv_under_file', B, ['blocks', '--csv', '{d}/afile/x.csv'], 'is a file'),
     ('bench_unknown', B, ['matmul'], 'unknown benchmark'),
+    ('bench_dtype_unknown', B, ['attention', '--dtype', 'float99'], "invalid dtype value: 'float99'"),
+    ('bench_L_text', B, ['scan', '--L', 'long'], "invalid int value: 'long'"),
     ('bench_blocks_unknown_block', B, ['blocks', '--blocks', 'hyena', '--L', '64'], "unknown block 'hyena'"),
 ]
 if NO_GPU:
