@@ -12,10 +12,10 @@ from .core import UsageError, parse_precision
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'opt', 'own_values', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'Config', 'coerce',
-           'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir', 'validate',
-           'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'load_config', 'field_help',
-           'option_specs', 'key_type', 'key_meta']
+           'LIGHTNING_ONLY', 'opt', 'own_values', 'check_before_run', 'run_checks', 'ModelConfig', 'DataConfig',
+           'TrainerConfig', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides',
+           'check_writable_dir', 'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file',
+           'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -42,6 +42,19 @@ def own_values(key: str,            # canonical dotted key, e.g. 'model.block'
     _OWNED[key] = (canonical, choices, readers)
 
 def _owned_choices(key): return _OWNED[key][1]() if key in _OWNED else None
+
+_RUN_CHECKS: list[Callable] = []
+
+def check_before_run(fn: Callable,  # fn(cfg) raises `UsageError` for a training config that must not start
+                    ) -> Callable:  # `fn` itself
+    "Register a check that the command line runs on a training config before anything is built (the memory estimate's)."
+    if fn not in _RUN_CHECKS: _RUN_CHECKS.append(fn)
+    return fn
+
+def run_checks(cfg,  # a training `Config`
+              ):
+    "Run every check registered with `check_before_run`."
+    for fn in _RUN_CHECKS: fn(cfg)
 
 # %% ../nbs/01_config.ipynb #cb6865fe
 def _size(d, n, h, ff, **extra): return {'model.d_model': d, 'model.n_layers': n, 'model.n_heads': h, 'model.d_ff': ff, **extra}

@@ -8,7 +8,7 @@ import argparse, dataclasses, difflib, importlib, inspect, io, os, shutil, sys, 
 import longctx_nb
 from .core import UsageError, TrainingError
 from .config import (Config, ALIASES, SECTIONS, option_specs, key_type, key_meta, canonical_key, read_config_file,
-                               apply_overrides, check_read, _value, _field_of)
+                               apply_overrides, check_read, run_checks, _value, _field_of)
 
 # %% auto #0
 __all__ = ['MAMBA_GUIDE', 'GPU_NATIVE', 'HelpFormatter', 'Parser', 'arg', 'add_args', 'arg_comments', 'args_from', 'setting_help',
@@ -292,6 +292,8 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
                      "as DeepSpeed's ZeRO stages 2 and 3 shard); DeepSpeed itself is not used. Say --trainer.strategy=fsdp.")
     if int(os.environ.get('RANK', 0)) == 0:
         for n in notes: print(f"{parser.prog}: note: {n}", file=sys.stderr)
+    if {'--model.d_model', '--trainer.max_steps'} <= set(parser._option_string_actions) and not getattr(ns, 'print_config', False):
+        run_checks(cfg)   # a training command: e.g. the memory estimate, before any model or batch exists
     return cfg, ns
 
 # %% ../nbs/02_flags.ipynb #bd0654ea

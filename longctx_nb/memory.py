@@ -9,15 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 from torch import nn
-from .core import UsageError, parse_precision, saved_tensor_bytes
-from .config import ModelConfig, resolve_model
+from .core import UsageError, get_device, parse_precision, saved_tensor_bytes
+from .config import ModelConfig, check_before_run, resolve_model
+from .synthetic import from_config as synthetic_from_config
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block
 from .model import LM, count_params
 
 # %% auto #0
 __all__ = ['TRAIN_HINT', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes', 'MemoryEstimate', 'estimate_memory',
-           'param_count', 'available_memory', 'check_fits', 'check_config_fits', 'check_positive', 'check_lengths']
+           'param_count', 'available_memory', 'check_fits', 'check_config_fits', 'fits_when_parsed', 'check_positive',
+           'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -238,6 +240,21 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
     sharded = world_size > 1 and (cfg.trainer.strategy == 'fsdp' or cfg.trainer.strategy.startswith('deepspeed'))
     return check_fits(cfg.model, cfg.data.batch_size, cfg.data.seq_len, precision, dev, shards=world_size if sharded else 1,
                       processes=world_size if dev.type == 'cpu' else 1)
+
+# %% ../nbs/31_memory.ipynb #ed425dde
+@check_before_run
+def fits_when_parsed(cfg,  # a training `Config` straight from the command line
+                    ) -> int | None:  # bytes needed (None: skipped)
+    "`check_config_fits` with what the flags say: the device, the processes on this machine, the vocabulary if known."
+    t, d = cfg.trainer, cfg.data
+    if getattr(t, 'skip_memory_check', False): return None
+    dev = get_device(t.accelerator)
+    p = '16' if t.use_fp16 and t.precision == '32' and dev.type == 'cuda' else parse_precision(t.precision)
+    vocab = cfg.model.vocab_size
+    if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None:
+        vocab = synthetic_from_config(d).vocab_size
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
+    return check_config_fits(cfg, dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
 
 # %% ../nbs/31_memory.ipynb #8d4f3cc7
 def check_positive(**flags,  # flag name (without '--') -> a value, or a list of values, each must be a positive integer (None: not given)

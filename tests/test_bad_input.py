@@ -47,11 +47,6 @@ def data(tmp_path_factory):
 
 NO_GPU = not torch.cuda.is_available()
 
-def _trainer_checks_memory() -> bool:
-    "Whether the trainer asks `memory.check_config_fits` before it builds the model."
-    from longctx_nb import train
-    return 'check_config_fits' in inspect.getsource(train)
-
 T, P, E, C, R, B = 'longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench'
 CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data folder, {run}: the tiny run
     # values: type, finiteness, range, whichever spelling
@@ -194,11 +189,15 @@ if NO_GPU:
     CASES += [('train_cuda_without_gpu', T, ['--device', 'cuda', '--trainer.max_steps=1'], 'no CUDA GPU'),
               ('eval_cuda_without_gpu', E, ['--device', 'cuda'], '--device=cpu'),
               ('bench_cuda_without_gpu', B, ['blocks', '--device', 'cuda', '--L', '64'], '--device=cpu')]
-SIZES = [  # need the trainer's call to memory.check_config_fits before it builds anything
+SIZES = [  # refused by the memory estimate as soon as the flags are read (and by the trainer's own check, where it has one)
     ('train_d_model_huge', T, ['--model.d_model=1000000000', '--model.n_heads=8'], 'cannot fit in memory'),
     ('train_vocab_huge', T, ['--model.vocab_size=1000000000'], 'cannot fit in memory'),
     ('train_layers_huge', T, ['--model.n_layers=1000000'], 'cannot fit in memory'),
     ('train_batch_huge', T, ['--data.batch_size=10000000'], 'cannot fit in memory'),
+    ('train_seq_len_huge_synthetic', T, ['--data.dataset_name=synthetic', '--data.task=copy', '--data.seq_len=100000000'], 'cannot fit in memory'),
+    ('train_task_vocab_huge', T, ['--data.dataset_name=synthetic', '--data.task_vocab_size=1000000000'], 'vocabulary 1,000,000,000'),
+    ('train_vocab_2_31', T, ['--vocab_size', '2147483648'], 'cannot fit in memory'),
+    ('train_mamba_state_huge', T, ['--model.block=mamba', '--model.d_state=10000000'], 'cannot fit in memory'),
 ]
 
 def tree(*dirs) -> set:
@@ -239,7 +238,6 @@ def test_bad_input(case, data, tmp_path):
 
 @pytest.mark.parametrize('case', SIZES, ids=[c[0] for c in SIZES])
 def test_absurd_sizes(case, data, tmp_path):
-    if not _trainer_checks_memory(): pytest.skip('the trainer does not call memory.check_config_fits yet')
     check(case, data, tmp_path)
 
 def test_the_table_is_large():
@@ -269,11 +267,13 @@ def test_console_scripts(bindir, tmp_path, script, argv, phrase):
 
 @pytest.mark.parametrize('case', SIZES, ids=[c[0] for c in SIZES])
 def test_absurd_sizes_refused_by_the_memory_guard(case):
-    "What the trainer's one line (`check_config_fits(cfg, device, precision, world_size)`) refuses, in milliseconds."
+    "The check the command line registers (and the trainer's `check_config_fits`) refuses each, in milliseconds."
     from longctx_nb.cli import parse_cli
-    from longctx_nb.memory import check_config_fits
+    from longctx_nb.memory import check_config_fits, fits_when_parsed
     from longctx_nb.core import UsageError
-    cfg, _ = parse_cli(case[2])
+    with contextlib.redirect_stderr(io.StringIO()): cfg, _ = parse_cli(case[2] + ['--print_config'])   # prints, checks nothing
     t0 = time.perf_counter()
-    with pytest.raises(UsageError, match='cannot fit in memory'): check_config_fits(cfg, 'cpu')
+    with pytest.raises(UsageError, match='cannot fit in memory'): fits_when_parsed(cfg)
+    if cfg.data.dataset_name != 'synthetic':
+        with pytest.raises(UsageError, match='cannot fit in memory'): check_config_fits(cfg, 'cpu')
     assert time.perf_counter() - t0 < 5
