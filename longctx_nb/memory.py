@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from .core import UsageError, get_device, parse_precision, saved_tensor_bytes
 from .config import ModelConfig, check_before_run, resolve_model
-from .synthetic import from_config as synthetic_from_config
+from .synthetic import CONFIG_KNOBS, get_task, task_params
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block
 from .model import LM, count_params
@@ -252,7 +252,8 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
     p = '16' if t.use_fp16 and t.precision == '32' and dev.type == 'cuda' else parse_precision(t.precision)
     vocab = cfg.model.vocab_size
     if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None:
-        vocab = synthetic_from_config(d).vocab_size
+        knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
+        vocab = task_params(d.task, **knobs)['vocab_size']   # the task's vocabulary, without generating a sequence
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
     return check_config_fits(cfg, dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
 

@@ -153,10 +153,10 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
     check_positive(max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths)
     lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
     cfgs = block_configs(blocks, task, max_steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, overrides)
+    _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
     check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
-    _check_compare_fits(cfgs, lengths, device)
     rows = []
     for b, cfg in cfgs.items():
         if verbose: print(f"{b}: training {max_steps} steps ...", flush=True)

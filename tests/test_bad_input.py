@@ -276,4 +276,4 @@ def test_absurd_sizes_refused_by_the_memory_guard(case):
     with pytest.raises(UsageError, match='cannot fit in memory'): fits_when_parsed(cfg)
     if cfg.data.dataset_name != 'synthetic':
         with pytest.raises(UsageError, match='cannot fit in memory'): check_config_fits(cfg, 'cpu')
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 20, time.perf_counter() - t0
