@@ -233,13 +233,14 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
                       device='cpu',         # where this process trains
                       precision: str = '32',  # the precision it runs in
                       world_size: int = 1,  # ranks of the run
+                      hint: str = TRAIN_HINT,  # the settings to lower, in the tool's own flags
                      ) -> int | None:       # bytes needed (None: skipped)
     "`check_fits` for a training run: its batch, its longest sequence, FSDP's sharding; skipped by trainer.skip_memory_check."
     if getattr(cfg.trainer, 'skip_memory_check', False): return None
     dev = torch.device(device)
     sharded = world_size > 1 and (cfg.trainer.strategy == 'fsdp' or cfg.trainer.strategy.startswith('deepspeed'))
     return check_fits(cfg.model, cfg.data.batch_size, cfg.data.seq_len, precision, dev, shards=world_size if sharded else 1,
-                      processes=world_size if dev.type == 'cpu' else 1)
+                      processes=world_size if dev.type == 'cpu' else 1, hint=hint)
 
 # %% ../nbs/31_memory.ipynb #ed425dde
 @check_before_run

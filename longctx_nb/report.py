@@ -127,7 +127,8 @@ def _check_compare_fits(cfgs: dict, lengths: list[int], device: str):
     for cfg in cfgs.values():
         if cfg.trainer.skip_memory_check: continue
         p = parse_precision(cfg.trainer.precision)
-        check_config_fits(cfg, dev, p)
+        check_config_fits(cfg, dev, p, hint="--batch_size (with --trainer.accumulate_grad_batches), --seq_len, --size, "
+                          "--model.d_model or --model.n_layers, or set --model.gradient_checkpointing=true or --trainer.precision=bf16")
         check_fits(cfg.model, cfg.data.batch_size, max(lengths), p, dev, training=False, hint='--eval_lengths or --batch_size',
                    override='--trainer.skip_memory_check')
 
