@@ -4,15 +4,17 @@
 
 # %% ../nbs/50_bench.ipynb #3f370f11
 from __future__ import annotations
-import argparse, csv, importlib, inspect, sys
+import argparse, csv, importlib, inspect, math, sys
 import torch
 from pathlib import Path
-from .core import UsageError, pyplot
+from .core import UsageError, get_device, pyplot
+from .config import Config, apply_overrides, check_writable_dir
+from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
 
 # %% auto #0
-__all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'write_csv', 'run_bench', 'bench_main', 'train_step_cost',
-           'bench_blocks', 'print_block_bench', 'plot_bench']
+__all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'check_args', 'write_csv', 'run_bench', 'bench_main',
+           'train_step_cost', 'bench_blocks', 'print_block_bench', 'plot_bench']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -42,6 +44,37 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
         specs.append(arg('--csv', type=Path, help='also write the rows to this CSV file'))
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
+# %% ../nbs/50_bench.ipynb #e6902acc
+def _bench_bytes(name: str, ns: dict) -> int | None:
+    "A rough upper estimate of the bytes of the largest case of the kernel benchmarks (inputs, outputs, gradients)."
+    L = max(ns.get('Ls') or [0])
+    if name == 'scan': return 4 * ns['batch'] * ns['dim'] * L * (ns['N'] + 8)
+    if name == 'attention': return 4 * ns['batch_size'] * ns['H'] * L * ns['Dh'] * 16
+    return None
+
+def check_args(fn,       # the benchmark function
+               ns: dict, # its parsed flags (argument name -> value)
+              ):
+    "Refuse counts and lengths that are not positive, output files without a folder, and a largest case that cannot fit."
+    sig = inspect.signature(fn).parameters
+    for k, v in ns.items():
+        d = sig[k].default if k in sig else None
+        one = d[0] if isinstance(d, (tuple, list)) and d else d
+        flag = 'L' if k == 'Ls' else k
+        if isinstance(one, int) and not isinstance(one, bool) and one > 0: check_positive(**{flag: v})
+        if isinstance(one, float) and v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"--{flag}={v} must be a positive finite number.")
+    if ns.get('reps', 1) > 1000: raise UsageError(f"--reps={ns['reps']}: at most 1000 timed repetitions.")
+    for k in ('csv', 'png'):
+        if ns.get(k): check_writable_dir(Path(ns[k]).expanduser().parent, f'the folder of --{k}')
+    name = next((n for n, f in BENCHES.items() if f.endswith(':' + fn.__name__)), None)
+    need = _bench_bytes(name, ns)
+    if need is not None:
+        avail = available_memory(get_device(ns.get('device') or 'auto'))
+        if avail is not None and need > avail[0]:
+            raise UsageError(f"the longest case (--L {max(ns['Ls'])}) needs about {format_bytes(need)}, but {avail[1]}; "
+                             "lower --L or the batch.")
+
 # %% ../nbs/50_bench.ipynb #b78c9bc8
 def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
               path,              # CSV file to write (folders are created)
@@ -61,6 +94,7 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     if argv[0].startswith('-'): bench_parser().parse_args(argv); return []   # --help, --version
     fn = get_bench(argv[0])
     ns = vars(bench_parser(argv[0]).parse_args(argv[1:]))
+    check_args(fn, ns)
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
     rows = fn(**ns)
     if out: print(f'wrote {write_csv(rows, out)}')
@@ -69,7 +103,7 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
 def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
               ):
     "Console script `longctx_bench`."
-    sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv))
+    sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv, names={'--trainer.accelerator': '--device'}))
 
 # %% ../nbs/50_bench.ipynb #761386f7
 ALL_BLOCKS = ('vanilla', 'mamba', 'baseline_longformer', 'baseline_bigbird', 'blade', 'dpassm')
@@ -108,6 +142,11 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
     from longctx_nb.model import create_model, count_params
     from longctx_nb.core import get_device, seed_everything
     device = get_device(device or 'auto')
+    check_positive(L=list(Ls), batch=batch, reps=reps, window_size=window_size, chunk_size=chunk_size)
+    for block in blocks:   # every case fits, before the first model is built
+        m = apply_overrides(Config(), {'model.vocab_size': 256, 'model.size': size, 'model.block': block,
+                                       'model.window_size': window_size, 'model.chunk_size': chunk_size}).model
+        check_fits(m, batch, max(Ls), '32', device, hint='--L or --batch', override=None)
     rows = []
     for block in blocks:
         seed_everything(0)

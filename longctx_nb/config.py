@@ -4,17 +4,18 @@
 
 # %% ../nbs/01_config.ipynb #60f310aa
 from __future__ import annotations
-import copy, dataclasses, difflib, json, typing
+import copy, dataclasses, difflib, json, math, os, re, typing
 from dataclasses import dataclass, field, fields, InitVar
 from pathlib import Path
 from typing import Any, Callable
 from .core import UsageError, parse_precision
 
 # %% auto #0
-__all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES', 'opt',
-           'own_values', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'Config', 'coerce', 'parse_curriculum',
-           'all_keys', 'canonical_key', 'apply_overrides', 'validate', 'resolve_model', 'flatten_sections',
-           'read_config_file', 'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
+__all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
+           'LIGHTNING_ONLY', 'opt', 'own_values', 'check_before_run', 'run_checks', 'ModelConfig', 'DataConfig',
+           'TrainerConfig', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides',
+           'check_writable_dir', 'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file',
+           'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -24,21 +25,36 @@ def opt(default,       # the field's default value
         gt=None,       # lower bound, exclusive
         lt=None,       # upper bound, exclusive
         const=None,    # the value of the bare flag (`--key` without a value)
+        le=None,       # upper bound, inclusive
        ):
     "A dataclass field carrying its help text, valid range and (`const`) value as a bare flag in `metadata`."
-    return field(default=default, metadata=dict(help=help, choices=choices, ge=ge, gt=gt, lt=lt, const=const))
+    return field(default=default, metadata=dict(help=help, choices=choices, ge=ge, gt=gt, lt=lt, le=le, const=const))
 
 # %% ../nbs/01_config.ipynb #e3cde246
-_OWNED: dict[str, tuple[Callable, Callable]] = {}
+_OWNED: dict[str, tuple] = {}
 
 def own_values(key: str,            # canonical dotted key, e.g. 'model.block'
                canonical: Callable, # value -> its canonical spelling; raises `UsageError` naming the valid choices
                choices: Callable,   # () -> the valid values, listed in --help
+               readers: Callable | None = None,  # field name -> the values that read that field (None: all of them)
               ):
     "Let the module that defines a setting's values check and canonicalise them: the block registry owns `model.block`."
-    _OWNED[key] = (canonical, choices)
+    _OWNED[key] = (canonical, choices, readers)
 
 def _owned_choices(key): return _OWNED[key][1]() if key in _OWNED else None
+
+_RUN_CHECKS: list[Callable] = []
+
+def check_before_run(fn: Callable,  # fn(cfg) raises `UsageError` for a training config that must not start
+                    ) -> Callable:  # `fn` itself
+    "Register a check that the command line runs on a training config before anything is built (the memory estimate's)."
+    if fn not in _RUN_CHECKS: _RUN_CHECKS.append(fn)
+    return fn
+
+def run_checks(cfg,  # a training `Config`
+              ):
+    "Run every check registered with `check_before_run`."
+    for fn in _RUN_CHECKS: fn(cfg)
 
 # %% ../nbs/01_config.ipynb #cb6865fe
 def _size(d, n, h, ff, **extra): return {'model.d_model': d, 'model.n_layers': n, 'model.n_heads': h, 'model.d_ff': ff, **extra}
@@ -137,16 +153,16 @@ class DataConfig:
                                         'accumulation is derived: global_batch_size / (batch_size x world size)', gt=0)
     val_fraction: float = opt(0.05, 'fraction of a text corpus held out for validation', gt=0, lt=1)
     cache_dir: str | None = opt(None, 'where prepared corpora are cached (default: $LONGCTX_CACHE or ~/.cache/longctx_nb)')
-    num_workers: int = opt(0, 'DataLoader worker processes (0: batches are cut in the training process)', ge=0)
+    num_workers: int = opt(0, 'DataLoader worker processes (0: batches are cut in the training process)', ge=0, le=256)
     pin_memory: bool = opt(True, 'pin host memory for faster copies to a GPU')
-    prefetch_factor: int = opt(2, 'batches prefetched per worker', gt=0)
+    prefetch_factor: int = opt(2, 'batches prefetched per worker', gt=0, le=1024)
     persistent_workers: bool = opt(False, 'keep DataLoader workers alive between epochs')
     task: str = opt('associative_recall', "synthetic task for dataset_name=synthetic", choices=lambda: SYNTHETIC_TASKS)
     task_vocab_size: int | None = opt(None, "synthetic: vocabulary of the task (default: the task's own, e.g. 64 for "
                                       "associative_recall, 16 for induction_heads)", gt=2)
     num_pairs: int = opt(8, 'synthetic associative_recall: key-value pairs per sequence (needs 3 * num_pairs <= seq_len)', gt=0)
     passkey_depth: float | None = opt(None, 'synthetic passkey: where the key hides, 0 (start) to 1 (end); default: random per sequence',
-                                      ge=0)
+                                      ge=0, le=1)
     copy_len: int = opt(16, 'synthetic copy and selective_copy: tokens to copy (needs 2 * copy_len <= seq_len)', gt=0)
 
 @dataclass
@@ -170,13 +186,13 @@ class TrainerConfig:
     log_every_n_steps: int = opt(10, 'log every N steps', gt=0)
     checkpoint_interval: int = opt(1000, 'save a checkpoint every N steps (0: only at the end)', ge=0)
     accelerator: str = opt('auto', "device: auto, cpu, cuda (gpu), cuda:N or mps")
-    devices: int = opt(1, 'processes on this machine; above 1 longctx_train starts them itself (or run it under torchrun)', gt=0)
+    devices: int = opt(1, 'processes on this machine; above 1 longctx_train starts them itself (or run it under torchrun)', gt=0, le=1024)
     strategy: str = opt('auto', "multi-process strategy: ddp (the default), fsdp (FSDP2, fully_shard per block); Lightning's "
                         "deepspeed_stage_2 / deepspeed_stage_3 run as fsdp", choices=['auto', 'ddp', 'fsdp', 'deepspeed_stage_2',
                         'deepspeed_stage_3'])
     dist_backend: str = opt('auto', 'process-group backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo',
                             choices=['auto', 'nccl', 'gloo'])
-    dist_timeout: int = opt(600, 'seconds a collective waits for the other ranks before the run stops with an error', gt=0)
+    dist_timeout: int = opt(600, 'seconds a collective waits for the other ranks before the run stops with an error', gt=0, le=10**7)
     precision: str = opt('32', 'numeric precision: 32, bf16 (bf16-mixed) or 16 (16-mixed)',
                          choices=lambda: sorted(_PRECISION_SPELLINGS))
     use_fp16: bool = opt(False, 'fp16 mixed precision where the device supports it, fp32 elsewhere (Mamba memory guide configs)')
@@ -185,7 +201,7 @@ class TrainerConfig:
     run_name: str | None = opt(None, 'run directory name under default_root_dir (default: the next free version_N)')
     enable_progress_bar: bool = opt(True, 'show a progress bar')
     fast_dev_run: bool = opt(False, 'run 2 training steps and one validation batch, write nothing')
-    seed: int = opt(1337, 'random seed for the weights and the data stream')
+    seed: int = opt(1337, 'random seed for the weights and the data stream', ge=0, lt=2**63)
     plot: bool = opt(True, 'save the loss curve as loss.png in the run directory')
     tensorboard: bool = opt(True, 'also write TensorBoard event files into the run directory (needs tensorboard)')
     keep_last: int = opt(3, 'checkpoints to keep (0: all)', ge=0)
@@ -194,6 +210,8 @@ class TrainerConfig:
     max_bad_steps: int = opt(5, 'stop after this many steps in a row with a NaN or inf loss or gradient', gt=0)
     curriculum: str | None = opt(None, "sequence-length stages 'SEQ_LEN:STEPS,...' (e.g. 512:1000,1024:2000); "
                                  "replaces data.seq_len and max_steps")
+    skip_memory_check: bool = opt(False, "start even when the memory estimate says the run does not fit in the device's free "
+                                  "memory (RAM on the CPU, each GPU's free memory)")
 
 from .core import PRECISIONS as _PRECISION_SPELLINGS
 
@@ -249,36 +267,45 @@ _TRUE, _FALSE = {'true', '1', 'yes', 'y', 'on'}, {'false', '0', 'no', 'n', 'off'
 
 def _hints(cls) -> dict: return typing.get_type_hints(cls)
 
+def _number(value, bad, what: str) -> float:
+    "`value` as a finite float; `bad(...)` for anything else (text, a list, NaN, inf, a number too large for a float)."
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)): bad(f'expected {what}')
+    try: f = float(value)
+    except (TypeError, ValueError, OverflowError): bad(f'expected {what}')
+    if not math.isfinite(f): bad(f'expected a finite {what.removeprefix("an ").removeprefix("a ")}, not NaN or infinity')
+    return f
+
 def coerce(key: str,    # canonical dotted key, for messages
            value,       # the raw value (a string from the CLI, or JSON)
            tp,          # the field's type
            meta: dict,  # the field's metadata (`opt`)
           ):
-    "Convert `value` to type `tp` for setting `key` and check it against the field's constraints."
+    "Convert `value` to type `tp` for setting `key` and check it against the field's constraints (finite numbers only)."
     args = typing.get_args(tp)
     if type(None) in args:  # Optional[X]
-        if value is None or (isinstance(value, str) and value.lower() in ('none', 'null', '', 'auto')): return None
+        if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', '', 'auto')): return None
         tp = next(a for a in args if a is not type(None))
     def bad(what): raise UsageError(f"{key}={value!r} is not valid: {what}.")
     if tp is bool:
         if isinstance(value, bool): v = value
-        elif str(value).lower() in _TRUE: v = True
-        elif str(value).lower() in _FALSE: v = False
+        elif isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE: v = True
+        elif isinstance(value, (str, int)) and str(value).strip().lower() in _FALSE: v = False
         else: bad('expected true or false')
     elif tp is int:
-        if isinstance(value, bool): bad('expected an integer')
-        try: v = int(value) if not isinstance(value, float) or value.is_integer() else bad('expected an integer')
-        except (TypeError, ValueError):
-            try: f = float(value); v = int(f) if f.is_integer() else bad('expected an integer')
-            except (TypeError, ValueError): bad('expected an integer')
-    elif tp is float:
-        if isinstance(value, bool): bad('expected a number')
-        try: v = float(value)
-        except (TypeError, ValueError): bad('expected a number')
+        if isinstance(value, int) and not isinstance(value, bool): v = value
+        else:
+            try: f = int(value.strip()) if isinstance(value, str) else _number(value, bad, 'an integer')   # exact, however long
+            except ValueError: f = _number(value, bad, 'an integer')
+            if isinstance(f, float) and not f.is_integer(): bad('expected an integer')
+            v = int(f)
+    elif tp is float: v = _number(value, bad, 'a number')
     elif key == 'trainer.curriculum' and isinstance(value, (list, tuple)):  # JSON: [{"seq_len": 512, "steps": 100}, ...]
-        v = ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
+        try: v = ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
+        except (KeyError, IndexError, TypeError): bad('expected SEQ_LEN:STEPS pairs, or a list of {"seq_len": N, "steps": N}')
+    elif isinstance(value, (dict, list, tuple)): bad('expected a text value, not a JSON list or object')
     else: v = str(value)
     if key == 'trainer.curriculum': parse_curriculum(v)
+    if key in _CHECKS: v = _CHECKS[key](key, v, bad)
     choices = meta.get('choices')
     if callable(choices): choices = choices()
     if choices is not None:
@@ -288,7 +315,35 @@ def coerce(key: str,    # canonical dotted key, for messages
     if meta.get('ge') is not None and v < meta['ge']: bad(f"must be >= {meta['ge']}")
     if meta.get('gt') is not None and v <= meta['gt']: bad(f"must be > {meta['gt']}")
     if meta.get('lt') is not None and v >= meta['lt']: bad(f"must be < {meta['lt']}")
+    if meta.get('le') is not None and v > meta['le']: bad(f"must be <= {meta['le']}")
     return v
+
+# %% ../nbs/01_config.ipynb #faafad6b
+def _run_name(key, v: str, bad) -> str:
+    "A plain folder name: the run directory stays inside default_root_dir."
+    if not v.strip() or v in ('.', '..') or re.search(r'[/\\\0]', v) or Path(v).is_absolute() or v != v.strip():
+        bad("a run name is one plain folder name under trainer.default_root_dir: no '/', '\\', '..', leading or "
+            "trailing spaces, and not an absolute path (put the folder in --trainer.default_root_dir instead)")
+    return v
+
+_LIGHTNING_DEVICES = ('tpu', 'hpu', 'ipu', 'xla', 'mlu', 'npu', 'xpu')
+
+def _accelerator(key, v: str, bad) -> str:
+    "auto, cpu, gpu, cuda, cuda:N or mps (whether the device exists is checked when the run starts)."
+    s = v.strip().lower()
+    if s in _LIGHTNING_DEVICES:
+        bad(f"Lightning's {s!r} accelerator is not supported here: longctx_nb runs on CPUs, CUDA GPUs and Apple MPS; "
+            "use auto (the default), cpu, cuda (gpu), cuda:N or mps")
+    if not re.fullmatch(r'auto|cpu|gpu|cuda|cuda:\d+|mps', s): bad("valid choices: auto, cpu, cuda (gpu), cuda:N, mps")
+    return s
+
+def _no_nul(key, v: str, bad) -> str:
+    if '\0' in v: bad('a path cannot hold a NUL character')
+    return v
+
+_CHECKS: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelerator': _accelerator,
+                                **{k: _no_nul for k in ('trainer.default_root_dir', 'data.cache_dir', 'data.data_dir',
+                                                        'data.train_data', 'data.val_data', 'data.dataset_config', 'trainer.resume')}}
 
 # %% ../nbs/01_config.ipynb #05d0eaa1
 def parse_curriculum(s: str,  # 'SEQ_LEN:STEPS,...'
@@ -307,6 +362,39 @@ def all_keys() -> list[str]:
     "Every canonical dotted key."
     return [f'{s}.{f.name}' for s, cls in SECTIONS.items() for f in fields(cls)] + ['vram', 'training_preset']
 
+_ADAMW = ("the optimizer is AdamW; set --trainer.learning_rate, --trainer.min_lr, --trainer.weight_decay, "
+          "--trainer.adam_beta1, --trainer.adam_beta2 and --trainer.adam_epsilon")
+_SCHEDULE = "the schedule is linear warmup then cosine decay; set --trainer.warmup_steps, --trainer.learning_rate and --trainer.min_lr"
+LIGHTNING_ONLY = {  # LightningCLI keys with no meaning here -> what to use instead
+    'model.optimizer': _ADAMW, 'optimizer': _ADAMW, 'trainer.optimizer': _ADAMW,
+    'model.lr_scheduler': _SCHEDULE, 'lr_scheduler': _SCHEDULE, 'trainer.lr_scheduler': _SCHEDULE,
+    'trainer.callbacks': "there are no callbacks: checkpoints, validation and logging are settings "
+                         "(--trainer.checkpoint_interval, --trainer.eval_interval, --trainer.log_every_n_steps)",
+    'trainer.logger': "metrics go to metrics.jsonl and TensorBoard files in the run directory (--trainer.tensorboard)",
+    'trainer.enable_checkpointing': "use --trainer.checkpoint_interval (0: only at the end) and --trainer.keep_last",
+    'trainer.ckpt_path': "continue a run with --trainer.resume (a run directory or a checkpoint file)",
+    'ckpt_path': "continue a run with --trainer.resume (a run directory or a checkpoint file)",
+    'trainer.val_check_interval': "use --trainer.eval_interval (steps)",
+    'trainer.check_val_every_n_epoch': "use --trainer.eval_interval (steps)",
+    'trainer.limit_train_batches': "use --trainer.max_steps or --trainer.max_epochs",
+    'trainer.min_steps': "use --trainer.max_steps", 'trainer.min_epochs': "use --trainer.max_epochs",
+    'trainer.max_time': "use --trainer.max_steps", 'trainer.num_nodes': "start one longctx_train per node under torchrun "
+                                                                         "(--nnodes); --trainer.devices counts the processes of one machine",
+    'trainer.gradient_clip_algorithm': "gradients are clipped by their global norm: --trainer.gradient_clip_val",
+    'trainer.num_sanity_val_steps': "there is no sanity check: use --trainer.fast_dev_run",
+    'trainer.profiler': "use longctx_bench for time and memory", 'trainer.plugins': "not supported",
+    'trainer.deterministic': "runs are seeded by --trainer.seed", 'trainer.benchmark': "not supported",
+    'trainer.sync_batchnorm': "the models have no batch norm", 'trainer.detect_anomaly': "not supported",
+    'trainer.overfit_batches': "not supported", 'trainer.reload_dataloaders_every_n_epochs': "not supported",
+    'trainer.use_distributed_sampler': "every step's batch comes from the step's own random stream; nothing to set",
+    'trainer.barebones': "not supported", 'trainer.inference_mode': "not supported",
+}
+
+def _close(key: str, pool: list[str]) -> str:
+    "' Did you mean ...?' for a really close key (difflib ratio >= 0.8), else ''."
+    close = difflib.get_close_matches(key, pool, n=1, cutoff=0.8)
+    return f" Did you mean {close[0]!r}?" if close else ''
+
 def canonical_key(key: str,  # dotted key, alias or '--flag'
                  ) -> str:
     "The canonical dotted key for `key` (or an alias of it); a `UsageError` naming the valid keys otherwise."
@@ -314,10 +402,11 @@ def canonical_key(key: str,  # dotted key, alias or '--flag'
     key = ALIASES.get(key, key)
     keys = all_keys()
     if key in keys: return key
+    if key in LIGHTNING_ONLY:
+        raise UsageError(f"{key!r} is a LightningCLI setting with no meaning in longctx_nb: {LIGHTNING_ONLY[key]}.")
     section = key.split('.')[0] if '.' in key else None
     pool = [k for k in keys if k.startswith(f'{section}.')]
-    close = difflib.get_close_matches(key, keys + list(ALIASES), n=1, cutoff=0.6)
-    hint = f" Did you mean {close[0]!r}?" if close else ''
+    hint = _close(key, keys + list(ALIASES))
     if section in SECTIONS:
         raise UsageError(f"unknown config key {key!r}.{hint} Valid keys in section {section!r}: "
                          f"{', '.join(k.split('.', 1)[-1] for k in pool)}.")
@@ -329,21 +418,41 @@ def _field_of(key: str):
     s, name = key.split('.', 1)
     return SECTIONS[s], next(f for f in fields(SECTIONS[s]) if f.name == name)
 
-def apply_overrides(cfg: Config,      # the config to start from (not modified)
-                    overrides: dict,  # dotted key (or alias) -> value
+# %% ../nbs/01_config.ipynb #9567cbfa
+def apply_overrides(cfg: Config,              # the config to start from (not modified)
+                    overrides: dict,          # dotted key (or alias) -> value
+                    notes: list | None = None,  # if a list: a line is appended for every value a later one replaces
                    ) -> Config:
     "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
-    cfg = copy.deepcopy(cfg)
-    canon = {}
-    for k, v in overrides.items(): canon[canonical_key(k)] = v
+    cfg, canon, origin = copy.deepcopy(cfg), {}, {}
+    for k, v in overrides.items():
+        c = canonical_key(k)
+        if c in canon and notes is not None and _value(c, canon[c][1]) != _value(c, v):
+            notes.append(f"{c} was given twice: {canon[c][0]}={canon[c][1]!r}, then {k}={v!r}; the later one is used.")
+        canon[c] = (k, v)
     for pkey, table in PRESETS.items():
         if pkey in canon:
-            _set(cfg, pkey, canon[pkey])
+            _set(cfg, pkey, canon[pkey][1])
             name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey)
-            if name is not None: _set_all(cfg, table[name])
-    _set_all(cfg, {k: v for k, v in canon.items() if k not in PRESETS})
+            if name is not None:
+                for k, v in table[name].items():
+                    _note(notes, origin, k, v, f"the {pkey} preset {name!r}"); _set(cfg, k, v)
+    for k, (spelled, v) in canon.items():
+        if k not in PRESETS: _note(notes, origin, k, v, spelled); _set(cfg, k, v)
     validate(cfg)
     return cfg
+
+def _value(key, v):
+    "The converted value, to compare two spellings of a setting (the raw value when it does not convert)."
+    try: cls, f = _field_of(key); return coerce(key, v, _hints(cls)[f.name], f.metadata)
+    except (UsageError, StopIteration): return v
+
+def _note(notes, origin: dict, key: str, value, source: str):
+    "Remember who set `key`; note it when a later source replaces another's different value."
+    if notes is not None and key in origin and _value(key, origin[key][0]) != _value(key, value):
+        notes.append(f"{key}={value!r} from {source} replaces {origin[key][0]!r} from {origin[key][1]} "
+                     "(explicit settings win over presets, and later presets over earlier ones).")
+    origin[key] = (value, source)
 
 def _set(cfg, key, value):
     cls, f = _field_of(key)
@@ -355,23 +464,45 @@ def _set_all(cfg, d: dict):
     for k, v in d.items(): _set(cfg, k, v)
 
 # %% ../nbs/01_config.ipynb #e16213d3
+def check_writable_dir(path,                       # a folder that will be created or written into
+                       what: str = 'output folder',  # what it is, for the message (e.g. '--output_dir')
+                       writable: bool = True,        # also refuse a folder this user cannot write (False: only the shape)
+                      ) -> Path:
+    "Refuse a folder that cannot be made or written: it (or a parent) is a file, or it cannot be written; `UsageError` naming it."
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir(): raise UsageError(f"{what} {str(p)!r} is a file, not a folder; choose a folder.")
+    q = p
+    while not q.exists() and q != q.parent: q = q.parent
+    if q.exists() and not q.is_dir():
+        raise UsageError(f"{what} {str(p)!r} cannot be created: {str(q)!r} is a file, not a folder.")
+    if writable and q.exists() and not os.access(q, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {str(p)!r} cannot be written: {str(q)!r} is not writable by this user.")
+    return p
+
 def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_steps
             ) -> Config:   # `cfg` itself
-    "Cross-field checks; raises `UsageError`."
-    m = resolve_model(cfg.model)
+    "Cross-field checks, and the output folders; raises `UsageError`."
+    m, t = resolve_model(cfg.model), cfg.trainer
     if m.d_model % m.n_heads:
         raise UsageError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}.")
     if (m.d_model // m.n_heads) % 2:
         raise UsageError(f"the head size d_model/n_heads={m.d_model // m.n_heads} must be even for rotary embeddings.")
+    if m.dt_min > m.dt_max: raise UsageError(f"model.dt_min={m.dt_min} is above model.dt_max={m.dt_max}; dt_min <= dt_max.")
     if cfg.data.train_data is None and cfg.data.val_data is not None:
         raise UsageError("data.val_data was given without data.train_data; give both, or only train_data.")
-    if cfg.trainer.curriculum:
-        stages = parse_curriculum(cfg.trainer.curriculum)
-        cfg.data.seq_len, cfg.trainer.max_steps = max(l for l, _ in stages), sum(n for _, n in stages)
-    if cfg.trainer.cpu_offload:
+    if t.curriculum:
+        stages = parse_curriculum(t.curriculum)
+        cfg.data.seq_len, t.max_steps = max(l for l, _ in stages), sum(n for _, n in stages)
+    if t.cpu_offload:
         raise UsageError("trainer.cpu_offload is not supported. To fit a larger model use "
                          "model.gradient_checkpointing=true, trainer.precision=bf16, a smaller data.batch_size with "
                          "trainer.accumulate_grad_batches, or FSDP across GPUs.")
+    if t.min_lr is not None and t.min_lr > t.learning_rate:
+        raise UsageError(f"trainer.min_lr={t.min_lr} is above trainer.learning_rate={t.learning_rate}; the cosine decay "
+                         "ends at min_lr, so min_lr <= learning_rate.")
+    check_writable_dir(t.default_root_dir, 'trainer.default_root_dir', writable=False)   # a file where a folder goes
+    if t.run_name: check_writable_dir(Path(t.default_root_dir) / t.run_name, 'the run directory (trainer.run_name)', writable=False)
+    if cfg.data.cache_dir: check_writable_dir(cfg.data.cache_dir, 'data.cache_dir', writable=False)
     return cfg
 
 def resolve_model(m: ModelConfig,  # the model section
@@ -382,6 +513,20 @@ def resolve_model(m: ModelConfig,  # the model section
         sec, name = k.split('.')
         if sec == 'model' and getattr(m, name) is None: setattr(m, name, v)
     return m
+
+# %% ../nbs/01_config.ipynb #1cc53b78
+def check_read(cfg: Config,  # the resolved config
+               keys,         # canonical keys the user gave explicitly (defaults and presets are fine)
+              ):
+    "Refuse an explicitly given `model` setting that the run's block does not read, naming the blocks that read it."
+    readers = _OWNED.get('model.block', (None, None, None))[2]
+    if readers is None: return
+    for k in keys:
+        if not k.startswith('model.'): continue
+        r = readers(k.split('.', 1)[1])
+        if r is not None and cfg.model.block not in r:
+            raise UsageError(f"{k} is read only by the blocks {', '.join(r)}, and this run's model.block={cfg.model.block!r} "
+                             f"would ignore it; leave {k} out, or choose one of those blocks with --model.block.")
 
 # %% ../nbs/01_config.ipynb #1548a524
 def flatten_sections(d: dict,           # {section: {key: value}} or top-level scalars
@@ -394,19 +539,41 @@ def flatten_sections(d: dict,           # {section: {key: value}} or top-level s
         else: out[f'{prefix}{k}'] = v
     return out
 
+def _read_json(p: Path) -> dict:
+    "The JSON object in file `p`; `UsageError` naming the file for anything else."
+    where = f"config file {str(p)!r}"
+    if p.is_dir(): raise UsageError(f"{where} is a folder; give a JSON file (sections model, data, trainer).")
+    if not p.is_file(): raise UsageError(f"{where} does not exist.")
+    try: text = p.read_bytes().decode('utf-8-sig')
+    except OSError as e: raise UsageError(f"{where} cannot be read: {e.strerror}.") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where} is not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); "
+                         "a config file is JSON, saved as UTF-8.") from None
+    try: d = json.loads(text)
+    except json.JSONDecodeError as e: raise UsageError(f"{where} is not valid JSON: {e}.") from None
+    except RecursionError: raise UsageError(f"{where} is nested too deeply to be a config.") from None
+    if not isinstance(d, dict): raise UsageError(f"{where} must hold a JSON object with sections, not a {type(d).__name__}.")
+    for s in ('model', 'data', 'trainer', 'training'):
+        if s in d and not isinstance(d[s], dict):
+            raise UsageError(f"in {where}: section {s!r} must be a JSON object of settings, not {d[s]!r}.")
+    return d
+
 def read_config_file(path,      # a JSON file with sections model, data, trainer
                     ) -> dict:  # dotted key -> value
-    "The dotted overrides in a JSON config file."
-    p = Path(path)
-    if not p.is_file(): raise UsageError(f"config file {str(p)!r} does not exist.")
-    try: d = json.loads(p.read_text())
-    except json.JSONDecodeError as e: raise UsageError(f"config file {str(p)!r} is not valid JSON: {e}.") from None
-    if not isinstance(d, dict): raise UsageError(f"config file {str(p)!r} must hold a JSON object with sections.")
-    flat = flatten_sections(d)
-    for k in flat:
-        try: canonical_key(k)
-        except UsageError as e: raise UsageError(f"in config file {str(p)!r}: {e}") from None
+    "The dotted overrides in a JSON config file, each key and value checked (the error names the file and the key)."
+    p = Path(path).expanduser()
+    flat = flatten_sections(_read_json(p))
+    for k, v in flat.items():
+        try:
+            key = canonical_key(k)
+            if isinstance(v, dict): raise UsageError(f"{key} must be a value, not a JSON object")
+            _value_checked(key, v)
+        except UsageError as e: raise UsageError(f"in config file {str(p)!r}, key {k!r}: {e}") from None
     return flat
+
+def _value_checked(key: str, v):
+    cls, f = _field_of(key)
+    return coerce(key, v, _hints(cls)[f.name], f.metadata)
 
 def load_config(path=None,                      # JSON config file, or None
                 overrides: dict | None = None,  # dotted key (or alias) -> value, applied last

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
 from .core import UsageError
-from .config import DataConfig
+from .config import DataConfig, check_writable_dir
 from .tokenizer import EOT, ByteTokenizer, BPETokenizer
 
 # %% auto #0
-__all__ = ['STDLIB_SKIP', 'FORMAT_VERSION', 'stdlib_root', 'stdlib_documents', 'text_documents', 'hf_documents', 'token_dtype',
-           'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus', 'load_tokens', 'check_tokens', 'TokenFile',
-           'TokenData', 'cache_root', 'corpus_cache_dir', 'load_corpus']
+__all__ = ['STDLIB_SKIP', 'FORMAT_VERSION', 'MAX_INFERRED_VOCAB', 'stdlib_root', 'stdlib_documents', 'text_documents',
+           'hf_documents', 'token_dtype', 'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus', 'load_tokens',
+           'check_tokens', 'TokenFile', 'TokenData', 'cache_root', 'corpus_cache_dir', 'load_corpus']
 
 # %% ../nbs/04_corpus.ipynb #678831c3
 STDLIB_SKIP = frozenset({'site-packages', 'dist-packages', 'test', 'tests', 'idle_test', '__pycache__'})
@@ -203,8 +203,10 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
 def _read_meta(d: Path) -> dict:
     p = Path(d) / 'meta.json'
     if not p.is_file(): return {}
-    try: return json.loads(p.read_text())
+    try: meta = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError): raise UsageError(f"{str(p)!r} is not valid JSON.") from None
+    if not isinstance(meta, dict): raise UsageError(f"{str(p)!r} must hold a JSON object (dtype, vocab_size, tokenizer, ...).")
+    return meta
 
 def is_prepared(d,  # a folder
                ) -> bool:
@@ -233,6 +235,7 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
                              "overwrite it (exists='overwrite').")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{str(out)!r} exists and is not an empty folder; prepare writes only new or empty folders.")
+    check_writable_dir(out, 'the output folder')
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f'.{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
     tmp.mkdir()
@@ -297,27 +300,62 @@ def prepare_corpus(cfg: DataConfig,        # names the corpus and the tokenizer
     return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists=exists)
 
 # %% ../nbs/04_corpus.ipynb #3aa89ce1
+_NOTED: set = set()
+
+def _load_npy(p: Path) -> np.ndarray:
+    try: a = np.load(p, mmap_mode='r', allow_pickle=False)
+    except ValueError as e:
+        what = 'pickled Python objects' if 'pickle' in str(e).lower() or 'object' in str(e).lower() else 'not a NumPy array'
+        raise UsageError(f"token file {str(p)!r} cannot be read as token ids: it holds {what} ({e}); save the ids with "
+                         "np.save(path, ids) from an integer array.") from None
+    except Exception as e:
+        raise UsageError(f"token file {str(p)!r} is not a readable .npy file ({type(e).__name__}: {e}).") from None
+    if not isinstance(a, np.ndarray):
+        raise UsageError(f"token file {str(p)!r} is an .npz archive, not one array; save the ids with np.save(path, ids).")
+    if a.ndim != 1:
+        raise UsageError(f"token file {str(p)!r} holds a {a.ndim}-D array of shape {a.shape}; token ids are one 1-D array "
+                         "(documents one after another): save ids.reshape(-1) if its rows are consecutive text.")
+    return a
+
+def _bin_dtype(p: Path, dtype) -> np.dtype:
+    "The dtype of a raw .bin: meta.json's, else `dtype`, else uint16 (nanoGPT's), with a note."
+    meta = _read_meta(p.parent)
+    spelled = meta.get('dtype') or dtype
+    if spelled is None:
+        spelled = 'uint16'
+        if str(p) not in _NOTED:
+            _NOTED.add(str(p))
+            print(f"note: {str(p)!r} has no meta.json beside it: its ids are read as uint16 (nanoGPT's convention); write "
+                  'a meta.json holding {"dtype": "uint32"} beside it if they are 32-bit.', file=sys.stderr)
+    try: return np.dtype(spelled)
+    except TypeError: raise UsageError(f"unknown token dtype {spelled!r}; valid choices: uint16, uint32, int32, int64") from None
+
+def _looks_wider(a: np.ndarray) -> bool:
+    "Whether uint16 words look like little-endian 32-bit ids: every odd word zero, some even word not."
+    head = np.asarray(a[:1 << 16])
+    return len(head) >= 2 and len(head) % 2 == 0 and not head[1::2].any() and bool(head[0::2].any())
+
 def load_tokens(path,            # a .npy array or raw .bin ids
                 dtype=None,      # dtype of a .bin without a meta.json beside it (default uint16)
                ) -> np.ndarray:  # 1-D memory map of the ids
     "Memory-map a token file: `.npy`, or raw `.bin` ids (dtype from meta.json beside it, else `dtype`, else uint16)."
     p = Path(path).expanduser()
+    if p.is_dir(): raise UsageError(f"token file {str(p)!r} is a folder; give a .bin or .npy file (a prepared folder goes in --data.data_dir).")
     if not p.is_file(): raise UsageError(f"token file {str(p)!r} does not exist.")
-    if p.suffix == '.npy':
-        a = np.load(p, mmap_mode='r')
-        dt = a.dtype
+    if p.suffix == '.npy': a = _load_npy(p); dt = a.dtype
     elif p.suffix == '.bin':
-        spelled = _read_meta(p.parent).get('dtype') or dtype or 'uint16'
-        try: dt = np.dtype(spelled)
-        except TypeError: raise UsageError(f"unknown token dtype {spelled!r}; valid choices: uint16, uint32, int32, int64") from None
-        size = p.stat().st_size
+        dt, size = _bin_dtype(p, dtype), p.stat().st_size
         if dt.kind in 'iu' and size % dt.itemsize:
             raise UsageError(f"token file {str(p)!r} has {size} bytes, not a whole number of {dt.name} ids; is the dtype wrong?")
         a = np.memmap(p, dtype=dt, mode='r') if size else np.zeros(0, dt)
+        if dt == np.uint16 and not _read_meta(p.parent).get('dtype') and dtype is None and _looks_wider(a):
+            raise UsageError(f"token file {str(p)!r} has no meta.json, and read as uint16 every second id is 0: it looks like "
+                             'uint32 ids. Write a meta.json holding {"dtype": "uint32"} beside it (or int32), or save it as .npy.')
     else:
         raise UsageError(f"token file {str(p)!r} has suffix {p.suffix!r}; valid choices: .bin (raw token ids) or .npy (a NumPy array)")
     if dt.kind not in 'iu':
         raise UsageError(f"token file {str(p)!r} holds {dt.name} values; token ids must be integers (uint16, uint32, int32 or int64).")
+    if len(a) == 0: raise UsageError(f"token file {str(p)!r} holds no token ids.")
     return a.reshape(-1)
 
 # %% ../nbs/04_corpus.ipynb #8dbaede4
@@ -382,14 +420,25 @@ def corpus_cache_dir(cfg: DataConfig,  # names the corpus and the tokenizer
     return cache_root(cfg.cache_dir) / f'{slug}-{tok}-{digest}'
 
 # %% ../nbs/04_corpus.ipynb #162b768c
-def _vocab(meta: dict, arrays: dict, vocab_size: int | None) -> int:
-    "The data's vocabulary size, checking the ids fit the model's `vocab_size` when given."
+MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
+
+def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = True) -> int:
+    "The data's vocabulary size, checking the ids fit the model's `vocab_size` when given (and a foreign meta.json's)."
     known = meta.get('vocab_size')
+    if known is not None and (isinstance(known, bool) or not isinstance(known, int) or known <= 0):
+        raise UsageError(f"meta.json says vocab_size={known!r}; it must be a positive integer.")
     if vocab_size is not None and (known is None or known > vocab_size):
         for name, a in arrays.items(): check_tokens(a, vocab_size, name)
+    elif known is not None and not trust_meta:
+        for name, a in arrays.items(): check_tokens(a, known, name)
     if known is not None: return int(known)
     if vocab_size is not None: return int(vocab_size)
-    return max(check_tokens(a, 2**63 - 1, name) for name, a in arrays.items()) + 1
+    hi = max(check_tokens(a, 2**63 - 1, name) for name, a in arrays.items())
+    if hi + 1 > MAX_INFERRED_VOCAB:
+        raise UsageError(f"the token ids go up to {hi:,}, which would make a vocabulary of {hi + 1:,} ids (an embedding table "
+                         f"of that many rows); read off the ids, a vocabulary is at most {MAX_INFERRED_VOCAB:,}. Check that "
+                         "the file holds token ids (and its dtype), or give the vocabulary with --model.vocab_size.")
+    return hi + 1
 
 def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -> TokenData:
     meta = _read_meta(d)
@@ -400,6 +449,14 @@ def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -
     return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
                      source or meta.get('source') or str(d), tf, vf)
 
+def _same_kind(tp: Path, meta: dict, vp: Path):
+    "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
+    vmeta = _read_meta(vp.parent) if vp.suffix == '.bin' else {}
+    for k in ('tokenizer', 'vocab_size'):
+        if meta.get(k) is not None and vmeta.get(k) is not None and meta[k] != vmeta[k]:
+            raise UsageError(f"the training and validation tokens disagree: {str(tp)!r} has {k}={meta[k]!r} and {str(vp)!r} "
+                             f"has {k}={vmeta[k]!r} (their meta.json files); give files made with one tokenizer.")
+
 def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: float, vocab_size: int | None) -> TokenData:
     tp = Path(train_data).expanduser()
     train = load_tokens(tp)
@@ -407,13 +464,14 @@ def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: floa
     if val_data is not None:
         tf, vf = TokenFile(str(tp)), TokenFile(str(Path(val_data).expanduser()))
         val = vf.open()
+        _same_kind(tp, meta, Path(vf.path))
     else:  # hold out the tail
         cut = len(train) - max(1, int(len(train) * val_fraction))
         tf, vf = TokenFile(str(tp), stop=cut), TokenFile(str(tp), start=cut)
         train, val = train[:cut], train[cut:]
     arrays = {f'the training split of {tp}': train, **({f'the validation split of {vf.path}': val} if len(val) else {})}
     tok = load_tokenizer(tp.parent) if meta.get('tokenizer') in ('byte', 'bpe') else None
-    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size), tok, meta, str(tp), tf, vf if len(val) else None)
+    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta, str(tp), tf, vf if len(val) else None)
 
 # %% ../nbs/04_corpus.ipynb #fdb9179c
 def load_corpus(cfg: DataConfig,                # the data section: train_data, data_dir or a named corpus

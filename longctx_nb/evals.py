@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch, torch.nn.functional as F
 from .core import UsageError, get_device, autocast, check_precision, seed_everything
-from .config import Config, DataConfig, ModelConfig, apply_overrides, flatten_sections
+from .config import Config, DataConfig, ModelConfig, apply_overrides, flatten_sections, check_writable_dir
+from .memory import check_fits, check_positive
 from .blocks.base import canonical_block
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
@@ -21,10 +22,11 @@ from .plots import plot_heatmap, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
-__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags',
-           'token_bytes', 'perplexity', 'TextPasskey', 'passkey_generator', 'answer_accuracy', 'passkey_grid',
-           'recall_params', 'chance_level', 'task_accuracy', 'loss_by_position', 'drift_curve', 'text_data',
-           'eval_lengths', 'run_eval', 'format_result', 'plot_result', 'eval_parser', 'eval_main']
+__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'EVAL_FLAGS', 'Evaluated', 'load_for_eval',
+           'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey', 'passkey_generator',
+           'answer_accuracy', 'passkey_grid', 'recall_params', 'chance_level', 'task_accuracy', 'loss_by_position',
+           'drift_curve', 'text_data', 'eval_lengths', 'run_eval', 'format_result', 'plot_result', 'eval_parser',
+           'eval_main']
 
 # %% ../nbs/60_evals.ipynb #ded02c88
 @dataclass
@@ -358,6 +360,8 @@ def _check(ok: bool, msg: str):
     if not ok: raise UsageError(msg)
 
 # %% ../nbs/60_evals.ipynb #74c87872
+EVAL_HINT = "--max_len (or --lengths) or --batch_size"
+
 def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              checkpoint_path: str | None = None,  # checkpoint .pt, run directory or exported model folder; None: an untrained model
              block: str | None = None,            # the block: checked against the checkpoint, or the untrained model's block (default vanilla)
@@ -379,12 +383,16 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              n_buckets: int = 32,                 # points of the drift curve
              data_dir: str | None = None,         # validation text for drift_curve and perplexity (default: the training corpus)
              verbose: bool = True,                # print progress and the results
+             skip_memory_check: bool = False,     # start even when the memory estimate says the longest length does not fit
             ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
     say = print if verbose else (lambda *a, **k: None)
     _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
+    check_positive(lengths=lengths, vocab_size=vocab_size, passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
+    _check(seed >= 0, f"--seed={seed} must be >= 0.")
+    if output_dir is not None: check_writable_dir(output_dir, '--output_dir')
     _check(n_samples > 0 or (n_samples == 0 and task in ('perplexity', 'drift_curve')), f"--n_samples={n_samples} must be > 0 "
            "(0, the whole validation split, only for perplexity and drift_curve).")
     _check(all(0 <= d <= 1 for d in depths) and len(depths) > 0, f"--depths {' '.join(map(str, depths))}: each depth must be in [0, 1].")
@@ -403,6 +411,9 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
            f"at least the training length: use --max_len >= {seq_len}.")
     lengths = sorted(set(lengths)) if lengths else eval_lengths(seq_len, max_len)
     _check(max(lengths) <= max_len, f"--lengths up to {max(lengths)} go beyond --max_len={max_len}.")
+    _check(task != 'drift_curve' or n_buckets <= max_len, f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
+    if not skip_memory_check:   # the longest forward pass fits, before any work
+        check_fits(ev.model.cfg, batch_size, max_len, precision, dev, training=False, hint=EVAL_HINT, override='--skip_memory_check')
 
     out = dict(task=task, block=ev.block, n_params=count_params(ev.model), checkpoint=str(checkpoint_path) if checkpoint_path else None,
                source=ev.source, step=ev.step, trained=ev.trained, train_seq_len=ev.train_len, trained_on=ev.synthetic_task or
@@ -490,6 +501,8 @@ def plot_result(r: dict,    # a `run_eval` result
     return plot_drift({r['block']: r}, r['train_len'], t, path)
 
 # %% ../nbs/60_evals.ipynb #41558ef4
+EVAL_FLAGS = {'--trainer.accelerator': '--device', '--trainer.precision': '--precision'}   # the tool's own flags in messages
+
 def eval_parser() -> argparse.ArgumentParser:
     "The `longctx_eval` argument parser."
     task = "task parameters (default: the training task's, else the task's defaults)"
@@ -515,7 +528,8 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--num_pairs', type=int, group=task, help='key-value pairs of associative recall'),
         arg('--copy_len', type=int, group=task, help='tokens to copy'),
         arg('--n_buckets', type=int, default=32, group=task, help='points of the drift curve'),
-        arg('--data_dir', group=task, help='validation text for drift_curve and perplexity (default: the training corpus)')])
+        arg('--data_dir', group=task, help='validation text for drift_curve and perplexity (default: the training corpus)'),
+        arg('--skip_memory_check', action='store_true', help='start even when the memory estimate says the longest length does not fit')])
 
 def _eval(argv=None) -> int:
     run_eval(**vars(eval_parser().parse_args(sys.argv[1:] if argv is None else argv)))
@@ -524,7 +538,7 @@ def _eval(argv=None) -> int:
 def eval_main(argv=None,  # command-line arguments (None: sys.argv[1:])
              ):
     "Console script `longctx_eval`."
-    sys.exit(main(_eval, 'longctx_eval', argv))
+    sys.exit(main(_eval, 'longctx_eval', argv, names=EVAL_FLAGS))
 
 # %% ../nbs/60_evals.ipynb #f4bae740
 #| eval: false

@@ -4,10 +4,11 @@
 
 # %% ../nbs/02_flags.ipynb #04433236
 from __future__ import annotations
-import argparse, difflib, importlib, inspect, io, os, shutil, sys, tokenize
+import argparse, dataclasses, difflib, importlib, inspect, io, os, shutil, sys, tokenize
 import longctx_nb
 from .core import UsageError, TrainingError
-from .config import Config, ALIASES, SECTIONS, option_specs, key_type, key_meta, canonical_key, read_config_file, apply_overrides
+from .config import (Config, ALIASES, SECTIONS, option_specs, key_type, key_meta, canonical_key, read_config_file,
+                               apply_overrides, check_read, run_checks, _value, _field_of)
 
 # %% auto #0
 __all__ = ['MAMBA_GUIDE', 'GPU_NATIVE', 'HelpFormatter', 'Parser', 'arg', 'add_args', 'arg_comments', 'args_from', 'setting_help',
@@ -27,7 +28,7 @@ def _suggest(message: str, options: list[str]) -> str:
     "argparse's message, with the closest valid flag for each unrecognized one."
     if not message.startswith('unrecognized arguments:'): return message
     hints = [f"did you mean {m[0]}?" for tok in message.split(':', 1)[1].split() if tok.startswith('--')
-             if (m := difflib.get_close_matches(tok.split('=')[0], options, n=1, cutoff=0.6))]
+             if (m := difflib.get_close_matches(tok.split('=')[0], options, n=1, cutoff=0.8))]
     return message + ('; ' + ' '.join(hints) if hints else '')
 
 # %% ../nbs/02_flags.ipynb #022ee657
@@ -103,15 +104,36 @@ def arg_comments(fn,  # a function whose arguments carry `# comments`
     return out
 
 # %% ../nbs/02_flags.ipynb #338a6253
-def _none_or(f): return lambda s: None if s.lower() == 'none' else f(s)
+def _none_or(f):
+    g = lambda s: None if s.lower() == 'none' else f(s)
+    g.__name__ = f.__name__   # argparse names the type in its message: "invalid int value: 'x'"
+    return g
+
+def _bool(s: str) -> bool:
+    if s.lower() in ('1', 'true', 'yes', 'on'): return True
+    if s.lower() in ('0', 'false', 'no', 'off'): return False
+    raise ValueError(s)   # argparse: "invalid _bool value"
+
+def _dtype(s: str):
+    "A torch dtype by name ('float32', 'torch.bfloat16'); a `ValueError` (argparse's 'invalid dtype value') otherwise."
+    torch = importlib.import_module('torch')
+    dt = getattr(torch, s.removeprefix('torch.'), None)
+    if not isinstance(dt, torch.dtype): raise ValueError(s)
+    return dt
+_dtype.__name__, _bool.__name__ = 'dtype', 'true/false'
+
+def _finite(s: str) -> float:
+    f = float(s)
+    if f != f or f in (float('inf'), float('-inf')): raise ValueError(s)
+    return f
+_finite.__name__ = 'finite float'
 
 def _reader(default):
     "How to read a flag's string, judged from the argument's default."
-    if isinstance(default, bool): return lambda s: s.lower() in ('1', 'true', 'yes')
+    if isinstance(default, bool): return _bool
     if isinstance(default, int): return _none_or(int)
-    if isinstance(default, float): return _none_or(float)
-    if type(default).__module__ == 'torch':  # a torch.dtype
-        return lambda s: getattr(importlib.import_module('torch'), s.removeprefix('torch.'))
+    if isinstance(default, float): return _none_or(_finite)
+    if type(default).__module__ == 'torch': return _dtype   # a torch.dtype
     return _none_or(str)
 
 def args_from(fn,                          # the function
@@ -219,15 +241,60 @@ def _unknown(tokens: list[str], prog: str):
             raise UsageError(f"flag --{key} does not apply to {prog}.")
     raise UsageError(f"unexpected argument {tokens[0]!r}: settings are given as --SECTION.KEY=VALUE (see {prog} --help).")
 
+def _flag_order(parser: Parser, argv: list[str]) -> dict[str, int]:
+    "dest -> the position of its last flag in `argv`."
+    order = {}
+    for i, tok in enumerate(argv):
+        a = parser._option_string_actions.get(tok.split('=', 1)[0]) if tok.startswith('--') else None
+        if a is not None: order[a.dest] = i
+    return order
+
+def _sources(parser: Parser, ns: argparse.Namespace, argv: list[str]) -> list[tuple[str, str, object]]:
+    "(canonical key, where it was given, value): the config file's keys, then the flags in command-line order."
+    out = []
+    if getattr(ns, 'config', None):
+        out += [(canonical_key(k), f"{k} in {ns.config}", v) for k, v in read_config_file(ns.config).items()]
+    order = _flag_order(parser, argv)
+    flags = sorted((k for k in vars(ns) if '.' in k or k in ALIASES or k in ('vram', 'training_preset')), key=lambda k: order.get(k, -1))
+    return out + [(canonical_key(k), f'--{k}', getattr(ns, k)) for k in flags]
+
+def _merge(sources, notes: list) -> dict:
+    "One value per setting: the later source wins, and a note names the value it replaced."
+    final = {}
+    for key, where, v in sources:
+        if key in final and _value(key, final[key][1]) != _value(key, v):
+            notes.append(f"{key} is set twice: {final[key][0]}={final[key][1]!r}, then {where}={v!r}; the later one is used.")
+        final[key] = (where, v)
+    return final
+
+# %% ../nbs/02_flags.ipynb #c36ba6b5
+def _explicit(cfg: Config, final: dict) -> list[str]:
+    "The keys the user set: every flag, and the config file's keys whose value is not the default."
+    out = []
+    for key, (where, v) in final.items():
+        if where.startswith('--'): out.append(key); continue
+        cls, f = _field_of(key)
+        if f.default is not dataclasses.MISSING and _value(key, v) != f.default: out.append(key)
+    return out
+
 def parse_config(parser: Parser,  # from `make_parser`, with settings
                  argv: list[str], # the command-line arguments
                 ) -> tuple[Config, argparse.Namespace]:  # (config, parsed namespace)
-    "The `Config` that `argv` describes (defaults, presets, config file, flags), and the parsed namespace."
+    "The `Config` that `argv` describes (defaults, presets, config file, flags), and the parsed namespace; notes go to stderr."
     ns, unknown = parser.parse_known_args(argv)
     if unknown: _unknown(unknown, parser.prog)
-    flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
-    file = read_config_file(ns.config) if getattr(ns, 'config', None) else {}
-    return apply_overrides(Config(), {**file, **flags}), ns
+    notes = []
+    final = _merge(_sources(parser, ns, argv), notes)
+    cfg = apply_overrides(Config(), {(where if where.startswith('--') else key): v for key, (where, v) in final.items()}, notes)
+    check_read(cfg, _explicit(cfg, final))
+    if cfg.trainer.strategy.startswith('deepspeed'):
+        notes.append(f"trainer.strategy={cfg.trainer.strategy} runs as fsdp (FSDP2, every block sharded over the ranks, "
+                     "as DeepSpeed's ZeRO stages 2 and 3 shard); DeepSpeed itself is not used. Say --trainer.strategy=fsdp.")
+    if int(os.environ.get('RANK', 0)) == 0:
+        for n in notes: print(f"{parser.prog}: note: {n}", file=sys.stderr)
+    if {'--model.d_model', '--trainer.max_steps'} <= set(parser._option_string_actions) and not getattr(ns, 'print_config', False):
+        run_checks(cfg)   # a training command: e.g. the memory estimate, before any model or batch exists
+    return cfg, ns
 
 # %% ../nbs/02_flags.ipynb #bd0654ea
 def setting_overrides(tokens: list[str],  # the flags a tool's own parser left over
@@ -238,7 +305,7 @@ def setting_overrides(tokens: list[str],  # the flags a tool's own parser left o
     while i < len(tokens):
         tok = tokens[i]
         if not tok.startswith('--') or '.' not in tok:
-            close = difflib.get_close_matches(tok.split('=')[0], list(flags), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(tok.split('=')[0], list(flags), n=1, cutoff=0.8)
             raise UsageError(f"unrecognized argument {tok!r}" + (f" (did you mean {close[0]}?)" if close else '')
                              + "; training settings are given as --SECTION.KEY=VALUE.")
         if '=' in tok: k, v = tok[2:].split('=', 1)
@@ -248,16 +315,19 @@ def setting_overrides(tokens: list[str],  # the flags a tool's own parser left o
     return out
 
 # %% ../nbs/02_flags.ipynb #c5fdd05e
-def main(fn,         # fn(argv) -> exit code
-         prog: str,  # the program's name in messages
-         argv=None,  # passed to fn
-        ) -> int:    # exit code: 0, 1 (stopped), 2 (usage error), 130 (interrupted)
+def main(fn,                       # fn(argv) -> exit code
+         prog: str,                # the program's name in messages
+         argv=None,                # passed to fn
+         names: dict | None = None,  # flag spellings in messages -> this tool's own ({'--trainer.accelerator': '--device'})
+        ) -> int:                  # exit code: 0, 1 (stopped), 2 (usage error), 130 (interrupted)
     "Run `fn(argv)`; print a `UsageError` as `prog: error: ...` and return 2. Under torchrun, rank 0 prints usage errors."
     rank = int(os.environ.get('RANK', 0))
     tag = f'{prog} [rank {rank}]' if 'WORLD_SIZE' in os.environ and int(os.environ['WORLD_SIZE']) > 1 else prog
     try: return fn(argv) or 0
     except UsageError as e:
-        if rank == 0: print(f"{tag}: error: {e}\n(see {prog} --help)", file=sys.stderr)
+        msg = ' '.join(str(e).split())   # one paragraph
+        for a, b in (names or {}).items(): msg = msg.replace(a, b)
+        if rank == 0: print(f"{tag}: error: {msg}\n(see {prog} --help)", file=sys.stderr)
         return 2
     except TrainingError as e:
         print(f"{tag}: stopped: {e}", file=sys.stderr)

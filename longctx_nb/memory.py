@@ -4,17 +4,22 @@
 
 # %% ../nbs/31_memory.ipynb #b8437a40
 from __future__ import annotations
-import dataclasses, warnings
+import dataclasses, math, os, warnings
 from dataclasses import dataclass
+from pathlib import Path
 import torch
 from torch import nn
-from .core import UsageError, parse_precision, saved_tensor_bytes
-from .config import ModelConfig, resolve_model
+from .core import UsageError, get_device, parse_precision, saved_tensor_bytes
+from .config import ModelConfig, check_before_run, resolve_model
+from .synthetic import CONFIG_KNOBS, get_task, task_params
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes
+from .blocks.layers import Block
 from .model import LM, count_params
 
 # %% auto #0
-__all__ = ['format_bytes', 'block_shell_bytes', 'block_activation_bytes', 'MemoryEstimate', 'estimate_memory']
+__all__ = ['TRAIN_HINT', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes', 'MemoryEstimate', 'estimate_memory',
+           'param_count', 'available_memory', 'check_fits', 'check_config_fits', 'fits_when_parsed', 'check_positive',
+           'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -135,3 +140,145 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
     return MemoryEstimate(n_params=n, weights=4 * n, grads=4 * n_train, optimizer=8 * n_train, weight_casts=casts,
                           activations=activations, logits=logits, saved=kept + outside + casts_saved + loss_saved,
                           desc=desc, note=note)
+
+# %% ../nbs/31_memory.ipynb #0ed5aaf7
+def param_count(mcfg: ModelConfig,  # the model's config (vocab_size set; None counts as 256, the smallest tokenizer)
+               ) -> int | None:     # parameters; None: one layer alone is too large to describe (over 2**63 bytes)
+    "Parameters of `LM(mcfg)`, counted from one block built on the meta device: cheap at any size."
+    cfg = resolve_model(mcfg)
+    mixer, V, D = get_block(cfg.block), cfg.vocab_size or 256, cfg.d_model
+    d_ff = cfg.d_ff if mixer.uses_mlp else 0
+    try:
+        with torch.device('meta'): blk = Block(mixer.from_config(cfg, 0), D, d_ff, dropout=cfg.dropout, bias=cfg.bias)
+    except (RuntimeError, OverflowError, ValueError): return None   # a tensor whose size overflows
+    per_layer = sum(p.numel() for p in blk.parameters())
+    return V * D * (1 if cfg.tie_embeddings else 2) + D + cfg.n_layers * per_layer
+
+# %% ../nbs/31_memory.ipynb #119eb368
+def _cgroup_free() -> int | None:
+    "Bytes left under this process's cgroup (v2) memory limit, if it has one."
+    try:
+        limit = Path('/sys/fs/cgroup/memory.max').read_text().strip()
+        if limit == 'max': return None
+        return int(limit) - int(Path('/sys/fs/cgroup/memory.current').read_text())
+    except (OSError, ValueError): return None
+
+def available_memory(device='cpu',  # a torch device or its name
+                    ) -> tuple[int, str] | None:  # (bytes, what they are), or None where unknown (e.g. MPS)
+    "The memory a run on `device` may still take: a GPU's free memory, or the RAM available to this process."
+    dev = torch.device(device)
+    if dev.type == 'cuda':
+        free, total = torch.cuda.mem_get_info(dev)
+        return free, f"{dev} has {format_bytes(free)} free of {format_bytes(total)}"
+    if dev.type != 'cpu': return None
+    try:
+        import psutil
+        avail = psutil.virtual_memory().available
+    except ImportError:
+        try:
+            info = dict(l.split(':', 1) for l in Path('/proc/meminfo').read_text().splitlines() if ':' in l)
+            avail = int(info['MemAvailable'].split()[0]) * 1024
+        except (OSError, KeyError, ValueError): return None
+    cg = _cgroup_free()
+    if cg is not None and cg < avail: return cg, f"this process's memory limit (cgroup) leaves {format_bytes(cg)}"
+    return avail, f"this machine has {format_bytes(avail)} of RAM available"
+
+# %% ../nbs/31_memory.ipynb #a9da11b4
+TRAIN_HINT = ("--data.batch_size (raise --trainer.accumulate_grad_batches to keep the batch), --data.seq_len, the model size "
+              "(--model.size, --model.d_model, --model.n_layers, --model.vocab_size), or set --model.gradient_checkpointing=true "
+              "or --trainer.precision=bf16 (a smaller --vram preset does several of these)")
+
+def _need(cfg: ModelConfig, n: int, batch_size: int, seq_len: int, p: str, dev: str, ckpt, training: bool, shards: int) -> int:
+    "Bytes a training step (or an evaluation forward pass) needs, extrapolated from one and two layers."
+    BL, V, a = batch_size * seq_len, cfg.vocab_size, act_bytes(p)
+    if not training:
+        one = dataclasses.replace(cfg, n_layers=1)
+        return 4 * n + BL * V * (a + 4) + block_activation_bytes(one, batch_size, seq_len, p, dev) + 2 * BL * cfg.d_model * 4
+    e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=k), batch_size, seq_len, p, ckpt, dev) for k in (1, 2))
+    rest = lambda e: e.total - e.weights - e.grads - e.optimizer
+    return 16 * n // shards + rest(e1) + (cfg.n_layers - 1) * (rest(e2) - rest(e1))
+
+def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None: 256, the smallest tokenizer's)
+               batch_size: int,                     # sequences per micro-batch (per process)
+               seq_len: int,                        # tokens per sequence (the longest, for a curriculum or an evaluation)
+               precision: str = '32',               # '32', 'bf16' or '16'
+               device='cpu',                        # where it runs: a torch device or its name
+               gradient_checkpointing: bool | None = None,  # default: the config's
+               training: bool = True,               # False: an evaluation (forward passes without gradients)
+               shards: int = 1,                     # ranks the weights and optimizer state are sharded over (FSDP)
+               processes: int = 1,                  # processes sharing this memory (CPU ranks of one machine)
+               hint: str = TRAIN_HINT,              # the settings to lower, in the tool's own flags
+               override: str | None = '--trainer.skip_memory_check',  # the flag that skips this check (None: none)
+              ) -> int:                             # the bytes needed
+    "Refuse (`UsageError`) a run whose estimated memory exceeds what `device` has available; returns the estimate."
+    cfg = resolve_model(mcfg)
+    if cfg.vocab_size is None: cfg = dataclasses.replace(cfg, vocab_size=256)
+    p, dev = parse_precision(precision), torch.device(device).type
+    n, what = param_count(cfg), 'train' if training else 'evaluate'
+    avail = available_memory(device)
+    size = f"batch {batch_size:,} x {seq_len:,} tokens, vocabulary {cfg.vocab_size:,}"
+    if n is None: need, desc = None, f"a layer of d_model={cfg.d_model:,} alone is larger than 2**63 bytes"
+    else:
+        bound = (16 * n // shards if training else 4 * n) + batch_size * seq_len * cfg.vocab_size * (act_bytes(p) + 4)
+        early = avail is not None and bound * processes > avail[0]
+        need = processes * (bound if early else _need(cfg, n, batch_size, seq_len, p, dev, gradient_checkpointing, training, shards))
+        desc = f"{'at least' if early else 'about'} {format_bytes(need)} for {n:,} parameters and {size}" + (f" in each of {processes} processes" if processes > 1 else '')
+    if need is None or (avail is not None and need > avail[0]):
+        raise UsageError(f"this run cannot fit in memory: to {what} it needs {desc}, but {avail[1] if avail else 'the device is too small'}. "
+                         f"Lower {hint}" + (f"; or pass {override} to start anyway." if override else '.'))
+    return need
+
+# %% ../nbs/31_memory.ipynb #d75e6e82
+def check_config_fits(cfg,                  # a `Config` whose model.vocab_size is known (None: 256)
+                      device='cpu',         # where this process trains
+                      precision: str = '32',  # the precision it runs in
+                      world_size: int = 1,  # ranks of the run
+                      hint: str = TRAIN_HINT,  # the settings to lower, in the tool's own flags
+                     ) -> int | None:       # bytes needed (None: skipped)
+    "`check_fits` for a training run: its batch, its longest sequence, FSDP's sharding; skipped by trainer.skip_memory_check."
+    if getattr(cfg.trainer, 'skip_memory_check', False): return None
+    dev = torch.device(device)
+    sharded = world_size > 1 and (cfg.trainer.strategy == 'fsdp' or cfg.trainer.strategy.startswith('deepspeed'))
+    return check_fits(cfg.model, cfg.data.batch_size, cfg.data.seq_len, precision, dev, shards=world_size if sharded else 1,
+                      processes=world_size if dev.type == 'cpu' else 1, hint=hint)
+
+# %% ../nbs/31_memory.ipynb #ed425dde
+@check_before_run
+def fits_when_parsed(cfg,  # a training `Config` straight from the command line
+                    ) -> int | None:  # bytes needed (None: skipped)
+    "`check_config_fits` with what the flags say: the device, the processes on this machine, the vocabulary if known."
+    t, d = cfg.trainer, cfg.data
+    if getattr(t, 'skip_memory_check', False): return None
+    dev = get_device(t.accelerator)
+    p = '16' if t.use_fp16 and t.precision == '32' and dev.type == 'cuda' else parse_precision(t.precision)
+    vocab = cfg.model.vocab_size
+    if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None:
+        knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
+        vocab = task_params(d.task, **knobs)['vocab_size']   # the task's vocabulary, without generating a sequence
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
+    return check_config_fits(cfg, dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
+
+# %% ../nbs/31_memory.ipynb #8d4f3cc7
+def check_positive(**flags,  # flag name (without '--') -> a value, or a list of values, each must be a positive integer (None: not given)
+                  ):
+    "Refuse a count or length that is not a positive integer, naming its flag."
+    for name, v in flags.items():
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if x is None: continue
+            if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
+                shown = ' '.join(map(str, v)) if isinstance(v, (list, tuple)) else v
+                raise UsageError(f"--{name} {shown}: must be a positive integer" + (' (each of them)' if isinstance(v, (list, tuple)) else '') + '.')
+
+def check_lengths(lengths,              # the lengths to evaluate
+                  flag: str,            # their flag, e.g. '--eval_lengths'
+                  train_len: int | None = None,  # the training length: no length may be below it
+                  train_flag: str = 'the training length',  # how to name it
+                 ) -> list[int]:        # the lengths, sorted and unique
+    "Positive lengths, none below the training length."
+    lengths = list(lengths)
+    if not lengths: raise UsageError(f"{flag} needs at least one length.")
+    check_positive(**{flag.lstrip('-'): lengths})
+    if train_len is not None and min(lengths) < train_len:
+        raise UsageError(f"{flag} {' '.join(map(str, lengths))}: {min(lengths)} is below {train_len}, {train_flag}; "
+                         f"evaluate at the training length and beyond ({flag} {train_len} {2 * train_len} ...).")
+    return sorted(set(lengths))

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from .core import UsageError
-from .config import SIZE_PRESETS, Config, ModelConfig, apply_overrides, canonical_key, own_values, resolve_model
-from .blocks.base import Mixer, block_names, canonical_block, get_block
+from .config import SIZE_PRESETS, Config, ModelConfig, apply_overrides, canonical_key, check_read, own_values, resolve_model
+from .blocks.base import Mixer, block_names, blocks_reading, canonical_block, get_block
 from .blocks.layers import Block, RESIDUAL_PROJ
 from .blocks import vanilla, mamba, longformer, bigbird, blade, dpassm  # registers the built-in blocks
 
@@ -19,7 +19,15 @@ from .blocks import vanilla, mamba, longformer, bigbird, blade, dpassm  # regist
 __all__ = ['LM', 'create_model', 'count_params', 'param_groups', 'flops_per_token', 'can_stream', 'prefill', 'step', 'generate']
 
 # %% ../nbs/30_model.ipynb #1a6e8dac
-own_values('model.block', canonical_block, block_names)
+_LM_FIELDS = {'d_model', 'dropout', 'bias'}   # read by the backbone around every mixer too
+
+def _readers(field: str) -> list[str] | None:
+    "The blocks that read `ModelConfig` field `field` (d_ff: the blocks with an MLP); None: every block, or the backbone."
+    if field == 'd_ff': return [n for n in block_names() if get_block(n).uses_mlp]
+    if field in _LM_FIELDS: return None
+    return blocks_reading(field) or None
+
+own_values('model.block', canonical_block, block_names, readers=_readers)
 
 # %% ../nbs/30_model.ipynb #1e08735c
 class LM(nn.Module):

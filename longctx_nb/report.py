@@ -8,8 +8,9 @@ import argparse, json, sys, time
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, get_device, pyplot
-from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key
+from .core import UsageError, get_device, parse_precision, pyplot
+from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir
+from .memory import check_fits, check_config_fits, check_positive, check_lengths
 from .blocks.base import canonical_block
 from .model import LM, count_params
 from .synthetic import from_config as task_from_config
@@ -21,8 +22,8 @@ from .plots import plot_lengths, plot_drift
 from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
-__all__ = ['match_layers', 'block_configs', 'step_stats', 'train_and_eval', 'compare_blocks', 'report_table', 'write_report',
-           'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
+__all__ = ['COMPARE_FLAGS', 'match_layers', 'block_configs', 'step_stats', 'train_and_eval', 'compare_blocks', 'report_table',
+           'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
 
 # %% ../nbs/61_report.ipynb #85387b09
 def _probe_params(cfg: Config, n_layers: int) -> int:
@@ -120,6 +121,17 @@ def train_and_eval(cfg: Config,          # the training config
     return row
 
 # %% ../nbs/61_report.ipynb #4886f13b
+def _check_compare_fits(cfgs: dict, lengths: list[int], device: str):
+    "Every block's training, and its evaluation at the longest length, fit in memory (unless trainer.skip_memory_check)."
+    dev = get_device(device)
+    for cfg in cfgs.values():
+        if cfg.trainer.skip_memory_check: continue
+        p = parse_precision(cfg.trainer.precision)
+        check_config_fits(cfg, dev, p, hint="--batch_size (with --trainer.accumulate_grad_batches), --seq_len, --size, "
+                          "--model.d_model or --model.n_layers, or set --model.gradient_checkpointing=true or --trainer.precision=bf16")
+        check_fits(cfg.model, cfg.data.batch_size, max(lengths), p, dev, training=False, hint='--eval_lengths or --batch_size',
+                   override='--trainer.skip_memory_check')
+
 def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `canonical_block` accepts)
                    task: str = 'passkey',                  # a synthetic task, or 'text' (the default corpus)
                    max_steps: int = 300,                   # training steps of every block
@@ -136,14 +148,16 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
                    verbose: bool = True,                   # print progress and the table
                   ) -> list[dict]:  # one row per block
     "Train each block on `task` with the same budget, evaluate each at `eval_lengths`, write a report to `output_dir`."
-    out = Path(output_dir)
+    out = check_writable_dir(output_dir, '--output_dir')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--output_dir {str(out)!r} is not empty; choose a new folder for the report.")
+    check_positive(max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths)
     lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
-    if min(lengths) <= 0: raise UsageError(f"--eval_lengths must be positive, got {lengths}.")
     cfgs = block_configs(blocks, task, max_steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, overrides)
+    _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
+    check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
     rows = []
     for b, cfg in cfgs.items():
         if verbose: print(f"{b}: training {max_steps} steps ...", flush=True)
@@ -229,10 +243,14 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
                     verbose: bool = True,        # print the results
                    ) -> Path:  # the path of report.md
     "Every evaluation that fits the model at `checkpoint_path`, as JSON, PNG and one report.md in `output_dir`."
+    check_positive(n_samples=n_samples, max_len=max_len)
+    check_writable_dir(output_dir, '--output_dir')
+    dev = get_device(device)
     ev = load_for_eval(checkpoint_path)
     L0 = ev.train_len or 128
     max_len = max_len or 4 * L0
     if max_len < L0: raise UsageError(f"--max_len={max_len} is below the training length {L0}.")
+    check_fits(ev.model.cfg, 8, max_len, '32', dev, training=False, hint='--max_len', override=None)
     tasks = ['copy_recall', 'passkey'] if ev.synthetic_task else ['perplexity', 'drift_curve', 'passkey']
     results = []
     for t in tasks:
@@ -254,6 +272,9 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     return out / 'report.md'
 
 # %% ../nbs/61_report.ipynb #5c26bf42
+COMPARE_FLAGS = {'--trainer.accelerator': '--device', '--data.batch_size': '--batch_size', '--data.seq_len': '--seq_len',
+                 '--trainer.max_steps': '--max_steps', '--model.size': '--size'}   # the tool's own flags in messages
+
 def compare_parser() -> argparse.ArgumentParser:
     "The `longctx_compare` argument parser (training settings come as extra --SECTION.KEY=VALUE flags)."
     return make_parser('longctx_compare', 'Train each block on the same task with the same budget, evaluate each, and write a '
@@ -282,7 +303,7 @@ def _compare(argv=None) -> int:
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
                 ):
     "Console script `longctx_compare`."
-    sys.exit(main(_compare, 'longctx_compare', argv))
+    sys.exit(main(_compare, 'longctx_compare', argv, names=COMPARE_FLAGS))
 
 def report_parser() -> argparse.ArgumentParser:
     "The `longctx_report` argument parser."
@@ -301,4 +322,4 @@ def _report(argv=None) -> int:
 def report_main(argv=None,  # command-line arguments (None: sys.argv[1:])
                ):
     "Console script `longctx_report`."
-    sys.exit(main(_report, 'longctx_report', argv))
+    sys.exit(main(_report, 'longctx_report', argv, names={'--trainer.accelerator': '--device'}))

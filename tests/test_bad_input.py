@@ -1,0 +1,303 @@
+"""Bad input against every console script: exit code 2, one paragraph naming the problem, no traceback, nothing
+written, and quick. The table runs in-process through each script's `*_main` (SystemExit caught, stderr captured);
+a few cases run the installed console scripts themselves."""
+import contextlib, inspect, io, json, os, subprocess, time
+from pathlib import Path
+import numpy as np
+import pytest
+import torch
+
+def _mains():
+    from longctx_nb import cli, evals, report, bench
+    return {'longctx_train': cli.train_main, 'longctx_prepare': cli.prepare_main, 'longctx_eval': evals.eval_main,
+            'longctx_compare': report.compare_main, 'longctx_report': report.report_main, 'longctx_bench': bench.bench_main}
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    "Bad (and a few good) data files, and a tiny trained run, in a folder of their own."
+    d = tmp_path_factory.mktemp('data')
+    ids = (np.arange(4000) % 50).astype(np.uint16)
+    np.save(d / 'ids.npy', ids)
+    np.save(d / 'obj.npy', np.array([1, 'a', None], dtype=object), allow_pickle=True)
+    np.save(d / 'two.npy', ids.reshape(40, 100))
+    np.save(d / 'huge.npy', np.array([1, 2, 2**31, 3] * 100, np.int64))
+    np.save(d / 'float.npy', np.ones(100, np.float32))
+    np.save(d / 'empty.npy', np.zeros(0, np.uint16))
+    (d / 'garbage.npy').write_bytes(b'this is not numpy at all' * 10)
+    (d / 'u32').mkdir(); ids.astype(np.uint32).tofile(d / 'u32' / 'train.bin')
+    for name, tok in (('m1', 'byte'), ('m2', 'bpe')):
+        (d / name).mkdir(); ids.tofile(d / name / 'tokens.bin')
+        (d / name / 'meta.json').write_text(json.dumps({'dtype': 'uint16', 'vocab_size': 300, 'tokenizer': tok}))
+    (d / 'afile').write_text('not a folder\n')
+    (d / 'latin1.json').write_bytes('{"trainer": {"run_name": "caf\xe9"}}'.encode('latin-1'))
+    configs = {'bad_json': '{"trainer": {"max_steps": 5', 'list': '[1, 2, 3]', 'ten': '{"trainer": {"max_steps": "ten"}}',
+               'nan': '{"trainer": {"learning_rate": NaN}}', 'optimizer': '{"model": {"optimizer": "adam"}}',
+               'section': '{"model": 5}', 'unknown': '{"trainer": {"max_step": 3}}', 'dict_value': '{"trainer": {"max_steps": {"a": 1}}}',
+               'inf_int': '{"model": {"d_model": Infinity}}'}
+    for k, v in configs.items(): (d / f'{k}.json').write_text(v)
+    from longctx_nb.config import Config, apply_overrides
+    from longctx_nb.train import train
+    cfg = apply_overrides(Config(), {'data.dataset_name': 'synthetic', 'data.task': 'copy', 'data.copy_len': 4, 'data.seq_len': 16,
+                                     'data.batch_size': 4, 'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2,
+                                     'model.d_ff': 64, 'trainer.max_steps': 2, 'trainer.eval_interval': 0, 'trainer.plot': False,
+                                     'trainer.tensorboard': False, 'trainer.enable_progress_bar': False,
+                                     'trainer.default_root_dir': str(d / 'runs'), 'trainer.run_name': 'tiny'})
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()): train(cfg, quiet=True)
+    return d
+
+NO_GPU = not torch.cuda.is_available()
+
+T, P, E, C, R, B = 'longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench'
+CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data folder, {run}: the tiny run
+    # values: type, finiteness, range, whichever spelling
+    ('nan_steps', T, ['--trainer.max_steps=nan'], 'finite'),
+    ('inf_lr', T, ['--trainer.learning_rate=inf'], 'finite'),
+    ('nan_lr_flat', T, ['--learning_rate', 'nan'], 'finite'),
+    ('nan_lr_lightning', T, ['--model.learning_rate=NaN'], 'finite'),
+    ('huge_float_int', T, ['--trainer.max_steps=1e400'], 'finite'),
+    ('text_int', T, ['--trainer.max_steps=ten'], 'expected an integer'),
+    ('double_minus_int', T, ['--trainer.max_steps=--5'], 'expected an integer'),
+    ('hex_int', T, ['--data.seq_len=0x40'], 'expected an integer'),
+    ('fraction_int', T, ['--data.batch_size=2.5'], 'expected an integer'),
+    ('beta1_one', T, ['--trainer.adam_beta1=1'], 'must be < 1'),
+    ('beta2_negative', T, ['--trainer.adam_beta2=-0.1'], 'must be >= 0'),
+    ('eps_zero', T, ['--trainer.adam_epsilon=0'], 'must be > 0'),
+    ('dropout_one', T, ['--model.dropout=1'], 'must be < 1'),
+    ('weight_decay_negative', T, ['--weight_decay', '-1'], 'must be >= 0'),
+    ('clip_inf', T, ['--trainer.gradient_clip_val=inf'], 'finite'),
+    ('init_std_zero', T, ['--model.init_std=0'], 'must be > 0'),
+    ('rope_theta_negative', T, ['--rope_theta', '-5'], 'must be > 0'),
+    ('d_model_zero', T, ['--d_model', '0'], 'must be > 0'),
+    ('label_smoothing_nan', T, ['--trainer.label_smoothing=nan'], 'finite'),
+    ('warmup_fraction_one', T, ['--trainer.warmup_fraction=1'], 'must be < 1'),
+    ('min_lr_above_lr', T, ['--trainer.min_lr=1'], 'above trainer.learning_rate'),
+    ('dt_min_above_dt_max', T, ['--model.block=mamba', '--model.dt_min=0.5'], 'is above model.dt_max'),
+    ('seed_negative', T, ['--trainer.seed=-1'], 'must be >= 0'),
+    ('workers_absurd', T, ['--data.num_workers=100000'], 'must be <= 256'),
+    ('passkey_depth_two', T, ['--data.passkey_depth=2'], 'must be <= 1'),
+    ('dist_timeout_absurd', T, ['--trainer.dist_timeout=1e30'], 'must be <='),
+    ('precision_64', T, ['--trainer.precision=64'], 'unknown precision'),
+    ('strategy_unknown', T, ['--trainer.strategy=horovod'], 'valid choices'),
+    ('curriculum_text', T, ['--trainer.curriculum=abc'], 'SEQ_LEN:STEPS'),
+    ('bool_maybe', T, ['--trainer.plot=maybe'], 'expected true or false'),
+    ('val_without_train', T, ['--data.val_data={d}/ids.npy'], 'without data.train_data'),
+    ('heads_do_not_divide', T, ['--model.n_heads=3'], 'must be divisible by model.n_heads=3'),
+    ('global_batch_indivisible', T, ['--data.global_batch_size=3', '--trainer.max_steps=1'], 'does not divide'),
+    ('copy_longer_than_sequence', T, ['--data.dataset_name=synthetic', '--data.task=copy', '--data.copy_len=100', '--data.seq_len=64'], 'copy_len'),
+    ('max_epochs_zero', T, ['--trainer.max_epochs=0'], 'must be > 0'),
+    ('val_fraction_zero', T, ['--data.val_fraction=0'], 'must be > 0'),
+    ('size_unknown', T, ['--model.size=huge'], 'valid choices: tiny'),
+    ('tokenizer_unknown', T, ['--data.tokenizer=sentencepiece'], 'valid choices: byte, bpe'),
+    ('task_vocab_two', T, ['--data.dataset_name=synthetic', '--data.task_vocab_size=2'], 'must be > 2'),
+    ('keep_last_negative', T, ['--keep_last', '-1'], 'must be >= 0'),
+    ('data_dir_missing', T, ['--data_dir', '{d}/nowhere'], 'does not exist'),
+    ('resume_missing', T, ['--trainer.resume={d}/nowhere'], 'no such run directory'),
+    ('devices_absurd', T, ['--trainer.devices=100000'], 'must be <= 1024'),
+    # config files
+    ('config_folder', T, ['--config', '{d}'], 'is a folder'),
+    ('config_missing', T, ['--config', '{d}/nowhere.json'], 'does not exist'),
+    ('config_not_utf8', T, ['--config', '{d}/latin1.json'], 'not UTF-8'),
+    ('config_bad_json', T, ['--config', '{d}/bad_json.json'], 'not valid JSON'),
+    ('config_list', T, ['--config', '{d}/list.json'], 'JSON object'),
+    ('config_wrong_type', T, ['--config', '{d}/ten.json'], "key 'trainer.max_steps'"),
+    ('config_wrong_type_and_flag', T, ['--config', '{d}/ten.json', '--trainer.max_steps=5'], "key 'trainer.max_steps'"),
+    ('config_nan', T, ['--config', '{d}/nan.json'], 'finite'),
+    ('config_inf_int', T, ['--config', '{d}/inf_int.json'], 'finite'),
+    ('config_lightning_key', T, ['--config', '{d}/optimizer.json'], 'the optimizer is AdamW'),
+    ('config_section_scalar', T, ['--config', '{d}/section.json'], "section 'model'"),
+    ('config_unknown_key', T, ['--config', '{d}/unknown.json'], "Did you mean 'trainer.max_steps'"),
+    ('config_dict_value', T, ['--config', '{d}/dict_value.json'], "key 'trainer.max_steps'"),
+    # paths
+    ('run_name_escapes', T, ['--trainer.run_name=../escaped'], 'one plain folder name'),
+    ('run_name_absolute', T, ['--trainer.run_name=/tmp/abs'], 'one plain folder name'),
+    ('run_name_nested', T, ['--trainer.run_name=a/b'], 'one plain folder name'),
+    ('run_name_dot', T, ['--trainer.run_name=.'], 'one plain folder name'),
+    ('root_is_file', T, ['--trainer.default_root_dir={d}/afile'], 'is a file'),
+    ('root_under_file', T, ['--trainer.default_root_dir={d}/afile/runs'], 'cannot be created'),
+    ('cache_is_file', T, ['--data.cache_dir={d}/afile'], 'is a file'),
+    # nothing silently ignored
+    ('window_with_vanilla', T, ['--model.window_size=64'], 'read only by the blocks baseline_longformer, baseline_bigbird, dpassm'),
+    ('d_state_with_longformer', T, ['--model.block=baseline_longformer', '--model.d_state=8'], 'read only by the blocks mamba'),
+    ('random_tokens_with_mamba', T, ['--model.block=mamba', '--model.n_random_tokens=3'], 'read only by the blocks baseline_bigbird'),
+    ('d_ff_with_mamba', T, ['--model.block=mamba', '--d_ff', '64'], 'read only by the blocks vanilla'),
+    ('chunk_with_vanilla', T, ['--model.chunk_size=32'], 'read only by the blocks blade'),
+    # LightningCLI keys with no meaning here, and close suggestions only
+    ('lightning_optimizer', T, ['--model.optimizer=Adam'], 'the optimizer is AdamW'),
+    ('lightning_scheduler', T, ['--lr_scheduler=cosine'], 'the schedule is'),
+    ('lightning_callbacks', T, ['--trainer.callbacks=ModelCheckpoint'], 'no callbacks'),
+    ('lightning_logger', T, ['--trainer.logger=tensorboard'], 'metrics.jsonl'),
+    ('lightning_tpu', T, ['--trainer.accelerator=tpu'], "Lightning's 'tpu' accelerator"),
+    ('lightning_num_nodes', T, ['--trainer.num_nodes=2'], 'torchrun'),
+    ('lightning_ckpt_path', T, ['--ckpt_path=x.ckpt'], '--trainer.resume'),
+    ('far_name_no_suggestion', T, ['--checkpoint_path=x'], 'unknown config key'),
+    ('close_name_suggested', T, ['--trainer.max_step=3'], "Did you mean 'trainer.max_steps'"),
+    # data
+    ('npy_pickle', T, ['--train_data', '{d}/obj.npy'], 'pickled Python objects'),
+    ('npy_2d', T, ['--train_data', '{d}/two.npy'], '2-D array of shape (40, 100)'),
+    ('npy_id_2_31', T, ['--train_data', '{d}/huge.npy'], 'go up to 2,147,483,648'),
+    ('npy_float', T, ['--train_data', '{d}/float.npy'], 'must be integers'),
+    ('npy_empty', T, ['--train_data', '{d}/empty.npy'], 'holds no token ids'),
+    ('npy_garbage', T, ['--train_data', '{d}/garbage.npy'], '.npy'),
+    ('bin_uint32_without_meta', T, ['--train_data', '{d}/u32/train.bin'], 'looks like uint32 ids'),
+    ('train_val_disagree', T, ['--train_data', '{d}/m1/tokens.bin', '--val_data', '{d}/m2/tokens.bin'], 'disagree'),
+    ('ids_outside_vocab', T, ['--train_data', '{d}/ids.npy', '--vocab_size', '10'], 'set --model.vocab_size to at least 50'),
+    ('train_data_folder', T, ['--train_data', '{d}'], 'is a folder'),
+    # longctx_prepare
+    ('prepare_out_under_file', P, ['--out', '{d}/afile/prep'], 'cannot be created'),
+    ('prepare_val_fraction_one', P, ['--out', 'prep', '--data.val_fraction=1'], 'must be < 1'),
+    ('prepare_bpe_vocab_nan', P, ['--out', 'prep', '--data.bpe_vocab_size=nan'], 'finite'),
+    ('prepare_local_without_path', P, ['--out', 'prep', '--data.dataset_name=local'], 'needs a path'),
+    ('prepare_model_flag', P, ['--out', 'prep', '--model.d_model=64'], 'does not apply to longctx_prepare'),
+    ('prepare_bpe_vocab_small', P, ['--out', 'prep', '--data.tokenizer=bpe', '--data.bpe_vocab_size=100'], 'must be > 256'),
+    ('prepare_run_flag', P, ['--out', 'prep', '--trainer.max_steps=3'], 'does not apply to longctx_prepare'),
+    ('prepare_missing_text', P, ['--out', 'prep', '--data.dataset_name=local', '--data.dataset_config={d}/nowhere'], 'does not exist'),
+    # longctx_eval
+    ('eval_precision_16_cpu', E, ['--precision', '16', '--device', 'cpu'], '--precision=bf16'),
+    ('eval_lengths_zero', E, ['--lengths', '0', '64', '--device', 'cpu'], '--lengths 0 64: must be a positive integer'),
+    ('eval_lengths_huge', E, ['--lengths', '100000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('eval_batch_huge', E, ['--batch_size', '100000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('eval_n_samples_negative', E, ['--n_samples', '-1', '--device', 'cpu'], '--n_samples=-1 must be > 0'),
+    ('eval_depth_nan', E, ['--depths', 'nan', '--device', 'cpu'], 'each depth must be in [0, 1]'),
+    ('eval_output_is_file', E, ['--output_dir', '{d}/afile', '--device', 'cpu'], 'is a file'),
+    ('eval_batch_zero', E, ['--batch_size', '0', '--device', 'cpu'], '--batch_size=0 must be > 0'),
+    ('eval_buckets_beyond_length', E, ['--task', 'drift_curve', '--seq_len', '16', '--max_len', '32', '--n_buckets', '1000', '--device', 'cpu'], '--n_buckets=1000'),
+    ('eval_device_tpu', E, ['--device', 'tpu'], "unknown device 'tpu'"),
+    ('eval_max_len_below_seq_len', E, ['--seq_len', '64', '--max_len', '32', '--device', 'cpu'], '--max_len=32 is below --seq_len=64'),
+    ('eval_unknown_block', E, ['--block', 'hyena', '--device', 'cpu'], "unknown block 'hyena'"),
+    ('eval_unknown_task', E, ['--task', 'retrieval'], "unknown --task 'retrieval'"),
+    ('eval_missing_checkpoint', E, ['--checkpoint_path', '{d}/nowhere'], 'does not exist'),
+    ('eval_seed_negative', E, ['--seed', '-1', '--device', 'cpu'], '--seed=-1 must be >= 0'),
+    ('eval_vocab_zero', E, ['--vocab_size', '0', '--device', 'cpu'], '--vocab_size 0: must be a positive integer'),
+    ('eval_passkey_len_zero', E, ['--passkey_len', '0', '--device', 'cpu'], '--passkey_len 0: must be a positive integer'),
+    ('eval_block_differs', E, ['--checkpoint_path', '{run}', '--block', 'mamba', '--device', 'cpu'], '--block=mamba does not match'),
+    ('eval_run_length_huge', E, ['--checkpoint_path', '{run}', '--task', 'copy_recall', '--max_len', '100000000', '--device', 'cpu'], 'cannot fit in memory'),
+    # longctx_compare
+    ('compare_eval_below_training', C, ['--eval_lengths', '32', '--seq_len', '64', '--blocks', 'vanilla'], '32 is below 64, --seq_len'),
+    ('compare_eval_huge', C, ['--eval_lengths', '100000000', '--blocks', 'vanilla', '--device', 'cpu'], 'cannot fit in memory'),
+    ('compare_batch_huge', C, ['--batch_size', '10000000', '--blocks', 'vanilla', '--device', 'cpu'], '--batch_size'),
+    ('compare_n_samples_zero', C, ['--n_samples', '0'], '--n_samples 0: must be a positive integer'),
+    ('compare_max_steps_zero', C, ['--max_steps', '0'], '--max_steps 0: must be a positive integer'),
+    ('compare_output_is_file', C, ['--output_dir', '{d}/afile'], 'is a file'),
+    ('compare_lightning_key', C, ['--model.optimizer=adam'], 'the optimizer is AdamW'),
+    ('compare_nan_override', C, ['--trainer.learning_rate=nan', '--blocks', 'vanilla'], 'finite'),
+    ('compare_unknown_task', C, ['--task', 'retrieval'], "unknown --task 'retrieval'"),
+    ('compare_size_unknown', C, ['--size', 'huge', '--blocks', 'vanilla'], 'valid choices: tiny'),
+    ('compare_seq_len_zero', C, ['--seq_len', '0'], '--seq_len 0: must be a positive integer'),
+    ('compare_stray_argument', C, ['stray'], 'unrecognized argument'),
+    ('compare_unknown_block', C, ['--blocks', 'vanilla', 'transformerxl'], "unknown block 'transformerxl'"),
+    # longctx_report
+    ('report_n_samples_zero', R, ['--checkpoint_path', '{run}', '--n_samples', '0'], '--n_samples 0: must be a positive integer'),
+    ('report_max_len_negative', R, ['--checkpoint_path', '{run}', '--max_len', '-5'], '--max_len -5'),
+    ('report_max_len_huge', R, ['--checkpoint_path', '{run}', '--max_len', '100000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('report_output_is_file', R, ['--checkpoint_path', '{run}', '--output_dir', '{d}/afile'], 'is a file'),
+    ('report_device_tpu', R, ['--checkpoint_path', '{run}', '--device', 'tpu'], "unknown device 'tpu'"),
+    ('report_missing_checkpoint', R, ['--checkpoint_path', '{d}/nowhere'], 'does not exist'),
+    ('report_below_training', R, ['--checkpoint_path', '{run}', '--max_len', '8'], 'below the training length 16'),
+    # longctx_bench
+    ('bench_blocks_L_zero', B, ['blocks', '--L', '0'], '--L 0: must be a positive integer'),
+    ('bench_blocks_batch_zero', B, ['blocks', '--batch', '0'], '--batch 0'),
+    ('bench_scan_reps_zero', B, ['scan', '--reps', '0'], '--reps 0'),
+    ('bench_scan_reps_absurd', B, ['scan', '--reps', '100000000'], 'at most 1000'),
+    ('bench_scan_L_huge', B, ['scan', '--L', '1000000000000', '--device', 'cpu'], 'needs about'),
+    ('bench_attention_heads_zero', B, ['attention', '--H', '0'], '--H 0'),
+    ('bench_blocks_L_huge', B, ['blocks', '--L', '100000000', '--blocks', 'vanilla', '--device', 'cpu'], 'cannot fit in memory'),
+    ('bench_csv_under_file', B, ['blocks', '--csv', '{d}/afile/x.csv'], 'is a file'),
+    ('bench_unknown', B, ['matmul'], 'unknown benchmark'),
+    ('bench_blocks_size_unknown', B, ['blocks', '--size', 'huge', '--L', '64'], 'valid choices: tiny'),
+    ('bench_blocks_window_zero', B, ['blocks', '--window_size', '0'], '--window_size 0'),
+    ('bench_dtype_unknown', B, ['attention', '--dtype', 'float99'], "invalid dtype value: 'float99'"),
+    ('bench_L_text', B, ['scan', '--L', 'long'], "invalid int value: 'long'"),
+    ('bench_blocks_unknown_block', B, ['blocks', '--blocks', 'hyena', '--L', '64'], "unknown block 'hyena'"),
+]
+if NO_GPU:
+    CASES += [('train_cuda_without_gpu', T, ['--device', 'cuda', '--trainer.max_steps=1'], 'no CUDA GPU'),
+              ('eval_cuda_without_gpu', E, ['--device', 'cuda'], '--device=cpu'),
+              ('bench_cuda_without_gpu', B, ['blocks', '--device', 'cuda', '--L', '64'], '--device=cpu')]
+SIZES = [  # refused by the memory estimate as soon as the flags are read (and by the trainer's own check, where it has one)
+    ('train_d_model_huge', T, ['--model.d_model=1000000000', '--model.n_heads=8'], 'cannot fit in memory'),
+    ('train_vocab_huge', T, ['--model.vocab_size=1000000000'], 'cannot fit in memory'),
+    ('train_layers_huge', T, ['--model.n_layers=1000000'], 'cannot fit in memory'),
+    ('train_batch_huge', T, ['--data.batch_size=10000000'], 'cannot fit in memory'),
+    ('train_seq_len_huge_synthetic', T, ['--data.dataset_name=synthetic', '--data.task=copy', '--data.seq_len=100000000'], 'cannot fit in memory'),
+    ('train_task_vocab_huge', T, ['--data.dataset_name=synthetic', '--data.task_vocab_size=1000000000'], 'vocabulary 1,000,000,000'),
+    ('train_vocab_2_31', T, ['--vocab_size', '2147483648'], 'cannot fit in memory'),
+    ('train_mamba_state_huge', T, ['--model.block=mamba', '--model.d_state=10000000'], 'cannot fit in memory'),
+]
+
+def tree(*dirs) -> set:
+    return {(str(p), p.stat().st_size if p.is_file() else -1) for d in dirs for p in Path(d).rglob('*')}
+
+def run_case(script, argv, cwd) -> tuple[int, str, float]:
+    "Run `script`'s main in-process in `cwd`: (exit code, stderr, seconds)."
+    err, t0, old = io.StringIO(), time.perf_counter(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try: code = _mains()[script](argv)
+            except SystemExit as e: code = e.code
+    finally: os.chdir(old)
+    return code, err.getvalue(), time.perf_counter() - t0
+
+def check(case, data, tmp_path):
+    name, script, argv, phrase = case
+    argv = [a.replace('{d}', str(data)).replace('{run}', str(data / 'runs' / 'tiny')) for a in argv]
+    if script == T: argv = argv + [f'--trainer.default_root_dir={tmp_path / "runs"}'] * (not any('default_root_dir' in a for a in argv))
+    before = tree(tmp_path, data)
+    code, err, secs = run_case(script, argv, tmp_path)
+    assert code == 2, f'{name}: exit {code}\n{err}'
+    assert 'Traceback' not in err, err
+    errors = [l for l in err.splitlines() if ': error: ' in l]
+    assert len(errors) == 1 and errors[0].startswith(f'{script}: error: '), err   # one paragraph, one line
+    assert phrase in errors[0], f'{name}: {phrase!r} not in\n{err}'
+    assert tree(tmp_path, data) == before, f'{name} wrote files'
+    assert secs < 30, f'{name} took {secs:.1f} s'
+    return errors[0]
+
+@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
+def test_bad_input(case, data, tmp_path):
+    msg = check(case, data, tmp_path)
+    if case[0] == 'far_name_no_suggestion': assert 'Did you mean' not in msg, msg
+    if case[0].startswith(('eval_', 'bench_')) and 'cuda' in case[0]: assert '--trainer.accelerator' not in msg, msg
+    if case[0] == 'compare_batch_huge': assert '--data.batch_size' not in msg, msg
+
+@pytest.mark.parametrize('case', SIZES, ids=[c[0] for c in SIZES])
+def test_absurd_sizes(case, data, tmp_path):
+    check(case, data, tmp_path)
+
+def test_the_table_is_large():
+    assert len(CASES) + len(SIZES) >= 100, len(CASES) + len(SIZES)
+
+def test_notes_say_which_value_wins(tmp_path):
+    "Two sources for one value: the later wins and a note names the one replaced; a deepspeed strategy is noted as fsdp."
+    code, err, _ = run_case(T, ['--batch_size', '2', '--data.batch_size', '8', '--vram', '8gb', '--print_config'], tmp_path)
+    assert code == 0 and "data.batch_size is set twice: --batch_size='2', then --data.batch_size='8'" in err, err
+    assert "replaces 1 from the vram preset '8gb'" in err, err
+    code, err, _ = run_case(T, ['--trainer.strategy=deepspeed_stage_3', '--print_config'], tmp_path)
+    assert code == 0 and 'runs as fsdp' in err, err
+    assert list(tmp_path.iterdir()) == []
+
+SUBPROCESS = [('longctx_train', ['--trainer.learning_rate=nan'], 'finite'),
+              ('longctx_bench', ['blocks', '--L', '0'], '--L 0'),
+              ('longctx_report', ['--checkpoint_path', 'nowhere', '--n_samples', '0'], '--n_samples 0'),
+              ('longctx_compare', ['--eval_lengths', '32', '--seq_len', '64'], 'below 64'),
+              ('longctx_eval', ['--lengths', '100000000', '--device', 'cpu'], 'cannot fit in memory'),
+              ('longctx_prepare', ['--out', 'prep', '--data.val_fraction=nan'], 'finite')]
+
+@pytest.mark.parametrize('script,argv,phrase', SUBPROCESS, ids=[s[0] for s in SUBPROCESS])
+def test_console_scripts(bindir, tmp_path, script, argv, phrase):
+    p = subprocess.run([str(bindir / script), *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 2 and phrase in p.stderr and 'Traceback' not in p.stderr, p.stderr
+    assert p.stderr.startswith(f'{script}: error: ') and list(tmp_path.iterdir()) == []
+
+@pytest.mark.parametrize('case', SIZES, ids=[c[0] for c in SIZES])
+def test_absurd_sizes_refused_by_the_memory_guard(case):
+    "The check the command line registers (and the trainer's `check_config_fits`) refuses each, in milliseconds."
+    from longctx_nb.cli import parse_cli
+    from longctx_nb.memory import check_config_fits, fits_when_parsed
+    from longctx_nb.core import UsageError
+    with contextlib.redirect_stderr(io.StringIO()): cfg, _ = parse_cli(case[2] + ['--print_config'])   # prints, checks nothing
+    t0 = time.perf_counter()
+    with pytest.raises(UsageError, match='cannot fit in memory'): fits_when_parsed(cfg)
+    if cfg.data.dataset_name != 'synthetic':
+        with pytest.raises(UsageError, match='cannot fit in memory'): check_config_fits(cfg, 'cpu')
+    assert time.perf_counter() - t0 < 20, time.perf_counter() - t0
