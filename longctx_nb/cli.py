@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, json, os, sys
 from pathlib import Path
 from .core import UsageError
-from .config import Config, SECTIONS, apply_overrides, resolve_model
+from .config import Config, SECTIONS, apply_overrides, check_writable_dir, resolve_model
 from .flags import Parser, arg, make_parser, parse_config, main
 import longctx_nb.model  # registers the block zoo: --model.block is checked, and --help lists the blocks
 
@@ -110,6 +110,7 @@ def _prepare(argv=None) -> int:
     from longctx_nb.data import prepare_corpus
     cfg, ns = parse_cli(argv, 'longctx_prepare', parser=prepare_parser())
     out = Path(ns.out)
+    check_writable_dir(out, '--out')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"output folder {str(out)!r} is not empty; choose a new --out folder.")
     meta = prepare_corpus(cfg.data, out)

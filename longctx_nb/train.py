@@ -19,7 +19,7 @@ from .model import LM, param_groups, count_params, flops_per_token
 from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, load_model,
                                    RESUME_KEYS, WriteError)
-from .memory import estimate_memory
+from .memory import estimate_memory, check_config_fits
 from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
 
 # %% auto #0
@@ -254,6 +254,7 @@ def setup(cfg: Config,                      # the run's config
         os.environ.setdefault('PYTORCH_CUDA_ALLOC_CONF', 'expandable_segments:True')  # less fragmentation at long lengths
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     precision = resolve_precision(t, device)
+    if model is None: check_config_fits(cfg, device, precision, dist.world_size)   # before anything is allocated
     tokens = tokens if tokens is not None else load_dataset(cfg.data, vocab_size=cfg.model.vocab_size)
     vocab = cfg.model.vocab_size or tokens.vocab_size
     if vocab < tokens.vocab_size and isinstance(tokens, SyntheticData):
