@@ -12,10 +12,10 @@ from .core import UsageError, parse_precision
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'opt', 'own_values', 'check_before_run', 'run_checks', 'ModelConfig', 'DataConfig',
-           'TrainerConfig', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides',
-           'check_writable_dir', 'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file',
-           'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
+           'LIGHTNING_ONLY', 'opt', 'own_values', 'check_before_run', 'run_checks', 'settings_table', 'ModelConfig',
+           'DataConfig', 'TrainerConfig', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
+           'apply_overrides', 'check_writable_dir', 'validate', 'resolve_model', 'check_read', 'flatten_sections',
+           'read_config_file', 'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -91,7 +91,27 @@ TRAINING_PRESETS: dict[str, dict] = {
                  'trainer.log_every_n_steps': 10},
 }
 
-# %% ../nbs/01_config.ipynb #f1617904
+# %% ../nbs/01_config.ipynb #eb7da988
+def _bounds(m: dict) -> str:
+    "A field's valid values, from `opt`'s metadata: its choices or its range."
+    if m.get('choices') is not None:
+        c = m['choices']() if callable(m['choices']) else m['choices']
+        if c: return ', '.join(f'`{x}`' for x in c)
+    lo = f"> {m['gt']}" if m.get('gt') is not None else f">= {m['ge']}" if m.get('ge') is not None else ''
+    hi = f"< {m['lt']}" if m.get('lt') is not None else f"<= {m['le']}" if m.get('le') is not None else ''
+    return ' and '.join(x for x in (lo, hi) if x)
+
+def settings_table(cls,  # a settings dataclass whose fields were made with `opt`
+                  ) -> str:  # markdown
+    "The settings of `cls` as a markdown table: name, type, default, what it does, valid values."
+    rows = ['| setting | type | default | what it does | valid values |', '|---|---|---|---|---|']
+    for f in fields(cls):
+        if 'help' not in f.metadata: continue
+        t = str(f.type).replace('|', 'or')
+        rows.append(f"| `{f.name}` | {t} | `{f.default!r}` | {f.metadata['help'].replace('|', '/')} | {_bounds(f.metadata)} |")
+    return '\n'.join(rows)
+
+# %% ../nbs/01_config.ipynb #f0901433
 @dataclass
 class ModelConfig:
     "The network: which mixing block, how big, and the block's own settings."
@@ -133,6 +153,7 @@ class ModelConfig:
     def __post_init__(self, num_params):
         if num_params is not None: self.size = num_params
 
+# %% ../nbs/01_config.ipynb #91e22bb4
 SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy']  # synthetic.TASKS (tested there)
 
 @dataclass
@@ -165,6 +186,7 @@ class DataConfig:
                                       ge=0, le=1)
     copy_len: int = opt(16, 'synthetic copy and selective_copy: tokens to copy (needs 2 * copy_len <= seq_len)', gt=0)
 
+# %% ../nbs/01_config.ipynb #09938af0
 @dataclass
 class TrainerConfig:
     "The optimisation and the run: schedule, precision, logging, checkpoints."
