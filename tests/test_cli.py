@@ -79,7 +79,7 @@ def test_lightning_dotted_flags(bindir, tmp_path):
             '--trainer.enable_progress_bar=False', f'--trainer.default_root_dir={tmp_path}',
             '--trainer.checkpoint_interval=2', '--trainer.log_every_n_steps=1', '--trainer.eval_interval=0',
             '--trainer.limit_val_batches=1', check=0)
-    ckpts = sorted(p.name for p in (tmp_path / 'version_0' / 'checkpoints').iterdir())
+    ckpts = sorted(p.name for p in (tmp_path / 'version_0' / 'checkpoints').glob('*.pt'))
     assert ckpts == ['step_0000002.pt', 'step_0000003.pt'], ckpts
     assert 'precision bf16' in p.stdout
     p = run(bindir, 'longctx_train', '--trainer.fast_dev_run=True', *SMALL, f'--trainer.default_root_dir={tmp_path / "dev"}', check=0)
