@@ -169,7 +169,7 @@ def _random_columns(rk: RandomKeys, nb: int, bs: int, L: int, device):
 
 # %% ../../nbs/12_attention.ipynb #aedc6aad
 _BLOCKED_LAYOUTS: OrderedDict = OrderedDict()   # (pattern, L, device) -> layout; most recent last
-_CHUNK_ELEMS = {'cpu': 1 << 21}     # score elements per chunk of query blocks: 8 MB of fp32 on the CPU
+_CHUNK_ELEMS = {'cpu': 1 << 19}     # score elements per chunk of query blocks: 2 MB of fp32 on the CPU
 _CHUNK_ELEMS_DEFAULT = 1 << 26     # GPUs: large chunks, few kernel launches
 
 def _blocked_layout(L, window_size, n_global, rk, window_kind, block_size, device) -> dict:
@@ -202,21 +202,30 @@ def _blocked_layout(L, window_size, n_global, rk, window_kind, block_size, devic
     return lay
 
 # %% ../../nbs/12_attention.ipynb #7cb479e8
-def _gather(kb, x, lay, c0, c1):
-    "The keys (or values) of query blocks c0..c1: globals, window blocks, random keys: (B, H, c, n_keys, D)."
-    B, H, _, bs, D = kb.shape
-    G, p, pos, c = lay['G'], lay['p'], lay['pos'], c1 - c0
-    parts = []
-    if G: parts.append(x[:, :, None, :G].expand(B, H, c, G, D))
-    parts += [kb[:, :, c0 + d:c1 + d] for d in range(p + 1)]             # key blocks b-p .. b of each query block b
-    if pos is not None: parts.append(x.index_select(2, pos[c0:c1].flatten()).view(B, H, c, -1, D))
-    return torch.cat(parts, -2)
-
-def _blocks(x, lay, front):
-    "Pad `x` (B, H, L, D) with `front` blocks before and up to nb blocks, as (B, H, front + nb, bs, D)."
+def _blocks(x, lay):
+    "`x` (B, H, L, D) as (B, H, nb, bs, D): a view when `bs` divides `L`, else a copy padded at the end."
     B, H, L, D = x.shape
     bs, nb = lay['bs'], lay['nb']
-    return F.pad(x, (0, 0, front * bs, nb * bs - L)).view(B, H, front + nb, bs, D)
+    return (x if nb * bs == L else F.pad(x, (0, 0, 0, nb * bs - L))).view(B, H, nb, bs, D)
+
+def _window_blocks(x, lay, c0, c1):
+    "The key blocks `c0 - p .. c1 - 1` of `x` (B, H, L, D), zeros outside the sequence: (B, H, c1 - c0 + p, bs, D)."
+    B, H, L, D = x.shape
+    bs, p = lay['bs'], lay['p']
+    a, b = (c0 - p) * bs, c1 * bs
+    xs = x[:, :, max(a, 0):min(b, L)]
+    if a < 0 or b > L: xs = F.pad(xs, (0, 0, max(-a, 0), max(b - L, 0)))   # only the chunk is copied
+    return xs.view(B, H, c1 - c0 + p, bs, D)
+
+def _gather(x, lay, c0, c1):
+    "The keys (or values) of query blocks c0..c1: globals, window blocks, random keys: (B, H, c, n_keys, D)."
+    B, H, _, D = x.shape
+    G, p, pos, c = lay['G'], lay['p'], lay['pos'], c1 - c0
+    parts, xw = [], _window_blocks(x, lay, c0, c1)
+    if G: parts.append(x[:, :, None, :G].expand(B, H, c, G, D))
+    parts += [xw[:, :, d:d + c] for d in range(p + 1)]                   # key blocks b-p .. b of each query block b
+    if pos is not None: parts.append(x.index_select(2, pos[c0:c1].flatten()).view(B, H, c, -1, D))
+    return torch.cat(parts, -2)
 
 # %% ../../nbs/12_attention.ipynb #b0559968
 def _chunk_blocks(q, lay):
@@ -227,60 +236,61 @@ def _chunk_blocks(q, lay):
 def _blocked_forward(q, k, v, lay, scale):
     "Blocked attention in the inputs' dtype (softmax in fp32 at least): the output `(B, H, L, Dv)` and the fp32 lse `(B, H, L)`."
     B, H, L, Dh = q.shape
-    Dv, nb, bs, p = v.shape[-1], lay['nb'], lay['bs'], lay['p']
+    Dv, nb, bs = v.shape[-1], lay['nb'], lay['bs']
     ct = torch.promote_types(q.dtype, torch.float32)
-    qb, kb, vb = _blocks(q, lay, 0), _blocks(k, lay, p), _blocks(v, lay, p)
-    cb = _chunk_blocks(q, lay)
+    qb, cb = _blocks(q, lay), _chunk_blocks(q, lay)
     o = q.new_empty(B, H, nb, bs, Dv)
     lse = torch.empty(B, H, nb, bs, dtype=ct, device=q.device)
     for c0 in range(0, nb, cb):
         c1 = min(nb, c0 + cb)
-        s = (qb[:, :, c0:c1] * scale) @ _gather(kb, k, lay, c0, c1).transpose(-2, -1)
+        s = (qb[:, :, c0:c1] * scale) @ _gather(k, lay, c0, c1).transpose(-2, -1)
         s = s.to(ct).masked_fill_(lay['masked_out'][c0:c1], float('-inf'))
         m = torch.logsumexp(s, -1)
         pr = s.sub_(m[..., None]).exp_()
-        o[:, :, c0:c1] = pr.to(v.dtype) @ _gather(vb, v, lay, c0, c1)
+        torch.matmul(pr.to(v.dtype), _gather(v, lay, c0, c1), out=o[:, :, c0:c1])
         lse[:, :, c0:c1] = m
+        del s, pr, m                                                      # free this chunk before the next
     return o.view(B, H, nb * bs, Dv)[:, :, :L].contiguous(), lse.view(B, H, nb * bs)[:, :, :L].contiguous()
 
 # %% ../../nbs/12_attention.ipynb #45447fc9
 def _scatter_keys(dX, dxb, lay, c0, c1):
-    "Add the gradients `dX (B, H, c, n_keys, D)` of query blocks c0..c1's columns to `dxb`, the padded key blocks."
+    "Add the gradients `dX (B, H, c, n_keys, D)` of query blocks c0..c1's columns to `dxb` (B, H, nb, bs, D), the key blocks."
     G, p, bs, pos = lay['G'], lay['p'], lay['bs'], lay['pos']
-    nw, off = (p + 1) * bs, p * bs                                        # window columns; position 0's offset
-    dX, flat = dX.to(dxb.dtype), dxb.flatten(2, 3)
-    if G: flat[:, :, off:off + G] += dX[:, :, :, :G].sum(2)
+    nw, flat = (p + 1) * bs, dxb.flatten(2, 3)                            # window columns; (B, H, nb * bs, D)
+    dX = dX.to(dxb.dtype)
+    if G: flat[:, :, :G] += dX[:, :, :, :G].sum(2)
     win = dX[:, :, :, G:G + nw].unflatten(3, (p + 1, bs))                 # (B, H, c, p+1, bs, D)
-    for d in range(p + 1): dxb[:, :, c0 + d:c1 + d] += win[:, :, :, d]
-    if pos is not None: flat.index_add_(2, pos[c0:c1].flatten() + off, dX[:, :, :, G + nw:].flatten(2, 3))
+    for d in range(p + 1):                                                # query block b, slot d: key block b - p + d
+        lo = c0 - p + d; s = max(0, -lo)                                  # blocks before the sequence are dropped
+        if lo + s < c1 - p + d: dxb[:, :, lo + s:c1 - p + d] += win[:, :, s:, d]
+    if pos is not None: flat.index_add_(2, pos[c0:c1].flatten(), dX[:, :, :, G + nw:].flatten(2, 3))
 
 def _blocked_backward(q, k, v, o, lse, do, dlse, lay, scale):
-    "Gradients of `q, k, v` from those of the output and of the lse (`None`: zero), recomputing the probabilities."
+    "Gradients of `q, k, v` from those of the output and of the lse (`None`: zero), recomputing the probabilities chunk by chunk."
     B, H, L, Dh = q.shape
-    Dv, nb, bs, p = v.shape[-1], lay['nb'], lay['bs'], lay['p']
+    Dv, nb, bs = v.shape[-1], lay['nb'], lay['bs']
     ct, cb = lse.dtype, _chunk_blocks(q, lay)
-    qb, kb, vb = _blocks(q, lay, 0), _blocks(k, lay, p), _blocks(v, lay, p)
-    dob = _blocks(do, lay, 0)
-    delta = _blocks((do.to(ct) * o.to(ct)).sum(-1, keepdim=True), lay, 0)[..., 0]      # (B, H, nb, bs)
-    if dlse is not None: delta = delta - _blocks(dlse[..., None].to(ct), lay, 0)[..., 0]
-    lseb = _blocks(lse[..., None], lay, 0)[..., 0]
-    dq = torch.empty(B, H, nb, bs, Dh, dtype=ct, device=q.device)
-    dkb = torch.zeros(B, H, p + nb, bs, Dh, dtype=ct, device=q.device)   # key gradients, in padded blocks
-    dvb = torch.zeros(B, H, p + nb, bs, Dv, dtype=ct, device=q.device)
+    qb, ob, dob = _blocks(q, lay), _blocks(o, lay), _blocks(do, lay)
+    lseb = _blocks(lse[..., None], lay)[..., 0]
+    dlseb = _blocks(dlse[..., None].to(ct), lay)[..., 0] if dlse is not None else None
+    dq = torch.empty(B, H, nb, bs, Dh, dtype=ct, device=q.device)        # in fp32 these are the gradients themselves
+    dkb = torch.zeros(B, H, nb, bs, Dh, dtype=ct, device=q.device)
+    dvb = torch.zeros(B, H, nb, bs, Dv, dtype=ct, device=q.device)
     for c0 in range(0, nb, cb):
         c1 = min(nb, c0 + cb)
-        K, V = _gather(kb, k, lay, c0, c1), _gather(vb, v, lay, c0, c1)
-        qs = qb[:, :, c0:c1] * scale
+        K, V = _gather(k, lay, c0, c1), _gather(v, lay, c0, c1)
+        qs, do_c = qb[:, :, c0:c1] * scale, dob[:, :, c0:c1]
         s = (qs @ K.transpose(-2, -1)).to(ct).masked_fill_(lay['masked_out'][c0:c1], float('-inf'))
         pr = s.sub_(lseb[:, :, c0:c1, :, None]).exp_()                   # the probabilities, recomputed
-        do_c = dob[:, :, c0:c1]
-        dV = pr.to(v.dtype).transpose(-2, -1) @ do_c                      # (B, H, c, n_keys, Dv)
-        dS = pr.mul_((do_c @ V.transpose(-2, -1)).to(ct).sub_(delta[:, :, c0:c1, :, None])).to(q.dtype)
-        dq[:, :, c0:c1] = (dS @ K).to(ct) * scale
-        _scatter_keys(dS.transpose(-2, -1) @ qs, dkb, lay, c0, c1)        # (B, H, c, n_keys, Dh)
-        _scatter_keys(dV, dvb, lay, c0, c1)
-    dq = dq.flatten(2, 3)[:, :, :L]
-    dk, dv = (x.flatten(2, 3)[:, :, p * bs:p * bs + L] for x in (dkb, dvb))
+        _scatter_keys(pr.to(v.dtype).transpose(-2, -1) @ do_c, dvb, lay, c0, c1)   # dV
+        delta = (do_c.to(ct) * ob[:, :, c0:c1].to(ct)).sum(-1)           # (B, H, c, bs)
+        if dlseb is not None: delta -= dlseb[:, :, c0:c1]
+        dS = pr.mul_((do_c @ V.transpose(-2, -1)).to(ct).sub_(delta[..., None])).to(q.dtype)
+        del s, pr, V
+        dq[:, :, c0:c1] = (dS @ K).to(ct).mul_(scale)
+        _scatter_keys(dS.transpose(-2, -1) @ qs, dkb, lay, c0, c1)        # dK (B, H, c, n_keys, Dh)
+        del K, dS, qs, delta
+    dq, dk, dv = (x.flatten(2, 3)[:, :, :L] for x in (dq, dkb, dvb))
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 # %% ../../nbs/12_attention.ipynb #f1624411
@@ -474,6 +484,6 @@ def _print_bench(rows, device, dtype, H, Dh, window, B):
             if f is None: continue
             parts = [f"{fast} L={L}:"]
             if ref: parts.append(f"memory {f['peak_mib'] / ref['peak_mib']:.3f}x ref's, time {f['ms'] / ref['ms']:.3f}x ref's;")
-            if sd: parts.append(f"time {f['ms'] / sd['ms']:.3f}x sdpa's;")
+            if sd: parts.append(f"time {f['ms'] / sd['ms']:.3f}x sdpa's, memory {f['peak_mib'] / sd['peak_mib']:.2f}x sdpa's;")
             if base: parts.append(f"per-token time {f['us_per_token'] / base['us_per_token']:.2f}x L={Ls[0]}'s")
             print(' '.join(parts))

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
-__all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'selective_scan', 'scan_inputs',
-           'selective_state_update', 'bench_scan']
+__all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
+           'selective_scan', 'scan_inputs', 'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -232,19 +232,36 @@ def _scan_blocks_backward(u, dt, A, B, C, starts, gy, glast, chunk, block):
     return du, ddt, dA, dB, dC
 
 # %% ../../nbs/10_scan.ipynb #d3888f22
+TORCH_SCAN_PARALLEL_ELEMS = {'cpu': 2**20, 'cuda': 0}   # numbers per operation below which the scan runs on one thread
+
+@contextlib.contextmanager
+def _num_threads(n: int | None):
+    "Run the body with `n` intra-op threads (None: as it is), restoring the count after."
+    old = torch.get_num_threads()
+    if n is None or n == old: yield; return
+    torch.set_num_threads(n)
+    try: yield
+    finally: torch.set_num_threads(old)
+
+def _scan_threads(device, per_op: int) -> int | None:
+    "One thread when an operation of the scan touches fewer than `TORCH_SCAN_PARALLEL_ELEMS` numbers on the CPU, else unchanged."
+    return 1 if device.type == 'cpu' and per_op < TORCH_SCAN_PARALLEL_ELEMS['cpu'] else None
+
 class _ChunkedScan(torch.autograd.Function):
     "`y_t = C_t . h_t`, `h_t = exp(dt_t A) h_{t-1} + dt_t u_t B_t`, on fp32 `u, dt (b, d, L)`, `A (d, N)`, `B, C (b, G, N, L)`."
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, chunk, block):
-        y, last, starts = _scan_blocks(u, dt, A, B, C, chunk, block)
+    def forward(ctx, u, dt, A, B, C, chunk, block, threads=None):
+        with _num_threads(threads): y, last, starts = _scan_blocks(u, dt, A, B, C, chunk, block)
         ctx.save_for_backward(u, dt, A, B, C, *starts)
-        ctx.chunk, ctx.block = chunk, block
+        ctx.chunk, ctx.block, ctx.threads = chunk, block, threads
         return y, last
 
     @staticmethod
     def backward(ctx, gy, glast):
         u, dt, A, B, C, *starts = ctx.saved_tensors
-        return (*_scan_blocks_backward(u, dt, A, B, C, starts, gy, glast, ctx.chunk, ctx.block), None, None)
+        with _num_threads(ctx.threads):
+            grads = _scan_blocks_backward(u, dt, A, B, C, starts, gy, glast, ctx.chunk, ctx.block)
+        return (*grads, None, None, None)
 
 def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, chunk=None, block=None):
     "Chunked scan. B, C are `(batch, G, N, L)`; `chunk`, `block` (steps) default from the `TORCH_SCAN_*` tables."
@@ -252,8 +269,9 @@ def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last
     kind = 'cuda' if u.is_cuda else 'cpu'
     chunk = chunk or TORCH_SCAN_CHUNK[kind]
     block = block or max(1, TORCH_SCAN_BLOCK_ELEMS[kind] // (b * d * N * chunk)) * chunk
+    threads = _scan_threads(u.device, b * d * N * (min(block, L) // chunk or 1))   # one step of the block's chunks
     dt = _step_sizes(delta, delta_bias, delta_softplus)
-    y, last = _ChunkedScan.apply(u.float(), dt, A.float(), B.float(), C.float(), chunk, block)
+    y, last = _ChunkedScan.apply(u.float(), dt, A.float(), B.float(), C.float(), chunk, block, threads)
     out = _finish(y, u, D, z, u.dtype)
     return (out, last) if return_last_state else out
 
