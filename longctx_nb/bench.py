@@ -4,7 +4,7 @@
 
 # %% ../nbs/50_bench.ipynb #3f370f11
 from __future__ import annotations
-import argparse, csv, importlib, inspect, math, sys
+import csv, importlib, inspect, math, sys
 import torch
 from pathlib import Path
 from .core import UsageError, get_device, pyplot

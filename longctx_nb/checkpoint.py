@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import torch
 from .core import UsageError, TrainingError
-from .config import Config, ModelConfig, SECTIONS, resolve_model
+from .config import ModelConfig, resolve_model
 
 # %% auto #0
 __all__ = ['FORMAT', 'RESUME_KEYS', 'RUNTIME_ONLY', 'SUMS', 'CheckpointError', 'rng_state', 'set_rng_state', 'WriteError',

@@ -9,7 +9,7 @@ from pathlib import Path
 from .core import UsageError
 from .config import Config, SECTIONS, apply_overrides, check_writable_dir, resolve_model
 from .flags import Parser, arg, make_parser, parse_config, main
-import longctx_nb.model  # registers the block zoo: --model.block is checked, and --help lists the blocks
+import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
 
 # %% auto #0
 __all__ = ['EXAMPLES', 'build_parser', 'parse_cli', 'init_model', 'train_main', 'prepare_parser', 'prepare_main']

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy, dataclasses, difflib, json, math, os, re, typing
 from dataclasses import dataclass, field, fields, InitVar
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 from .core import UsageError, parse_precision
 
 # %% auto #0

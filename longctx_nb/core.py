@@ -44,7 +44,7 @@ def get_device(name: str = 'auto',  # one of `DEVICE_CHOICES`
         if dev.index is not None and dev.index >= n:
             raise UsageError(f"device {name!r} does not exist: this machine has {n} CUDA device(s), cuda:0..cuda:{n-1}.")
     elif dev.type == 'mps' and not _mps_available():
-        raise UsageError(f"device 'mps' was asked for but Apple's MPS backend is not available here; use 'cpu' or 'auto'.")
+        raise UsageError("device 'mps' was asked for but Apple's MPS backend is not available here; use 'cpu' or 'auto'.")
     elif dev.type not in ('cpu', 'cuda', 'mps'):
         raise UsageError(f"unsupported device {name!r}; valid choices: {', '.join(DEVICE_CHOICES)}")
     return dev

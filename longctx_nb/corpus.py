@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 import numpy as np
 from .core import UsageError
 from .config import DataConfig, check_writable_dir
-from .tokenizer import EOT, ByteTokenizer, BPETokenizer
+from .tokenizer import ByteTokenizer, BPETokenizer
 
 # %% auto #0
 __all__ = ['STDLIB_SKIP', 'FORMAT_VERSION', 'MAX_INFERRED_VOCAB', 'stdlib_root', 'stdlib_documents', 'text_documents',
@@ -165,7 +165,7 @@ def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fract
     if tokenizer not in ('byte', 'bpe'): raise UsageError(f"unknown tokenizer {tokenizer!r}; valid choices: byte, bpe")
     if tokenizer == 'byte': return ByteTokenizer(), documents
     spool = d / '.documents.jsonl'
-    n = _spool(documents, spool)
+    _spool(documents, spool)
     train_docs = lambda: (t for name, t in _unspool(spool) if not _is_val(name, val_fraction))
     has_train = any(True for _ in train_docs())
     tok = BPETokenizer.train(train_docs() if has_train else (t for _, t in _unspool(spool)), bpe_vocab_size)

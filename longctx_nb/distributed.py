@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib, datetime, os, subprocess, sys
 from dataclasses import dataclass, field
 import torch, torch.distributed as dist
-from .core import UsageError, TrainingError, get_device
-from .config import Config, TrainerConfig, DataConfig, apply_overrides
+from .core import UsageError, get_device
+from .config import TrainerConfig, DataConfig
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'launcher_env', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state', 'init_distributed',

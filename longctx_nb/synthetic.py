@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_synthetic.ipynb #1d72e7eb
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 import torch

@@ -12,13 +12,12 @@ import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
                              reset_peak_memory, peak_memory_mb, measure_peak_flops, pyplot)
-from .config import Config, ModelConfig, TrainerConfig, apply_overrides, resolve_model, parse_curriculum
+from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
 from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
-                                   prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, load_model,
-                                   RESUME_KEYS, WriteError)
+                                   prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, RESUME_KEYS, WriteError)
 from .memory import estimate_memory, check_config_fits
 from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
 

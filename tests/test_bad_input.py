@@ -1,7 +1,7 @@
 """Bad input against every console script: exit code 2, one paragraph naming the problem, no traceback, nothing
 written, and quick. The table runs in-process through each script's `*_main` (SystemExit caught, stderr captured);
 a few cases run the installed console scripts themselves."""
-import contextlib, inspect, io, json, os, subprocess, time
+import contextlib, io, json, os, subprocess, time
 from pathlib import Path
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """End to end: the console scripts as a user runs them, in subprocesses."""
-import json, os, subprocess, sys
+import json, subprocess, sys
 from pathlib import Path
 import numpy as np
 import pytest

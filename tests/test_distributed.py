@@ -1,6 +1,6 @@
 """Multi-process training with real torchrun, 2 CPU processes and gloo: kill and resume, resume on another number of
 ranks, a dead rank, bad input. (2 ranks against 1, for DDP and FSDP2, is shown and checked in nbs/41_distributed.ipynb.)"""
-import json, os, shutil, signal, subprocess, sys, time
+import json, os, shutil, signal, subprocess, time
 from pathlib import Path
 import pytest, torch
 from safetensors.torch import load_file

@@ -1,6 +1,5 @@
 """End to end: `longctx_eval`, `python -m longctx_nb.evals` and `longctx_compare` as a user runs them, in subprocesses."""
 import json, subprocess, sys
-from pathlib import Path
 import pytest
 
 TINY = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--trainer.enable_progress_bar=false',

@@ -3,9 +3,8 @@ falls back past damaged, incomplete or foreign checkpoints, and a file system th
 the run with one paragraph, no traceback, nothing partial, and the previous checkpoint intact."""
 import os, subprocess
 from pathlib import Path
-import pytest, torch
-from longctx_nb.checkpoint import (save_checkpoint, read_checkpoint, sidecar, list_checkpoints, checkpoint_path, load_model,
-                                   FORMAT)
+import pytest
+from longctx_nb.checkpoint import (save_checkpoint, read_checkpoint, sidecar, list_checkpoints, checkpoint_path, load_model)
 
 ARGS = ['--data.seq_len=32', '--data.batch_size=2', '--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2',
         '--model.d_ff=64', '--trainer.log_every_n_steps=1', '--trainer.checkpoint_interval=2', '--trainer.eval_interval=0',

@@ -5,7 +5,6 @@
 # %% ../../nbs/20_blocks.ipynb #5a19572e
 from __future__ import annotations
 import functools, inspect
-from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -4,8 +4,6 @@
 
 # %% ../../nbs/25_bigbird.ipynb #82b04ee3
 from __future__ import annotations
-import torch
-from ..core import UsageError
 from ..kernels.attention import RandomKeys, bigbird_random_keys
 from .base import register_block, patch_to
 from .longformer import LongformerAttention, local_mixer_bytes, _check_int

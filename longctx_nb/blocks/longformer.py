@@ -6,11 +6,10 @@
 from __future__ import annotations
 import torch
 import torch.nn.functional as F
-from torch import nn
 from ..core import UsageError
 from .base import register_block, act_bytes, patch_to
 from .vanilla import CausalSelfAttention
-from ..kernels.attention import attention_impls, local_attention, local_attention_saved_bytes
+from ..kernels.attention import attention_impls, local_attention
 
 # %% auto #0
 __all__ = ['LongformerAttention', 'local_mixer_bytes', 'longformer_mixer_bytes']

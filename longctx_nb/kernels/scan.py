@@ -4,7 +4,7 @@
 
 # %% ../../nbs/10_scan.ipynb #117e5eb3
 from __future__ import annotations
-import contextlib, functools, math
+import contextlib, math
 import torch
 import torch.nn.functional as F
 from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
