@@ -4,20 +4,23 @@
 
 # %% ../nbs/40_checkpoint.ipynb #42f7ca0d
 from __future__ import annotations
-import json, os, random, re, warnings
+import errno, hashlib, io, json, os, random, re, warnings
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError
+from .core import UsageError, TrainingError
 from .config import Config, ModelConfig, SECTIONS, resolve_model
 
 # %% auto #0
-__all__ = ['FORMAT', 'RUNTIME_ONLY', 'CheckpointError', 'rng_state', 'set_rng_state', 'save_checkpoint', 'read_checkpoint',
-           'checkpoint_path', 'list_checkpoints', 'latest_checkpoint', 'prune_checkpoints', 'check_same_model',
-           'export_model', 'load_model']
+__all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError', 'rng_state',
+           'set_rng_state', 'StorageError', 'sidecar', 'atomic_write', 'save_checkpoint', 'file_sha256',
+           'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint', 'latest_checkpoint',
+           'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model']
 
 # %% ../nbs/40_checkpoint.ipynb #56b00df8
-FORMAT = 'longctx_nb.checkpoint/1'
+FORMAT = 'longctx_nb.checkpoint/2'      # /2: written with a SHA-256 sidecar
+LEGACY_FORMATS = ('longctx_nb.checkpoint/1',)  # older versions: no sidecar; loaded with a warning
+REQUIRED = ('model', 'optimizer', 'scaler', 'rng', 'step', 'tokens_seen', 'config')  # what the trainer saves and needs
 
 class CheckpointError(UsageError):
     "A checkpoint that is missing, damaged, not ours, or from a different model."
@@ -38,6 +41,42 @@ def set_rng_state(s: dict,  # from `rng_state`
     torch.set_rng_state(s['torch'])
     if s['cuda'] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
 
+# %% ../nbs/40_checkpoint.ipynb #25b93a16
+_HINTS = {errno.ENOSPC: 'the disk is full: free space there or write elsewhere',
+          errno.EDQUOT: 'the disk quota is used up: free space there or write elsewhere',
+          errno.EROFS: 'the file system is read-only: write elsewhere',
+          errno.EACCES: 'no permission to write there: fix the permissions or write elsewhere',
+          errno.EPERM: 'no permission to write there: fix the permissions or write elsewhere',
+          errno.ENOTDIR: 'a file stands where a folder is expected: move it or write elsewhere',
+          errno.EEXIST: 'a file stands where a folder is expected: move it or write elsewhere',
+          errno.EISDIR: 'a folder stands where the file goes: move it or write elsewhere'}
+
+def _in_the_way(path: Path) -> Path | None:
+    "The first existing ancestor of `path` that is not a folder."
+    for p in reversed(Path(path).parents):
+        if p.exists() and not p.is_dir(): return p
+    return None
+
+class StorageError(TrainingError):
+    "An `OSError` while writing `path`, as one paragraph: the path, the system's reason and what to do; nothing partial left."
+    def __init__(self, path, err: OSError):
+        self.path, self.errno = Path(path), err.errno
+        self.reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
+        blocker = _in_the_way(self.path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
+        where = f" ({str(blocker)!r} is a file)" if blocker else ''
+        hint = _HINTS.get(err.errno, 'check the folder and write elsewhere if needed')
+        code = f" [{errno.errorcode[err.errno]}]" if err.errno in errno.errorcode else ''
+        self.checkpoint = None
+        super().__init__(f"cannot write {str(self.path)!r}: {self.reason}{code}{where}; {hint}. "
+                         "Nothing partial was left behind.")
+    def with_checkpoint(self, ckpt,  # the newest good checkpoint (None: none written)
+                       ) -> StorageError:
+        "Add the newest good checkpoint to the message (and to `.checkpoint`); returns self."
+        self.checkpoint = ckpt
+        self.args = (self.args[0] + (f" The newest good checkpoint is {ckpt}; continue with --resume once fixed."
+                                     if ckpt else " No checkpoint was written."),)
+        return self
+
 # %% ../nbs/40_checkpoint.ipynb #a4ad69be
 def _fsync_dir(d: Path):
     try:
@@ -46,35 +85,99 @@ def _fsync_dir(d: Path):
         finally: os.close(fd)
     except OSError: pass  # not every platform can sync a directory
 
-def save_checkpoint(path,         # file to write
-                    state: dict,  # tensors and plain Python values
-                   ) -> Path:
-    "Write `state` (plus the format tag) to `path` atomically."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f'.{path.name}.tmp')
+class _Hashing(io.RawIOBase):
+    "A write-only file that hashes what passes through it."
+    def __init__(self, f): self.f, self.h = f, hashlib.sha256()
+    def writable(self): return True
+    def write(self, b): self.h.update(b); return self.f.write(b)
+
+def sidecar(path) -> Path:
+    "The SHA-256 sidecar of `path`: `path` + '.sha256'."
+    return Path(path).with_name(Path(path).name + '.sha256')
+
+def _tmp(p: Path) -> Path: return p.with_name(f'.{p.name}.tmp')
+
+def _write_tmp(tmp: Path, write) -> str:
+    "Write `tmp` with `write(f)` (or bytes/str), fsync it; its SHA-256."
+    with open(tmp, 'wb') as f:
+        h = _Hashing(f)
+        if callable(write): write(h)
+        else: h.write(write.encode() if isinstance(write, str) else write)
+        f.flush(); os.fsync(f.fileno())
+    return h.h.hexdigest()
+
+def atomic_write(path,                # the file to write
+                 write,               # bytes, str, or a function writing to a binary file object
+                 digest: bool = False,  # also write the `sha256sum`-format sidecar `path`.sha256
+                ) -> Path:
+    "Write `path` atomically (temporary file, fsync, rename); `StorageError` on an `OSError`, with nothing partial left."
+    path = Path(path); tmps = [_tmp(path), _tmp(sidecar(path))]
     try:
-        with open(tmp, 'wb') as f:
-            torch.save({'format': FORMAT, **state}, f)
-            f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True); raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        h = _write_tmp(tmps[0], write)
+        if digest:
+            _write_tmp(tmps[1], f"{h}  {path.name}\n")
+            os.replace(tmps[1], sidecar(path))
+        os.replace(tmps[0], path)
+    except BaseException as e:
+        for t in tmps:
+            try: t.unlink(missing_ok=True)
+            except OSError: pass
+        if isinstance(e, OSError): raise StorageError(path, e) from None
+        raise
     _fsync_dir(path.parent)
     return path
 
+def save_checkpoint(path,         # file to write
+                    state: dict,  # tensors and plain Python values
+                   ) -> Path:
+    "Write `state` (plus the format tag) to `path` atomically, with its SHA-256 sidecar."
+    return atomic_write(path, lambda f: torch.save({'format': FORMAT, **state}, f), digest=True)
+
 # %% ../nbs/40_checkpoint.ipynb #3f0507b7
-def read_checkpoint(path,                # a checkpoint file
-                    map_location='cpu',  # device to load tensors onto
+def file_sha256(path) -> str:
+    "The SHA-256 of a file, read in 1 MiB blocks."
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        while b := f.read(1 << 20): h.update(b)
+    return h.hexdigest()
+
+def _expected(side: Path) -> str:
+    parts = side.read_text().split()
+    if not parts or not re.fullmatch(r'[0-9a-f]{64}', parts[0]): raise ValueError('not a sha256sum line')
+    return parts[0]
+
+def read_checkpoint(path,                       # a checkpoint file
+                    map_location='cpu',         # device to load tensors onto
+                    required: tuple = REQUIRED,  # keys it must hold
                    ) -> dict:
-    "Load a checkpoint with `weights_only=True`; `CheckpointError` if it is missing, damaged or not ours."
-    path = Path(path)
-    if not path.is_file(): raise CheckpointError(f"checkpoint {str(path)!r} does not exist.")
+    "Verify and load a checkpoint (`weights_only=True`); `CheckpointError` naming the file and the reason if it fails."
+    path = Path(path); side = sidecar(path); name = repr(str(path))
+    if not path.is_file(): raise CheckpointError(f"checkpoint {name} does not exist.")
+    try:
+        want = _expected(side) if side.is_file() else None
+        got = file_sha256(path) if want else None
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{name} cannot be verified: {e.strerror if isinstance(e, OSError) else e}.") from None
+    if want and got != want:
+        raise CheckpointError(f"{name} is damaged: its SHA-256 does not match {side.name} (the file changed after it was written).")
     try: ck = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{str(path)!r} is not a readable checkpoint ({type(e).__name__}: {reason}).") from None
-    if not isinstance(ck, dict) or ck.get('format') != FORMAT:
-        raise CheckpointError(f"{str(path)!r} is not a longctx_nb checkpoint (no {FORMAT!r} format tag).")
+        msg = re.split(r'\s*(?:\(\d\)\s*)?In PyTorch 2\.6|\s*Please file an issue|\s*WeightsUnpickler error',
+                       str(e).strip())[0].strip()
+        msg = msg.splitlines()[0][:200] if msg else 'no message'
+        raise CheckpointError(f"{name} is not a readable checkpoint ({type(e).__name__}: {msg}).") from None
+    if not isinstance(ck, dict) or ck.get('format') not in (FORMAT, *LEGACY_FORMATS):
+        raise CheckpointError(f"{name} is not a longctx_nb checkpoint (no {FORMAT!r} format tag).")
+    if not want:
+        if ck['format'] == FORMAT: raise CheckpointError(f"{name} has no {side.name}: its SHA-256 sidecar is missing.")
+        warnings.warn(f"{name} was written by an older longctx_nb, without a digest: its content CANNOT be verified and is "
+                      f"loaded as is. If you trust it, `sha256sum {path.name} > {side.name}` in its folder vouches for it.", stacklevel=2)
+    missing = [k for k in required if k not in ck]
+    if 'config' in required and 'config' in ck and not isinstance(ck['config'], dict) or \
+       'config' in required and isinstance(ck.get('config'), dict) and not isinstance(ck['config'].get('model'), dict):
+        missing.append('config.model')
+    if missing: raise CheckpointError(f"{name} is incomplete: it lacks {', '.join(missing)}.")
     return ck
 
 # %% ../nbs/40_checkpoint.ipynb #b04dfeb0
@@ -92,21 +195,35 @@ def list_checkpoints(run_dir,  # the run directory
     found = [(int(m.group(1)), p) for p in d.glob('step_*.pt') if (m := _NAME.search(p.name))] if d.is_dir() else []
     return [p for _, p in sorted(found)]
 
+def find_checkpoint(run_dir,             # the run directory
+                    map_location='cpu',  # device to load tensors onto
+                    accept=None,         # accept(ck) raises `CheckpointError` to skip a checkpoint
+                   ) -> tuple[tuple[Path, dict] | None, list[tuple[Path, str]]]:  # ((path, checkpoint) or None, skipped)
+    "The newest checkpoint of `run_dir` that verifies and `accept`s, and the `(path, reason)` of each newer one skipped."
+    skipped = []
+    for p in reversed(list_checkpoints(run_dir)):
+        try:
+            ck = read_checkpoint(p, map_location)
+            if accept: accept(ck)
+            return (p, ck), skipped
+        except CheckpointError as e: skipped.append((p, str(e)))
+    return None, skipped
+
 def latest_checkpoint(run_dir,                       # the run directory
                       map_location='cpu',            # device to load tensors onto
+                      accept=None,                   # accept(ck) raises `CheckpointError` to skip a checkpoint
                      ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
-    "The newest checkpoint of `run_dir` that loads, skipping damaged ones with a warning; None if there is none."
-    for p in reversed(list_checkpoints(run_dir)):
-        try: return p, read_checkpoint(p, map_location)
-        except CheckpointError as e: warnings.warn(f"skipping checkpoint: {e}", stacklevel=2)
-    return None
+    "The newest checkpoint of `run_dir` that verifies (and `accept`s), warning once per skipped file; None if none."
+    found, skipped = find_checkpoint(run_dir, map_location, accept)
+    for p, why in skipped: warnings.warn(f"skipping checkpoint {p.name}: {why}", stacklevel=2)
+    return found
 
 def prune_checkpoints(run_dir,         # the run directory
                       keep_last: int,  # checkpoints to keep; 0: all
                      ):
-    "Delete all but the newest `keep_last` checkpoints (0 keeps all)."
+    "Delete all but the newest `keep_last` checkpoints (0 keeps all), with their sidecars."
     if keep_last > 0:
-        for p in list_checkpoints(run_dir)[:-keep_last]: p.unlink(missing_ok=True)
+        for p in list_checkpoints(run_dir)[:-keep_last]: p.unlink(missing_ok=True); sidecar(p).unlink(missing_ok=True)
 
 # %% ../nbs/40_checkpoint.ipynb #6551d387
 RUNTIME_ONLY = {'dropout', 'gradient_checkpointing', 'compile', 'num_params'}
@@ -125,20 +242,68 @@ def check_same_model(saved: dict,            # the checkpoint's config dict
                               "Use the same model settings to resume, or start a new run.")
 
 # %% ../nbs/40_checkpoint.ipynb #ba1a365d
+EXPORT_FORMAT = 'longctx_nb.export/2'  # in the safetensors metadata: this export comes with SHA256SUMS
+_SUMS, _COVERED = 'SHA256SUMS', ('model.safetensors', 'model_config.json', 'tokenizer.json')
+
+def _safetensors_bytes(model) -> bytes:
+    "The model's state in safetensors form, each tied weight stored once (as `safetensors.torch.save_model` does)."
+    from safetensors.torch import save, _remove_duplicate_names
+    sd, meta = model.state_dict(), {'format': EXPORT_FORMAT}
+    for kept, removed in _remove_duplicate_names(sd).items():
+        for n in removed: meta[n] = kept; del sd[n]
+    return save({k: v.contiguous() for k, v in sd.items()}, metadata=meta)
+
 def export_model(model: torch.nn.Module,  # an `LM`
                  out_dir,                 # folder to write
                 ) -> Path:                # the safetensors file
-    "Write `model.safetensors` and `model_config.json` (its resolved `ModelConfig`) into `out_dir`."
-    from safetensors.torch import save_model
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(out / 'model.safetensors'))   # stores tied weights once
-    (out / 'model_config.json').write_text(json.dumps(vars(model.cfg), indent=2) + '\n')
+    "Write `model.safetensors`, `model_config.json` (its resolved `ModelConfig`) and `SHA256SUMS` into `out_dir`, atomically."
+    out = Path(out_dir); names = ['model.safetensors', 'model_config.json', _SUMS]
+    tmps = [_tmp(out / n) for n in names]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        sums = {names[0]: _write_tmp(tmps[0], _safetensors_bytes(model)),
+                names[1]: _write_tmp(tmps[1], json.dumps(vars(model.cfg), indent=2) + '\n')}
+        if (out / 'tokenizer.json').is_file(): sums['tokenizer.json'] = file_sha256(out / 'tokenizer.json')
+        _write_tmp(tmps[2], ''.join(f"{h}  {n}\n" for n, h in sums.items()))
+        for t, n in zip(tmps[::-1], names[::-1]): os.replace(t, out / n)   # the sums first, the weights last
+    except BaseException as e:
+        for t in tmps:
+            try: t.unlink(missing_ok=True)
+            except OSError: pass
+        if isinstance(e, OSError): raise StorageError(out / names[0], e) from None
+        raise
+    _fsync_dir(out)
     return out / 'model.safetensors'
+
+# %% ../nbs/40_checkpoint.ipynb #8b61f1d7
+def verify_export(d,  # an exported folder
+                 ):
+    "Check the files of an export against its SHA256SUMS; `CheckpointError` naming the file and the reason."
+    d = Path(d); sums = d / _SUMS
+    if not sums.is_file():
+        from safetensors import safe_open
+        try:
+            with safe_open(str(d / 'model.safetensors'), 'pt') as f: fmt = (f.metadata() or {}).get('format')
+        except Exception as e: raise CheckpointError(f"{str(d / 'model.safetensors')!r} is not a readable safetensors file ({e}).") from None
+        if fmt == EXPORT_FORMAT: raise CheckpointError(f"{str(d)!r} has no {_SUMS}: the export's digests are missing.")
+        warnings.warn(f"{str(d)!r} was exported by an older longctx_nb, without {_SUMS}: its content CANNOT be verified and "
+                      f"is loaded as is. If you trust it, `sha256sum {' '.join(_COVERED[:2])} > {_SUMS}` there vouches for it.", stacklevel=3)
+        return
+    try: want = dict(reversed(l.split(None, 1)) for l in sums.read_text().splitlines() if l.strip())
+    except (OSError, ValueError) as e: raise CheckpointError(f"{str(sums)!r} cannot be read ({e}).") from None
+    want = {n.lstrip('*').strip(): h for n, h in want.items()}
+    for n in _COVERED[:2]:
+        if n not in want: raise CheckpointError(f"{str(sums)!r} does not cover {n}.")
+    for n, h in want.items():
+        f = d / n
+        try: got = file_sha256(f)
+        except OSError as e: raise CheckpointError(f"{str(f)!r} cannot be verified: {e.strerror}.") from None
+        if got != h: raise CheckpointError(f"{str(f)!r} is damaged: its SHA-256 does not match {_SUMS}.")
 
 def load_model(path,          # an exported folder (or its model.safetensors), or a .pt checkpoint
                device='cpu',  # where the model goes
               ):
-    "An `LM` from an exported folder (model.safetensors + model_config.json) or a training checkpoint (.pt)."
+    "An `LM` from a verified exported folder (model.safetensors + model_config.json) or training checkpoint (.pt)."
     from longctx_nb.model import LM
     p = Path(path)
     if p.suffix == '.pt':
@@ -148,6 +313,7 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     d = p if p.is_dir() else p.parent
     if not (d / 'model.safetensors').is_file() or not (d / 'model_config.json').is_file():
         raise CheckpointError(f"{str(d)!r} holds no exported model (model.safetensors and model_config.json).")
+    verify_export(d)
     from safetensors.torch import load_model as _load
     model = LM(ModelConfig(**json.loads((d / 'model_config.json').read_text())))
     _load(model, str(d / 'model.safetensors'), device=str(device))
