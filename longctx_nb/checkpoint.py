@@ -59,7 +59,9 @@ def _in_the_way(path: Path) -> Path | None:
 
 class StorageError(TrainingError):
     "An `OSError` while writing `path`, as one paragraph: the path, the system's reason and what to do; nothing partial left."
-    def __init__(self, path, err: OSError):
+    def __init__(self, path,       # the file (or folder) being written
+                 err: OSError,  # what the system said
+                ):
         self.path, self.errno = Path(path), err.errno
         self.reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
         blocker = _in_the_way(self.path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
@@ -91,7 +93,8 @@ class _Hashing(io.RawIOBase):
     def writable(self): return True
     def write(self, b): self.h.update(b); return self.f.write(b)
 
-def sidecar(path) -> Path:
+def sidecar(path,  # a checkpoint file
+           ) -> Path:
     "The SHA-256 sidecar of `path`: `path` + '.sha256'."
     return Path(path).with_name(Path(path).name + '.sha256')
 
@@ -135,7 +138,8 @@ def save_checkpoint(path,         # file to write
     return atomic_write(path, lambda f: torch.save({'format': FORMAT, **state}, f), digest=True)
 
 # %% ../nbs/40_checkpoint.ipynb #3f0507b7
-def file_sha256(path) -> str:
+def file_sha256(path,  # a file
+               ) -> str:
     "The SHA-256 of a file, read in 1 MiB blocks."
     h = hashlib.sha256()
     with open(path, 'rb') as f:
