@@ -16,8 +16,9 @@ from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_c
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
-from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
-                                   prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, RESUME_KEYS, WriteError)
+from .checkpoint import (save_checkpoint, read_checkpoint, list_checkpoints, checkpoint_path,
+                                   prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, find_checkpoint,
+                                   atomic_write, StorageError)
 from .memory import estimate_memory, check_config_fits
 from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
 
@@ -125,7 +126,7 @@ def resume_point(t: TrainerConfig,             # resume, default_root_dir and ru
                 ) -> tuple[Path, Path, dict]:
     """(run dir, checkpoint path, checkpoint) that `t.resume` names: the newest checkpoint that is intact, complete and of
     this model, saying why each newer one was skipped; a `UsageError` if none is, or if a file named directly is not."""
-    same = (lambda p, ck: check_same_model(ck['config'], m, p.name)) if m is not None else None
+    same = (lambda ck: check_same_model(ck['config'], m)) if m is not None else None
     root, r = Path(t.default_root_dir), t.resume
     if r.lower() in ('last', 'true', 'latest'):
         runs = [root / t.run_name] if t.run_name else _versions(root)[::-1]
@@ -134,13 +135,13 @@ def resume_point(t: TrainerConfig,             # resume, default_root_dir and ru
                                       + (f" named {t.run_name!r}" if t.run_name else '') + '.')
         run_dir = runs[0]
     elif Path(r).is_file():
-        ck = read_checkpoint(r, required=RESUME_KEYS)
-        if same: same(Path(r), ck)
+        ck = read_checkpoint(r)
+        if same: same(ck)
         return Path(r).parent.parent, Path(r), ck
     elif Path(r).is_dir(): run_dir = Path(r)
     else: raise UsageError(f"--resume={r!r}: no such run directory or checkpoint file; use --resume for the newest run.")
-    skipped = []
-    found = latest_checkpoint(run_dir, required=RESUME_KEYS, accept=same, on_skip=skipped.append)
+    found, skipped = find_checkpoint(run_dir, accept=same)
+    skipped = [f"skipping checkpoint {p.name}: {why}" for p, why in skipped]
     for why in skipped: (warn or (lambda m: print(m, file=sys.stderr)))(f"warning: {why}")
     if found is None: raise UsageError(f"nothing to resume in {str(run_dir)!r}: it holds no checkpoint that is intact and "
                                        f"of this model{' (' + '; '.join(skipped) + ')' if skipped else ''}.")
@@ -171,7 +172,7 @@ class MetricsLog:
             line = {**{k: None if k in bad else v for k, v in row.items()}, **({'nonfinite': bad} if bad else {})}
             try:
                 with open(self.path, 'a') as f: f.write(json.dumps(line, allow_nan=False) + '\n')  # strict JSON: null, not NaN
-            except OSError as e: raise WriteError(self.path, e) from None
+            except OSError as e: raise StorageError(self.path, e) from None
         if self.tb:
             for k, v in row.items():
                 if k != 'step' and isinstance(v, (int, float)): self.tb.add_scalar(TB_NAMES.get(k, k), v, row['step'])
@@ -343,9 +344,7 @@ def open_run(cfg: Config,                      # the run's config
     else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
     r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
     if r.writes:
-        r.run_dir.mkdir(parents=True, exist_ok=True)
-        try: (r.run_dir / 'config.json').write_text(json.dumps(cfg.to_dict(), indent=2) + '\n')
-        except OSError as e: raise WriteError(r.run_dir / 'config.json', e) from None
+        atomic_write(r.run_dir / 'config.json', json.dumps(cfg.to_dict(), indent=2) + '\n')
     r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed else None)
     return r
 
@@ -576,10 +575,8 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
                 save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
             r.window_t0 += time.perf_counter() - paused
         return finish(r)
-    except WriteError as e:   # disk full, read-only, no permission: say what is still good
-        kept = r.kept()
-        raise TrainingError(f"{e} " + (f"The newest good checkpoint, {kept}, is intact: make room or fix the folder, then "
-                                       "continue with --resume." if kept else "No checkpoint was written yet.")) from None
+    except StorageError as e:   # disk full, read-only, no permission: say what is still good
+        raise e.with_checkpoint(r.kept()) from None
     except (RuntimeError, _Terminated) as e:
         if not (isinstance(e, _Terminated) or dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
