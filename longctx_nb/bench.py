@@ -11,6 +11,7 @@ from .core import UsageError, get_device, pyplot
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
+from .model import block_names
 
 # %% auto #0
 __all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'check_args', 'write_csv', 'run_bench', 'bench_main',
@@ -106,7 +107,7 @@ def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
     sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv, names={'--trainer.accelerator': '--device'}))
 
 # %% ../nbs/50_bench.ipynb #761386f7
-ALL_BLOCKS = ('vanilla', 'mamba', 'baseline_longformer', 'baseline_bigbird', 'blade', 'dpassm')
+ALL_BLOCKS = tuple(block_names())   # every registered block (importing the model registers the zoo)
 
 def train_step_cost(model,          # an `LM` on `device`
                     batch: int,     # sequences per step
