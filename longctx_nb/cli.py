@@ -47,7 +47,7 @@ def parse_cli(argv: list[str] | None = None,  # command-line arguments (default:
 
 # %% ../nbs/70_cli.ipynb #6b63386f
 def _train(argv=None) -> int:
-    from longctx_nb.train import train  # heavy imports only when training
+    from longctx_nb.train import train, Stopped  # heavy imports only when training
     from longctx_nb.distributed import launcher_env, launch
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, ns = parse_cli(argv, 'longctx_train')
@@ -56,7 +56,10 @@ def _train(argv=None) -> int:
         print(json.dumps(d, indent=2)); return 0
     if cfg.trainer.devices > 1 and launcher_env() is None:  # start the N workers via torchrun
         return launch(argv, cfg.trainer.devices)
-    res = train(cfg)
+    try: res = train(cfg)
+    except Stopped as e:   # a stop signal: checkpoint written; 143 SIGTERM, 130 SIGINT, 75 SIGUSR1 (requeue)
+        if int(os.environ.get('RANK', 0)) == 0: print(f"longctx_train: {e}", file=sys.stderr, flush=True)
+        return e.code
     if int(os.environ.get('RANK', 0)) == 0:
         print('\n' + '=' * 72 + '\nTraining finished\n' + res.summary() + '\n' + '=' * 72)
     return 0
