@@ -1,0 +1,95 @@
+"""Recovery, tried on real `longctx_train` processes: divergence, stop signals, dropout, a run killed before its first checkpoint."""
+import json, math, os, random, shutil, signal, subprocess, time
+from pathlib import Path
+import pytest, torch
+
+TINY = ['--data.seq_len=64', '--data.batch_size=4', '--model.n_layers=2', '--model.d_model=64', '--trainer.log_every_n_steps=1',
+        '--trainer.eval_interval=0', '--trainer.enable_progress_bar=false', '--trainer.plot=false', '--trainer.tensorboard=false']
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
+
+def run(bindir, root, *args, check=True):
+    p = subprocess.run([str(bindir / 'longctx_train'), *TINY, f'--trainer.default_root_dir={root}', *args],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    if check: assert p.returncode == 0, p.stderr
+    return p
+
+def rows(run_dir):
+    return [json.loads(l) for l in (Path(run_dir) / 'metrics.jsonl').read_text().splitlines()]  # strict: json.loads
+
+def losses(run_dir): return {r['step']: r['loss'] for r in rows(run_dir) if 'lr' in r}
+
+def strict(path):
+    for l in Path(path).read_text().splitlines():
+        json.loads(l, parse_constant=lambda c: pytest.fail(f'bare {c} in {path}'))
+
+DIVERGE = ['--trainer.max_steps=16', '--trainer.checkpoint_interval=1', '--trainer.learning_rate=3000',
+           '--trainer.warmup_steps=8', '--trainer.warmup_fraction=0.9', '--trainer.max_bad_steps=3']
+
+def test_divergence_names_a_healthy_checkpoint(bindir, tmp_path):
+    p = run(bindir, tmp_path, *DIVERGE, check=False)
+    assert p.returncode == 1, p.stderr
+    err = ' '.join(p.stderr.split())
+    assert 'the run diverged at step' in err and '--trainer.learning_rate' in err and '--trainer.warmup_steps' in err
+    assert '--trainer.gradient_clip_val' in err
+    named = Path(err.split('The newest healthy checkpoint is ')[1].split(' ')[0])
+    ck = torch.load(named, weights_only=True)
+    assert all(torch.isfinite(v).all() for v in ck['model'].values())
+    first_bad = int(err.split('diverged at step ')[1].split('.')[0])
+    assert ck['step'] < first_bad - 1   # not the checkpoint that fed the first bad step
+    run_dir = tmp_path / 'version_0'
+    strict(run_dir / 'metrics.jsonl')
+    last = rows(run_dir)[-1]
+    assert last['grad_norm'] is None and 'grad_norm' in last['nonfinite']   # the last bad step is logged
+    # resuming from it: its first step is finite (the checkpoint itself is sound)
+    p = run(bindir, tmp_path, *DIVERGE, f'--resume={named}', check=False)
+    after = [r for r in rows(run_dir) if r['step'] == ck['step'] + 1]
+    assert after and after[0]['loss'] is not None and math.isfinite(after[0]['loss']) and after[0]['grad_norm'] is not None
+
+ARGS = ['--trainer.max_steps=14', '--trainer.checkpoint_interval=5', '--trainer.keep_last=2']
+
+@pytest.fixture(scope='module')
+def reference(bindir, tmp_path_factory):
+    root = tmp_path_factory.mktemp('full')
+    run(bindir, root, *ARGS)
+    return losses(root / 'version_0'), torch.load(root / 'version_0' / 'checkpoints' / 'step_0000014.pt', weights_only=True)['model']
+
+@pytest.mark.parametrize('sig,code', [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGUSR1, 75)])
+def test_signal_stops_with_checkpoint_and_resumes_exactly(bindir, tmp_path, reference, sig, code):
+    stop_after = random.Random(int(sig)).randint(3, 10)
+    proc = subprocess.Popen([str(bindir / 'longctx_train'), *TINY, *ARGS, f'--trainer.default_root_dir={tmp_path}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    metrics = tmp_path / 'version_0' / 'metrics.jsonl'
+    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= stop_after): time.sleep(0.01)
+    assert proc.poll() is None, 'the run finished before the signal'
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert 'Continue with: ' in err and '--resume=' in err
+    stopped = max(losses(tmp_path / 'version_0'))
+    assert f'step_{stopped:07d}.pt' in err
+    cmd = err.split('Continue with: ')[1].strip().split()
+    assert cmd[0] == 'longctx_train'
+    p = subprocess.run([str(bindir / 'longctx_train'), *cmd[1:]], capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0, p.stderr
+    got = losses(tmp_path / 'version_0')
+    assert sorted(got) == list(range(1, 15)) and got == reference[0]   # no step lost, bitwise
+    w = torch.load(tmp_path / 'version_0' / 'checkpoints' / 'step_0000014.pt', weights_only=True)['model']
+    assert all(torch.equal(w[k], reference[1][k]) for k in w)
+
+def test_dropout_resume_is_bitwise_exact(bindir, tmp_path):
+    args = ['--trainer.max_steps=8', '--trainer.checkpoint_interval=4', '--trainer.keep_last=0', '--model.dropout=0.1']
+    run(bindir, tmp_path / 'a', *args)
+    shutil.copytree(tmp_path / 'a', tmp_path / 'b')
+    (tmp_path / 'b' / 'version_0' / 'checkpoints' / 'step_0000008.pt').unlink()   # resume steps 5..8 from step 4's checkpoint
+    run(bindir, tmp_path / 'b', *args, '--resume')
+    a, b = losses(tmp_path / 'a' / 'version_0'), losses(tmp_path / 'b' / 'version_0')
+    assert sorted(b) == list(range(1, 9)) and a == b
+
+def test_killed_before_first_checkpoint_restarts(bindir, tmp_path):
+    d = tmp_path / 'exp1'
+    d.mkdir(); (d / 'config.json').write_text('{}\n'); (d / 'metrics.jsonl').write_text('{"step": 1, "loss": 5.0}\n')
+    p = run(bindir, tmp_path, '--trainer.max_steps=3', '--trainer.run_name=exp1', check=False)
+    assert p.returncode == 2 and '--resume=' in p.stderr and 'To continue it, run: longctx_train' in ' '.join(p.stderr.split())
+    p = run(bindir, tmp_path, '--trainer.max_steps=3', '--trainer.run_name=exp1', '--resume')
+    assert 'no checkpoint yet; starting it again from step 0' in p.stdout
+    assert sorted(losses(d)) == [1, 2, 3] and (d / 'checkpoints' / 'step_0000003.pt').exists()
