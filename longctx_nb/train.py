@@ -25,7 +25,7 @@ from .distributed import Dist, init_distributed, grad_accumulation, global_batch
 __all__ = ['TB_NAMES', 'STOP_CODES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again',
            'new_run_dir', 'resume_point', 'strict_json', 'MetricsLog', 'plot_losses', 'TrainResult',
            'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report', 'Run', 'open_run', 'announce',
-           'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'restore', 'finish',
+           'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish',
            'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
@@ -339,7 +339,7 @@ def open_run(cfg: Config,                      # the run's config
     t, d, synthetic = cfg.trainer, cfg.data, isinstance(tokens, SyntheticData)
     r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
             synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
-    r.resumed = resume_point(t) if t.resume and not t.fast_dev_run else None
+    r.resumed = resume_point(t) if t.resume and not t.fork_from and not t.fast_dev_run else None
     if r.resumed and r.resumed[1] is None:   # killed before its first checkpoint: start again in the same directory
         r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
         r.resumed, r.restart = None, r.resumed[0]
@@ -355,6 +355,7 @@ def open_run(cfg: Config,                      # the run's config
     if r.resumed: restore(r, *r.resumed)
     elif r.restart: r.run_dir = r.restart
     else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
+    if t.fork_from: fork(r, t.fork_from)
     r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
     if r.writes:
         r.run_dir.mkdir(parents=True, exist_ok=True)
@@ -546,6 +547,17 @@ def _prune(r: Run):
         if p not in keep: p.unlink(missing_ok=True)
 
 # %% ../nbs/42_train.ipynb #c1cfaef3
+def fork(r: Run,     # a new run, before its first step
+         src: str,   # a checkpoint file or a run directory (its newest checkpoint)
+        ):
+    "Start the run from the weights of `src`: a fresh optimizer, step 0 and its own run directory (`--trainer.fork_from`)."
+    found = (Path(src), read_checkpoint(src)) if Path(src).is_file() else latest_checkpoint(src) if Path(src).is_dir() else None
+    if found is None: raise UsageError(f"--trainer.fork_from={src!r}: no such checkpoint file, or no checkpoint in that run directory.")
+    check_same_model(found[1]['config'], r.cfg.model, found[0])
+    load_full_state(r.wrapped, None, found[1]['model'])
+    r.say(f"fork: new run {r.run_dir} from the weights of {found[0]} (step {found[1]['step']}); "
+          "a fresh optimizer and schedule from step 0")
+
 def restore(r: Run,        # the run being opened
             run_dir: Path, # the run directory resumed
             path: Path,    # its checkpoint file

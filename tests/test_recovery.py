@@ -93,3 +93,26 @@ def test_killed_before_first_checkpoint_restarts(bindir, tmp_path):
     p = run(bindir, tmp_path, '--trainer.max_steps=3', '--trainer.run_name=exp1', '--resume')
     assert 'no checkpoint yet; starting it again from step 0' in p.stdout
     assert sorted(losses(d)) == [1, 2, 3] and (d / 'checkpoints' / 'step_0000003.pt').exists()
+
+def test_resume_restores_the_runs_config(bindir, tmp_path):
+    def run(bindir, root, *args, check=True):   # without TINY's sequence length and batch size
+        p = subprocess.run([str(bindir / 'longctx_train'), *TINY[2:], f'--trainer.default_root_dir={root}', *args],
+                           capture_output=True, text=True, env=ENV, timeout=300)
+        if check: assert p.returncode == 0, p.stderr
+        return p
+    run(bindir, tmp_path, '--trainer.max_steps=3', '--trainer.run_name=exp1', '--data.seq_len=32', '--data.batch_size=2')
+    p = run(bindir, tmp_path, '--trainer.run_name=exp1', '--resume', '--trainer.max_steps=5')   # no seq_len, no batch_size
+    assert 'resume: trainer.max_steps 3 -> 5' in p.stdout and 'batch 2 x 32' in p.stdout
+    r = rows(tmp_path / 'exp1')
+    assert max(x['step'] for x in r) == 5 and {x['seq_len'] for x in r if 'seq_len' in x} == {32}
+    p = run(bindir, tmp_path, '--trainer.run_name=exp1', '--resume', '--trainer.learning_rate=1e-2', check=False)
+    assert p.returncode == 2 and 'trainer.learning_rate: checkpoint' in p.stderr and '--trainer.fork_from=' in p.stderr
+    p = run(bindir, tmp_path, '--trainer.run_name=fork', f'--trainer.fork_from={tmp_path / "exp1"}', '--trainer.learning_rate=1e-2',
+            '--trainer.max_steps=2')
+    assert 'fork: trainer.learning_rate' in p.stdout and 'batch 2 x 32' in p.stdout and sorted(losses(tmp_path / 'fork')) == [1, 2]
+    # the GPU-native trainer's spelling and the cs336-style one
+    p = run(bindir, tmp_path, f'--checkpoint_dir={tmp_path / "exp1"}', '--resume', '--save_steps=1', '--trainer.max_steps=6')
+    assert 'from step_0000005.pt' in p.stdout
+    ck = sorted((tmp_path / 'exp1' / 'checkpoints').glob('*.pt'))[-1]
+    p = run(bindir, tmp_path, f'--checkpoint_path={ck}', '--resume', '--trainer.max_steps=7')
+    assert f'from {ck.name}' in p.stdout and max(losses(tmp_path / 'exp1')) == 7
