@@ -87,7 +87,11 @@ def test_dropout_resume_is_bitwise_exact(bindir, tmp_path):
 
 def test_killed_before_first_checkpoint_restarts(bindir, tmp_path):
     d = tmp_path / 'exp1'
-    d.mkdir(); (d / 'config.json').write_text('{}\n'); (d / 'metrics.jsonl').write_text('{"step": 1, "loss": 5.0}\n')
+    proc = subprocess.Popen([str(bindir / 'longctx_train'), *TINY, f'--trainer.default_root_dir={tmp_path}', '--trainer.max_steps=50',
+                             '--trainer.run_name=exp1'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    while proc.poll() is None and not ((d / 'metrics.jsonl').exists() and (d / 'metrics.jsonl').read_text()): time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL); proc.wait()   # killed before its first checkpoint (every 1000 steps)
+    assert not (d / 'checkpoints').exists()
     p = run(bindir, tmp_path, '--trainer.max_steps=3', '--trainer.run_name=exp1', check=False)
     assert p.returncode == 2 and '--resume=' in p.stderr and 'To continue it, run: longctx_train' in ' '.join(p.stderr.split())
     p = run(bindir, tmp_path, '--trainer.max_steps=3', '--trainer.run_name=exp1', '--resume')
