@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse, json, os, sys
 from pathlib import Path
 from .core import UsageError
-from .config import Config, SECTIONS, apply_overrides, check_writable_dir, resolve_model
+from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir, read_config_file, resolve_model
 from .flags import Parser, arg, make_parser, parse_config, main
 import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'build_parser', 'parse_cli', 'init_model', 'train_main', 'prepare_parser', 'prepare_main']
+__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'train_main', 'prepare_parser',
+           'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
@@ -75,21 +76,90 @@ def init_model(cfg: Config,  # the run's config, as parsed
     model.load_state_dict(state)
     return cfg, model
 
+# %% ../nbs/70_cli.ipynb #c56d7c92
+SAFE_ON_RESUME = {f'trainer.{k}' for k in (
+    'max_steps', 'max_epochs', 'log_every_n_steps', 'eval_interval', 'limit_val_batches', 'checkpoint_interval', 'keep_last',
+    'tensorboard', 'plot', 'enable_progress_bar', 'resume', 'max_bad_steps', 'dist_timeout', 'default_root_dir', 'run_name',
+    'accelerator', 'devices', 'strategy', 'dist_backend', 'checkpoint_path', 'checkpoint_dir', 'fork_from')} | {
+    'data.num_workers', 'data.pin_memory', 'model.compile', 'model.gradient_checkpointing', 'model.attn_impl',
+    'model.scan_impl', 'model.conv_impl'}
+
+def _flat(cfg: Config) -> dict:
+    "Every setting as a dotted key, the model's resolved (so that a preset and its sizes compare equal)."
+    m = {f'model.{k}': v for k, v in vars(resolve_model(cfg.model)).items()}
+    return {**{k: v for k, v in cfg.flat().items() if not k.startswith('model.')}, **m}
+
+def _source_run(src: str, t) -> Path | None:
+    "The run directory that a --resume or --trainer.fork_from value names (None: none found)."
+    root = Path(t.default_root_dir)
+    if src.lower() in ('last', 'true', 'latest'):
+        if t.run_name: return root / t.run_name
+        runs = sorted((p for p in root.glob('version_*') if p.name[8:].isdigit()), key=lambda p: int(p.name[8:]))
+        return runs[-1] if runs else None
+    p = Path(src)
+    return p.parent.parent if p.is_file() else p if p.is_dir() else None
+
+
+# %% ../nbs/70_cli.ipynb #99addda1
+def run_config(cfg: Config,  # the config the flags describe on their own
+               given: dict,  # the settings given (flags and --config file), dotted key or alias -> value
+               say=print,    # where the changes are reported
+              ) -> Config:
+    "With --resume or --trainer.fork_from: the source run's own config.json with `given` applied; a resume refuses changes outside `SAFE_ON_RESUME`."
+    t = cfg.trainer
+    if t.checkpoint_dir or t.checkpoint_path:   # the GPU-native trainer's --checkpoint_dir, cs336-style --checkpoint_path
+        p = Path(t.checkpoint_dir or t.checkpoint_path)
+        run = p if t.checkpoint_dir or p.is_dir() else p.with_suffix('')
+        resume = (str(p) if p.is_file() else str(run)) if t.resume else None
+        given = {**given, 'trainer.default_root_dir': str(run.parent), 'trainer.run_name': run.name,
+                 **({'trainer.resume': resume} if resume else {})}
+        cfg = apply_overrides(cfg, given)
+        if not t.resume: say(f"checkpoints go to {run / 'checkpoints'} (the run directory {run})")
+        t = cfg.trainer
+    src = t.fork_from or t.resume
+    run_dir = _source_run(src, t) if src and not t.fast_dev_run else None
+    if run_dir is None or not (run_dir / 'config.json').is_file(): return cfg
+    base = apply_overrides(Config(), read_config_file(run_dir / 'config.json'))
+    new = apply_overrides(base, given)
+    old, now = _flat(base), _flat(new)
+    changed = {k: (old.get(k), v) for k, v in now.items() if old.get(k) != v}
+    refused = [k for k in changed if k not in SAFE_ON_RESUME]
+    if refused and not t.fork_from:
+        raise UsageError(f"--resume continues {run_dir} as it was configured; these flags would change its model, data or "
+                         "trajectory: " + '; '.join(f"{k}: checkpoint {changed[k][0]}, this run {changed[k][1]}" for k in refused)
+                         + f". Drop them to continue the run, or start a new run from its weights with --trainer.fork_from={run_dir}"
+                         " (instead of --resume).")
+    what = 'fork' if t.fork_from else 'resume'
+    for k, (a, b) in changed.items():
+        if k not in ('trainer.resume', 'trainer.fork_from', 'trainer.run_name', 'trainer.default_root_dir'):
+            say(f"{what}: {k} {a} -> {b}")
+    return new
+
+
 # %% ../nbs/70_cli.ipynb #6b63386f
+def _given(ns: argparse.Namespace) -> dict:
+    "The settings a command line gave: its --config file's, then its flags."
+    flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
+    return {**(read_config_file(ns.config) if getattr(ns, 'config', None) else {}), **flags}
+
 def _train(argv=None) -> int:
-    from longctx_nb.train import train  # heavy imports only when training
+    from longctx_nb.train import train, Stopped  # heavy imports only when training
     from longctx_nb.distributed import launcher_env, launch
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, ns = parse_cli(argv, 'longctx_train')
+    say = print if int(os.environ.get('RANK', 0)) == 0 else (lambda *a: None)
+    cfg = run_config(cfg, _given(ns), say=say)
     model = None
-    if ns.init_from:
-        cfg, model = init_model(cfg, ns.init_from, say=print if int(os.environ.get('RANK', 0)) == 0 else (lambda *a: None))
+    if ns.init_from: cfg, model = init_model(cfg, ns.init_from, say=say)
     if ns.print_config:
         d = cfg.to_dict(); d['model'] = vars(resolve_model(cfg.model))
         print(json.dumps(d, indent=2)); return 0
     if cfg.trainer.devices > 1 and launcher_env() is None:  # start the N workers via torchrun
         return launch(argv, cfg.trainer.devices)
-    res = train(cfg, model=model)
+    try: res = train(cfg, model=model)
+    except Stopped as e:   # a stop signal: checkpoint written; 143 SIGTERM, 130 SIGINT, 75 SIGUSR1 (requeue)
+        if int(os.environ.get('RANK', 0)) == 0: print(f"longctx_train: {e}", file=sys.stderr, flush=True)
+        return e.code
     if int(os.environ.get('RANK', 0)) == 0:
         print('\n' + '=' * 72 + '\nTraining finished\n' + res.summary() + '\n' + '=' * 72)
     return 0

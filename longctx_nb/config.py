@@ -230,6 +230,12 @@ class TrainerConfig:
     resume: str | None = opt(None, "continue a run from its newest valid checkpoint: 'last' (the run named by run_name, "
                              "else the newest version_N), a run directory, or a checkpoint file", const='last')
     max_bad_steps: int = opt(5, 'stop after this many steps in a row with a NaN or inf loss or gradient', gt=0)
+    fork_from: str | None = opt(None, "start a new run from the weights of a checkpoint file or run directory (fresh "
+                                "optimizer, step 0; its config.json is the base that flags change)")
+    checkpoint_path: str | None = opt(None, "cs336-style checkpoint file: with --resume, the checkpoint to continue from; "
+                                      "without, the run is written to the folder of that name without its suffix")
+    checkpoint_dir: str | None = opt(None, "the GPU-native trainer's checkpoint folder: the run directory to write, or "
+                                     "with --resume to continue")
     curriculum: str | None = opt(None, "sequence-length stages 'SEQ_LEN:STEPS,...' (e.g. 512:1000,1024:2000); "
                                  "replaces data.seq_len and max_steps")
     skip_memory_check: bool = opt(False, "start even when the memory estimate says the run does not fit in the device's free "
@@ -278,7 +284,9 @@ ALIASES = {
     'min_learning_rate': 'trainer.min_lr', 'weight_decay': 'trainer.weight_decay', 'warmup_iters': 'trainer.warmup_steps',
     'gradient_clip_val': 'trainer.gradient_clip_val', 'eval_interval': 'trainer.eval_interval',
     'log_interval': 'trainer.log_every_n_steps', 'checkpoint_interval': 'trainer.checkpoint_interval', 'seed': 'trainer.seed',
-    'resume': 'trainer.resume', 'keep_last': 'trainer.keep_last',
+    'resume': 'trainer.resume', 'keep_last': 'trainer.keep_last', 'checkpoint_path': 'trainer.checkpoint_path',
+    # the GPU-native trainer's flags
+    'checkpoint_dir': 'trainer.checkpoint_dir', 'save_steps': 'trainer.checkpoint_interval',
 }
 # the rest of the Mamba memory guide's `training` section has our names already
 ALIASES.update({f'training.{k}': f'trainer.{k}' for k in ('learning_rate', 'weight_decay', 'max_steps', 'warmup_steps',

@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_train.ipynb #8ebef1ac
 from __future__ import annotations
-import dataclasses, itertools, json, math, os, re, signal, sys, time
+import dataclasses, itertools, json, math, os, re, shlex, signal, sys, time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from pathlib import Path
@@ -16,17 +16,18 @@ from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_c
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
-from .checkpoint import (save_checkpoint, read_checkpoint, list_checkpoints, checkpoint_path,
+from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, find_checkpoint,
                                    atomic_write, StorageError)
 from .memory import estimate_memory, check_config_fits
 from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
 
 # %% auto #0
-__all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'new_run_dir', 'resume_point',
-           'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision', 'setup', 'stages', 'run_length',
-           'kernel_report', 'Run', 'open_run', 'announce', 'start_loop', 'train_step', 'log_window', 'validate',
-           'save_state', 'restore', 'finish', 'train']
+__all__ = ['TB_NAMES', 'STOP_CODES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again',
+           'new_run_dir', 'resume_point', 'strict_json', 'MetricsLog', 'plot_losses', 'TrainResult',
+           'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report', 'Run', 'open_run', 'announce',
+           'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish',
+           'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -101,6 +102,17 @@ def evaluate_task(model,                    # the model
     return total / max(count, 1), correct / max(count, 1)
 
 # %% ../nbs/42_train.ipynb #faa675e1
+def again(resume=None,  # the run directory or checkpoint to continue from
+         ) -> str:         # a shell command line
+    "This process's command line with `--resume=resume` instead of any --resume it had: how to continue the run."
+    prog, args, out, skip = Path(sys.argv[0]).name or 'longctx_train', sys.argv[1:], [], False
+    if prog in ('__main__.py', 'cli.py', '-c', 'ipykernel_launcher.py') or prog.endswith('.py'): prog, args = 'longctx_train', []
+    for i, a in enumerate(args):
+        if skip: skip = False; continue
+        if a == '--resume': skip = i + 1 < len(args) and not args[i + 1].startswith('-'); continue
+        if not a.startswith('--resume='): out.append(a)
+    return ' '.join(shlex.quote(a) for a in [prog, *out, f'--resume={resume}'])
+
 def new_run_dir(root,                     # folder of run directories
                 name: str | None = None,  # run name (None: the next free version_N)
                ) -> Path:
@@ -109,8 +121,8 @@ def new_run_dir(root,                     # folder of run directories
     if name:
         d = root / name
         if d.exists() and any(d.iterdir()):
-            raise UsageError(f"run directory {str(d)!r} already holds a run; continue it with --resume, or choose another "
-                             "--trainer.run_name or --trainer.default_root_dir.")
+            raise UsageError(f"run directory {str(d)!r} already holds a run. To continue it, run: {again(resume=d)}  "
+                             "To start another run, choose another --trainer.run_name or --trainer.default_root_dir.")
         return d
     n = 0
     while (root / f'version_{n}').exists(): n += 1
@@ -130,7 +142,9 @@ def resume_point(t: TrainerConfig,             # resume, default_root_dir and ru
     root, r = Path(t.default_root_dir), t.resume
     if r.lower() in ('last', 'true', 'latest'):
         runs = [root / t.run_name] if t.run_name else _versions(root)[::-1]
+        started = [d for d in runs if (d / 'config.json').is_file()]
         runs = [d for d in runs if list_checkpoints(d)]
+        if not runs and t.run_name and started: return started[0], None, None   # killed before its first checkpoint
         if not runs: raise UsageError(f"nothing to resume: no run with checkpoints under {str(root)!r}"
                                       + (f" named {t.run_name!r}" if t.run_name else '') + '.')
         run_dir = runs[0]
@@ -143,11 +157,19 @@ def resume_point(t: TrainerConfig,             # resume, default_root_dir and ru
     found, skipped = find_checkpoint(run_dir, accept=same)
     skipped = [f"skipping checkpoint {p.name}: {why}" for p, why in skipped]
     for why in skipped: (warn or (lambda m: print(m, file=sys.stderr)))(f"warning: {why}")
+    if found is None and (run_dir / 'config.json').is_file() and not list_checkpoints(run_dir): return run_dir, None, None
     if found is None: raise UsageError(f"nothing to resume in {str(run_dir)!r}: it holds no checkpoint that is intact and "
                                        f"of this model{' (' + '; '.join(skipped) + ')' if skipped else ''}.")
     return run_dir, *found
 
 # %% ../nbs/42_train.ipynb #b55fd92a
+def strict_json(row: dict,  # a metric row
+               ) -> str:     # one line of strict JSON
+    "`row` as strict JSON: a NaN or inf value is written as null and its key listed under `nonfinite`."
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad: row = {**{k: (None if k in bad else v) for k, v in row.items()}, 'nonfinite': bad}
+    return json.dumps(row, allow_nan=False)
+
 class MetricsLog:
     "Appends metric dicts to `metrics.jsonl` and TensorBoard (when a run dir is given) and keeps them in memory."
     def __init__(self, run_dir=None,              # where metrics.jsonl and the TensorBoard files go (None: memory only)
@@ -158,7 +180,7 @@ class MetricsLog:
         if self.path and resume_step is not None and self.path.exists():  # drop what was logged after the checkpoint
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
             self.rows = [r for r in rows if r.get('step', 0) <= resume_step]
-            self.path.write_text(''.join(json.dumps(r) + '\n' for r in self.rows))
+            self.path.write_text(''.join(strict_json(r) + '\n' for r in self.rows))
         if run_dir and tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -168,14 +190,12 @@ class MetricsLog:
            ):
         self.rows.append(row)
         if self.path:
-            bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
-            line = {**{k: None if k in bad else v for k, v in row.items()}, **({'nonfinite': bad} if bad else {})}
             try:
-                with open(self.path, 'a') as f: f.write(json.dumps(line, allow_nan=False) + '\n')  # strict JSON: null, not NaN
+                with open(self.path, 'a') as f: f.write(strict_json(row) + '\n')
             except OSError as e: raise StorageError(self.path, e) from None
         if self.tb:
             for k, v in row.items():
-                if k != 'step' and isinstance(v, (int, float)): self.tb.add_scalar(TB_NAMES.get(k, k), v, row['step'])
+                if k != 'step' and isinstance(v, (int, float)) and not isinstance(v, bool): self.tb.add_scalar(TB_NAMES.get(k, k), v, row['step'])
     def close(self):
         if self.tb: self.tb.close()
 
@@ -317,7 +337,8 @@ def kernel_report(m,       # a resolved `ModelConfig`
 class Run(SimpleNamespace):
     "One training run between steps: its settings, model, optimizer, data, and the counters the loop updates."
     def kept(self):
-        "The last checkpoint written, or the one resumed from (None: none yet)."
+        "The newest healthy checkpoint: the last one a finite step followed, else the last written or resumed (None: none)."
+        if getattr(self, 'bad_in_row', 0): return getattr(self, 'healthy', None)
         return self.ckpt or (self.resumed[1] if self.resumed else None)
 
 def open_run(cfg: Config,                      # the run's config
@@ -332,7 +353,11 @@ def open_run(cfg: Config,                      # the run's config
     t, d, synthetic = cfg.trainer, cfg.data, isinstance(tokens, SyntheticData)
     r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
             synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
-    r.resumed = resume_point(t, cfg.model, None if dist.main else (lambda m: None)) if t.resume and not t.fast_dev_run else None
+    r.resumed = resume_point(t, cfg.model, None if dist.main else (lambda m: None)) if t.resume and not t.fork_from and not t.fast_dev_run else None
+    if r.resumed and r.resumed[1] is None:   # killed before its first checkpoint: start again in the same directory
+        r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
+        r.resumed, r.restart = None, r.resumed[0]
+    else: r.restart = None
     r.plan = stages(d.seq_len, t.max_steps, t.curriculum)
     r.max_steps = run_length(t, r.plan, d.batch_size, dist.world_size, None if synthetic else len(tokens.train))
     r.n_params = count_params(model)
@@ -341,11 +366,13 @@ def open_run(cfg: Config,                      # the run's config
     r.scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
     r.start, r.tokens_seen = 0, 0
     if r.resumed: restore(r, *r.resumed)
+    elif r.restart: r.run_dir = r.restart
     else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
+    if t.fork_from: fork(r, t.fork_from)
     r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
     if r.writes:
         atomic_write(r.run_dir / 'config.json', json.dumps(cfg.to_dict(), indent=2) + '\n')
-    r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed else None)
+    r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
     return r
 
 # %% ../nbs/42_train.ipynb #ca9b6454
@@ -383,7 +410,7 @@ def start_loop(r: Run,  # an announced run
                  mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
     _new_window(r); r.train_time, r.train_tokens = 0.0, 0
     r.last_loss, r.val_loss, r.val_acc, r.ckpt, r.bad_in_row, r.skipped = float('nan'), None, None, None, 0, 0
-    r.final_state = None
+    r.final_state, r.healthy, r.pending, r.first_bad, r.save_owed = None, (r.resumed[1] if r.resumed else None), None, None, False
     return loader
 
 def _new_window(r: Run):
@@ -391,6 +418,13 @@ def _new_window(r: Run):
     r.window_loss, r.window_steps, r.window_tokens, r.window_flops, r.window_t0 = 0.0, 0, 0, 0.0, time.perf_counter()
 
 # %% ../nbs/42_train.ipynb #5689eef3
+def step_seed(seed: int,  # the run's seed
+              step: int,  # optimizer step, 0-based
+              rank: int,  # this process's rank
+             ) -> int:
+    "The seed of step `step`'s random numbers (dropout) on `rank`: the same whether or not the run was resumed."
+    return (seed * 1_000_003 + step * 7919 + rank * 104_729) % 2**63
+
 def train_step(r: Run,            # the run
                step: int,         # optimizer step, 0-based
                x: torch.Tensor,   # (accumulate_grad_batches, batch_size, seq_len) inputs
@@ -400,6 +434,7 @@ def train_step(r: Run,            # the run
     t, dist, device, precision = r.t, r.dist, r.device, r.precision
     lr = lr_at(step, t, r.max_steps)
     for g in r.opt.param_groups: g['lr'] = lr
+    torch.manual_seed(step_seed(t.seed, step, dist.rank))   # dropout's stream: a function of the step, exact on resume
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     step_loss = 0.0
     try:
@@ -418,6 +453,7 @@ def train_step(r: Run,            # the run
     # fp16: an inf gradient is the loss scaler's business (it skips the step and lowers the scale)
     if math.isfinite(step_loss) and (math.isfinite(grad_norm) or precision == '16'):
         r.scaler.step(r.opt); r.bad_in_row = 0
+        if r.pending: r.healthy, r.pending = r.pending, None   # a finite step from its weights: verified healthy
     else: _skip(r, step, step_loss, grad_norm)
     r.scaler.update(); r.opt.zero_grad(set_to_none=True)
     n_tok = x.numel() * dist.world_size; r.tokens_seen += n_tok
@@ -430,14 +466,28 @@ def train_step(r: Run,            # the run
 def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
     "Count a skipped step; stop the run after `max_bad_steps` in a row."
     r.bad_in_row, r.skipped = r.bad_in_row + 1, r.skipped + 1
+    if r.bad_in_row == 1: r.first_bad = step + 1
     r.say(f"step {step + 1:>6} | non-finite loss {step_loss} or gradient norm {grad_norm}: step skipped "
           f"({r.bad_in_row} in a row, {r.skipped} in all)")
     if r.bad_in_row >= r.t.max_bad_steps:
+        if getattr(r, 'log', None): r.log.log(step=step + 1, loss=step_loss, grad_norm=grad_norm, skipped_steps=r.skipped)
         kept = r.kept()
-        raise TrainingError(f"the loss or gradient was NaN or inf for {r.bad_in_row} steps in a row (up to step {step + 1}): "
-                            "the run diverged. Lower --trainer.learning_rate, keep --trainer.gradient_clip_val on, "
-                            "or use bf16 instead of 16. " + (f"The last good checkpoint is {kept}." if kept else
-                            "No checkpoint was written."))
+        set_aside = _set_aside(r, kept)
+        raise TrainingError(
+            f"the loss or gradient was NaN or inf for {r.bad_in_row} steps in a row (steps {r.first_bad} to {step + 1}): the "
+            f"run diverged at step {r.first_bad}. Lower --trainer.learning_rate (now {r.t.learning_rate:g}), lengthen "
+            f"--trainer.warmup_steps (now {r.t.warmup_steps}) or lower --trainer.gradient_clip_val (now "
+            f"{r.t.gradient_clip_val}), or use bf16 instead of 16. "
+            + (f"The newest healthy checkpoint is {kept} (a finite step followed it); continue from it with "
+               f"--resume={kept} and a lower learning rate." if kept else "No healthy checkpoint was written.")
+            + (f" Checkpoints written after the trouble began were renamed *.diverged: {', '.join(set_aside)}." if set_aside else ''))
+
+def _set_aside(r: Run, kept) -> list[str]:
+    "Rename the checkpoints newer than `kept` (written as the run diverged) to `*.diverged`, so --resume skips them."
+    if not (getattr(r, 'writes', False) and r.run_dir): return []
+    newer = [p for p in list_checkpoints(r.run_dir) if kept is None or p.name > Path(kept).name]
+    for p in newer: p.rename(p.with_name(p.name + '.diverged'))
+    return [p.name for p in newer]
 
 # %% ../nbs/42_train.ipynb #f48b03e4
 def log_window(r: Run,            # the run
@@ -476,17 +526,50 @@ def save_state(r: Run,       # the run
                step: int,    # steps taken
                n_seqs: int,  # sequences in the step's global batch
               ):
-    "Checkpoint the full training state (rank 0 writes it) and prune old checkpoints."
+    "Checkpoint the full training state (rank 0 writes it) if it is healthy, and prune old checkpoints; else owe one."
+    if r.bad_in_row or not _finite_state(r):
+        r.save_owed = True
+        r.say(f"step {step:>6} | checkpoint skipped: " + ('a run of skipped steps is in progress' if r.bad_in_row else
+              'the parameters or optimizer state hold NaN or inf') + "; the next healthy step writes it")
+        return
+    r.save_owed = False
     r.final_state = full_state(r.wrapped, r.opt)   # gathered to rank 0: a checkpoint any number of ranks can resume
     rngs = r.dist.gather(rng_state())
     if r.writes:
         r.ckpt = save_checkpoint(checkpoint_path(r.run_dir, step), dict(
             model=r.final_state[0], optimizer=r.final_state[1], scaler=r.scaler.state_dict(), rng=rngs[0],
             rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict()))
-        prune_checkpoints(r.run_dir, r.t.keep_last)
+        _prune(r)
     r.ckpt = r.dist.on_main(lambda: r.ckpt)
+    r.pending = r.ckpt
+
+def _finite_state(r: Run) -> bool:
+    "Whether every parameter and optimizer tensor is finite, on every rank."
+    ok = all(torch.isfinite(p).all() for p in r.model.parameters())
+    ok = ok and all(torch.isfinite(v).all() for s in r.opt.state.values() for v in s.values()
+                    if torch.is_tensor(v) and v.is_floating_point())
+    return r.dist.mean(float(ok))[0] == 1.0
+
+def _prune(r: Run):
+    "Keep the newest `keep_last` checkpoints and the newest healthy one."
+    if not r.t.keep_last: return
+    found = list_checkpoints(r.run_dir)
+    keep = set(found[-r.t.keep_last:]) | {Path(r.healthy)} if r.healthy else set(found[-r.t.keep_last:])
+    for p in found:
+        if p not in keep: p.unlink(missing_ok=True)
 
 # %% ../nbs/42_train.ipynb #c1cfaef3
+def fork(r: Run,     # a new run, before its first step
+         src: str,   # a checkpoint file or a run directory (its newest checkpoint)
+        ):
+    "Start the run from the weights of `src`: a fresh optimizer, step 0 and its own run directory (`--trainer.fork_from`)."
+    found = (Path(src), read_checkpoint(src)) if Path(src).is_file() else latest_checkpoint(src) if Path(src).is_dir() else None
+    if found is None: raise UsageError(f"--trainer.fork_from={src!r}: no such checkpoint file, or no checkpoint in that run directory.")
+    check_same_model(found[1]['config'], r.cfg.model, found[0])
+    load_full_state(r.wrapped, None, found[1]['model'])
+    r.say(f"fork: new run {r.run_dir} from the weights of {found[0]} (step {found[1]['step']}); "
+          "a fresh optimizer and schedule from step 0")
+
 def restore(r: Run,        # the run being opened
             run_dir: Path, # the run directory resumed
             path: Path,    # its checkpoint file
@@ -511,6 +594,7 @@ def finish(r: Run,  # a run whose loop ended
     plot, fsdp = None, r.dist.strategy == 'fsdp'
     if r.run_dir and fsdp and (r.final_state is None or r.bad_in_row):  # no state gathered at the last step
         r.final_state = full_state(r.wrapped, r.opt)
+    if r.writes and r.ckpt and not r.bad_in_row: prune_checkpoints(r.run_dir, r.t.keep_last)   # the run ended well
     if r.writes:
         export_model(r.model if not fsdp else _plain(r.model.cfg, r.final_state[0]), r.run_dir)
         if r.t.plot:
@@ -528,8 +612,45 @@ def _plain(cfg, state: dict) -> LM:
     m = LM(cfg); m.load_state_dict(state); return m
 
 # %% ../nbs/42_train.ipynb #542d0cd7
-class _Terminated(Exception): "SIGTERM: torchrun stops every rank when one fails."
-def _terminated(signum, frame): raise _Terminated('terminated by SIGTERM')
+class _Terminated(Exception): "A second stop signal: abort at once."
+
+STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130, signal.SIGUSR1: 75}  # 75: EX_TEMPFAIL, "requeue me"
+
+class Stopped(Exception):
+    "The run stopped on a signal after writing a checkpoint; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
+    def __init__(self, message: str,  # where the checkpoint is and how to continue
+                 code: int,           # exit status
+                ): super().__init__(message); self.code = code
+
+def _catch_signals(r: Run) -> dict:
+    "SIGTERM, SIGINT and SIGUSR1 ask the run to stop after the step in flight; a second one aborts at once."
+    import threading
+    if threading.current_thread() is not threading.main_thread(): return {}
+    def handler(signum, frame):
+        if r.signal is not None:   # the second signal: no checkpoint, stop now
+            if signum == signal.SIGINT: raise KeyboardInterrupt
+            raise _Terminated(f'aborted by a second signal ({signal.Signals(signum).name})')
+        r.signal = signum
+        r.say(f"{signal.Signals(signum).name}: finishing the step in flight, then writing a checkpoint (signal again to abort)")
+    return {s: signal.signal(s, handler) for s in STOP_CODES}
+
+def _restore_signals(old: dict):
+    for s, h in old.items(): signal.signal(s, h)
+
+def _stop_requested(r: Run) -> bool:
+    "Whether any rank caught a stop signal: every rank agrees at the same step boundary (one all-reduce)."
+    if r.dist.world_size == 1: return r.signal is not None
+    stop = r.dist.mean(float(r.signal is not None))[0] > 0
+    if stop and r.signal is None: r.signal = signal.SIGTERM
+    return stop
+
+def _stop_message(r: Run, step: int) -> str:
+    name = signal.Signals(r.signal or signal.SIGTERM).name
+    if not r.run_dir: return f"stopped by {name} after step {step}; this run writes no checkpoints."
+    kept = r.kept()
+    return (f"stopped by {name} after step {step} of {r.max_steps}. "
+            + (f"Checkpoint: {kept}. Continue with: {again(resume=r.run_dir)}" if kept else
+               f"No checkpoint could be written. Start it again with: {again(resume=r.run_dir)}"))
 
 def _lost_peer(e: RuntimeError) -> bool:
     "Whether `e` says another rank is gone: a `DistError`, or gloo's or NCCL's plain RuntimeError for a closed peer."
@@ -562,24 +683,27 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     r = open_run(cfg, tokens, model, dist, quiet)
     announce(r)
     loader = start_loop(r)
-    if dist.world_size > 1: signal.signal(signal.SIGTERM, _terminated)  # torchrun stops the others when a rank fails
     can_validate = r.synthetic or r.tokens.val is not None
+    r.signal, old = None, _catch_signals(r)
     try:
         for step, x, y in loader:
             lr, _, grad_norm = train_step(r, step, x, y)
+            stop = _stop_requested(r)
             done = step + 1 == r.max_steps
-            if (step + 1) % r.t.log_every_n_steps == 0 or done: log_window(r, step + 1, lr, grad_norm, x.shape[-1])
+            if (step + 1) % r.t.log_every_n_steps == 0 or done or stop: log_window(r, step + 1, lr, grad_norm, x.shape[-1])
             paused = time.perf_counter()  # evaluation and checkpoints do not count as training time
             if can_validate and _due(step, r.t.eval_interval, done): validate(r, step + 1)
-            if r.run_dir and r.bad_in_row == 0 and _due(step, r.t.checkpoint_interval, done):
+            if r.run_dir and (_due(step, r.t.checkpoint_interval, done or stop) or r.save_owed):
                 save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
             r.window_t0 += time.perf_counter() - paused
+            if stop and not done: raise Stopped(_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
     except (RuntimeError, _Terminated) as e:
         if not (isinstance(e, _Terminated) or dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
+    finally: _restore_signals(old)
 
 # %% ../nbs/42_train.ipynb #271b7e98
 def _oom_message(cfg: Config, step: int, ckpt) -> str:

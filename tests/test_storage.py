@@ -1,0 +1,105 @@
+"""What is saved is verified on every load: flipped bits in checkpoints and exports are refused with the reason, `--resume`
+falls back past damaged, incomplete or foreign checkpoints, and a file system that refuses a write (full, read-only) stops
+the run with one paragraph, no traceback, nothing partial, and the previous checkpoint intact."""
+import os, subprocess
+from pathlib import Path
+import pytest
+from longctx_nb.checkpoint import (save_checkpoint, read_checkpoint, sidecar, list_checkpoints, checkpoint_path, load_model)
+
+ARGS = ['--data.seq_len=32', '--data.batch_size=2', '--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2',
+        '--model.d_ff=64', '--trainer.log_every_n_steps=1', '--trainer.checkpoint_interval=2', '--trainer.eval_interval=0',
+        '--trainer.enable_progress_bar=false', '--trainer.plot=false', '--trainer.tensorboard=false']
+
+def run(bindir, root, *extra, prog='longctx_train'):
+    args = [*ARGS, f'--trainer.default_root_dir={root}'] if prog == 'longctx_train' else []
+    return subprocess.run([str(bindir / prog), *args, *map(str, extra)], capture_output=True, text=True,
+                          env={**os.environ, 'OMP_NUM_THREADS': '1'}, timeout=600)
+
+def flip(path: Path, at: int):
+    "Flip one bit of byte `at` (negative: from the end)."
+    b = bytearray(path.read_bytes()); b[at] ^= 0x10; path.write_bytes(bytes(b))
+
+def clean(p):
+    assert 'Traceback' not in p.stderr and 'weights_only' not in p.stderr, p.stderr
+
+@pytest.fixture(scope='module')
+def runs(bindir, tmp_path_factory):
+    "A finished run of 6 steps (checkpoints at 2, 4, 6) to copy: its directory."
+    root = tmp_path_factory.mktemp('runs')
+    p = run(bindir, root, '--trainer.max_steps=6')
+    assert p.returncode == 0, p.stderr
+    return root / 'version_0'
+
+def copy_run(src: Path, dst: Path) -> Path:
+    subprocess.run(['cp', '-r', str(src), str(dst)], check=True)
+    return dst
+
+@pytest.mark.parametrize('where', ['header', 'middle', 'tensor data', 'end'])
+def test_resume_falls_back_past_a_flipped_bit(bindir, runs, tmp_path, where):
+    run_dir = copy_run(runs, tmp_path / 'r')
+    newest = list_checkpoints(run_dir)[-1]
+    size = newest.stat().st_size
+    flip(newest, {'header': 40, 'middle': size // 2, 'tensor data': size - 2000, 'end': -30}[where])
+    p = run(bindir, tmp_path, f'--resume={newest}')            # named directly, the damaged file is refused
+    assert p.returncode == 2 and 'is damaged' in p.stderr, p.stderr
+    clean(p)
+    p = run(bindir, tmp_path, '--resume', run_dir, '--trainer.max_steps=6')   # the run directory: the newest good one
+    assert p.returncode == 0, p.stderr
+    assert 'skipping checkpoint step_0000006.pt' in p.stderr and 'is damaged' in p.stderr
+    assert 'from step_0000004.pt' in p.stdout
+    clean(p)
+
+def test_incomplete_and_foreign_checkpoints_are_skipped(bindir, runs, tmp_path):
+    run_dir = copy_run(runs, tmp_path / 'r')
+    save_checkpoint(checkpoint_path(run_dir, 8), {'step': 8, 'config': {}})       # our format tag, keys missing
+    other = run(bindir, tmp_path / 'other', '--trainer.max_steps=2', '--model.d_model=64')
+    assert other.returncode == 0, other.stderr
+    src = list_checkpoints(tmp_path / 'other' / 'version_0')[-1]
+    for f in (src, sidecar(src)):                                                  # another model's checkpoint, as step 10
+        (run_dir / 'checkpoints' / f.name.replace('0000002', '0000010')).write_bytes(f.read_bytes())
+    (run_dir / 'checkpoints' / 'step_0000010.pt.sha256').write_text(
+        (run_dir / 'checkpoints' / 'step_0000010.pt.sha256').read_text().replace('step_0000002', 'step_0000010'))
+    p = run(bindir, tmp_path, '--resume', run_dir, '--trainer.max_steps=6')
+    assert p.returncode == 0, p.stderr
+    assert 'skipping checkpoint step_0000010.pt' in p.stderr and 'model.d_model: checkpoint 64, this run 32' in p.stderr
+    assert 'skipping checkpoint step_0000008.pt' in p.stderr and 'lacks model, optimizer' in p.stderr
+    assert 'from step_0000006.pt' in p.stdout
+    clean(p)
+
+def test_damaged_export_is_refused(bindir, runs, tmp_path):
+    run_dir = copy_run(runs, tmp_path / 'r')
+    assert (run_dir / 'SHA256SUMS').is_file()
+    sums = subprocess.run(['sha256sum', '-c', 'SHA256SUMS'], cwd=run_dir, capture_output=True, text=True)
+    assert sums.returncode == 0, sums.stdout                                       # the standard tool agrees
+    flip(run_dir / 'model.safetensors', -7)
+    with pytest.raises(Exception, match='is damaged'): load_model(run_dir)
+    p = run(bindir, tmp_path, '--checkpoint_path', run_dir / 'model.safetensors', '--task', 'perplexity', prog='longctx_eval')
+    assert p.returncode == 2 and 'is damaged' in p.stderr, p.stderr
+    clean(p)
+
+@pytest.fixture
+def small_fs(tmp_path):
+    "A 1 MiB tmpfs (the size of a few tiny checkpoints), unmounted after the test; skipped where mounting is not allowed."
+    mnt = tmp_path / 'fs'; mnt.mkdir()
+    p = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', str(mnt)], capture_output=True, text=True)
+    if p.returncode: pytest.skip(f'cannot mount a tmpfs here ({p.stderr.strip()})')
+    yield mnt
+    subprocess.run(['umount', '-l', str(mnt)], capture_output=True)
+
+def test_disk_full_stops_cleanly_and_keeps_the_last_checkpoint(bindir, small_fs):
+    p = run(bindir, small_fs, '--trainer.max_steps=40', '--trainer.keep_last=0')
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert 'No space left on device' in p.stderr and 'The newest good checkpoint' in p.stderr, p.stderr
+    clean(p)
+    run_dir = small_fs / 'version_0'
+    assert not [f for f in run_dir.rglob('.*') if f.name.endswith('.tmp')], 'a temporary file was left'
+    kept = list_checkpoints(run_dir)
+    assert kept and str(kept[-1]) in p.stderr
+    assert read_checkpoint(kept[-1])['step'] == int(kept[-1].stem.split('_')[1])   # intact: its digest matches
+
+def test_read_only_file_system(bindir, small_fs):
+    assert run(bindir, small_fs, '--trainer.max_steps=2').returncode == 0
+    subprocess.run(['mount', '-o', 'remount,ro', str(small_fs)], check=True)
+    p = run(bindir, small_fs, '--resume', '--trainer.max_steps=4')
+    assert p.returncode == 1 and 'Read-only file system' in p.stderr, p.stderr
+    clean(p)
