@@ -136,12 +136,13 @@ def run_config(cfg: Config,  # the config the flags describe on their own
     return new
 
 
-# %% ../nbs/70_cli.ipynb #6b63386f
+# %% ../nbs/70_cli.ipynb #a1b2c3d4
 def _given(ns: argparse.Namespace) -> dict:
     "The settings a command line gave: its --config file's, then its flags."
     flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
     return {**(read_config_file(ns.config) if getattr(ns, 'config', None) else {}), **flags}
 
+# %% ../nbs/70_cli.ipynb #6b63386f
 def _train(argv=None) -> int:
     from longctx_nb.train import train, Stopped  # heavy imports only when training
     from longctx_nb.distributed import launcher_env, launch
