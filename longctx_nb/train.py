@@ -111,7 +111,9 @@ def again(resume=None,  # the run directory or checkpoint to continue from
         if skip: skip = False; continue
         if a == '--resume': skip = i + 1 < len(args) and not args[i + 1].startswith('-'); continue
         if not a.startswith('--resume='): out.append(a)
-    return ' '.join(shlex.quote(a) for a in [prog, *out, f'--resume={resume}'])
+    ws = int(os.environ.get('WORLD_SIZE', 1))   # under torchrun: the launcher's command, one node's share of the ranks
+    launcher = ['torchrun', f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', ws)}", '--no-python'] if ws > 1 else []
+    return ' '.join(shlex.quote(a) for a in [*launcher, prog, *out, f'--resume={resume}'])
 
 def new_run_dir(root,                     # folder of run directories
                 name: str | None = None,  # run name (None: the next free version_N)
