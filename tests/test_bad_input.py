@@ -129,7 +129,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('lightning_tpu', T, ['--trainer.accelerator=tpu'], "Lightning's 'tpu' accelerator"),
     ('lightning_num_nodes', T, ['--trainer.num_nodes=2'], 'torchrun'),
     ('lightning_ckpt_path', T, ['--ckpt_path=x.ckpt'], '--trainer.resume'),
-    ('far_name_no_suggestion', T, ['--checkpoint_path=x'], 'unknown config key'),
+    ('far_name_no_suggestion', T, ['--foo_bar_baz=x'], 'unknown config key'),
     ('close_name_suggested', T, ['--trainer.max_step=3'], "Did you mean 'trainer.max_steps'"),
     # data
     ('npy_pickle', T, ['--train_data', '{d}/obj.npy'], 'pickled Python objects'),
