@@ -309,6 +309,31 @@ def to_html(nb: dict, title: str, nav: str, up: str = '', local_math: bool = Fal
     body = re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav + '\n<div id="lc-content">', body, count=1)
     return body.replace('</body>', '</div>\n</body>', 1)
 
+_re_frag_link = re.compile(r'<a\b[^>]*?\bhref="([^"#:]*)#([^"]+)"')
+
+def land_links(bodies: dict) -> dict:
+    """Make every link to a fragment of the site land. nbdev links each name in backticks to `page.html#name`, but a
+    page has that anchor only where show_doc documents the name: not for a private helper (`_vocab`) or a method added
+    with `patch_to`, whose `#| export` cell the page does not show. Such a link lands on the first place its own page
+    names it (the prose that introduces it, where the code was); a link from another page to a name its page never
+    mentions lands on the class (`#blade` for `#blade.reset_parameters`) or on the page."""
+    ids = {h: set(re.findall(r'\bid="([^"]+)"', b)) for h, b in bodies.items()}
+    target = lambda here, path: posixpath.normpath(posixpath.join(posixpath.dirname(here), path)) if path else here
+    out = {}
+    for h, b in bodies.items():   # anchor a name at its page's first mention of it
+        for m in list(_re_frag_link.finditer(b)):
+            frag = m.group(2)
+            if target(h, m.group(1)) == h and frag not in ids[h]:
+                b = b.replace(m.group(0), f'<span id="{frag}"></span>' + m.group(0), 1); ids[h].add(frag)
+        out[h] = b
+    def land(m):
+        t, frag = target(h, m.group(1)), m.group(2)
+        if t not in ids or frag in ids[t]: return m.group(0)
+        cls = frag.split('.')[0]
+        return m.group(0).replace('#' + frag + '"', ('#' + cls if cls in ids[t] else '') + '"')
+    for h in out: out[h] = _re_frag_link.sub(land, out[h])
+    return out
+
 # ---------------------------------------------------------------- main
 def settings():
     from configparser import ConfigParser
@@ -364,10 +389,11 @@ def build(names=(), force=False, workers=None, quiet=False):
     outmap = {frontmatter(p['proc']).get('output-file', p['href']): p['href'] for p in pages}
     DOCS.mkdir(exist_ok=True)
     local_math = local_mathjax()
-    for p in pages:
-        out = DOCS / p['href']; out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(to_html(for_html(p['proc'], p['nb'], outmap), p['title'], sidebar(pages, p['href']),
-                               '../' * p['href'].count('/'), local_math))
+    bodies = {p['href']: to_html(for_html(p['proc'], p['nb'], outmap), p['title'], sidebar(pages, p['href']),
+                                 '../' * p['href'].count('/'), local_math) for p in pages}
+    for href, body in land_links(bodies).items():
+        out = DOCS / href; out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(body)
     (DOCS / 'search.js').write_text(search_index(pages))
     for extra in ('styles.css',):
         if (NBS / extra).exists(): shutil.copy2(NBS / extra, DOCS / extra)
