@@ -73,6 +73,10 @@ def _read(src, name: str) -> dict:
         if not isinstance(ck, dict) or 'model' not in ck: raise CheckpointError(f"{name} is not a longctx_nb checkpoint.")
         return ck
     p = Path(src).expanduser()
+    if not p.exists() and p.suffix and p.with_suffix('').is_dir():   # what `longctx_train --checkpoint_path p` wrote
+        print(f"note: {str(p)!r} is not a file; reading the run directory {str(p.with_suffix(''))!r} that "
+              f"`longctx_train --checkpoint_path {p}` writes", flush=True)
+        p = p.with_suffix('')
     if p.is_dir():
         found = latest_checkpoint(p)
         if found is None: raise CheckpointError(f"{name} is a folder that holds no checkpoint that verifies "
