@@ -410,7 +410,8 @@ def fit_passkey(gen,                         # a passkey generator (`passkey_gen
     fit = [L for L in lengths if L >= need] or [need]
     what = f"{', '.join(map(str, short))} {'is' if len(short) == 1 else 'are'} too short for it and left out"
     where = '' if fit[0] != need else f"; it is evaluated at {need}" + (
-        f", beyond the training length {train_len}" if train_len and need > train_len else '')
+        f", beyond the training length {train_len}" if train_len and need > train_len else '') + (
+        f" (above the longest length asked, {max_len})" if need > max_len else '')
     return fit, max(max_len, max(fit)), (f"the passkey needs sequences of at least {need} tokens: length{'s' * (len(short) > 1)} "
                                          f"{what}{where}. Give --lengths to choose the lengths.")
 

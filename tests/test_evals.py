@@ -53,7 +53,8 @@ def test_passkey_picks_the_lengths_that_fit(bindir, tmp_path):
     need = r['lengths'][0]
     assert r['train_seq_len'] == 64 and r['lengths'] == [need] and need > 64 and r['mode'] == 'text'
     assert (f'note: the passkey needs sequences of at least {need} tokens: length 64 is too short for it and left out; it is '
-            f'evaluated at {need}, beyond the training length 64. Give --lengths to choose the lengths.') in p.stdout
+            f'evaluated at {need}, beyond the training length 64 (above the longest length asked, 64). Give --lengths to choose '
+            'the lengths.') in p.stdout
 
 def test_every_run_in_one_table(bindir, copy_run, tmp_path):
     "`longctx_eval --checkpoint_path 'runs/*'`: every run directory evaluated, one table, a JSON per run and a summary."
