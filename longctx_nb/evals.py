@@ -84,6 +84,7 @@ def load_for_eval(path,          # a checkpoint .pt, a run directory or an expor
     cfg = _config(json.loads(cfg_file.read_text()), str(cfg_file)) if cfg_file.is_file() else None
     return Evaluated(load_model(d, device).eval(), cfg, str(d / 'model.safetensors'))
 
+# %% ../nbs/60_evals.ipynb #cf193f21
 def fresh_model(block: str = 'vanilla',  # the block (any name `canonical_block` accepts)
                 vocab_size: int = 256,   # ids in the vocabulary
                 size: str = 'tiny',      # a size preset (model.num_params)
@@ -138,9 +139,20 @@ def perplexity(model,                           # the language model, in eval mo
     else: out['bits_per_token'] = loss / math.log(2)
     return out
 
-# %% ../nbs/60_evals.ipynb #9bad75b8
+# %% ../nbs/60_evals.ipynb #44ff3144
 FILLER = ['The grass is green. ', 'The sky is blue. ', 'The sun is yellow. ', 'Here we go. ', 'There and back again. ']
 
+def _filler(sentences: list, n_fill: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    "`n_fill` ids of `sentences` cycled in a shuffled order, cut at the start so that they end on a whole sentence; (ids, sentence starts)."
+    order = rng.permutation(len(sentences))
+    filler, starts = [], [0]
+    while starts[-1] < n_fill:
+        for i in order: filler.append(sentences[i]); starts.append(starts[-1] + len(sentences[i]))
+    cut = starts[-1] - n_fill
+    filler = np.concatenate(filler)[cut:] if filler else np.zeros(0, np.int64)
+    return filler, np.array([0] + [s - cut for s in starts if s > cut])
+
+# %% ../nbs/60_evals.ipynb #9bad75b8
 class TextPasskey:
     "The passkey test in words through `tokenizer`: filler, the key line at a depth, the question, the answer."
     def __init__(self, tokenizer,       # encodes the words (byte or BPE)
@@ -170,13 +182,7 @@ class TextPasskey:
             key = ''.join(map(str, rng.integers(0, 10, self.passkey_len)))
             line, ans = self.parts(key)
             n_fill = seq_len + 1 - len(line) - len(self.question) - len(ans)
-            order = rng.permutation(len(self.sentences))     # the filler cycles through the sentences, shuffled
-            filler, starts = [], [0]
-            while starts[-1] < n_fill:
-                for i in order: filler.append(self.sentences[i]); starts.append(starts[-1] + len(self.sentences[i]))
-            cut = starts[-1] - n_fill                         # cut the excess at the start: the filler ends with a whole sentence
-            filler = np.concatenate(filler)[cut:] if filler else np.zeros(0, np.int64)
-            starts = np.array([0] + [s - cut for s in starts if s > cut])
+            filler, starts = _filler(self.sentences, n_fill, rng)
             d = rng.random() if depth is None else depth
             p = starts[np.abs(starts - d * n_fill).argmin()]   # the sentence start nearest the depth
             s = np.concatenate([filler[:p], line, filler[p:], self.question, ans])
@@ -214,6 +220,7 @@ def _shortest(gen, hi: int = 1 << 16) -> int:
         except UsageError: lo = mid + 1
     return lo
 
+# %% ../nbs/60_evals.ipynb #311d4a9b
 @torch.no_grad()
 def answer_accuracy(model,           # the language model, in eval mode
                     x,               # input ids (batch, seq_len)
@@ -315,6 +322,7 @@ def loss_by_position(model,                # the language model, in eval mode
         n += x.shape[0]
     return (total / max(n, 1)).numpy(), n
 
+# %% ../nbs/60_evals.ipynb #6215886c
 def drift_curve(model,                # the language model, in eval mode
                 data,                 # validation token ids (1-D)
                 max_len: int,         # tokens per window: the curve's end
@@ -551,6 +559,7 @@ def format_result(r: dict,  # a `run_eval` result
         for p, l in zip(r['positions'], r['loss']): lines.append(f"{p:>9} {l:>8.4f}" + ('  <- beyond training length' if p >= r['train_len'] else ''))
     return '\n'.join(lines)
 
+# %% ../nbs/60_evals.ipynb #1e5bc19f
 def plot_result(r: dict,    # a `run_eval` result
                 path=None,  # file to save the figure to (None: not saved)
                ):
@@ -693,6 +702,7 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--data_dir', group=task, help='validation text for drift_curve and perplexity (default: the training corpus)'),
         arg('--skip_memory_check', action='store_true', help='start even when the memory estimate says the longest length does not fit')])
 
+# %% ../nbs/60_evals.ipynb #d86b44d1
 def _eval(argv=None) -> int:
     a = vars(eval_parser().parse_args(sys.argv[1:] if argv is None else argv))
     paths = a.pop('checkpoint_path') or [None]
