@@ -642,7 +642,7 @@ def run_evals(task: str,                  # one of `EVAL_TASKS`
               block: str | None = None,     # checked against every model, if given
               vocab_size: int | None = None,  # checked against every model, if given
               **kw,                         # the other `run_eval` arguments, the same for every model
-             ) -> list[dict]:
+             ) -> list[dict]:             # the `run_eval` result of each model, in order
     "Evaluate every model `checkpoint_paths` names on `task`, all checked first; one table of the results."
     say = print if verbose else (lambda *a, **k: None)
     a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=DEPTHS, n_samples=32, batch_size=8, seed=0, passkey_len=None,
