@@ -393,10 +393,10 @@ def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, 
     _check(all(0 <= d <= 1 for d in depths) and len(depths) > 0, f"--depths {' '.join(map(str, depths))}: each depth must be in [0, 1].")
     _check(lengths is None or (len(lengths) > 0 and min(lengths) > 0), f"--lengths {lengths}: give positive lengths.")
 
-def _lengths(ev: Evaluated, task: str, seq_len, max_len, lengths, say) -> tuple[int, int, list[int]]:
-    "(training length, longest length, lengths) from the flags and what the model was trained at."
+def _lengths(ev: Evaluated, task: str, seq_len, max_len, lengths, note) -> tuple[int, int, list[int]]:
+    "(training length, longest length, lengths) from the flags and what the model was trained at; `note(text)` tells."
     if seq_len is not None and ev.train_len is not None and seq_len != ev.train_len:
-        say(f"note: {ev.source} was trained at seq_len={ev.train_len}; --seq_len={seq_len} is used as the training length")
+        note(f"{ev.source} was trained at seq_len={ev.train_len}; --seq_len={seq_len} is used as the training length")
     seq_len = seq_len or ev.train_len or 128
     max_len = max_len or (max(lengths) if lengths else 4 * seq_len if task == 'drift_curve' else seq_len)
     _check(max_len >= seq_len, f"--max_len={max_len} is below --seq_len={seq_len}; the longest evaluated length must be "
@@ -460,15 +460,15 @@ def _write(r: dict, stem: Path, say):
 def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, batch_size, dev, precision, seed, passkey_len,
           task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check, checkpoint_path, say):
     "Every check for one model: (the result's settings, the work that adds the numbers)."
-    given = lengths is not None
-    seq_len, max_len, lengths = _lengths(ev, task, seq_len, max_len, lengths, say)
+    given, notes = lengths is not None, []
+    def note(text): notes.append(text); say(f"note: {text}")
+    seq_len, max_len, lengths = _lengths(ev, task, seq_len, max_len, lengths, note)
     _check(task != 'drift_curve' or n_buckets <= max_len, f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
-    notes = []
     if task == 'passkey':
         gen, mode, chance = _passkey_gen(ev, passkey_len, task_vocab_size, data_dir)
         if not given:
-            lengths, max_len, note = fit_passkey(gen, lengths, max_len, ev.train_len)
-            if note: notes.append(note); say(f"note: {note}")
+            lengths, max_len, msg = fit_passkey(gen, lengths, max_len, ev.train_len)
+            if msg: note(msg)
     if not skip_memory_check:   # the longest forward pass fits, before any work
         check_fits(ev.model.cfg, batch_size, max_len, precision, dev, training=False, hint=EVAL_HINT, override='--skip_memory_check')
     kw = dict(batch_size=batch_size, device=dev, precision=precision)
