@@ -135,7 +135,8 @@ def test_blocks_guide_wikitext_without_datasets(work):
 # --- the cs336-style trainer (flat flags, its Python helpers) ---
 
 CS336 = ['--train_data', 'data/train_tokens.npy', '--val_data', 'data/val_tokens.npy', '--vocab_size', 500,
-         '--context_length', 32, '--d_model', 32, '--num_layers', 2, '--num_heads', 2, '--d_ff', 64, '--batch_size', 4]
+         '--context_length', 32, '--d_model', 32, '--num_layers', 2, '--num_heads', 2, '--d_ff', 64, '--rope_theta', 10000.0,
+         '--batch_size', 4]
 
 @pytest.fixture(scope='module')
 def cs336_run(work):
