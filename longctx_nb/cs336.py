@@ -4,7 +4,7 @@
 
 # %% ../nbs/43_cs336.ipynb #46d14fec
 from __future__ import annotations
-import io, os
+import os
 from pathlib import Path
 import numpy as np
 import torch
