@@ -5,7 +5,7 @@ TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test venv export readme docs lab hooks lint clean-venv
+.PHONY: train test venv setup export readme docs lab hooks lint clean-venv
 
 # (re)install when the package's requirements change
 $(STAMP): settings.ini setup.py
@@ -16,6 +16,9 @@ $(STAMP): settings.ini setup.py
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# the long-context blocks guide's first command: the same as `make venv`
+setup: venv
 
 train: $(STAMP)
 	$(BIN)/longctx_train $(ARGS)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/60_evals.ipynb #70238fcb
 from __future__ import annotations
-import argparse, dataclasses, json, math, sys, warnings
+import argparse, dataclasses, glob, json, math, os, sys, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -25,8 +25,8 @@ from .flags import arg, make_parser, main
 __all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'EVAL_FLAGS', 'Evaluated', 'load_for_eval',
            'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey', 'passkey_generator',
            'answer_accuracy', 'passkey_grid', 'recall_params', 'chance_level', 'task_accuracy', 'loss_by_position',
-           'drift_curve', 'text_data', 'eval_lengths', 'run_eval', 'format_result', 'plot_result', 'eval_parser',
-           'eval_main']
+           'drift_curve', 'text_data', 'eval_lengths', 'fit_passkey', 'run_eval', 'format_result', 'plot_result',
+           'expand_checkpoints', 'short_names', 'format_table', 'run_evals', 'eval_parser', 'eval_main']
 
 # %% ../nbs/60_evals.ipynb #ded02c88
 @dataclass
@@ -84,6 +84,7 @@ def load_for_eval(path,          # a checkpoint .pt, a run directory or an expor
     cfg = _config(json.loads(cfg_file.read_text()), str(cfg_file)) if cfg_file.is_file() else None
     return Evaluated(load_model(d, device).eval(), cfg, str(d / 'model.safetensors'))
 
+# %% ../nbs/60_evals.ipynb #cf193f21
 def fresh_model(block: str = 'vanilla',  # the block (any name `canonical_block` accepts)
                 vocab_size: int = 256,   # ids in the vocabulary
                 size: str = 'tiny',      # a size preset (model.num_params)
@@ -138,9 +139,20 @@ def perplexity(model,                           # the language model, in eval mo
     else: out['bits_per_token'] = loss / math.log(2)
     return out
 
-# %% ../nbs/60_evals.ipynb #9bad75b8
+# %% ../nbs/60_evals.ipynb #44ff3144
 FILLER = ['The grass is green. ', 'The sky is blue. ', 'The sun is yellow. ', 'Here we go. ', 'There and back again. ']
 
+def _filler(sentences: list, n_fill: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    "`n_fill` ids of `sentences` cycled in a shuffled order, cut at the start so that they end on a whole sentence; (ids, sentence starts)."
+    order = rng.permutation(len(sentences))
+    filler, starts = [], [0]
+    while starts[-1] < n_fill:
+        for i in order: filler.append(sentences[i]); starts.append(starts[-1] + len(sentences[i]))
+    cut = starts[-1] - n_fill
+    filler = np.concatenate(filler)[cut:] if filler else np.zeros(0, np.int64)
+    return filler, np.array([0] + [s - cut for s in starts if s > cut])
+
+# %% ../nbs/60_evals.ipynb #9bad75b8
 class TextPasskey:
     "The passkey test in words through `tokenizer`: filler, the key line at a depth, the question, the answer."
     def __init__(self, tokenizer,       # encodes the words (byte or BPE)
@@ -170,13 +182,7 @@ class TextPasskey:
             key = ''.join(map(str, rng.integers(0, 10, self.passkey_len)))
             line, ans = self.parts(key)
             n_fill = seq_len + 1 - len(line) - len(self.question) - len(ans)
-            order = rng.permutation(len(self.sentences))     # the filler cycles through the sentences, shuffled
-            filler, starts = [], [0]
-            while starts[-1] < n_fill:
-                for i in order: filler.append(self.sentences[i]); starts.append(starts[-1] + len(self.sentences[i]))
-            cut = starts[-1] - n_fill                         # cut the excess at the start: the filler ends with a whole sentence
-            filler = np.concatenate(filler)[cut:] if filler else np.zeros(0, np.int64)
-            starts = np.array([0] + [s - cut for s in starts if s > cut])
+            filler, starts = _filler(self.sentences, n_fill, rng)
             d = rng.random() if depth is None else depth
             p = starts[np.abs(starts - d * n_fill).argmin()]   # the sentence start nearest the depth
             s = np.concatenate([filler[:p], line, filler[p:], self.question, ans])
@@ -199,11 +205,22 @@ def passkey_generator(ev: Evaluated,                       # the model to test
             raise UsageError(f"--task_vocab_size={V} is larger than the model's vocab_size={ev.vocab_size}.")
         task_params('passkey', vocab_size=V, passkey_len=k)
         gen = lambda batch, seq_len, rng, depth=None: passkey_ids(batch, seq_len, rng, vocab_size=V, passkey_len=k, depth=depth)
+        gen.min_len = lambda: _shortest(gen)
         return gen, 'tokens', 10.0 ** -k
     tok = tokenizer or ByteTokenizer()
     k = passkey_len or 5
     return TextPasskey(tok, k), 'text', 10.0 ** -k
 
+def _shortest(gen, hi: int = 1 << 16) -> int:
+    "The shortest sequence `gen` fills (a passkey that fits in L fits in every longer one)."
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try: gen(1, mid, np.random.default_rng(0), depth=0.0); hi = mid
+        except UsageError: lo = mid + 1
+    return lo
+
+# %% ../nbs/60_evals.ipynb #311d4a9b
 @torch.no_grad()
 def answer_accuracy(model,           # the language model, in eval mode
                     x,               # input ids (batch, seq_len)
@@ -305,6 +322,7 @@ def loss_by_position(model,                # the language model, in eval mode
         n += x.shape[0]
     return (total / max(n, 1)).numpy(), n
 
+# %% ../nbs/60_evals.ipynb #6215886c
 def drift_curve(model,                # the language model, in eval mode
                 data,                 # validation token ids (1-D)
                 max_len: int,         # tokens per window: the curve's end
@@ -359,9 +377,113 @@ def eval_lengths(seq_len: int,  # the first length
 def _check(ok: bool, msg: str):
     if not ok: raise UsageError(msg)
 
-# %% ../nbs/60_evals.ipynb #74c87872
+# %% ../nbs/60_evals.ipynb #5f429af6
 EVAL_HINT = "--max_len (or --lengths) or --batch_size"
 
+def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, **positive):
+    "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
+    _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
+    for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
+        _check(v is None or v > 0, f"--{name}={v} must be > 0.")
+    check_positive(lengths=lengths, **positive)
+    _check(seed >= 0, f"--seed={seed} must be >= 0.")
+    if output_dir is not None: check_writable_dir(output_dir, '--output_dir')
+    _check(n_samples > 0 or (n_samples == 0 and task in ('perplexity', 'drift_curve')), f"--n_samples={n_samples} must be > 0 "
+           "(0, the whole validation split, only for perplexity and drift_curve).")
+    _check(all(0 <= d <= 1 for d in depths) and len(depths) > 0, f"--depths {' '.join(map(str, depths))}: each depth must be in [0, 1].")
+    _check(lengths is None or (len(lengths) > 0 and min(lengths) > 0), f"--lengths {lengths}: give positive lengths.")
+
+def _lengths(ev: Evaluated, task: str, seq_len, max_len, lengths, note) -> tuple[int, int, list[int]]:
+    "(training length, longest length, lengths) from the flags and what the model was trained at; `note(text)` tells."
+    if seq_len is not None and ev.train_len is not None and seq_len != ev.train_len:
+        note(f"{ev.source} was trained at seq_len={ev.train_len}; --seq_len={seq_len} is used as the training length")
+    seq_len = seq_len or ev.train_len or 128
+    max_len = max_len or (max(lengths) if lengths else 4 * seq_len if task == 'drift_curve' else seq_len)
+    _check(max_len >= seq_len, f"--max_len={max_len} is below --seq_len={seq_len}; the longest evaluated length must be "
+           f"at least the training length: use --max_len >= {seq_len}.")
+    lengths = sorted(set(lengths)) if lengths else eval_lengths(seq_len, max_len)
+    _check(max(lengths) <= max_len, f"--lengths up to {max(lengths)} go beyond --max_len={max_len}.")
+    return seq_len, max_len, lengths
+
+# %% ../nbs/60_evals.ipynb #7f7baf90
+def fit_passkey(gen,                         # a passkey generator (`passkey_generator`), with `min_len()`
+                lengths: list[int],          # the default evaluation lengths
+                max_len: int,                # the longest of them allowed
+                train_len: int | None = None,  # the training length, for the note
+               ) -> tuple[list[int], int, str | None]:  # (lengths, max_len, note: None if nothing changed)
+    "The default `lengths` that hold the passkey; the shortest length that does if none does; and a note saying so."
+    need = gen.min_len()
+    short = [L for L in lengths if L < need]
+    if not short: return lengths, max_len, None
+    fit = [L for L in lengths if L >= need] or [need]
+    what = f"{', '.join(map(str, short))} {'is' if len(short) == 1 else 'are'} too short for it and left out"
+    where = '' if fit[0] != need else f"; it is evaluated at {need}" + (
+        f", beyond the training length {train_len}" if train_len and need > train_len else '') + (
+        f" (above the longest length asked, {max_len})" if need > max_len else '')
+    return fit, max(max_len, max(fit)), (f"the passkey needs sequences of at least {need} tokens: length{'s' * (len(short) > 1)} "
+                                         f"{what}{where}. Give --lengths to choose the lengths.")
+
+# %% ../nbs/60_evals.ipynb #3cc0ff36
+def _passkey_gen(ev: Evaluated, passkey_len, task_vocab_size, data_dir):
+    "(generator, mode, chance) of the passkey for `ev`, through its BPE tokenizer if it reads BPE text."
+    tok = text_data(ev, data_dir, 'passkey').tokenizer if (ev.synthetic_task is None and ev.config is not None
+                                                          and ev.config.data.tokenizer == 'bpe') else None
+    return passkey_generator(ev, passkey_len, task_vocab_size, tok)
+
+def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw):
+    "Check the recall and copy tasks at every length; the work, as a function."
+    params = {t: recall_params(ev, t, vocab_size=task_vocab_size, **({'num_pairs': num_pairs} if t == 'associative_recall'
+                                                                     else {'copy_len': copy_len})) for t in RECALL_TASKS}
+    for t in RECALL_TASKS:
+        for L in lengths: synthetic_data(t, L, **params[t])
+    return lambda: dict(lengths=lengths, tasks={t: task_accuracy(ev.model, t, lengths, n_samples, seed=seed, **kw, **params[t])
+                                                for t in RECALL_TASKS})
+
+def _text_work(ev: Evaluated, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw):
+    "Check the validation text; the perplexity or drift-curve work, as a function."
+    tokens = text_data(ev, data_dir, task)
+    _check(len(tokens.val) > max_len, f"the validation split of {tokens.source} has {len(tokens.val):,} tokens, too few "
+           f"for sequences of {max_len} (they need {max_len + 1}); use --max_len <= {len(tokens.val) - 1}.")
+    if task == 'perplexity':
+        return lambda: dict(data=tokens.source, rows=[perplexity(ev.model, tokens, L, max_batches=math.ceil(n_samples / kw['batch_size'])
+                                                                 or None, **kw) for L in lengths])
+    return lambda: dict(data=tokens.source, **drift_curve(ev.model, tokens.val, max_len, seq_len, n_samples, n_buckets, **kw))
+
+def _write(r: dict, stem: Path, say):
+    "A result as `stem`.json and its picture as `stem`.png."
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(f'{stem}.json').write_text(json.dumps(r, indent=2) + '\n')
+    plot_result(r, Path(f'{stem}.png'))
+    say(f"wrote {stem}.json and {stem}.png")
+
+# %% ../nbs/60_evals.ipynb #071589ad
+def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, batch_size, dev, precision, seed, passkey_len,
+          task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check, checkpoint_path, say):
+    "Every check for one model: (the result's settings, the work that adds the numbers)."
+    given, notes = lengths is not None, []
+    def note(text): notes.append(text); say(f"note: {text}")
+    seq_len, max_len, lengths = _lengths(ev, task, seq_len, max_len, lengths, note)
+    _check(task != 'drift_curve' or n_buckets <= max_len, f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
+    if task == 'passkey':
+        gen, mode, chance = _passkey_gen(ev, passkey_len, task_vocab_size, data_dir)
+        if not given:
+            lengths, max_len, msg = fit_passkey(gen, lengths, max_len, ev.train_len)
+            if msg: note(msg)
+    if not skip_memory_check:   # the longest forward pass fits, before any work
+        check_fits(ev.model.cfg, batch_size, max_len, precision, dev, training=False, hint=EVAL_HINT, override='--skip_memory_check')
+    kw = dict(batch_size=batch_size, device=dev, precision=precision)
+    if task == 'passkey':
+        for L in lengths: gen(1, L, np.random.default_rng(0), depth=0.0)   # a given length too short is refused here
+        work = lambda: dict(mode=mode, chance=chance, **passkey_grid(ev.model, gen, lengths, list(depths), n_samples, seed=seed, **kw))
+    elif task == 'copy_recall': work = _recall_work(ev, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw)
+    else: work = _text_work(ev, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw)
+    out = dict(task=task, block=ev.block, n_params=count_params(ev.model), checkpoint=str(checkpoint_path) if checkpoint_path else None,
+               source=ev.source, step=ev.step, trained=ev.trained, train_seq_len=ev.train_len, trained_on=ev.synthetic_task or
+               (ev.config.data.dataset_name if ev.config is not None and ev.trained else None), seq_len=seq_len, max_len=max_len,
+               device=str(dev), precision=precision, seed=seed, n_samples=n_samples, notes=notes)
+    return out, work
+
+# %% ../nbs/60_evals.ipynb #c6544cc4
 def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              checkpoint_path: str | None = None,  # checkpoint .pt, run directory or exported model folder; None: an untrained model
              block: str | None = None,            # the block: checked against the checkpoint, or the untrained model's block (default vanilla)
@@ -387,71 +509,22 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
             ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
     say = print if verbose else (lambda *a, **k: None)
-    _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
-    for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
-        _check(v is None or v > 0, f"--{name}={v} must be > 0.")
-    check_positive(lengths=lengths, vocab_size=vocab_size, passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
-    _check(seed >= 0, f"--seed={seed} must be >= 0.")
-    if output_dir is not None: check_writable_dir(output_dir, '--output_dir')
-    _check(n_samples > 0 or (n_samples == 0 and task in ('perplexity', 'drift_curve')), f"--n_samples={n_samples} must be > 0 "
-           "(0, the whole validation split, only for perplexity and drift_curve).")
-    _check(all(0 <= d <= 1 for d in depths) and len(depths) > 0, f"--depths {' '.join(map(str, depths))}: each depth must be in [0, 1].")
-    _check(lengths is None or (len(lengths) > 0 and min(lengths) > 0), f"--lengths {lengths}: give positive lengths.")
+    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, vocab_size=vocab_size,
+                passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
     if block is not None: block = canonical_block(block)
     dev = get_device(device)
     precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)
     if checkpoint_path is not None:
         ev = load_for_eval(checkpoint_path, dev); check_flags(ev, block, vocab_size)
     else: ev = fresh_model(block or 'vanilla', vocab_size or 256, seed=seed, device=dev)
-    if seq_len is not None and ev.train_len is not None and seq_len != ev.train_len:
-        say(f"note: {ev.source} was trained at seq_len={ev.train_len}; --seq_len={seq_len} is used as the training length")
-    seq_len = seq_len or ev.train_len or 128
-    max_len = max_len or (max(lengths) if lengths else 4 * seq_len if task == 'drift_curve' else seq_len)
-    _check(max_len >= seq_len, f"--max_len={max_len} is below --seq_len={seq_len}; the longest evaluated length must be "
-           f"at least the training length: use --max_len >= {seq_len}.")
-    lengths = sorted(set(lengths)) if lengths else eval_lengths(seq_len, max_len)
-    _check(max(lengths) <= max_len, f"--lengths up to {max(lengths)} go beyond --max_len={max_len}.")
-    _check(task != 'drift_curve' or n_buckets <= max_len, f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
-    if not skip_memory_check:   # the longest forward pass fits, before any work
-        check_fits(ev.model.cfg, batch_size, max_len, precision, dev, training=False, hint=EVAL_HINT, override='--skip_memory_check')
-
-    out = dict(task=task, block=ev.block, n_params=count_params(ev.model), checkpoint=str(checkpoint_path) if checkpoint_path else None,
-               source=ev.source, step=ev.step, trained=ev.trained, train_seq_len=ev.train_len, trained_on=ev.synthetic_task or
-               (ev.config.data.dataset_name if ev.config is not None and ev.trained else None), seq_len=seq_len, max_len=max_len,
-               device=str(dev), precision=precision, seed=seed, n_samples=n_samples)
-    kw = dict(batch_size=batch_size, device=dev, precision=precision)
-    if task == 'passkey':   # first every check, then the work
-        tok = text_data(ev, data_dir, 'passkey').tokenizer if (ev.synthetic_task is None and ev.config is not None
-                                                              and ev.config.data.tokenizer == 'bpe') else None
-        gen, mode, chance = passkey_generator(ev, passkey_len, task_vocab_size, tok)
-        for L in lengths: gen(1, L, np.random.default_rng(0), depth=0.0)
-        work = lambda: dict(mode=mode, chance=chance, **passkey_grid(ev.model, gen, lengths, list(depths), n_samples, seed=seed, **kw))
-    elif task == 'copy_recall':
-        params = {t: recall_params(ev, t, vocab_size=task_vocab_size, **({'num_pairs': num_pairs} if t == 'associative_recall'
-                                                                         else {'copy_len': copy_len})) for t in RECALL_TASKS}
-        for t in RECALL_TASKS:
-            for L in lengths: synthetic_data(t, L, **params[t])
-        work = lambda: dict(lengths=lengths, tasks={t: task_accuracy(ev.model, t, lengths, n_samples, seed=seed, **kw, **params[t])
-                                                    for t in RECALL_TASKS})
-    else:
-        tokens = text_data(ev, data_dir, task)
-        _check(len(tokens.val) > max_len, f"the validation split of {tokens.source} has {len(tokens.val):,} tokens, too few "
-               f"for sequences of {max_len} (they need {max_len + 1}); use --max_len <= {len(tokens.val) - 1}.")
-        if task == 'perplexity':
-            work = lambda: dict(data=tokens.source, rows=[perplexity(ev.model, tokens, L, max_batches=math.ceil(n_samples / batch_size) or None, **kw)
-                                                          for L in lengths])
-        else: work = lambda: dict(data=tokens.source, **drift_curve(ev.model, tokens.val, max_len, seq_len, n_samples, n_buckets, **kw))
+    out, work = _plan(ev, task, seq_len, max_len, lengths, depths, n_samples, batch_size, dev, precision, seed, passkey_len,
+                      task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check, checkpoint_path, say)
     if not ev.trained:
         say(f"WARNING: no --checkpoint_path: evaluating an UNTRAINED {ev.block} model (tiny preset). Its results are "
             "chance level; they test the pipeline, not the block.", file=sys.stderr)
     out.update(work())
     say(format_result(out))
-    if output_dir is not None:
-        d = Path(output_dir); d.mkdir(parents=True, exist_ok=True)
-        stem = d / f"{ev.block}_{task}"
-        stem.with_suffix('.json').write_text(json.dumps(out, indent=2) + '\n')
-        plot_result(out, stem.with_suffix('.png'))
-        say(f"wrote {stem}.json and {stem}.png")
+    if output_dir is not None: _write(out, Path(output_dir) / f"{ev.block}_{task}", say)
     return out
 
 # %% ../nbs/60_evals.ipynb #926db10c
@@ -486,6 +559,7 @@ def format_result(r: dict,  # a `run_eval` result
         for p, l in zip(r['positions'], r['loss']): lines.append(f"{p:>9} {l:>8.4f}" + ('  <- beyond training length' if p >= r['train_len'] else ''))
     return '\n'.join(lines)
 
+# %% ../nbs/60_evals.ipynb #1e5bc19f
 def plot_result(r: dict,    # a `run_eval` result
                 path=None,  # file to save the figure to (None: not saved)
                ):
@@ -500,6 +574,102 @@ def plot_result(r: dict,    # a `run_eval` result
         return plot_lengths({unit: [x[unit] for x in r['rows']]}, [x['seq_len'] for x in r['rows']], L0, unit.replace('_', ' '), t, path)
     return plot_drift({r['block']: r}, r['train_len'], t, path)
 
+# %% ../nbs/60_evals.ipynb #4dbb8035
+def _is_model(p: Path) -> bool:
+    "Whether `p` is something `load_for_eval` reads: a .pt file, a run directory, an exported folder."
+    return (p.is_file() and p.suffix == '.pt') or (p.is_dir() and ((p / 'checkpoints').is_dir() or (p / 'model.safetensors').is_file()))
+
+def expand_checkpoints(paths: list[str],  # checkpoint paths; each may be a pattern (runs/*) that this expands
+                       say=print,         # where skipped matches are reported
+                      ) -> list[str]:
+    "The models `paths` name: patterns expanded (sorted), matches that hold no model left out with a note; refused if none."
+    out = []
+    for p in paths:
+        if not glob.has_magic(p): out.append(p); continue
+        hits = sorted(glob.glob(os.path.expanduser(p)))
+        models = [h for h in hits if _is_model(Path(h))]
+        if len(models) < len(hits): say(f"note: --checkpoint_path {p!r}: left out {', '.join(h for h in hits if h not in models)} "
+                                        "(no checkpoint .pt, run directory or exported model)")
+        _check(models, f"--checkpoint_path {p!r} matches no model{' (it matches nothing)' if not hits else ''}; give run "
+               "directories (runs/*), checkpoint files (runs/*/checkpoints/step_*.pt) or exported model folders.")
+        out += models
+    return list(dict.fromkeys(out))
+
+def short_names(paths: list[str],  # model paths
+               ) -> list[str]:
+    "A short name per path (a run directory's name; RUN/step_N for a checkpoint file), the paths where those collide."
+    def name(p):
+        p = Path(p)
+        return f"{p.parent.parent.name}/{p.stem}" if p.suffix == '.pt' and p.parent.name == 'checkpoints' else p.name or str(p)
+    names = [name(p) for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+# %% ../nbs/60_evals.ipynb #775590cc
+def _row_values(r: dict) -> list[tuple[str, dict]]:
+    "(row label, {column: value}) of one result for the summary table."
+    if r['task'] == 'passkey': return [('', dict(zip(r['lengths'], np.mean(r['accuracy'], 0).tolist())))]
+    if r['task'] == 'copy_recall': return [(t, dict(zip(r['lengths'], v['accuracy']))) for t, v in r['tasks'].items()]
+    if r['task'] == 'perplexity': return [('', {x['seq_len']: x['loss'] for x in r['rows']})]
+    return [('', {'within': r['loss_within'], 'beyond': r['loss_beyond']})]
+
+def format_table(results: list[dict],  # `run_eval` results of one task
+                 names: list[str],     # a name per result (its path)
+                ) -> str:
+    "One table of many results of one task: a row per model (and sub-task), a column per length."
+    task = results[0]['task']
+    rows = [(n, r, label, vals) for n, r in zip(names, results) for label, vals in _row_values(r)]
+    cols = list(dict.fromkeys(c for *_, v in rows for c in v))
+    if all(isinstance(c, int) for c in cols): cols = sorted(cols)
+    pct = task in ('passkey', 'copy_recall')
+    what = {'passkey': 'exact-match accuracy (mean over depths) by length', 'copy_recall': 'answer-token accuracy by length',
+            'perplexity': 'validation loss (nats/token) by length', 'drift_curve': 'mean loss within and beyond the training length'}
+    w = max(len(n) + (len(l) + 1 if l else 0) for n, _, l, _ in rows)
+    lines = [f"{task}: {what[task]}", f"{'model':<{w}} {'block':>20} {'params':>11} {'step':>7} {'train_len':>9}" + ''.join(f'{c:>9}' for c in cols)]
+    for n, r, label, vals in rows:
+        cell = lambda v: f'{"-":>9}' if v is None else f'{v:>9.1%}' if pct else f'{v:>9.4f}'
+        lines.append(f"{(n + ' ' + label).strip():<{w}} {r['block']:>20} {r['n_params']:>11,} {str(r['step'] or '-'):>7} "
+                     f"{str(r['train_seq_len'] or '-'):>9}" + ''.join(cell(vals.get(c)) for c in cols))
+    lines += [f"note ({n}): {x}" for n, r in zip(names, results) for x in r.get('notes', [])]
+    return '\n'.join(lines)
+
+# %% ../nbs/60_evals.ipynb #0d9a6ba1
+def run_evals(task: str,                  # one of `EVAL_TASKS`
+              checkpoint_paths: list[str],  # checkpoints, run directories or exported folders; patterns (runs/*) are expanded
+              output_dir: str | None = None,  # writes each model's NAME_{task}.json and .png, and summary_{task}.json, there
+              verbose: bool = True,         # print progress and the table
+              device: str = 'auto',         # auto, cpu, cuda or cuda:N
+              precision: str = 'auto',      # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
+              block: str | None = None,     # checked against every model, if given
+              vocab_size: int | None = None,  # checked against every model, if given
+              **kw,                         # the other `run_eval` arguments, the same for every model
+             ) -> list[dict]:             # the `run_eval` result of each model, in order
+    "Evaluate every model `checkpoint_paths` names on `task`, all checked first; one table of the results."
+    say = print if verbose else (lambda *a, **k: None)
+    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=DEPTHS, n_samples=32, batch_size=8, seed=0, passkey_len=None,
+                  task_vocab_size=None, num_pairs=None, copy_len=None, n_buckets=32, data_dir=None, skip_memory_check=False), **kw)
+    _check_args(task, a['seq_len'], a['max_len'], a['lengths'], a['depths'], a['n_samples'], a['batch_size'], a['n_buckets'],
+                a['seed'], output_dir, vocab_size=vocab_size, passkey_len=a['passkey_len'], task_vocab_size=a['task_vocab_size'],
+                num_pairs=a['num_pairs'], copy_len=a['copy_len'])
+    names = expand_checkpoints(checkpoint_paths, say)
+    dev = get_device(device)
+    precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)
+    plans = []
+    for p in names:   # every model loaded (on the CPU) and checked before the first is evaluated
+        ev = load_for_eval(p, 'cpu'); check_flags(ev, canonical_block(block) if block else None, vocab_size)
+        plans.append((ev, *_plan(ev, task, dev=dev, precision=precision, checkpoint_path=p, say=lambda *x, **k: None, **a)))
+    results = []
+    for p, (ev, out, work) in zip(names, plans):
+        say(f"evaluating {p} ...", flush=True)
+        ev.model.to(dev); out.update(work()); ev.model.to('cpu'); results.append(out)
+    short = short_names(names)
+    say(format_table(results, short))
+    if output_dir is not None:
+        d = Path(output_dir)
+        for n, r in zip(short, results): _write(r, d / f"{n.replace('/', '_')}_{task}", say)
+        (d / f'summary_{task}.json').write_text(json.dumps(dict(zip(names, results)), indent=2) + '\n')
+        say(f"wrote {d / f'summary_{task}.json'}")
+    return results
+
 # %% ../nbs/60_evals.ipynb #41558ef4
 EVAL_FLAGS = {'--trainer.accelerator': '--device', '--trainer.precision': '--precision'}   # the tool's own flags in messages
 
@@ -509,7 +679,8 @@ def eval_parser() -> argparse.ArgumentParser:
     return make_parser('longctx_eval', 'Evaluate a trained model (or, without --checkpoint_path, an untrained one: chance level) '
                        'on passkey retrieval, associative recall and copying, the loss-by-position drift curve, or perplexity.', [
         arg('--task', default='passkey', metavar='NAME', help=f"one of {', '.join(EVAL_TASKS)}"),
-        arg('--checkpoint_path', '--pretrained_model', help='a checkpoint .pt, a run directory or an exported model folder'),
+        arg('--checkpoint_path', '--pretrained_model', nargs='+', metavar='PATH', help='a checkpoint .pt, a run directory or an '
+            "exported model folder; several, or a quoted pattern ('runs/*'), are each evaluated and shown in one table"),
         arg('--block', help="the block: checked against the checkpoint; without one, the untrained model's (vanilla)"),
         arg('--vocab_size', type=int, help="checked against the checkpoint; without one, the untrained model's (256)"),
         arg('--seq_len', type=int, help="the training length (default: the checkpoint's)"),
@@ -531,8 +702,12 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--data_dir', group=task, help='validation text for drift_curve and perplexity (default: the training corpus)'),
         arg('--skip_memory_check', action='store_true', help='start even when the memory estimate says the longest length does not fit')])
 
+# %% ../nbs/60_evals.ipynb #d86b44d1
 def _eval(argv=None) -> int:
-    run_eval(**vars(eval_parser().parse_args(sys.argv[1:] if argv is None else argv)))
+    a = vars(eval_parser().parse_args(sys.argv[1:] if argv is None else argv))
+    paths = a.pop('checkpoint_path') or [None]
+    if len(paths) > 1 or glob.has_magic(paths[0] or ''): run_evals(a.pop('task'), paths, **a)
+    else: run_eval(checkpoint_path=paths[0], **a)
     return 0
 
 def eval_main(argv=None,  # command-line arguments (None: sys.argv[1:])

@@ -43,12 +43,43 @@ def test_untrained_model_warns(bindir, tmp_path):
     r = json.loads((tmp_path / 'mamba_passkey.json').read_text())
     assert (r['lengths'], r['mode'], r['trained']) == ([128, 256], 'text', False)
 
+def test_passkey_picks_the_lengths_that_fit(bindir, tmp_path):
+    "A text model trained at 64 tokens: the passkey needs more, so the shortest length that holds it is evaluated, with a note."
+    run([bindir / 'longctx_train'], '--data.seq_len=64', '--trainer.max_steps=2', *TINY, f'--trainer.default_root_dir={tmp_path}',
+        '--trainer.run_name=text64', check=0)
+    p = run([bindir / 'longctx_eval'], '--task', 'passkey', '--checkpoint_path', tmp_path / 'text64', '--depths', 0.5,
+            '--n_samples', 2, '--device', 'cpu', '--output_dir', tmp_path / 'ev', check=0)
+    r = json.loads((tmp_path / 'ev' / 'vanilla_passkey.json').read_text())
+    need = r['lengths'][0]
+    assert r['train_seq_len'] == 64 and r['lengths'] == [need] and need > 64 and r['mode'] == 'text'
+    assert (f'note: the passkey needs sequences of at least {need} tokens: length 64 is too short for it and left out; it is '
+            f'evaluated at {need}, beyond the training length 64 (above the longest length asked, 64). Give --lengths to choose '
+            'the lengths.') in p.stdout
+
+def test_every_run_in_one_table(bindir, copy_run, tmp_path):
+    "`longctx_eval --checkpoint_path 'runs/*'`: every run directory evaluated, one table, a JSON per run and a summary."
+    runs = tmp_path / 'runs'; runs.mkdir()
+    for name in ('a', 'b'): (runs / name).symlink_to(copy_run, target_is_directory=True)
+    (runs / 'notes.txt').write_text('not a run')
+    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--checkpoint_path', 'runs/*', '--lengths', 32, 64,
+            '--n_samples', 4, '--device', 'cpu', '--output_dir', 'out', cwd=tmp_path, check=0)
+    table = p.stdout[p.stdout.index('copy_recall: answer-token accuracy by length'):].splitlines()
+    assert table[1].split() == ['model', 'block', 'params', 'step', 'train_len', '32', '64']
+    assert [l.split()[:2] for l in table[2:6]] == [['a', 'associative_recall'], ['a', 'copy'], ['b', 'associative_recall'], ['b', 'copy']]
+    assert "left out runs/notes.txt" in p.stdout
+    summary = json.loads((tmp_path / 'out' / 'summary_copy_recall.json').read_text())
+    assert list(summary) == ['runs/a', 'runs/b'] and summary['runs/a']['tasks'] == summary['runs/b']['tasks']
+    assert (tmp_path / 'out' / 'a_copy_recall.png').is_file()
+
 BAD = {  # args -> phrase the error must contain
     'block_differs': (['--task', 'passkey', '--block', 'mamba', '--checkpoint_path={run}'], '--block=mamba does not match the model'),
     'vocab_differs': (['--task', 'copy_recall', '--vocab_size', '256', '--checkpoint_path={run}'], '--vocab_size=256 does not match'),
     'max_len_below_seq_len': (['--task', 'drift_curve', '--seq_len', '256', '--max_len', '128'], '--max_len=128 is below --seq_len=256'),
-    'passkey_does_not_fit': (['--task', 'passkey', '--seq_len', '64'], 'does not fit in a sequence of 64 tokens'),
-    'passkey_ids_do_not_fit': (['--task', 'passkey', '--checkpoint_path={run}', '--passkey_len', '20'], 'passkey_len=20 digits does not fit'),
+    'passkey_does_not_fit': (['--task', 'passkey', '--seq_len', '64', '--lengths', '64'], 'does not fit in a sequence of 64 tokens'),
+    'passkey_ids_do_not_fit': (['--task', 'passkey', '--checkpoint_path={run}', '--passkey_len', '20', '--lengths', '32'],
+                               'passkey_len=20 digits does not fit'),
+    'no_run_matches': (['--checkpoint_path', 'logs/*/checkpoints/*.ckpt'], "matches no model (it matches nothing); give run directories"),
+    'one_of_many_missing': (['--checkpoint_path', '{run}', 'nowhere/run'], 'does not exist'),
     'unknown_task': (['--task', 'retrieval'], "unknown --task 'retrieval'; valid choices: passkey, copy_recall, drift_curve, perplexity"),
     'missing_checkpoint': (['--checkpoint_path', 'nowhere/run'], 'does not exist'),
     'synthetic_model_has_no_text': (['--task', 'perplexity', '--checkpoint_path={run}'], "trained on the synthetic task 'copy'"),
