@@ -528,17 +528,20 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
         canon[c] = (k, v)
     for pkey, table in PRESETS.items():
         if pkey in canon:
-            spelled = canon[pkey][0]
-            _note(notes, origin, pkey, canon[pkey][1], f"{spelled} in {where}" if where else spelled, 'set'); _set(cfg, pkey, canon[pkey][1])
+            _note(notes, origin, pkey, canon[pkey][1], _where(canon[pkey][0], where), 'set'); _set(cfg, pkey, canon[pkey][1])
             name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey)
             if name is not None:
                 for k, v in table[name].items():
                     _note(notes, origin, k, v, f"the {pkey} preset {name!r}", 'preset'); _set(cfg, k, v)
     for k, (spelled, v) in canon.items():
-        if k not in PRESETS: _note(notes, origin, k, v, f"{spelled} in {where}" if where else spelled, 'set'); _set(cfg, k, v)
+        if k not in PRESETS: _note(notes, origin, k, v, _where(spelled, where), 'set'); _set(cfg, k, v)
     _derive_d_ff(cfg, canon, origin, notes)
     validate(cfg)
     return cfg
+
+def _where(spelled: str, where: str | None) -> str:
+    "How a setting's source is named: the key as spelled, in its file; a flag (`--config small_32k`) as it is."
+    return where if where and where.startswith('--') else f"{spelled} in {where}" if where else spelled
 
 def _value(key, v):
     "The converted value, to compare two spellings of a setting (the raw value when it does not convert)."
@@ -735,7 +738,7 @@ def setting_sources(cfg: Config,    # the config built
     for k, v in cfg.flat().items():
         name = k.split('.', 1)[-1]
         if k.startswith('model.'): v = getattr(m, name)
-        if k in origins: src = origins[k][1]; src = f'flag {src}' if src.startswith('--') and ' ' not in src else src
+        if k in origins: src = origins[k][1]; src = f'flag {src}' if src.startswith('--') else src
         elif k.startswith('model.') and getattr(cfg.model, name) is None and v is not None:
             src = f"the model.size preset {m.size!r}" + ('' if 'model.size' in origins else ' (the default size)')
         else: src = 'default'
