@@ -104,25 +104,25 @@ def _source_run(src: str, t) -> Path | None:
 
 # %% ../nbs/70_cli.ipynb #99addda1
 def run_config(cfg: Config,  # the config the flags describe on their own
-               given: dict,  # the settings given (flags and --config file), dotted key or alias -> value
+               given,        # the settings given: `build_config` levels (the --config file's, then the flags), or one dict
                say=print,    # where the changes are reported
               ) -> Config:
     "With --resume or --trainer.fork_from: the source run's own config.json with `given` applied; a resume refuses changes outside `SAFE_ON_RESUME`."
-    t = cfg.trainer
+    t, levels = cfg.trainer, given if isinstance(given, list) else [(None, given)]
     if t.checkpoint_dir or t.checkpoint_path:   # the GPU-native trainer's --checkpoint_dir, cs336-style --checkpoint_path
         p = Path(t.checkpoint_dir or t.checkpoint_path)
         run = p if t.checkpoint_dir or p.is_dir() else p.with_suffix('')
         resume = (str(p) if p.is_file() else str(run)) if t.resume else None
-        given = {**given, 'trainer.default_root_dir': str(run.parent), 'trainer.run_name': run.name,
-                 **({'trainer.resume': resume} if resume else {})}
-        cfg = apply_overrides(cfg, given)
+        levels = levels + [(None, {'trainer.default_root_dir': str(run.parent), 'trainer.run_name': run.name,
+                                   **({'trainer.resume': resume} if resume else {})})]
+        cfg = build_config(levels, base=cfg)
         if not t.resume: say(f"checkpoints go to {run / 'checkpoints'} (the run directory {run})")
         t = cfg.trainer
     src = t.fork_from or t.resume
     run_dir = _source_run(src, t) if src and not t.fast_dev_run else None
     if run_dir is None or not (run_dir / 'config.json').is_file(): return cfg
     base = apply_overrides(Config(), read_config_file(run_dir / 'config.json'))
-    new = apply_overrides(base, given)
+    new = build_config(levels, base=base)
     old, now = _flat(base), _flat(new)
     changed = {k: (old.get(k), v) for k, v in now.items() if old.get(k) != v}
     refused = [k for k in changed if k not in SAFE_ON_RESUME]
@@ -139,12 +139,12 @@ def run_config(cfg: Config,  # the config the flags describe on their own
 
 
 # %% ../nbs/70_cli.ipynb #a1b2c3d4
-from .config import config_settings, setting_sources
+from .config import build_config, config_settings, setting_sources
 
-def _given(ns: argparse.Namespace) -> dict:
-    "The settings a command line gave: its --config file's, then its flags."
+def _given(ns: argparse.Namespace) -> list:
+    "The settings a command line gave, as `build_config` levels: its --config file's, then its flags."
     flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
-    return {**(config_settings(ns.config)[1] if getattr(ns, 'config', None) else {}), **flags}
+    return ([config_settings(ns.config)] if getattr(ns, 'config', None) else []) + [(None, flags)]
 
 # %% ../nbs/70_cli.ipynb #00888d7b
 def print_config(cfg: Config,     # the config the run would use
@@ -175,7 +175,10 @@ def _train(argv=None) -> int:
     model = None
     if ns.init_from: cfg, model = init_model(cfg, ns.init_from, say=say)
     if ns.print_config:
-        print_config(cfg, parsed, ns.origins, f"--init_from {ns.init_from}" if ns.init_from else "the run it continues (its config.json)")
+        t = cfg.trainer
+        later = (f"--init_from {ns.init_from}" if ns.init_from else "the run --trainer.fork_from names (its config.json)"
+                 if t.fork_from else "the run --resume continues (its config.json)" if t.resume else "--trainer.checkpoint_dir or --checkpoint_path")
+        print_config(cfg, parsed, ns.origins, later)
         return 0
     if cfg.trainer.devices > 1 and launcher_env() is None:  # start the N workers via torchrun
         return launch(argv, cfg.trainer.devices)

@@ -695,12 +695,12 @@ def build_config(levels,                       # [(where or None, {key: value}),
                  origins: dict | None = None,  # if a dict: canonical key -> (value, where it came from, kind)
                  base: Config | None = None,   # the config to start from (default: `Config()`)
                 ) -> Config:
-    "Apply each level in turn (presets first within a level); the Mamba memory guide's keys without a block mean Mamba."
+    "Apply each level in turn (presets first within a level); for a new run the Mamba memory guide's keys without a block mean Mamba."
     origin = {} if origins is None else origins
     cfg = copy.deepcopy(base) if base is not None else Config()
     given = {k: v for _, d in levels for k, v in d.items()}
     guide = guide_keys(given)
-    if guide and not any(canonical_key(k) == 'model.block' for k in given):
+    if guide and base is None and not any(canonical_key(k) == 'model.block' for k in given):   # a new run
         why = f"the Mamba memory guide's settings ({', '.join(dict.fromkeys(k.lstrip('-') for k in guide[:3]))}) with no model.block"
         cfg = apply_overrides(cfg, {'model.block': 'mamba'})
         origin['model.block'] = ('mamba', why, 'preset')
