@@ -511,6 +511,32 @@ def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None):
     m.d_ff = d_ff
     origin['model.d_ff'] = (d_ff, f"derived from {source}", 'derived')
 
+# %% ../nbs/01_config.ipynb #f15dd9ea
+def _where(spelled: str, where: str | None) -> str:
+    "How a setting's source is named: the key as spelled, in its file; a flag (`--config small_32k`) as it is."
+    return where if where and where.startswith('--') else f"{spelled} in {where}" if where else spelled
+
+def _value(key, v):
+    "The converted value, to compare two spellings of a setting (the raw value when it does not convert)."
+    try: cls, f = _field_of(key); return coerce(key, v, _hints(cls)[f.name], f.metadata)
+    except (UsageError, StopIteration): return v
+
+def _note(notes, origin: dict, key: str, value, source: str, kind: str):
+    "Remember who set `key` (`kind`: 'preset' or 'set'); note it when a later source replaces another's different value."
+    if notes is not None and key in origin and _value(key, origin[key][0]) != _value(key, value):
+        notes.append(f"{key}={value!r} from {source} replaces {origin[key][0]!r} from {origin[key][1]} "
+                     "(the command line wins over a config file, and within each explicit settings over presets).")
+    origin[key] = (value, source, kind)
+
+def _set(cfg, key, value):
+    cls, f = _field_of(key)
+    v = coerce(key, value, _hints(cls)[f.name], f.metadata)
+    if '.' in key: setattr(getattr(cfg, key.split('.')[0]), f.name, v)
+    else: setattr(cfg, key, v)
+
+def _set_all(cfg, d: dict):
+    for k, v in d.items(): _set(cfg, k, v)
+
 # %% ../nbs/01_config.ipynb #9567cbfa
 def apply_overrides(cfg: Config,              # the config to start from (not modified)
                     overrides: dict,          # dotted key (or alias) -> value
@@ -539,31 +565,6 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
     validate(cfg)
     return cfg
 
-def _where(spelled: str, where: str | None) -> str:
-    "How a setting's source is named: the key as spelled, in its file; a flag (`--config small_32k`) as it is."
-    return where if where and where.startswith('--') else f"{spelled} in {where}" if where else spelled
-
-def _value(key, v):
-    "The converted value, to compare two spellings of a setting (the raw value when it does not convert)."
-    try: cls, f = _field_of(key); return coerce(key, v, _hints(cls)[f.name], f.metadata)
-    except (UsageError, StopIteration): return v
-
-def _note(notes, origin: dict, key: str, value, source: str, kind: str):
-    "Remember who set `key` (`kind`: 'preset' or 'set'); note it when a later source replaces another's different value."
-    if notes is not None and key in origin and _value(key, origin[key][0]) != _value(key, value):
-        notes.append(f"{key}={value!r} from {source} replaces {origin[key][0]!r} from {origin[key][1]} "
-                     "(the command line wins over a config file, and within each explicit settings over presets).")
-    origin[key] = (value, source, kind)
-
-def _set(cfg, key, value):
-    cls, f = _field_of(key)
-    v = coerce(key, value, _hints(cls)[f.name], f.metadata)
-    if '.' in key: setattr(getattr(cfg, key.split('.')[0]), f.name, v)
-    else: setattr(cfg, key, v)
-
-def _set_all(cfg, d: dict):
-    for k, v in d.items(): _set(cfg, k, v)
-
 # %% ../nbs/01_config.ipynb #e16213d3
 def check_writable_dir(path,                       # a folder that will be created or written into
                        what: str = 'output folder',  # what it is, for the message (e.g. '--output_dir')
@@ -580,6 +581,7 @@ def check_writable_dir(path,                       # a folder that will be creat
         raise UsageError(f"{what} {str(p)!r} cannot be written: {str(q)!r} is not writable by this user.")
     return p
 
+# %% ../nbs/01_config.ipynb #0082bef6
 def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_steps
             ) -> Config:   # `cfg` itself
     "Cross-field checks, and the output folders; raises `UsageError`."
@@ -611,6 +613,7 @@ def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_step
     if cfg.data.cache_dir: check_writable_dir(cfg.data.cache_dir, 'data.cache_dir', writable=False)
     return cfg
 
+# %% ../nbs/01_config.ipynb #106334cb
 def resolve_model(m: ModelConfig,  # the model section
                  ) -> ModelConfig:
     "A copy of `m` with the sizes left `None` filled in from its size preset."
