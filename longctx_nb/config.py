@@ -495,10 +495,10 @@ def _field_of(key: str):
     return SECTIONS[s], next(f for f in fields(SECTIONS[s]) if f.name == name)
 
 # %% ../nbs/01_config.ipynb #55e52b1e
-def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None):
-    "Set `model.d_ff` from a `model.d_model` given in `canon` without `model.d_ff`, at the size preset's ratio."
+def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None, before: int | None):
+    "Set `model.d_ff` from a `model.d_model` given in `canon` (changed from `before`) without `model.d_ff`, at the size preset's ratio."
     m = cfg.model
-    if 'model.d_model' not in canon or 'model.d_ff' in canon or m.d_model is None: return
+    if 'model.d_model' not in canon or 'model.d_ff' in canon or m.d_model in (None, before): return
     if m.d_ff is not None and origin.get('model.d_ff', (0, 0, 'set'))[2] != 'preset': return   # set explicitly before
     p = SIZE_PRESETS[m.size]
     d_ff = max(32, round(m.d_model * p['model.d_ff'] / p['model.d_model'] / 32) * 32)
@@ -546,7 +546,7 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
                    ) -> Config:
     "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
     cfg, canon = copy.deepcopy(cfg), {}
-    origin = {} if origins is None else origins
+    origin, d_model = ({} if origins is None else origins), cfg.model.d_model
     for k, v in overrides.items():
         c = canonical_key(k)
         if c in canon and notes is not None and _value(c, canon[c][1]) != _value(c, v):
@@ -561,7 +561,7 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
                     _note(notes, origin, k, v, f"the {pkey} preset {name!r}", 'preset'); _set(cfg, k, v)
     for k, (spelled, v) in canon.items():
         if k not in PRESETS: _note(notes, origin, k, v, _where(spelled, where), 'set'); _set(cfg, k, v)
-    _derive_d_ff(cfg, canon, origin, notes)
+    _derive_d_ff(cfg, canon, origin, notes, d_model)
     validate(cfg)
     return cfg
 
