@@ -558,7 +558,7 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
             name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey)
             if name is not None:
                 for k, v in table[name].items():
-                    _note(notes, origin, k, v, f"the {pkey} preset {name!r}", 'preset'); _set(cfg, k, v)
+                    _note(notes, origin, k, v, f"the {pkey.removesuffix('_preset')} preset {name!r}", 'preset'); _set(cfg, k, v)
     for k, (spelled, v) in canon.items():
         if k not in PRESETS: _note(notes, origin, k, v, _where(spelled, where), 'set'); _set(cfg, k, v)
     _derive_d_ff(cfg, canon, origin, notes, d_model)

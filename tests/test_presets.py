@@ -88,12 +88,12 @@ def test_print_config_says_where_each_value_came_from(bindir, guide, tmp_path):
     assert len(src) == len(d['model']) + len(d['data']) + len(d['trainer']) + 2, len(src)   # every value, vram and training_preset
     assert src['model.d_state'] == f'model.d_state in config {guide}'
     assert src['model.expand'] == f'model.expand_factor in config {guide}'
-    assert src['trainer.max_steps'] == "the training_preset preset 'fast'"   # the command line's preset beats the file
+    assert src['trainer.max_steps'] == "the training preset 'fast'"   # the command line's preset beats the file
     assert src['trainer.learning_rate'] == f'training.learning_rate in config {guide}'
     assert src['data.batch_size'] == 'flag --batch_size'
     assert src['trainer.seed'] == 'default'
     assert src['model.block'].startswith("the Mamba memory guide's settings")
-    assert "trainer.max_steps=100 from the training_preset preset 'fast' replaces 100000" in p.stderr
+    assert "trainer.max_steps=100 from the training preset 'fast' replaces 100000" in p.stderr
     assert list(tmp_path.iterdir()) == [guide]   # nothing written
 
 def test_synthetic_data_dir_names_the_flag(bindir, tmp_path):
