@@ -12,15 +12,16 @@ from .flags import Parser, arg, make_parser, parse_config, main
 import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'train_main', 'prepare_parser',
-           'prepare_main']
+__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'print_config', 'train_main',
+           'prepare_parser', 'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
   longctx_train                                              # tiny model, stdlib corpus, CPU
   longctx_train --model.block=vanilla --model.num_params=150m --data.seq_len=512 --trainer.max_steps=10000
-  longctx_train --config config_16gb_safe.json --training_preset fast
-  longctx_train --model_size small --vram 8gb --data_dir your_data
+  longctx_train --config config_16gb_safe.json --training_preset fast   # the Mamba memory guide's JSON: trains Mamba
+  longctx_train --model_size small --vram 8gb --data.dataset_name=synthetic --data.task=passkey
+  longctx_train --config small_32k --data_dir prepared_32k --model.block=blade   # the GPU-native trainer's 32K preset
   longctx_train --train_data train.npy --val_data val.npy --context_length 512 --batch_size 32 --max_iters 5000 --device cpu
   longctx_train --init_from mamba-130m-hf --data.train_data train.npy --data.seq_len=4096   # continue at longer context
   longctx_train --trainer.devices=2 --data.global_batch_size=32          # 2 processes on one machine (DDP)
@@ -33,12 +34,13 @@ def build_parser(prog: str = 'longctx_train',  # the program's name in messages
                 ) -> Parser:
     "The argument parser: one flag per setting of `sections`, their aliases, and (`extra`) presets and config files."
     own = [arg('--print_config', action='store_true', group='config files and presets',
-               help='print the resolved config as JSON and exit'),
+               help='print the resolved config as JSON (stdout) and where each value came from (stderr), and exit'),
            arg('--init_from', metavar='PATH', group='config files and presets',
                help='start from the weights (and model settings) of a transformers Llama/Mamba folder, an export, '
                     'a checkpoint or a run directory')] if extra else []
-    return make_parser(prog, 'Train a long-context language model. Settings come from defaults, presets, a JSON config '
-                       'and flags, in that order.' if extra else None, own, sections, presets=extra,
+    return make_parser(prog, 'Train a long-context language model. Settings come from the defaults, then --config (a JSON '
+                       'file or a size preset), then the command line; within each, presets first, then explicit settings. '
+                       '--print_config shows where each value came from.' if extra else None, own, sections, presets=extra,
                        usage=f'{prog} [--config FILE] [--SECTION.KEY VALUE ...]', epilog=EXAMPLES if extra else None)
 
 # %% ../nbs/70_cli.ipynb #1d083a92
@@ -102,25 +104,25 @@ def _source_run(src: str, t) -> Path | None:
 
 # %% ../nbs/70_cli.ipynb #99addda1
 def run_config(cfg: Config,  # the config the flags describe on their own
-               given: dict,  # the settings given (flags and --config file), dotted key or alias -> value
+               given,        # the settings given: `build_config` levels (the --config file's, then the flags), or one dict
                say=print,    # where the changes are reported
               ) -> Config:
     "With --resume or --trainer.fork_from: the source run's own config.json with `given` applied; a resume refuses changes outside `SAFE_ON_RESUME`."
-    t = cfg.trainer
+    t, levels = cfg.trainer, given if isinstance(given, list) else [(None, given)]
     if t.checkpoint_dir or t.checkpoint_path:   # the GPU-native trainer's --checkpoint_dir, cs336-style --checkpoint_path
         p = Path(t.checkpoint_dir or t.checkpoint_path)
         run = p if t.checkpoint_dir or p.is_dir() else p.with_suffix('')
         resume = (str(p) if p.is_file() else str(run)) if t.resume else None
-        given = {**given, 'trainer.default_root_dir': str(run.parent), 'trainer.run_name': run.name,
-                 **({'trainer.resume': resume} if resume else {})}
-        cfg = apply_overrides(cfg, given)
+        levels = levels + [(None, {'trainer.default_root_dir': str(run.parent), 'trainer.run_name': run.name,
+                                   **({'trainer.resume': resume} if resume else {})})]
+        cfg = build_config(levels, base=cfg)
         if not t.resume: say(f"checkpoints go to {run / 'checkpoints'} (the run directory {run})")
         t = cfg.trainer
     src = t.fork_from or t.resume
     run_dir = _source_run(src, t) if src and not t.fast_dev_run else None
     if run_dir is None or not (run_dir / 'config.json').is_file(): return cfg
     base = apply_overrides(Config(), read_config_file(run_dir / 'config.json'))
-    new = apply_overrides(base, given)
+    new = build_config(levels, base=base)
     old, now = _flat(base), _flat(new)
     changed = {k: (old.get(k), v) for k, v in now.items() if old.get(k) != v}
     refused = [k for k in changed if k not in SAFE_ON_RESUME]
@@ -137,10 +139,29 @@ def run_config(cfg: Config,  # the config the flags describe on their own
 
 
 # %% ../nbs/70_cli.ipynb #a1b2c3d4
-def _given(ns: argparse.Namespace) -> dict:
-    "The settings a command line gave: its --config file's, then its flags."
+from .config import build_config, config_settings, setting_sources
+
+def _given(ns: argparse.Namespace) -> list:
+    "The settings a command line gave, as `build_config` levels: its --config file's, then its flags."
     flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
-    return {**(read_config_file(ns.config) if getattr(ns, 'config', None) else {}), **flags}
+    return ([config_settings(ns.config)] if getattr(ns, 'config', None) else []) + [(None, flags)]
+
+# %% ../nbs/70_cli.ipynb #00888d7b
+def print_config(cfg: Config,     # the config the run would use
+                 parsed: Config,  # the config as the command line described it (before a resumed run's own, or --init_from)
+                 origins: dict,   # `ns.origins` from `parse_cli`
+                 later: str = "the run it continues",  # what changed values between `parsed` and `cfg`
+                 out=None,        # where the JSON goes (default: stdout)
+                 err=None,        # where the sources go (default: stderr)
+                ):
+    "The resolved config as JSON on `out`, and each setting's value and source on `err`."
+    d = cfg.to_dict(); d['model'] = vars(resolve_model(cfg.model))
+    print(json.dumps(d, indent=2), file=out or sys.stdout)
+    now, then = setting_sources(cfg, origins), setting_sources(parsed, origins)
+    w = max(map(len, now))
+    lines = ["where each value came from (lowest first: default, config file, command line; presets first within each):"]
+    lines += [f"  {k:<{w}}  {json.dumps(v):<24} {s if then[k][0] == v else later}" for k, (v, s) in now.items()]
+    print('\n'.join(lines), file=err or sys.stderr)
 
 # %% ../nbs/70_cli.ipynb #6b63386f
 def _train(argv=None) -> int:
@@ -149,12 +170,16 @@ def _train(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, ns = parse_cli(argv, 'longctx_train')
     say = print if int(os.environ.get('RANK', 0)) == 0 else (lambda *a: None)
+    parsed = cfg
     cfg = run_config(cfg, _given(ns), say=say)
     model = None
     if ns.init_from: cfg, model = init_model(cfg, ns.init_from, say=say)
     if ns.print_config:
-        d = cfg.to_dict(); d['model'] = vars(resolve_model(cfg.model))
-        print(json.dumps(d, indent=2)); return 0
+        t = cfg.trainer
+        later = (f"--init_from {ns.init_from}" if ns.init_from else "the run --trainer.fork_from names (its config.json)"
+                 if t.fork_from else "the run --resume continues (its config.json)" if t.resume else "--trainer.checkpoint_dir or --checkpoint_path")
+        print_config(cfg, parsed, ns.origins, later)
+        return 0
     if cfg.trainer.devices > 1 and launcher_env() is None:  # start the N workers via torchrun
         return launch(argv, cfg.trainer.devices)
     try: res = train(cfg, model=model)

@@ -12,10 +12,11 @@ from .core import UsageError, parse_precision
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'opt', 'own_values', 'check_before_run', 'run_checks', 'settings_table', 'ModelConfig',
-           'DataConfig', 'TrainerConfig', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
-           'apply_overrides', 'check_writable_dir', 'validate', 'resolve_model', 'check_read', 'flatten_sections',
-           'read_config_file', 'load_config', 'field_help', 'option_specs', 'key_type', 'key_meta']
+           'LIGHTNING_ONLY', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values', 'check_before_run', 'run_checks',
+           'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'pick_precision', 'Config', 'coerce',
+           'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir', 'validate',
+           'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'guide_keys', 'build_config',
+           'config_settings', 'load_config', 'setting_sources', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -59,6 +60,11 @@ def run_checks(cfg,  # a training `Config`
 # %% ../nbs/01_config.ipynb #cb6865fe
 def _size(d, n, h, ff, **extra): return {'model.d_model': d, 'model.n_layers': n, 'model.n_heads': h, 'model.d_ff': ff, **extra}
 
+def _ctx32k(batch, accumulate):
+    "The GPU-native trainer's 32K recipe: full 32768-token sequences, 256-token chunks, checkpointing, effective batch 16."
+    return {'data.seq_len': 32768, 'data.batch_size': batch, 'trainer.accumulate_grad_batches': accumulate,
+            'model.chunk_size': 256, 'model.gradient_checkpointing': True}
+
 SIZE_PRESETS: dict[str, dict] = {
     'tiny':   _size(128, 4, 4, 384),
     'small':  _size(512, 8, 8, 1536),
@@ -72,8 +78,9 @@ SIZE_PRESETS: dict[str, dict] = {
     '790m':   _size(1536, 24, 16, 4352),
     '1.4b':   _size(2048, 24, 16, 6144),
     '2.8b':   _size(2560, 32, 32, 7424),
-    'small_32k': _size(1024, 8, 16, 2048, **{'data.seq_len': 32768, 'data.batch_size': 4,
-                       'trainer.accumulate_grad_batches': 4, 'model.gradient_checkpointing': True}),
+    'small_32k':  _size(1024, 8, 16, 2048, **_ctx32k(4, 4)),
+    'medium_32k': _size(1536, 12, 16, 3072, **_ctx32k(2, 8)),
+    'large_32k':  _size(2048, 16, 16, 4096, **_ctx32k(1, 16)),
 }
 
 # %% ../nbs/01_config.ipynb #6c60e997
@@ -113,20 +120,26 @@ def settings_table(cls,  # a settings dataclass whose fields were made with `opt
 
 # %% ../nbs/01_config.ipynb #f0901433
 @dataclass
-class ModelConfig:
-    "The network: which mixing block, how big, and the block's own settings."
+class _SizeSettings:
+    "How big the network is, and its embedding and init (read by the backbone around every block)."
     block: str = opt('vanilla', 'sequence-mixing block', choices=lambda: _owned_choices('model.block'))
     size: str = opt('tiny', 'size preset', choices=lambda: list(SIZE_PRESETS))
     d_model: int | None = opt(None, 'model width (default: from the size preset)', gt=0)
     n_layers: int | None = opt(None, 'number of blocks (default: from the size preset)', gt=0)
     n_heads: int | None = opt(None, 'attention heads (default: from the size preset)', gt=0)
-    d_ff: int | None = opt(None, 'MLP hidden width, 0 for no MLP (default: from the size preset)', ge=0)
+    d_ff: int | None = opt(None, 'MLP hidden width, 0 for no MLP (default: from the size preset, scaled with a d_model '
+                           'that is given)', ge=0)
     vocab_size: int | None = opt(None, 'vocabulary size (default: the tokenizer\'s)', gt=0)
     rope_theta: float = opt(10000.0, 'RoPE base frequency', gt=0)
     dropout: float = opt(0.0, 'dropout probability', ge=0, lt=1)
     bias: bool = opt(False, 'biases in linear layers')
     tie_embeddings: bool = opt(True, 'share the input embedding and the output head')
     init_std: float = opt(0.02, 'std of the normal init of linear and embedding weights', gt=0)
+
+# %% ../nbs/01_config.ipynb #cd36eab1
+@dataclass
+class _MambaSettings:
+    "The selective state-space layer's settings (read by the mamba block)."
     d_state: int = opt(16, 'SSM state size per channel (mamba)', gt=0)
     d_conv: int = opt(4, 'causal conv width (mamba)', gt=0)
     expand: int = opt(2, 'inner width multiplier (mamba)', gt=0)
@@ -137,6 +150,11 @@ class ModelConfig:
     conv_bias: bool = opt(True, 'bias in the causal conv (mamba)')
     scan_impl: str = opt('auto', 'selective-scan implementation', choices=['auto', 'ref', 'torch', 'cuda'])
     conv_impl: str = opt('auto', 'causal-conv1d implementation', choices=['auto', 'ref', 'cuda'])
+
+# %% ../nbs/01_config.ipynb #a2f912fb
+@dataclass
+class _SparseSettings:
+    "The windowed, sparse and chunked attention blocks' settings (longformer, bigbird, blade, dpassm)."
     window_size: int = opt(128, 'local attention window in tokens (longformer, bigbird, dpassm)', gt=0)
     n_global_tokens: int = opt(2, 'global tokens at the start of the sequence (longformer, bigbird)', ge=0)
     n_random_tokens: int = opt(4, 'random keys per query block (bigbird)', ge=0)
@@ -146,6 +164,11 @@ class ModelConfig:
     ssm_state_dim: int = opt(64, 'SSM state size of the long-range path (dpassm)', gt=0)
     attn_impl: str = opt('auto', 'local/sparse attention implementation', choices=['auto', 'ref', 'blocked', 'flex'])
     attn_block_size: int = opt(64, 'query/key block size of the blocked and flex attention paths', gt=0)
+
+# %% ../nbs/01_config.ipynb #3acb2c41
+@dataclass
+class ModelConfig(_SparseSettings, _MambaSettings, _SizeSettings):
+    "The network: which mixing block, how big, and the block's own settings (the three groups above, in that order)."
     gradient_checkpointing: bool = opt(False, 'recompute each block\'s activations in backward to save memory')
     compile: bool = opt(False, 'torch.compile the model')
     num_params: InitVar[str | None] = None  # the former name of `size`, still accepted (old config files and checkpoints)
@@ -215,9 +238,11 @@ class TrainerConfig:
     dist_backend: str = opt('auto', 'process-group backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo',
                             choices=['auto', 'nccl', 'gloo'])
     dist_timeout: int = opt(600, 'seconds a collective waits for the other ranks before the run stops with an error', gt=0, le=10**7)
-    precision: str = opt('32', 'numeric precision: 32, bf16 (bf16-mixed) or 16 (16-mixed)',
-                         choices=lambda: sorted(_PRECISION_SPELLINGS))
-    use_fp16: bool = opt(False, 'fp16 mixed precision where the device supports it, fp32 elsewhere (Mamba memory guide configs)')
+    precision: str = opt('auto', 'numeric precision: auto (bf16 autocast on GPUs that have bf16, fp16 with a gradient '
+                         'scaler on older GPUs, fp32 on the CPU), 32, bf16 (bf16-mixed) or 16 (16-mixed)',
+                         choices=lambda: ['auto', *sorted(_PRECISION_SPELLINGS)])
+    use_fp16: bool = opt(False, "with precision auto: fp16 autocast on a GPU (the Mamba memory guide's configs); on the CPU "
+                         "fp32 runs and a note says so")
     cpu_offload: bool = opt(False, 'keep optimizer state in CPU memory (not supported: see the training notebook)')
     default_root_dir: str = opt('runs', 'folder that holds the run directories')
     run_name: str | None = opt(None, 'run directory name under default_root_dir (default: the next free version_N)')
@@ -242,6 +267,27 @@ class TrainerConfig:
                                   "memory (RAM on the CPU, each GPU's free memory)")
 
 from .core import PRECISIONS as _PRECISION_SPELLINGS
+
+# %% ../nbs/01_config.ipynb #56ab5552
+def pick_precision(t: TrainerConfig,     # precision and use_fp16
+                   device,               # a torch.device (or its name) where the run computes
+                   bf16: bool | None = None,  # whether the GPU has bf16 (None: ask torch)
+                  ) -> tuple[str, str | None]:  # ('32', 'bf16' or '16'; a note for the user, or None)
+    "The precision a run uses on `device`, and a note when that is not simply what `trainer.precision` says."
+    import torch
+    dev = torch.device(device)
+    gpu = dev.type == 'cuda'
+    if t.precision != 'auto':
+        p = parse_precision(t.precision)
+        return p, (f"trainer.precision={p} is given, so trainer.use_fp16=true is not used." if t.use_fp16 and p != '16' else None)
+    if t.use_fp16:
+        if gpu: return '16', "trainer.use_fp16=true: fp16 autocast with a gradient scaler."
+        return '32', (f"trainer.use_fp16=true asks for fp16 autocast, which the {dev.type.upper()} does not run (the same rule "
+                      "that refuses --trainer.precision=16 there): this run computes in fp32. On a GPU it runs fp16.")
+    if not gpu: return '32', None   # the run's first line says "precision 32"
+    if bf16 is None: bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if bf16: return 'bf16', "trainer.precision=auto: bf16 autocast (this GPU has bf16)."
+    return '16', "trainer.precision=auto: fp16 autocast with a gradient scaler (this GPU has no bf16)."
 
 # %% ../nbs/01_config.ipynb #f68e43ae
 SECTIONS = {'model': ModelConfig, 'data': DataConfig, 'trainer': TrainerConfig}
@@ -340,7 +386,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     if callable(choices): choices = choices()
     if choices is not None:
         if key in _OWNED: v = _OWNED[key][0](v)
-        elif key == 'trainer.precision': v = parse_precision(v)
+        elif key == 'trainer.precision': v = 'auto' if v.strip().lower() == 'auto' else parse_precision(v)
         elif v not in choices: bad(f"valid choices: {', '.join(map(str, choices))}")
     if meta.get('ge') is not None and v < meta['ge']: bad(f"must be >= {meta['ge']}")
     if meta.get('gt') is not None and v <= meta['gt']: bad(f"must be > {meta['gt']}")
@@ -448,41 +494,39 @@ def _field_of(key: str):
     s, name = key.split('.', 1)
     return SECTIONS[s], next(f for f in fields(SECTIONS[s]) if f.name == name)
 
-# %% ../nbs/01_config.ipynb #9567cbfa
-def apply_overrides(cfg: Config,              # the config to start from (not modified)
-                    overrides: dict,          # dotted key (or alias) -> value
-                    notes: list | None = None,  # if a list: a line is appended for every value a later one replaces
-                   ) -> Config:
-    "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
-    cfg, canon, origin = copy.deepcopy(cfg), {}, {}
-    for k, v in overrides.items():
-        c = canonical_key(k)
-        if c in canon and notes is not None and _value(c, canon[c][1]) != _value(c, v):
-            notes.append(f"{c} was given twice: {canon[c][0]}={canon[c][1]!r}, then {k}={v!r}; the later one is used.")
-        canon[c] = (k, v)
-    for pkey, table in PRESETS.items():
-        if pkey in canon:
-            _set(cfg, pkey, canon[pkey][1])
-            name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey)
-            if name is not None:
-                for k, v in table[name].items():
-                    _note(notes, origin, k, v, f"the {pkey} preset {name!r}"); _set(cfg, k, v)
-    for k, (spelled, v) in canon.items():
-        if k not in PRESETS: _note(notes, origin, k, v, spelled); _set(cfg, k, v)
-    validate(cfg)
-    return cfg
+# %% ../nbs/01_config.ipynb #55e52b1e
+def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None, before: int | None):
+    "Set `model.d_ff` from a `model.d_model` given in `canon` (changed from `before`) without `model.d_ff`, at the size preset's ratio."
+    m = cfg.model
+    if 'model.d_model' not in canon or 'model.d_ff' in canon or m.d_model in (None, before): return
+    if m.d_ff is not None and origin.get('model.d_ff', (0, 0, 'set'))[2] != 'preset': return   # set explicitly before
+    p = SIZE_PRESETS[m.size]
+    d_ff = max(32, round(m.d_model * p['model.d_ff'] / p['model.d_model'] / 32) * 32)
+    if d_ff == m.d_ff: return
+    source = f"model.d_model={m.d_model} (the {m.size!r} size preset's d_ff/d_model ratio)"
+    readers = _OWNED.get('model.block', (None, None, None))[2]
+    read = readers is None or (r := readers('d_ff')) is None or m.block in r
+    if notes is not None and read:
+        notes.append(f"model.d_ff={d_ff} is derived from {source}; give --model.d_ff to choose it.")
+    m.d_ff = d_ff
+    origin['model.d_ff'] = (d_ff, f"derived from {source}", 'derived')
+
+# %% ../nbs/01_config.ipynb #f15dd9ea
+def _where(spelled: str, where: str | None) -> str:
+    "How a setting's source is named: the key as spelled, in its file; a flag (`--config small_32k`) as it is."
+    return where if where and where.startswith('--') else f"{spelled} in {where}" if where else spelled
 
 def _value(key, v):
     "The converted value, to compare two spellings of a setting (the raw value when it does not convert)."
     try: cls, f = _field_of(key); return coerce(key, v, _hints(cls)[f.name], f.metadata)
     except (UsageError, StopIteration): return v
 
-def _note(notes, origin: dict, key: str, value, source: str):
-    "Remember who set `key`; note it when a later source replaces another's different value."
+def _note(notes, origin: dict, key: str, value, source: str, kind: str):
+    "Remember who set `key` (`kind`: 'preset' or 'set'); note it when a later source replaces another's different value."
     if notes is not None and key in origin and _value(key, origin[key][0]) != _value(key, value):
         notes.append(f"{key}={value!r} from {source} replaces {origin[key][0]!r} from {origin[key][1]} "
-                     "(explicit settings win over presets, and later presets over earlier ones).")
-    origin[key] = (value, source)
+                     "(the command line wins over a config file, and within each explicit settings over presets).")
+    origin[key] = (value, source, kind)
 
 def _set(cfg, key, value):
     cls, f = _field_of(key)
@@ -492,6 +536,34 @@ def _set(cfg, key, value):
 
 def _set_all(cfg, d: dict):
     for k, v in d.items(): _set(cfg, k, v)
+
+# %% ../nbs/01_config.ipynb #9567cbfa
+def apply_overrides(cfg: Config,              # the config to start from (not modified)
+                    overrides: dict,          # dotted key (or alias) -> value
+                    notes: list | None = None,  # if a list: a line is appended for every value a later one replaces
+                    origins: dict | None = None,  # if a dict: canonical key -> (value, where it came from, kind), updated
+                    where: str | None = None,  # where `overrides` come from, for notes and origins (e.g. 'config FILE')
+                   ) -> Config:
+    "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
+    cfg, canon = copy.deepcopy(cfg), {}
+    origin, d_model = ({} if origins is None else origins), cfg.model.d_model
+    for k, v in overrides.items():
+        c = canonical_key(k)
+        if c in canon and notes is not None and _value(c, canon[c][1]) != _value(c, v):
+            notes.append(f"{c} was given twice: {canon[c][0]}={canon[c][1]!r}, then {k}={v!r}; the later one is used.")
+        canon[c] = (k, v)
+    for pkey, table in PRESETS.items():
+        if pkey in canon:
+            _note(notes, origin, pkey, canon[pkey][1], _where(canon[pkey][0], where), 'set'); _set(cfg, pkey, canon[pkey][1])
+            name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey)
+            if name is not None:
+                for k, v in table[name].items():
+                    _note(notes, origin, k, v, f"the {pkey.removesuffix('_preset')} preset {name!r}", 'preset'); _set(cfg, k, v)
+    for k, (spelled, v) in canon.items():
+        if k not in PRESETS: _note(notes, origin, k, v, _where(spelled, where), 'set'); _set(cfg, k, v)
+    _derive_d_ff(cfg, canon, origin, notes, d_model)
+    validate(cfg)
+    return cfg
 
 # %% ../nbs/01_config.ipynb #e16213d3
 def check_writable_dir(path,                       # a folder that will be created or written into
@@ -509,6 +581,7 @@ def check_writable_dir(path,                       # a folder that will be creat
         raise UsageError(f"{what} {str(p)!r} cannot be written: {str(q)!r} is not writable by this user.")
     return p
 
+# %% ../nbs/01_config.ipynb #0082bef6
 def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_steps
             ) -> Config:   # `cfg` itself
     "Cross-field checks, and the output folders; raises `UsageError`."
@@ -518,6 +591,11 @@ def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_step
     if (m.d_model // m.n_heads) % 2:
         raise UsageError(f"the head size d_model/n_heads={m.d_model // m.n_heads} must be even for rotary embeddings.")
     if m.dt_min > m.dt_max: raise UsageError(f"model.dt_min={m.dt_min} is above model.dt_max={m.dt_max}; dt_min <= dt_max.")
+    dd = cfg.data.data_dir
+    if dd is not None and Path(dd).name.lower().startswith('synthetic') and not Path(dd).expanduser().exists():
+        raise UsageError(f"data.data_dir={dd!r} does not exist. The synthetic data sets are generated, not read from a folder: "
+                         f"use --data.dataset_name=synthetic with --data.task={'|'.join(SYNTHETIC_TASKS)} (default "
+                         "associative_recall) in place of --data_dir.")
     if cfg.data.train_data is None and cfg.data.val_data is not None:
         raise UsageError("data.val_data was given without data.train_data; give both, or only train_data.")
     if t.curriculum:
@@ -535,6 +613,7 @@ def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_step
     if cfg.data.cache_dir: check_writable_dir(cfg.data.cache_dir, 'data.cache_dir', writable=False)
     return cfg
 
+# %% ../nbs/01_config.ipynb #106334cb
 def resolve_model(m: ModelConfig,  # the model section
                  ) -> ModelConfig:
     "A copy of `m` with the sizes left `None` filled in from its size preset."
@@ -605,12 +684,71 @@ def _value_checked(key: str, v):
     cls, f = _field_of(key)
     return coerce(key, v, _hints(cls)[f.name], f.metadata)
 
-def load_config(path=None,                      # JSON config file, or None
+# %% ../nbs/01_config.ipynb #2492e556
+MAMBA_GUIDE_KEYS = ('model_size', 'vram', 'training_preset', 'model.expand_factor', 'model.max_seq_len')
+
+def guide_keys(settings: dict,  # key as spelled (a leading '--' allowed) -> value
+              ) -> list[str]:   # those of the Mamba memory guide's interface, with a value
+    "The keys of `settings` that only the Mamba memory guide's interface uses (its flags, its vram and training sections)."
+    return [k for k, v in settings.items() if v is not None
+            and (k.lstrip('-') in MAMBA_GUIDE_KEYS or k.lstrip('-').startswith(('vram.', 'training.')))]
+
+def build_config(levels,                       # [(where or None, {key: value}), ...], lowest precedence first
+                 notes: list | None = None,    # if a list: the notes of every level, and the Mamba default
+                 origins: dict | None = None,  # if a dict: canonical key -> (value, where it came from, kind)
+                 base: Config | None = None,   # the config to start from (default: `Config()`)
+                ) -> Config:
+    "Apply each level in turn (presets first within a level); for a new run the Mamba memory guide's keys without a block mean Mamba."
+    origin = {} if origins is None else origins
+    cfg = copy.deepcopy(base) if base is not None else Config()
+    given = {k: v for _, d in levels for k, v in d.items()}
+    guide = guide_keys(given)
+    if guide and base is None and not any(canonical_key(k) == 'model.block' for k in given):   # a new run
+        why = f"the Mamba memory guide's settings ({', '.join(dict.fromkeys(k.lstrip('-') for k in guide[:3]))}) with no model.block"
+        cfg = apply_overrides(cfg, {'model.block': 'mamba'})
+        origin['model.block'] = ('mamba', why, 'preset')
+        if notes is not None: notes.append(f"model.block=mamba: {why} train Mamba; give --model.block to train another block.")
+    for where, d in levels: cfg = apply_overrides(cfg, d, notes, origin, where)
+    return cfg
+
+# %% ../nbs/01_config.ipynb #5abbbe0b
+def config_settings(name,  # the value of --config: a JSON file, or a size preset's name
+                   ) -> tuple[str, dict]:  # (where the settings come from, dotted key -> value): a level of `build_config`
+    "The settings `--config NAME` gives: a JSON file's, or `{'model.size': NAME}` for a size preset such as small_32k."
+    p = Path(name).expanduser()
+    if not p.exists() and str(name) in SIZE_PRESETS: return f"--config {name}", {'model.size': str(name)}
+    if not p.exists():
+        long = [k for k in SIZE_PRESETS if k.endswith('_32k')]
+        raise UsageError(f"config file {str(p)!r} does not exist, and {str(name)!r} is not a preset; --config takes a JSON "
+                         f"file or a preset name: {', '.join(long)} (or any size preset: {', '.join(k for k in SIZE_PRESETS if k not in long)}).")
+    return f"config {p}", read_config_file(p)
+
+# %% ../nbs/01_config.ipynb #e6ff2849
+def load_config(path=None,                      # JSON config file (or a size preset's name), or None
                 overrides: dict | None = None,  # dotted key (or alias) -> value, applied last
+                notes: list | None = None,      # if a list: every value replaced, and the Mamba default
                ) -> Config:
-    "Defaults, then the config file at `path`, then `overrides`; presets from either apply first."
-    flat = read_config_file(path) if path else {}
-    return apply_overrides(Config(), {**flat, **(overrides or {})})
+    "Defaults, then the config file at `path`, then `overrides`, presets first within each (`build_config`)."
+    levels = [config_settings(path)] if path else []
+    return build_config(levels + [(None, overrides or {})], notes)
+
+# %% ../nbs/01_config.ipynb #18efd385
+def setting_sources(cfg: Config,    # the config built
+                    origins: dict,  # from `build_config` / `apply_overrides`
+                   ) -> dict:       # canonical key -> (value, where it came from)
+    "Every setting's value (model sizes resolved from the size preset) and its source: default, preset, config file, flag, derived."
+    m, out = resolve_model(cfg.model), {}
+    for k, v in cfg.flat().items():
+        name = k.split('.', 1)[-1]
+        if k.startswith('model.'): v = getattr(m, name)
+        if k in origins: src = origins[k][1]; src = f'flag {src}' if src.startswith('--') else src
+        elif k.startswith('model.') and getattr(cfg.model, name) is None and v is not None:
+            src = f"the model.size preset {m.size!r}" + ('' if 'model.size' in origins else ' (the default size)')
+        else: src = 'default'
+        out[k] = (v, src)
+    if cfg.trainer.curriculum:
+        for k in ('data.seq_len', 'trainer.max_steps'): out[k] = (out[k][0], f'trainer.curriculum {cfg.trainer.curriculum!r}')
+    return out
 
 # %% ../nbs/01_config.ipynb #313f08b6
 def field_help(key: str,  # canonical dotted key
@@ -619,7 +757,7 @@ def field_help(key: str,  # canonical dotted key
     cls, f = _field_of(key)
     meta, default = f.metadata, (f.default if f.default is not dataclasses.MISSING else None)
     choices = meta.get('choices'); choices = choices() if callable(choices) else choices
-    if key == 'trainer.precision': choices = ['32', 'bf16', '16']
+    if key == 'trainer.precision': choices = ['auto', '32', 'bf16', '16']
     text = meta.get('help', '')
     if choices: text += f" {{{', '.join(map(str, choices))}}}"
     return f"{text} (default: {default})"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse, dataclasses, difflib, importlib, inspect, io, os, shutil, sys, tokenize
 import longctx_nb
 from .core import UsageError, TrainingError
-from .config import (Config, ALIASES, SECTIONS, option_specs, key_type, key_meta, canonical_key, read_config_file,
-                               apply_overrides, check_read, run_checks, _value, _field_of)
+from .config import (Config, ALIASES, SECTIONS, option_specs, key_type, key_meta, canonical_key, config_settings,
+                               build_config, check_read, run_checks, _value, _field_of)
 
 # %% auto #0
 __all__ = ['MAMBA_GUIDE', 'GPU_NATIVE', 'HelpFormatter', 'Parser', 'arg', 'add_args', 'arg_comments', 'args_from', 'setting_help',
@@ -203,8 +203,9 @@ def add_settings(p: Parser,              # the parser to add to
                 ) -> Parser:
     "One flag per setting of `sections` (and the presets), and their aliases in a section of their own."
     if presets:
-        p.group('config files and presets').add_argument('--config', metavar='FILE', help='a JSON config: sections model, data, '
-                                                         "trainer, or the Mamba memory guide's model, vram, training")
+        p.group('config files and presets').add_argument('--config', metavar='FILE', help='a JSON config (sections model, data, '
+                                                         "trainer, or the Mamba memory guide's model, vram, training), or a "
+                                                         'size preset by name, e.g. small_32k')
     for k, h in option_specs():
         if k in ALIASES: continue
         s = k.split('.')[0] if '.' in k else None  # None: a preset ('vram', 'training_preset')
@@ -250,13 +251,10 @@ def _flag_order(parser: Parser, argv: list[str]) -> dict[str, int]:
     return order
 
 def _sources(parser: Parser, ns: argparse.Namespace, argv: list[str]) -> list[tuple[str, str, object]]:
-    "(canonical key, where it was given, value): the config file's keys, then the flags in command-line order."
-    out = []
-    if getattr(ns, 'config', None):
-        out += [(canonical_key(k), f"{k} in {ns.config}", v) for k, v in read_config_file(ns.config).items()]
+    "(canonical key, the flag as given, value) for the settings flags, in command-line order."
     order = _flag_order(parser, argv)
     flags = sorted((k for k in vars(ns) if '.' in k or k in ALIASES or k in ('vram', 'training_preset')), key=lambda k: order.get(k, -1))
-    return out + [(canonical_key(k), f'--{k}', getattr(ns, k)) for k in flags]
+    return [(canonical_key(k), f'--{k}', getattr(ns, k)) for k in flags]
 
 def _merge(sources, notes: list) -> dict:
     "One value per setting: the later source wins, and a note names the value it replaced."
@@ -268,25 +266,29 @@ def _merge(sources, notes: list) -> dict:
     return final
 
 # %% ../nbs/02_flags.ipynb #c36ba6b5
-def _explicit(cfg: Config, final: dict) -> list[str]:
+def _explicit(levels: list) -> list[str]:
     "The keys the user set: every flag, and the config file's keys whose value is not the default."
     out = []
-    for key, (where, v) in final.items():
-        if where.startswith('--'): out.append(key); continue
-        cls, f = _field_of(key)
-        if f.default is not dataclasses.MISSING and _value(key, v) != f.default: out.append(key)
+    for where, d in levels:
+        for k, v in d.items():
+            key = canonical_key(k)
+            if where is None: out.append(key); continue
+            cls, f = _field_of(key)
+            if f.default is not dataclasses.MISSING and _value(key, v) != f.default: out.append(key)
     return out
 
 def parse_config(parser: Parser,  # from `make_parser`, with settings
                  argv: list[str], # the command-line arguments
                 ) -> tuple[Config, argparse.Namespace]:  # (config, parsed namespace)
-    "The `Config` that `argv` describes (defaults, presets, config file, flags), and the parsed namespace; notes go to stderr."
+    "The `Config` that `argv` describes (defaults, config file, command line), and the namespace (`ns.origins`: where each value came from); notes go to stderr."
     ns, unknown = parser.parse_known_args(argv)
     if unknown: _unknown(unknown, parser.prog)
     notes = []
-    final = _merge(_sources(parser, ns, argv), notes)
-    cfg = apply_overrides(Config(), {(where if where.startswith('--') else key): v for key, (where, v) in final.items()}, notes)
-    check_read(cfg, _explicit(cfg, final))
+    flags = {where: v for where, v in _merge(_sources(parser, ns, argv), notes).values()}
+    levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) else []) + [(None, flags)]
+    ns.origins = {}
+    cfg = build_config(levels, notes, ns.origins)
+    check_read(cfg, _explicit(levels))
     if cfg.trainer.strategy.startswith('deepspeed'):
         notes.append(f"trainer.strategy={cfg.trainer.strategy} runs as fsdp (FSDP2, every block sharded over the ranks, "
                      "as DeepSpeed's ZeRO stages 2 and 3 shard); DeepSpeed itself is not used. Say --trainer.strategy=fsdp.")

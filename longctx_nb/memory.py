@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from .core import UsageError, get_device, parse_precision, saved_tensor_bytes
-from .config import ModelConfig, check_before_run, resolve_model
+from .config import ModelConfig, check_before_run, pick_precision, resolve_model
 from .synthetic import CONFIG_KNOBS, get_task, task_params
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block
@@ -250,7 +250,7 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
     t, d = cfg.trainer, cfg.data
     if getattr(t, 'skip_memory_check', False): return None
     dev = get_device(t.accelerator)
-    p = '16' if t.use_fp16 and t.precision == '32' and dev.type == 'cuda' else parse_precision(t.precision)
+    p = pick_precision(t, dev)[0]   # the precision the run will use (auto, use_fp16, or the one given)
     vocab = cfg.model.vocab_size
     if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None:
         knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}

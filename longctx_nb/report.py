@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, get_device, parse_precision, pyplot
-from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir
+from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir, pick_precision
 from .memory import check_fits, check_config_fits, check_positive, check_lengths
 from .blocks.base import canonical_block
 from .model import LM, count_params
@@ -126,7 +126,7 @@ def _check_compare_fits(cfgs: dict, lengths: list[int], device: str):
     dev = get_device(device)
     for cfg in cfgs.values():
         if cfg.trainer.skip_memory_check: continue
-        p = parse_precision(cfg.trainer.precision)
+        p = pick_precision(cfg.trainer, dev)[0]
         check_config_fits(cfg, dev, p, hint="--batch_size (with --trainer.accumulate_grad_batches), --seq_len, --size, "
                           "--model.d_model or --model.n_layers, or set --model.gradient_checkpointing=true or --trainer.precision=bf16")
         check_fits(cfg.model, cfg.data.batch_size, max(lengths), p, dev, training=False, hint='--eval_lengths or --batch_size',

@@ -253,12 +253,17 @@ class TrainResult:
         return '\n'.join(lines)
 
 # %% ../nbs/42_train.ipynb #7331b044
+from .config import pick_precision
+
 def resolve_precision(t: TrainerConfig,      # precision and use_fp16
                       device: torch.device,  # where the run computes
+                      say=None,              # where the note goes (default: stderr, on rank 0)
                      ) -> str:               # '32', 'bf16' or '16'
-    "The precision to run: `precision`, or fp16 from the Mamba memory guide's `use_fp16` where the device has it."
-    if t.use_fp16 and t.precision == '32': return '16' if device.type == 'cuda' else '32'
-    return check_precision(device, t.precision)
+    "The precision to run (`config.pick_precision`: auto, the Mamba memory guide's use_fp16, or the one given), checked; its note said."
+    p, note = pick_precision(t, device)
+    if note and say is not None: say(note)
+    elif note and int(os.environ.get('RANK', 0)) == 0: print(f"note: {note}", file=sys.stderr, flush=True)
+    return check_precision(device, p)
 
 # %% ../nbs/42_train.ipynb #df3f1cce
 def setup(cfg: Config,                      # the run's config
