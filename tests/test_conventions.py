@@ -71,7 +71,6 @@ CONFIG_16GB = {  # config_16gb_safe.json with tiny sizes
                  'save_interval': 2, 'logging_steps': 1, 'adam_beta1': 0.9, 'adam_beta2': 0.95, 'adam_epsilon': 1e-08,
                  'max_grad_norm': 1.0, 'label_smoothing': 0.0}}
 
-@pytest.mark.xfail(strict=False, reason='lands with the Mamba memory guide presets (its config keys reach the Mamba block)')
 def test_memory_guide_config_file_trains(work):
     "`python train.py --config config_16gb_safe.json --data_dir your_data`: trains; use_fp16 on a CPU says what runs instead."
     (work / 'config_16gb_safe.json').write_text(json.dumps(CONFIG_16GB))
@@ -80,7 +79,6 @@ def test_memory_guide_config_file_trains(work):
     assert 'Training finished' in p.stdout
     assert 'fp16' in p.stdout + p.stderr   # the note on use_fp16 where it cannot run
 
-@pytest.mark.xfail(strict=False, reason='lands with the Mamba memory guide presets (a Mamba trainer, keys reaching the block)')
 def test_memory_guide_is_a_mamba_trainer(work):
     "Its presets and its config train Mamba, and the config's d_state / expand_factor reach the block."
     p = run('longctx_train', '--model_size', 'small', '--vram', '8gb', '--data_dir', 'prep', '--print_config', cwd=work, check=0)
@@ -89,7 +87,6 @@ def test_memory_guide_is_a_mamba_trainer(work):
     m = printed_config(run('longctx_train', '--config', 'config_16gb_safe.json', '--print_config', cwd=work, check=0))['model']
     assert (m['block'], m['d_state'], m['expand']) == ('mamba', 8, 2)
 
-@pytest.mark.xfail(strict=False, reason='lands with the Mamba memory guide presets (--data_dir synthetic_data)')
 def test_memory_guide_synthetic_data_dir(work):
     "`--data_dir synthetic_data` (its step 2) with no such folder: pointed to the synthetic data sets by their flag."
     p = run('longctx_train', '--model_size', 'small', '--vram', '8gb', '--data_dir', 'synthetic_data', cwd=work)
@@ -193,7 +190,6 @@ def test_gpu_native_resume_from_checkpoint_dir(work):
     p = run('longctx_train', '--resume', '--checkpoint_dir', './ckdir', '--trainer.max_steps=3', *QUIET, cwd=work, check=0)
     assert 'from step_0000002.pt (step 2)' in p.stdout
 
-@pytest.mark.xfail(strict=False, reason="lands with the GPU-native trainer's 32K presets (--config small_32k)")
 def test_gpu_native_config_small_32k(work):
     "`--config small_32k` names a preset (its chunk and batch settings), and examples/train_small_32k.sh exists."
     c = printed_config(run('longctx_train', '--config', 'small_32k', '--print_config', cwd=work, check=0))
