@@ -477,6 +477,7 @@ def prepare_corpus(cfg: DataConfig,                # names the corpus and the to
                    chunk_size: int | None = None,  # pack the tokens into whole chunks of this many (None: no packing)
                    workers: int = 1,               # tokenizing processes
                    progress: bool = False,         # show a progress bar on stderr
+                   resume_every: int = 1 << 26,    # write a resume marker every this many bytes of text
                   ) -> dict:
     "Prepare the text corpus that `cfg` names into `out_dir` (see `prepare`); returns the meta."
     if cfg.train_data is not None:
@@ -484,7 +485,7 @@ def prepare_corpus(cfg: DataConfig,                # names the corpus and the to
     documents, source, extra = _corpus(cfg)
     total = sum(s for _, s, _ in extra['files']) if 'files' in extra else None
     return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists=exists,
-                   chunk_size=chunk_size, workers=workers, progress=progress, total_bytes=total)
+                   chunk_size=chunk_size, workers=workers, progress=progress, total_bytes=total, resume_every=resume_every)
 
 # %% ../nbs/04_corpus.ipynb #c353fe56
 def _load_npy(p: Path) -> np.ndarray:
