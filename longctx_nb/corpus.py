@@ -587,6 +587,8 @@ class TokenData:
     source: str = ''                                        # where the tokens came from
     train_file: TokenFile | None = None                     # where `train` lives, to reopen it in workers
     val_file: TokenFile | None = None                       # where `val` lives
+    train_docs: np.ndarray | None = None                    # document offsets of `train` (doc i: train[o[i]:o[i+1]]), if known
+    val_docs: np.ndarray | None = None                      # document offsets of `val`, if known
     def __repr__(self):
         nv = 0 if self.val is None else len(self.val)
         tok = self.tokenizer.name if self.tokenizer is not None else None
@@ -630,6 +632,17 @@ def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = 
                          "the file holds token ids (and its dtype), or give the vocabulary with --model.vocab_size.")
     return hi + 1
 
+def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
+    "The document offsets of the `n` tokens `tf` names, from the `.docs.npy` beside its file (None: there is none)."
+    if tf is None: return None
+    p = Path(tf.path); p = p.with_name(p.stem + '.docs.npy')
+    if not p.is_file(): return None
+    off = np.load(p, mmap_mode='r', allow_pickle=False)
+    if tf.start == 0 and len(off) and off[0] == 0 and off[-1] == n: return off   # the whole file: as it is
+    lo = tf.start
+    inner = np.asarray(off[(off > lo) & (off < lo + n)]) - lo
+    return np.concatenate([[0], inner, [n]]).astype(np.int64)
+
 def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -> TokenData:
     meta = _read_meta(d)
     tf = TokenFile(str(d / 'train.bin'))
@@ -637,7 +650,7 @@ def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -
     train, val = tf.open(), vf.open() if vf else None
     arrays = {f'{d}/train.bin': train, **({f'{d}/val.bin': val} if vf is not None else {})}
     return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
-                     source or meta.get('source') or str(d), tf, vf)
+                     source or meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)), _docs_of(vf, len(val) if vf else 0))
 
 def _same_kind(tp: Path, meta: dict, vp: Path):
     "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
@@ -661,7 +674,9 @@ def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: floa
         train, val = train[:cut], train[cut:]
     arrays = {f'the training split of {tp}': train, **({f'the validation split of {vf.path}': val} if len(val) else {})}
     tok = load_tokenizer(tp.parent) if meta.get('tokenizer') in ('byte', 'bpe') else None
-    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta, str(tp), tf, vf if len(val) else None)
+    vf = vf if len(val) else None
+    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta, str(tp), tf, vf,
+                     _docs_of(tf, len(train)), _docs_of(vf, len(val)) if vf else None)
 
 # %% ../nbs/04_corpus.ipynb #fdb9179c
 def load_corpus(cfg: DataConfig,                # the data section: train_data, data_dir or a named corpus
