@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes
+from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['attention_ref', 'CausalSelfAttention', 'vanilla_mixer_bytes']
+__all__ = ['attention_ref', 'CausalSelfAttention', 'document_mask', 'vanilla_mixer_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -63,11 +63,24 @@ class CausalSelfAttention(Mixer):
         cos, sin = self.rope(L, x.device)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
-    def forward(self, x: torch.Tensor,  # (B, L, d_model)
-               ) -> torch.Tensor:       # (B, L, d_model)
-        q, k, v = self.qkv_rotated(x)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.out_proj(y.transpose(1, 2).flatten(2))
+# %% ../../nbs/22_vanilla.ipynb #9dc07a7a
+@patch_to(CausalSelfAttention)
+def forward(self, x: torch.Tensor,               # (B, L, d_model)
+            doc_ids: torch.Tensor | None = None, # (B, L) each token's document: attend within it only (None: the whole window)
+           ) -> torch.Tensor:                    # (B, L, d_model)
+    q, k, v = self.qkv_rotated(x)
+    p = self.dropout if self.training else 0.0
+    if doc_ids is None: y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+    else: y = F.scaled_dot_product_attention(q, k, v, attn_mask=document_mask(doc_ids)[:, None], dropout_p=p)
+    return self.out_proj(y.transpose(1, 2).flatten(2))
+
+# %% ../../nbs/22_vanilla.ipynb #a4894d24
+def document_mask(doc_ids: torch.Tensor,  # (B, L) the document of each token
+                 ) -> torch.Tensor:       # (B, L, L) bool: query i may attend key j
+    "Block-diagonal causal mask: `j <= i` and token `j` is in token `i`'s document."
+    L = doc_ids.shape[-1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=doc_ids.device).tril()
+    return causal & (doc_ids[..., :, None] == doc_ids[..., None, :])
 
 # %% ../../nbs/22_vanilla.ipynb #1cb76766
 def vanilla_mixer_bytes(cfg,                    # a resolved `ModelConfig`
