@@ -61,3 +61,32 @@ def test_bad_prepare_flags(bindir, tmp_path, flag, message):
     r = subprocess.run([str(bindir / 'longctx_prepare'), '--out', str(tmp_path / 'o'), flag], capture_output=True, text=True)
     assert r.returncode == 2 and message in r.stderr and 'Traceback' not in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+TRAIN = ['--data.seq_len=64', '--data.batch_size=4', '--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2',
+         '--model.d_ff=64', '--trainer.max_steps=2', '--trainer.enable_progress_bar=false', '--trainer.limit_val_batches=2']
+
+def _val_loss(root: Path) -> float:
+    rows = [json.loads(l) for l in (root / 'version_0' / 'metrics.jsonl').read_text().splitlines()]
+    return [r['val_loss'] for r in rows if 'val_loss' in r][-1]
+
+def test_train_with_doc_mask(bindir, tmp_path):
+    "Short documents, so every window crosses a boundary: the mask changes the losses, so the trainer really applies it."
+    corpus = tmp_path / 'corpus'; corpus.mkdir()
+    for i in range(200): (corpus / f'd{i:03d}.txt').write_text(f'note {i}: ' + 'abc ' * (i % 7 + 3))
+    subprocess.run([str(bindir / 'longctx_prepare'), '--dataset=local', f'--data.dataset_config={corpus}', '--out',
+                    str(tmp_path / 'prep'), '--no_progress'], check=True, capture_output=True)
+    for name, more in (('masked', ['--data.doc_mask=true']), ('plain', [])):
+        r = subprocess.run([str(bindir / 'longctx_train'), '--data_dir', str(tmp_path / 'prep'), *TRAIN, *more,
+                            f'--trainer.default_root_dir={tmp_path / name}'], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert abs(_val_loss(tmp_path / 'masked') - _val_loss(tmp_path / 'plain')) > 1e-4
+
+@pytest.mark.parametrize('more, message', [
+    (['--model.block=mamba'], "model.block='mamba' cannot: its recurrent state runs on across document boundaries"),
+    (['--data.dataset_name=synthetic', '--data.task=copy', '--data.copy_len=8'], "the synthetic task 'copy' has none"),
+])
+def test_doc_mask_refused(bindir, tmp_path, more, message):
+    r = subprocess.run([str(bindir / 'longctx_train'), '--data.doc_mask=true', *TRAIN[:3], *more,
+                        f'--trainer.default_root_dir={tmp_path / "runs"}'], capture_output=True, text=True)
+    assert r.returncode == 2 and message in ' '.join(r.stderr.split()) and 'Traceback' not in r.stderr, r.stderr
+    assert not (tmp_path / 'runs').exists()
