@@ -204,7 +204,8 @@ def _prepare(argv=None) -> int:
     meta = prepare_corpus(cfg.data, out, chunk_size=ns.chunk_size, workers=ns.workers, progress=not ns.no_progress,
                           resume_every=max(1, int(ns.resume_every * 2**20)))
     print(json.dumps(meta, indent=2))
-    print(f"wrote {out}/train.bin, val.bin, meta.json; train with: longctx_train --data_dir {out}")
+    print(f"wrote {out}/train.bin, val.bin, their document offsets (train.docs.npy, val.docs.npy) and meta.json; "
+          f"train with: longctx_train --data_dir {out}")
     return 0
 
 def prepare_main(argv=None,  # command-line arguments (default: sys.argv[1:])

@@ -446,11 +446,14 @@ def _local_corpus(path) -> tuple:
     stats = [(f.relative_to(p).as_posix() if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in _text_files(p)]
     return (lambda: text_documents(p)), f'local:{p}', {'files': stats}
 
+_SPELLED: set = set()   # short names already noted in this process
+
 def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
     "A short name of `HF_SHORT_NAMES` spelled out (with a note), any other name as it is."
     if name not in HF_SHORT_NAMES: return name, config
     full, cfg = HF_SHORT_NAMES[name]
-    print(f"note: data.dataset_name={name} is the Hugging Face dataset {full}" + (f" (config {config or cfg})"), file=sys.stderr)
+    if name not in _SPELLED:
+        _SPELLED.add(name); print(f"note: data.dataset_name={name} is the Hugging Face dataset {full} (config {config or cfg})", file=sys.stderr)
     return full, config or cfg
 
 def _corpus(cfg: DataConfig) -> tuple:
@@ -690,5 +693,6 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
         documents, source, _ = _corpus(cfg)
         print(f"preparing {source} with the {cfg.tokenizer} tokenizer into {out} (once; later runs reuse it)",
               file=sys.stderr, flush=True)
-        prepare(documents(), out, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse')
+        prepare(documents(), out, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse',
+                progress=sys.stderr.isatty())
     return _load_prepared(out, vocab_size)
