@@ -187,7 +187,7 @@ def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fract
     tok = BPETokenizer.train(train_docs() if has_train else (t for _, t in _unspool(spool)), bpe_vocab_size)
     return tok, _unspool(spool)
 
-# %% ../nbs/04_corpus.ipynb #8a98e0a7
+# %% ../nbs/04_corpus.ipynb #07b4e02d
 def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
     "(ids of each document in `dtype`, UTF-8 bytes read): BPE ids and `<|endoftext|>`, or the text's bytes and a blank line."
     if tok.name == 'byte':
@@ -202,6 +202,7 @@ def _init_worker(tok, dtype):
     global _WORKER; _WORKER = (tok, dtype)
 def _encode_in_worker(texts): return _encode(_WORKER[0], texts, _WORKER[1])
 
+# %% ../nbs/04_corpus.ipynb #1451838f
 _BATCH = dict(max_docs=256, max_chars=1 << 22)   # documents are tokenized (and resumed) in batches of this size
 
 def _doc_batches(docs, max_docs: int = 256, max_chars: int = 1 << 22) -> Iterator[list]:
@@ -614,7 +615,7 @@ def corpus_cache_dir(cfg: DataConfig,  # names the corpus and the tokenizer
     tok = 'byte' if cfg.tokenizer == 'byte' else f'bpe{cfg.bpe_vocab_size}'
     return cache_root(cfg.cache_dir) / f'{slug}-{tok}-{digest}'
 
-# %% ../nbs/04_corpus.ipynb #162b768c
+# %% ../nbs/04_corpus.ipynb #1587037d
 MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
 
 def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = True) -> int:
@@ -635,6 +636,7 @@ def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = 
                          "the file holds token ids (and its dtype), or give the vocabulary with --model.vocab_size.")
     return hi + 1
 
+# %% ../nbs/04_corpus.ipynb #43ce9ab9
 def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
     "The document offsets of the `n` tokens `tf` names, from the `.docs.npy` beside its file (None: there is none)."
     if tf is None: return None
@@ -655,6 +657,7 @@ def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -
     return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
                      source or meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)), _docs_of(vf, len(val) if vf else 0))
 
+# %% ../nbs/04_corpus.ipynb #22f69712
 def _same_kind(tp: Path, meta: dict, vp: Path):
     "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
     vmeta = _read_meta(vp.parent) if vp.suffix == '.bin' else {}
