@@ -60,13 +60,27 @@ def _read_text(p: Path) -> str | None:
     try: return b.decode('utf-8-sig')
     except UnicodeDecodeError: return None
 
+def _jsonl_docs(f: Path, name: str) -> Iterator[tuple[str, str]]:
+    "(name:line, text) of each line of a JSON-lines file: one document per line, its `text` field, read line by line."
+    what = 'a .jsonl file holds one JSON object per line, the document in its "text" field'
+    with open(f, encoding='utf-8') as fh:
+        try:
+            for i, line in enumerate(fh, 1):
+                if not line.strip(): continue
+                try: row = json.loads(line)
+                except ValueError: raise UsageError(f"{str(f)!r} line {i} is not JSON; {what}.") from None
+                if not isinstance(row, dict) or not isinstance(row.get('text'), str):
+                    raise UsageError(f"{str(f)!r} line {i} has no \"text\" string; {what}.")
+                yield f'{name}:{i}', row['text']
+        except UnicodeDecodeError: raise UsageError(f"{str(f)!r} is not UTF-8 text; {what}.") from None
+
 def _text_docs(p: Path, files: list[Path]) -> Iterator[tuple[str, str]]:
     n = 0
     for f in files:
-        text = _read_text(f)
-        if not text: continue
-        n += 1
-        yield (f.name if f == p else f.relative_to(p).as_posix()), text
+        name = f.name if f == p else f.relative_to(p).as_posix()
+        docs = _jsonl_docs(f, name) if f.suffix.lower() == '.jsonl' else [(name, _read_text(f))]
+        for name, text in docs:
+            if text: n += 1; yield name, text
     if n == 0: raise UsageError(f"data path {str(p)!r} holds no text: no non-empty UTF-8 text file was found there "
                                 "(binary files and files that are not valid UTF-8 are skipped).")
 
