@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_corpus.ipynb #bab20ca2
 from __future__ import annotations
-import hashlib, itertools, json, os, re, shutil, sys, sysconfig, uuid
+import hashlib, itertools, json, os, re, shutil, sys, sysconfig, threading, time, uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,7 +213,13 @@ def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
 
 _WORKER: tuple = ()
 def _init_worker(tok, dtype):
+    "Set a worker's tokenizer; and make the worker exit when its parent dies (a killed `prepare` leaves no workers behind)."
     global _WORKER; _WORKER = (tok, dtype)
+    parent = os.getppid()
+    def watch():
+        while os.getppid() == parent: time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 def _encode_in_worker(texts): return _encode(_WORKER[0], texts, _WORKER[1])
 
 # %% ../nbs/04_corpus.ipynb #1451838f

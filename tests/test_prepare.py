@@ -24,7 +24,7 @@ def test_sigkill_then_rerun_is_byte_identical(bindir, tmp_path):
     corpus = _corpus(tmp_path / 'corpus')
     subprocess.run(_cmd(bindir, corpus, tmp_path / 'whole'), check=True, capture_output=True, text=True)
     out, part = tmp_path / 'prep', tmp_path / '.prep.partial'
-    p = subprocess.Popen(_cmd(bindir, corpus, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(_cmd(bindir, corpus, out, '--workers=2'), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and p.poll() is None:   # wait until the first batches are on disk, then kill
         try:
@@ -32,7 +32,12 @@ def test_sigkill_then_rerun_is_byte_identical(bindir, tmp_path):
         except (OSError, ValueError): pass
         time.sleep(0.01)
     assert p.poll() is None, 'longctx_prepare finished before it could be killed part-way'
+    kids = subprocess.run(['pgrep', '-P', str(p.pid)], capture_output=True, text=True).stdout.split()
+    assert len(kids) >= 2   # its workers (and multiprocessing's resource tracker)
     p.send_signal(signal.SIGKILL); p.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(Path(f'/proc/{k}').exists() for k in kids): time.sleep(0.1)
+    assert not any(Path(f'/proc/{k}').exists() for k in kids), 'workers outlived the killed longctx_prepare'
     done = json.loads((part / 'progress.json').read_text())['documents_done']
     assert not out.exists() and 0 < done < 800
     r = subprocess.run(_cmd(bindir, corpus, out), capture_output=True, text=True)
