@@ -270,7 +270,7 @@ def _finish_split(w: _SplitWriter, chunk_size: int | None = None, block: int = 1
 def _write_marker(d: Path, settings: dict, done: int, train: _SplitWriter, val: _SplitWriter):
     "Flush both splits, then record (atomically) how far they got."
     train.flush(); val.flush()
-    state = dict(settings=settings, documents_done=done, train=[train.n, train.docs], val=[val.n, val.docs])
+    state = dict(settings=settings, documents_done=done, train=[train.n, train.docs], val=[val.n, val.docs], itemsize=train.dtype.itemsize)
     (d / 'progress.json.tmp').write_text(json.dumps(state)); os.replace(d / 'progress.json.tmp', d / 'progress.json')
 
 def _read_marker(d: Path, settings: dict) -> dict | None:
@@ -278,9 +278,14 @@ def _read_marker(d: Path, settings: dict) -> dict | None:
     p = d / 'progress.json'
     try: state = json.loads(p.read_text())
     except (OSError, ValueError): return None
-    if state.get('settings') == settings: return state
-    print(f"note: {d} holds an interrupted preparation with other settings; starting over.", file=sys.stderr)
-    return None
+    if state.get('settings') != settings:
+        print(f"note: {d} holds an interrupted preparation with other settings; starting over.", file=sys.stderr)
+        return None
+    size = lambda f: (d / f).stat().st_size if (d / f).is_file() else -1
+    if any(size(f'{s}.bin') < n * state['itemsize'] or size(f'{s}.docs.bin') < k * 8 for s in ('train', 'val') for n, k in [state[s]]):
+        print(f"note: {d} holds an interrupted preparation whose files are shorter than its marker says; starting over.", file=sys.stderr)
+        return None
+    return state
 
 # %% ../nbs/04_corpus.ipynb #aecf2407
 def _start(d: Path, tokenizer, documents, bpe_vocab_size: int, val_fraction: float, settings: dict | None) -> tuple:
@@ -341,6 +346,7 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
                      source=source, chunk_size=chunk_size) if isinstance(tokenizer, str) else None)  # a tokenizer object: no resume
     tok, documents, state = _start(d, tokenizer, documents, bpe_vocab_size, val_fraction, settings)
     train, val = _tokenize(d, tok, documents, val_fraction, settings, state, workers, progress, total_bytes, resume_every)
+    (d / 'progress.json').unlink(missing_ok=True)   # the files change from here on: an interruption now starts over
     n_docs = train.docs + val.docs
     if n_docs == 0: raise UsageError(f"the corpus {source or ''} holds no text documents; nothing to prepare.")
     split = _even_splits(train, val, val_fraction)
@@ -349,7 +355,7 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
     dropped = {name: _pack(w, name, chunk_size, source) for name, w in (('train', train), ('val', val))}
     for name, n in dropped.items():
         if n: print(f"note: dropped the last {n:,} tokens of the {name} split: a chunk shorter than chunk_size={chunk_size:,}", file=sys.stderr)
-    for p in ('.documents.jsonl', 'progress.json'): (d / p).unlink(missing_ok=True)
+    (d / '.documents.jsonl').unlink(missing_ok=True)
     meta = dict(format='longctx_nb.tokens', version=FORMAT_VERSION, tokenizer=tok.name, vocab_size=tok.vocab_size,
                 eot_id=tok.eot_id, dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n, n_documents=n_docs,
                 n_val_documents=n_val_docs, split=split, val_fraction=val_fraction, source=source,
