@@ -47,14 +47,14 @@ def test_sigkill_then_rerun_is_byte_identical(bindir, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['corpus', 'prep', 'whole']   # the partial folder is gone
 
 def test_workers_give_the_same_bytes(bindir, tmp_path):
-    corpus = _corpus(tmp_path / 'corpus', n=300, words=100)
+    corpus = _corpus(tmp_path / 'corpus', n=100, words=60)
     for out, w in (('one', '1'), ('two', '2')):
-        subprocess.run(_cmd(bindir, corpus, tmp_path / out, '--workers', w, '--chunk_size', '128', '--dataset', 'local'),
+        subprocess.run(_cmd(bindir, corpus, tmp_path / out, '--workers', w, '--chunk_size', '64', '--dataset', 'local'),
                        check=True, capture_output=True, text=True)
     _same(tmp_path / 'one', tmp_path / 'two')
     meta = json.loads((tmp_path / 'one' / 'meta.json').read_text())
     tr, off = np.fromfile(tmp_path / 'one' / 'train.bin', np.uint16), np.load(tmp_path / 'one' / 'train.docs.npy')
-    assert meta['chunk_size'] == 128 and len(tr) % 128 == 0 and off[0] == 0 and off[-1] == len(tr)
+    assert meta['chunk_size'] == 64 and len(tr) % 64 == 0 and off[0] == 0 and off[-1] == len(tr)
     assert (tr[off[1:-1] - 1] == meta['eot_id']).all()   # every document ends with <|endoftext|>
 
 @pytest.mark.parametrize('flag, message', [
@@ -62,9 +62,12 @@ def test_workers_give_the_same_bytes(bindir, tmp_path):
     ('--chunk_size=1', '--chunk_size=1 must be at least 2 tokens'),
     ('--resume_every=0', '--resume_every=0.0 must be a positive number of MB'),
 ])
-def test_bad_prepare_flags(bindir, tmp_path, flag, message):
-    r = subprocess.run([str(bindir / 'longctx_prepare'), '--out', str(tmp_path / 'o'), flag], capture_output=True, text=True)
-    assert r.returncode == 2 and message in r.stderr and 'Traceback' not in r.stderr
+def test_bad_prepare_flags(tmp_path, capsys, flag, message):
+    from longctx_nb.cli import _prepare
+    from longctx_nb.flags import main
+    assert main(_prepare, 'longctx_prepare', ['--out', str(tmp_path / 'o'), flag]) == 2
+    err = capsys.readouterr().err
+    assert message in err and 'Traceback' not in err
     assert list(tmp_path.iterdir()) == []
 
 TRAIN = ['--data.seq_len=64', '--data.batch_size=4', '--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2',
