@@ -197,21 +197,40 @@ def train_main(argv=None,  # command-line arguments (default: sys.argv[1:])
 
 # %% ../nbs/70_cli.ipynb #4c5f2462
 def prepare_parser() -> Parser:
-    "The `longctx_prepare` argument parser: --out and the data settings."
-    return make_parser('longctx_prepare', 'Tokenize a corpus once into train.bin, val.bin and meta.json.',
-                       [arg('--out', '--output_dir', dest='out', required=True, metavar='DIR', help='folder to write (must be new or empty)')],
-                       sections=('data',), usage='longctx_prepare --out DIR [--data.KEY VALUE ...]')
+    "The `longctx_prepare` argument parser: --out, --chunk_size, --workers and the data settings."
+    own = [arg('--out', '--output_dir', dest='out', required=True, metavar='DIR', help='folder to write (must be new or empty)'),
+           arg('--chunk_size', type=int, default=None, metavar='TOKENS',
+               help='pack the tokens into whole chunks of this many, e.g. 32768 (the partial last chunk is dropped)'),
+           arg('--workers', type=int, default=1, metavar='N', help='tokenizing processes'),
+           arg('--resume_every', type=float, default=64.0, metavar='MB',
+               help='write a resume marker every this many MB of text (an interrupted run continues from the last one)'),
+           arg('--no_progress', action='store_true', help='no progress bar')]
+    return make_parser('longctx_prepare', 'Tokenize a corpus once into train.bin, val.bin, their document offsets '
+                       '(train.docs.npy, val.docs.npy) and meta.json. Interrupted, the same command continues it. '
+                       '--dataset NAME is --data.dataset_name=NAME.', own, sections=('data',),
+                       usage='longctx_prepare --out DIR [--dataset NAME] [--chunk_size N] [--workers N] [--data.KEY VALUE ...]')
 
+def _dataset_flag(argv: list[str]) -> list[str]:
+    "`--dataset NAME` (the GPU-native trainer's spelling) as `--data.dataset_name NAME`."
+    return ['--data.dataset_name' + a[len('--dataset'):] if a == '--dataset' or a.startswith('--dataset=') else a for a in argv]
+
+# %% ../nbs/70_cli.ipynb #15dfdd75
 def _prepare(argv=None) -> int:
     from longctx_nb.data import prepare_corpus
+    argv = _dataset_flag(list(sys.argv[1:] if argv is None else argv))
     cfg, ns = parse_cli(argv, 'longctx_prepare', parser=prepare_parser())
     out = Path(ns.out)
+    if ns.chunk_size is not None and ns.chunk_size < 2: raise UsageError(f"--chunk_size={ns.chunk_size} must be at least 2 tokens, e.g. 32768.")
+    if not 1 <= ns.workers <= 256: raise UsageError(f"--workers={ns.workers} must be from 1 to 256 (1: tokenize in this process).")
+    if not ns.resume_every > 0: raise UsageError(f"--resume_every={ns.resume_every} must be a positive number of MB, e.g. 64.")
     check_writable_dir(out, '--out')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"output folder {str(out)!r} is not empty; choose a new --out folder.")
-    meta = prepare_corpus(cfg.data, out)
+    meta = prepare_corpus(cfg.data, out, chunk_size=ns.chunk_size, workers=ns.workers, progress=not ns.no_progress,
+                          resume_every=max(1, int(ns.resume_every * 2**20)))
     print(json.dumps(meta, indent=2))
-    print(f"wrote {out}/train.bin, val.bin, meta.json; train with: longctx_train --data_dir {out}")
+    print(f"wrote {out}/train.bin, val.bin, their document offsets (train.docs.npy, val.docs.npy) and meta.json; "
+          f"train with: longctx_train --data_dir {out}")
     return 0
 
 def prepare_main(argv=None,  # command-line arguments (default: sys.argv[1:])

@@ -201,6 +201,7 @@ class DataConfig:
     pin_memory: bool = opt(True, 'pin host memory for faster copies to a GPU')
     prefetch_factor: int = opt(2, 'batches prefetched per worker', gt=0, le=1024)
     persistent_workers: bool = opt(False, 'keep DataLoader workers alive between epochs')
+    doc_mask: bool = opt(False, 'mask attention across documents (blocks that define it: vanilla); needs document offsets (longctx_prepare writes them)')
     task: str = opt('associative_recall', "synthetic task for dataset_name=synthetic", choices=lambda: SYNTHETIC_TASKS)
     task_vocab_size: int | None = opt(None, "synthetic: vocabulary of the task (default: the task's own, e.g. 64 for "
                                       "associative_recall, 16 for induction_heads)", gt=2)

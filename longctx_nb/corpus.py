@@ -4,19 +4,24 @@
 
 # %% ../nbs/04_corpus.ipynb #bab20ca2
 from __future__ import annotations
-import hashlib, json, os, re, shutil, sys, sysconfig, uuid
+import hashlib, itertools, json, os, re, shutil, sys, sysconfig, threading, time, uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
+from tqdm.auto import tqdm
 from .core import UsageError
 from .config import DataConfig, check_writable_dir
 from .tokenizer import ByteTokenizer, BPETokenizer
+try: import fcntl   # locks the resumable folder; without it (Windows) an interrupted prepare starts over
+except ImportError: fcntl = None
 
 # %% auto #0
-__all__ = ['STDLIB_SKIP', 'FORMAT_VERSION', 'MAX_INFERRED_VOCAB', 'stdlib_root', 'stdlib_documents', 'text_documents',
-           'hf_documents', 'token_dtype', 'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus', 'load_tokens',
-           'check_tokens', 'TokenFile', 'TokenData', 'cache_root', 'corpus_cache_dir', 'load_corpus']
+__all__ = ['STDLIB_SKIP', 'HF_SHORT_NAMES', 'FORMAT_VERSION', 'MAX_INFERRED_VOCAB', 'stdlib_root', 'stdlib_documents',
+           'text_documents', 'hf_documents', 'token_dtype', 'is_prepared', 'prepare', 'load_tokenizer',
+           'prepare_corpus', 'load_tokens', 'check_tokens', 'TokenFile', 'TokenData', 'cache_root', 'corpus_cache_dir',
+           'load_corpus']
 
 # %% ../nbs/04_corpus.ipynb #678831c3
 STDLIB_SKIP = frozenset({'site-packages', 'dist-packages', 'test', 'tests', 'idle_test', '__pycache__'})
@@ -55,13 +60,27 @@ def _read_text(p: Path) -> str | None:
     try: return b.decode('utf-8-sig')
     except UnicodeDecodeError: return None
 
+def _jsonl_docs(f: Path, name: str) -> Iterator[tuple[str, str]]:
+    "(name:line, text) of each line of a JSON-lines file: one document per line, its `text` field, read line by line."
+    what = 'a .jsonl file holds one JSON object per line, the document in its "text" field'
+    with open(f, encoding='utf-8') as fh:
+        try:
+            for i, line in enumerate(fh, 1):
+                if not line.strip(): continue
+                try: row = json.loads(line)
+                except ValueError: raise UsageError(f"{str(f)!r} line {i} is not JSON; {what}.") from None
+                if not isinstance(row, dict) or not isinstance(row.get('text'), str):
+                    raise UsageError(f"{str(f)!r} line {i} has no \"text\" string; {what}.")
+                yield f'{name}:{i}', row['text']
+        except UnicodeDecodeError: raise UsageError(f"{str(f)!r} is not UTF-8 text; {what}.") from None
+
 def _text_docs(p: Path, files: list[Path]) -> Iterator[tuple[str, str]]:
     n = 0
     for f in files:
-        text = _read_text(f)
-        if not text: continue
-        n += 1
-        yield (f.name if f == p else f.relative_to(p).as_posix()), text
+        name = f.name if f == p else f.relative_to(p).as_posix()
+        docs = _jsonl_docs(f, name) if f.suffix.lower() == '.jsonl' else [(name, _read_text(f))]
+        for name, text in docs:
+            if text: n += 1; yield name, text
     if n == 0: raise UsageError(f"data path {str(p)!r} holds no text: no non-empty UTF-8 text file was found there "
                                 "(binary files and files that are not valid UTF-8 are skipped).")
 
@@ -74,19 +93,23 @@ def text_documents(path,  # a text file, or a folder searched recursively
     return _text_docs(p, _text_files(p))
 
 # %% ../nbs/04_corpus.ipynb #918e5ee9
+HF_SHORT_NAMES = {   # names used by other trainers' scripts -> (Hugging Face dataset, config)
+    'finewebedu': ('HuggingFaceFW/fineweb-edu', 'sample-10BT'), 'fineweb-edu': ('HuggingFaceFW/fineweb-edu', 'sample-10BT'),
+    'fineweb': ('HuggingFaceFW/fineweb', 'sample-10BT')}
+
 def hf_documents(name: str,                  # Hugging Face dataset name
                  config: str | None = None,  # its config name, if it has several
                  split: str = 'train',       # the split to read
                  text_field: str = 'text',   # the column holding the text
                 ) -> Iterator[tuple[str, str]]:
-    "(name/split/row, text) of the rows of a Hugging Face dataset, via `datasets.load_dataset`."
+    "(name/split/row, text) of the rows of a Hugging Face dataset, streamed (`datasets.load_dataset(..., streaming=True)`)."
     try: import datasets
     except ImportError:
         raise UsageError(f"data.dataset_name={name!r} is a Hugging Face dataset, which needs the `datasets` package: "
                          "pip install datasets (or pip install 'longctx_nb[hf]'). The default corpus, "
                          "--data.dataset_name=stdlib, needs no download and no network.") from None
     what = f"{name!r}" + (f" (config {config!r})" if config else '')
-    try: ds = datasets.load_dataset(name, config, split=split)
+    try: ds = datasets.load_dataset(name, config, split=split, streaming=True)
     except Exception as e:
         raise UsageError(f"could not load the Hugging Face dataset {what}, split {split!r}: {type(e).__name__}: "
                          f"{str(e)[:300]}. Check the name, --data.dataset_config and the network, or use data that is "
@@ -98,7 +121,7 @@ def hf_documents(name: str,                  # Hugging Face dataset name
     return ((f'{name}/{split}/{i}', row[text_field]) for i, row in enumerate(ds))
 
 # %% ../nbs/04_corpus.ipynb #23e9cb3f
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: document offsets beside the tokens (train.docs.npy, val.docs.npy)
 
 def token_dtype(vocab_size: int,  # ids in the vocabulary
                ) -> np.dtype:
@@ -112,28 +135,42 @@ def _is_val(name: str, val_fraction: float) -> bool:
 
 # %% ../nbs/04_corpus.ipynb #d2245da5
 class _SplitWriter:
-    "Appends token ids to one .bin file through a buffer; remembers where its last document starts."
-    def __init__(self, path: Path, dtype: np.dtype, buffer_tokens: int = 1 << 22):
-        self.path, self.dtype, self.limit = path, dtype, buffer_tokens
-        self.f, self.buf, self.nbuf, self.n, self.docs, self.last_start = open(path, 'wb'), [], 0, 0, 0, 0
+    "Appends token ids to `NAME.bin` and each document's first position to `NAME.docs.bin` (int64), through a buffer."
+    def __init__(self, path: Path, dtype: np.dtype, buffer_tokens: int = 1 << 22, n: int = 0, docs: int = 0):
+        "A new split; or, resuming, the one on disk cut back to its first `n` tokens and `docs` documents."
+        self.path, self.dpath, self.dtype, self.limit = path, path.with_name(path.stem + '.docs.bin'), np.dtype(dtype), buffer_tokens
+        for p, size in ((self.path, n * self.dtype.itemsize), (self.dpath, docs * 8)):
+            if size: os.truncate(p, size)
+            else: open(p, 'wb').close()
+        self.f, self.df, self.buf, self.starts, self.nbuf, self.n, self.docs = open(path, 'ab'), open(self.dpath, 'ab'), [], [], 0, n, docs
 
-    def add(self, ids: np.ndarray, docs: int = 1):
-        self.last_start, self.docs = self.n, self.docs + docs
-        self.buf.append(np.asarray(ids).astype(self.dtype)); self.nbuf += len(ids); self.n += len(ids)
+    def add(self, ids: np.ndarray, doc: bool = True):
+        "Append `ids`; `doc`: they begin a document (else they continue the last one)."
+        if doc: self.starts.append(self.n); self.docs += 1
+        self.buf.append(np.asarray(ids).astype(self.dtype, copy=False)); self.nbuf += len(ids); self.n += len(ids)
         if self.nbuf >= self.limit: self.flush()
 
     def flush(self):
         if self.buf: np.concatenate(self.buf).tofile(self.f); self.buf, self.nbuf = [], 0
+        if self.starts: np.array(self.starts, np.int64).tofile(self.df); self.starts = []
+        self.f.flush(); self.df.flush()
 
-    def pop_tail(self, start: int, docs: int = 1) -> np.ndarray:
-        "Remove the tokens from `start` on and return them."
-        self.flush(); self.f.close()
+    @property
+    def last_start(self) -> int:
+        "Where the last document starts."
+        self.flush()
+        return int(np.fromfile(self.dpath, np.int64, count=1, offset=(self.docs - 1) * 8)[0]) if self.docs else 0
+
+    def pop_tail(self, start: int, doc: bool = True) -> np.ndarray:
+        "Remove the tokens from `start` on (and, `doc`, the last document's start) and return them."
+        self.flush()
         tail = np.fromfile(self.path, dtype=self.dtype, offset=start * self.dtype.itemsize)
         os.truncate(self.path, start * self.dtype.itemsize)
-        self.n, self.docs, self.f = start, self.docs - docs, open(self.path, 'ab')
+        self.n, self.docs = start, self.docs - doc
+        os.truncate(self.dpath, self.docs * 8)
         return tail
 
-    def close(self): self.flush(); self.f.close()
+    def close(self): self.flush(); self.f.close(); self.df.close()
 
 # %% ../nbs/04_corpus.ipynb #cdff8a52
 def _byte_doc(text: str) -> str:
@@ -151,13 +188,6 @@ def _unspool(path: Path) -> Iterator[tuple[str, str]]:
     with open(path, encoding='utf-8') as f:
         for line in f: yield tuple(json.loads(line))
 
-def _batched(it, n):
-    buf = []
-    for x in it:
-        buf.append(x)
-        if len(buf) == n: yield buf; buf = []
-    if buf: yield buf
-
 # %% ../nbs/04_corpus.ipynb #41694297
 def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fraction: float) -> tuple:
     "(tokenizer, documents): a 'bpe' is trained on the training documents, which are spooled to `d` to be read twice."
@@ -171,31 +201,165 @@ def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fract
     tok = BPETokenizer.train(train_docs() if has_train else (t for _, t in _unspool(spool)), bpe_vocab_size)
     return tok, _unspool(spool)
 
-# %% ../nbs/04_corpus.ipynb #cad513b0
-def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str) -> dict:
-    "Tokenize `documents` into folder `d`; returns the meta."
+# %% ../nbs/04_corpus.ipynb #07b4e02d
+def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
+    "(ids of each document in `dtype`, UTF-8 bytes read): BPE ids and `<|endoftext|>`, or the text's bytes and a blank line."
+    if tok.name == 'byte':
+        ids = [np.frombuffer(_byte_doc(t).encode('utf-8'), np.uint8).astype(dtype) for t in texts]
+        return ids, sum(map(len, ids))
+    nbytes = sum(len(t.encode('utf-8')) for t in texts)
+    if tok.name == 'bpe': return [np.append(ids, tok.eot_id).astype(dtype) for ids in tok.encode_batch(texts)], nbytes
+    return [np.asarray(tok.encode(t)).astype(dtype) for t in texts], nbytes
+
+_WORKER: tuple = ()
+def _init_worker(tok, dtype):
+    "Set a worker's tokenizer; and make the worker exit when its parent dies (a killed `prepare` leaves no workers behind)."
+    global _WORKER; _WORKER = (tok, dtype)
+    parent = os.getppid()
+    def watch():
+        while os.getppid() == parent: time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+def _encode_in_worker(texts): return _encode(_WORKER[0], texts, _WORKER[1])
+
+# %% ../nbs/04_corpus.ipynb #1451838f
+_BATCH = dict(max_docs=256, max_chars=1 << 22)   # documents are tokenized (and resumed) in batches of this size
+
+def _doc_batches(docs, max_docs: int = 256, max_chars: int = 1 << 22) -> Iterator[list]:
+    "Lists of (name, text): at most `max_docs` documents or (after the first) `max_chars` characters each."
+    buf, size = [], 0
+    for name, text in docs:
+        if buf and size + len(text) > max_chars: yield buf; buf, size = [], 0
+        buf.append((name, text)); size += len(text)
+        if len(buf) == max_docs: yield buf; buf, size = [], 0
+    if buf: yield buf
+
+def _encoded(tok, batches, dtype, workers: int = 1) -> Iterator[tuple[list[str], list[np.ndarray], int]]:
+    "(names, ids of each, bytes) per batch, in order; `workers > 1`: encoded by a pool, two batches per worker in flight."
+    if workers <= 1:
+        for b in batches: yield [n for n, _ in b], *_encode(tok, [t for _, t in b], dtype)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from longctx_nb import corpus   # the workers import the functions from the package (also when run from this notebook)
+    os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')   # one thread per worker: the pool is the parallelism
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=corpus._init_worker, initargs=(tok, dtype)) as ex:
+        pending = deque()
+        for b in batches:
+            pending.append(([n for n, _ in b], ex.submit(corpus._encode_in_worker, [t for _, t in b])))
+            if len(pending) >= 2 * workers: names, f = pending.popleft(); yield names, *f.result()
+        while pending: names, f = pending.popleft(); yield names, *f.result()
+
+# %% ../nbs/04_corpus.ipynb #ed1ab7fc
+def _finish_split(w: _SplitWriter, chunk_size: int | None = None, block: int = 1 << 20) -> int:
+    "Cut split `w` to whole chunks and write its document offsets as `NAME.docs.npy`, streamed; returns the tokens dropped."
+    keep = w.n - w.n % chunk_size if chunk_size else w.n
+    if keep < w.n: os.truncate(w.path, keep * w.dtype.itemsize)
+    starts = np.memmap(w.dpath, np.int64, mode='r') if w.docs else np.zeros(0, np.int64)
+    cut = int(np.searchsorted(starts, keep))          # documents that start before the cut
+    lead = int(keep > 0 and (cut == 0 or starts[0] != 0))   # a split that begins inside a document (the 'tail' split)
+    out = np.lib.format.open_memmap(w.path.with_name(w.path.stem + '.docs.npy'), mode='w+', dtype=np.int64, shape=(lead + cut + 1,))
+    if lead: out[0] = 0
+    for i in range(0, cut, block): out[lead + i:lead + min(cut, i + block)] = starts[i:min(cut, i + block)]
+    out[-1] = keep; out.flush(); del out, starts
+    w.dpath.unlink()
+    dropped, w.n = w.n - keep, keep
+    return dropped
+
+# %% ../nbs/04_corpus.ipynb #4eb2fe65
+def _write_marker(d: Path, settings: dict, done: int, train: _SplitWriter, val: _SplitWriter):
+    "Flush both splits, then record (atomically) how far they got."
+    train.flush(); val.flush()
+    state = dict(settings=settings, documents_done=done, train=[train.n, train.docs], val=[val.n, val.docs], itemsize=train.dtype.itemsize)
+    (d / 'progress.json.tmp').write_text(json.dumps(state)); os.replace(d / 'progress.json.tmp', d / 'progress.json')
+
+def _read_marker(d: Path, settings: dict) -> dict | None:
+    "The resume marker of folder `d` when it was written with the same `settings`; a marker of others is dropped, with a note."
+    p = d / 'progress.json'
+    try: state = json.loads(p.read_text())
+    except (OSError, ValueError): return None
+    if state.get('settings') != settings:
+        print(f"note: {d} holds an interrupted preparation with other settings; starting over.", file=sys.stderr)
+        return None
+    size = lambda f: (d / f).stat().st_size if (d / f).is_file() else -1
+    if any(size(f'{s}.bin') < n * state['itemsize'] or size(f'{s}.docs.bin') < k * 8 for s in ('train', 'val') for n, k in [state[s]]):
+        print(f"note: {d} holds an interrupted preparation whose files are shorter than its marker says; starting over.", file=sys.stderr)
+        return None
+    return state
+
+# %% ../nbs/04_corpus.ipynb #aecf2407
+def _start(d: Path, tokenizer, documents, bpe_vocab_size: int, val_fraction: float, settings: dict | None) -> tuple:
+    "(tokenizer, documents, marker or None) in folder `d`: what a marker with the same settings left, or a fresh start."
+    state = _read_marker(d, settings) if settings else None
+    if state is not None:
+        skip = state['documents_done']
+        print(f"resuming the interrupted preparation in {d}: {skip:,} documents were done", file=sys.stderr, flush=True)
+        if tokenizer == 'bpe': return BPETokenizer.load(d / 'tokenizer.json'), _unspool(d / '.documents.jsonl'), state
+        if tokenizer == 'byte': return ByteTokenizer(), documents, state
+    for p in d.iterdir():   # a fresh start: nothing of an earlier attempt
+        if p.name != '.lock': shutil.rmtree(p) if p.is_dir() else p.unlink()
     tok, documents = _tokenizer_for(tokenizer, documents, d, bpe_vocab_size, val_fraction)
-    dtype = token_dtype(tok.vocab_size)
-    train, val = _SplitWriter(d / 'train.bin', dtype), _SplitWriter(d / 'val.bin', dtype)
-    docs = ((n, t) for n, t in documents if t)
-    for batch in _batched(docs, 256):
-        if tok.name == 'bpe': encoded = [np.append(ids, tok.eot_id) for ids in tok.encode_batch([t for _, t in batch])]
-        else: encoded = [tok.encode(_byte_doc(t)) for _, t in batch]
-        for (name, _), ids in zip(batch, encoded): (val if _is_val(name, val_fraction) else train).add(ids)
-    n_docs, split = train.docs + val.docs, 'document'
-    if n_docs == 0: raise UsageError(f"the corpus {source or ''} holds no text documents; nothing to prepare.")
-    if train.docs == 0: train.add(val.pop_tail(val.last_start if val.docs > 1 else 0))
-    if val.docs == 0:
-        if train.docs > 1: val.add(train.pop_tail(train.last_start))
-        else:  # a single document: its last val_fraction of tokens
-            split = 'tail'
-            val.add(train.pop_tail(train.n - max(1, round(train.n * val_fraction)), docs=0), docs=0)
-    train.close(); val.close()
     if tok.name == 'bpe': tok.save(d / 'tokenizer.json')
+    return tok, documents, None
+
+# %% ../nbs/04_corpus.ipynb #d48e18b2
+def _tokenize(d: Path, tok, documents, val_fraction: float, settings: dict | None, state: dict | None,
+              workers: int, progress: bool, total_bytes: int | None, resume_every: int) -> tuple:
+    "Stream `documents` into `d`/train.bin and val.bin (skipping those a resume marker says are done); the two writers."
+    dtype, state = token_dtype(tok.vocab_size), state or dict(documents_done=0, train=[0, 0], val=[0, 0])
+    train = _SplitWriter(d / 'train.bin', dtype, n=state['train'][0], docs=state['train'][1])
+    val = _SplitWriter(d / 'val.bin', dtype, n=state['val'][0], docs=state['val'][1])
+    done, since = state['documents_done'], 0
+    docs = itertools.islice(((n, t) for n, t in documents if t), done, None)
+    with tqdm(total=total_bytes, unit='B', unit_scale=True, desc='prepare', disable=not progress, dynamic_ncols=True,
+              mininterval=0.5 if sys.stderr.isatty() else 30) as bar:
+        for names, encoded, nbytes in _encoded(tok, _doc_batches(docs, **_BATCH), dtype, workers):
+            for name, ids in zip(names, encoded): (val if _is_val(name, val_fraction) else train).add(ids)
+            done, since = done + len(names), since + nbytes
+            bar.update(nbytes); bar.set_postfix(tokens=f'{train.n + val.n:,}', refresh=False)
+            if settings and since >= resume_every: _write_marker(d, settings, done, train, val); since = 0
+    return train, val
+
+# %% ../nbs/04_corpus.ipynb #d3d34eae
+def _even_splits(train: _SplitWriter, val: _SplitWriter, val_fraction: float) -> str:
+    "Make both splits non-empty (a document moves over; a single document is cut by tokens); returns how it split."
+    if train.docs == 0: train.add(val.pop_tail(val.last_start if val.docs > 1 else 0))
+    if val.docs: return 'document'
+    if train.docs > 1: val.add(train.pop_tail(train.last_start)); return 'document'
+    val.add(train.pop_tail(train.n - max(1, round(train.n * val_fraction)), doc=False), doc=False)  # its last val_fraction
+    return 'tail'
+
+def _pack(w: _SplitWriter, name: str, chunk_size: int | None, source: str) -> int:
+    "Finish split `w` (see `_finish_split`), refusing one shorter than a chunk; returns the tokens dropped."
+    if chunk_size and w.n < chunk_size:
+        raise UsageError(f"the {name} split of {source or 'the corpus'} has {w.n:,} tokens, fewer than one chunk of "
+                         f"chunk_size={chunk_size:,}; use a smaller --chunk_size" + (", a larger --data.val_fraction" if name == 'val' else '')
+                         + " or more text.")
+    return _finish_split(w, chunk_size)
+
+# %% ../nbs/04_corpus.ipynb #7dc9a5b6
+def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str,
+                  chunk_size: int | None = None, workers: int = 1, progress: bool = False, total_bytes: int | None = None,
+                  resume_every: int = 1 << 26) -> dict:
+    "Tokenize `documents` into folder `d` (continuing an interrupted run there with the same settings); returns the meta."
+    settings = (dict(version=FORMAT_VERSION, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
+                     source=source, chunk_size=chunk_size) if isinstance(tokenizer, str) else None)  # a tokenizer object: no resume
+    tok, documents, state = _start(d, tokenizer, documents, bpe_vocab_size, val_fraction, settings)
+    train, val = _tokenize(d, tok, documents, val_fraction, settings, state, workers, progress, total_bytes, resume_every)
+    (d / 'progress.json').unlink(missing_ok=True)   # the files change from here on: an interruption now starts over
+    n_docs = train.docs + val.docs
+    if n_docs == 0: raise UsageError(f"the corpus {source or ''} holds no text documents; nothing to prepare.")
+    split = _even_splits(train, val, val_fraction)
+    train.close(); val.close()
+    n_val_docs = val.docs
+    dropped = {name: _pack(w, name, chunk_size, source) for name, w in (('train', train), ('val', val))}
+    for name, n in dropped.items():
+        if n: print(f"note: dropped the last {n:,} tokens of the {name} split: a chunk shorter than chunk_size={chunk_size:,}", file=sys.stderr)
     (d / '.documents.jsonl').unlink(missing_ok=True)
     meta = dict(format='longctx_nb.tokens', version=FORMAT_VERSION, tokenizer=tok.name, vocab_size=tok.vocab_size,
-                eot_id=tok.eot_id, dtype=dtype.name, n_train_tokens=train.n, n_val_tokens=val.n, n_documents=n_docs,
-                n_val_documents=val.docs, split=split, val_fraction=val_fraction, source=source)
+                eot_id=tok.eot_id, dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n, n_documents=n_docs,
+                n_val_documents=n_val_docs, split=split, val_fraction=val_fraction, source=source,
+                documents='train.docs.npy, val.docs.npy', chunk_size=chunk_size, n_dropped_tokens=sum(dropped.values()))
     (d / 'meta.json').write_text(json.dumps(meta, indent=2) + '\n')
     return meta
 
@@ -214,7 +378,42 @@ def is_prepared(d,  # a folder
     d = Path(d).expanduser()
     return (d / 'meta.json').is_file() and (d / 'train.bin').is_file()
 
-# %% ../nbs/04_corpus.ipynb #e0aada38
+# %% ../nbs/04_corpus.ipynb #e446d80c
+def _check_prepare_args(exists: str, val_fraction: float, chunk_size: int | None, workers: int):
+    if exists not in ('error', 'reuse', 'overwrite'): raise UsageError(f"exists={exists!r}; valid choices: error, reuse, overwrite")
+    if not 0 < val_fraction < 1: raise UsageError(f"val_fraction={val_fraction} must be between 0 and 1 (exclusive).")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 2):
+        raise UsageError(f"chunk_size={chunk_size!r} must be a whole number of tokens >= 2, e.g. 32768 (or none: no packing).")
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
+        raise UsageError(f"workers={workers!r} must be a number of processes from 1 to 256 (1: tokenize in this process).")
+
+def _publish(d: Path, out: Path, exists: str, meta: dict) -> dict:
+    "Rename the finished folder `d` to `out` (atomic); if another process got there first, use its result (or replace it)."
+    try: os.rename(d, out); return meta   # fails when `out` is a folder that is not empty
+    except OSError:
+        if not is_prepared(out): raise
+    if exists == 'overwrite':
+        old = out.parent / f'.{out.name}.old-{uuid.uuid4().hex[:8]}'
+        os.rename(out, old); os.rename(d, out); shutil.rmtree(old, ignore_errors=True)
+        return meta
+    shutil.rmtree(d, ignore_errors=True)  # another process finished the same folder first: use its result
+    return _read_meta(out)
+
+# %% ../nbs/04_corpus.ipynb #c7b0d06c
+def _claim(out: Path) -> tuple[Path, object]:
+    "(folder to prepare `out` in, its lock): `.NAME.partial` (kept if interrupted, so a rerun continues it), or, while another process holds that, a private one."
+    part = out.parent / f'.{out.name}.partial'
+    try:
+        part.mkdir(exist_ok=True)
+        lock = open(part / '.lock', 'a')
+        try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB); return part, lock
+        except OSError: lock.close()
+    except (OSError, NameError): pass   # no fcntl (Windows), or not a folder: no resume
+    tmp = out.parent / f'.{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
+    tmp.mkdir()
+    return tmp, None
+
+# %% ../nbs/04_corpus.ipynb #b62bffb1
 def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
             out_dir,                               # folder to create
             tokenizer='byte',                      # 'byte', 'bpe' (trained here) or a tokenizer object
@@ -222,12 +421,15 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
             val_fraction: float = 0.05,            # about this fraction of the documents goes to val.bin
             source: str = '',                      # what the corpus is, recorded in meta.json
             exists: str = 'error',                 # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
+            chunk_size: int | None = None,         # pack the tokens into whole chunks of this many (None: no packing)
+            workers: int = 1,                      # tokenizing processes (1: in this process)
+            progress: bool = False,                # show a progress bar (MB/s, tokens) on stderr
+            total_bytes: int | None = None,        # the corpus size, for the progress bar (None: unknown)
+            resume_every: int = 1 << 26,           # write a resume marker every this many bytes of text
            ) -> dict:
-    "Tokenize `documents` into `out_dir`/{train.bin, val.bin, meta.json[, tokenizer.json]}, atomically; returns the meta."
+    "Tokenize `documents` into `out_dir`/{train,val}.bin, {train,val}.docs.npy, meta.json[, tokenizer.json], atomically; returns the meta."
     out = Path(out_dir).expanduser()
-    if exists not in ('error', 'reuse', 'overwrite'):
-        raise UsageError(f"exists={exists!r}; valid choices: error, reuse, overwrite")
-    if not 0 < val_fraction < 1: raise UsageError(f"val_fraction={val_fraction} must be between 0 and 1 (exclusive).")
+    _check_prepare_args(exists, val_fraction, chunk_size, workers)
     if is_prepared(out):
         if exists == 'reuse': return _read_meta(out)
         if exists == 'error':
@@ -237,22 +439,20 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
         raise UsageError(f"{str(out)!r} exists and is not an empty folder; prepare writes only new or empty folders.")
     check_writable_dir(out, 'the output folder')
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f'.{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
-    tmp.mkdir()
+    d, lock = _claim(out)
     try:
-        meta = _prepare_into(tmp, documents, tokenizer, bpe_vocab_size, val_fraction, source)
-        try: os.rename(tmp, out)  # atomic; fails when `out` is a folder that is not empty
-        except OSError:
-            if not is_prepared(out): raise
-            if exists == 'overwrite':
-                old = out.parent / f'.{out.name}.old-{uuid.uuid4().hex[:8]}'
-                os.rename(out, old); os.rename(tmp, out); shutil.rmtree(old, ignore_errors=True)
-            else:  # another process finished the same folder first: use its result
-                shutil.rmtree(tmp, ignore_errors=True)
-                return _read_meta(out)
+        meta = _prepare_into(d, documents, tokenizer, bpe_vocab_size, val_fraction, source, chunk_size, workers, progress,
+                             total_bytes, resume_every)
+        (d / '.lock').unlink(missing_ok=True)
+        return _publish(d, out, exists, meta)
+    except KeyboardInterrupt:
+        if lock is None: shutil.rmtree(d, ignore_errors=True)
+        else: print(f"\ninterrupted: the work done so far is kept in {d}; the same command continues it.", file=sys.stderr)
+        raise
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True); raise
-    return meta
+        shutil.rmtree(d, ignore_errors=True); raise
+    finally:
+        if lock is not None: lock.close()
 
 # %% ../nbs/04_corpus.ipynb #d1d63eaf
 def load_tokenizer(prepared_dir,  # a folder written by `prepare`
@@ -266,12 +466,22 @@ def load_tokenizer(prepared_dir,  # a folder written by `prepare`
     if name == 'bpe': return BPETokenizer.load(d / 'tokenizer.json')
     raise UsageError(f"unknown tokenizer {name!r} in {str(d / 'meta.json')!r}; valid choices: byte, bpe")
 
-# %% ../nbs/04_corpus.ipynb #4ab34364
+# %% ../nbs/04_corpus.ipynb #7399605d
 def _local_corpus(path) -> tuple:
     p = Path(path).expanduser().resolve()
     if not p.exists(): raise UsageError(f"data path {str(p)!r} does not exist; give a text file or a folder of text files.")
     stats = [(f.relative_to(p).as_posix() if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in _text_files(p)]
     return (lambda: text_documents(p)), f'local:{p}', {'files': stats}
+
+_SPELLED: set = set()   # short names already noted in this process
+
+def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
+    "A short name of `HF_SHORT_NAMES` spelled out (with a note), any other name as it is."
+    if name not in HF_SHORT_NAMES: return name, config
+    full, cfg = HF_SHORT_NAMES[name]
+    if name not in _SPELLED:
+        _SPELLED.add(name); print(f"note: data.dataset_name={name} is the Hugging Face dataset {full} (config {config or cfg})", file=sys.stderr)
+    return full, config or cfg
 
 def _corpus(cfg: DataConfig) -> tuple:
     "(documents factory, source, cache key extras) of the text corpus `cfg` names."
@@ -287,21 +497,27 @@ def _corpus(cfg: DataConfig) -> tuple:
             raise UsageError("data.dataset_name=local needs a path: --data.dataset_config=path/to/text (a file or a "
                              "folder of text files), or --data.data_dir=path/to/folder.")
         return _local_corpus(cfg.dataset_config)
-    return (lambda: hf_documents(name, cfg.dataset_config)), f"hf:{name}" + (f"/{cfg.dataset_config}" if cfg.dataset_config else ''), {}
+    name, config = _hf_name(name, cfg.dataset_config)
+    return (lambda: hf_documents(name, config)), f"hf:{name}" + (f"/{config}" if config else ''), {}
 
-def prepare_corpus(cfg: DataConfig,        # names the corpus and the tokenizer
-                   out_dir,                # folder to create
-                   exists: str = 'error',  # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
+# %% ../nbs/04_corpus.ipynb #7b93ca1f
+def prepare_corpus(cfg: DataConfig,                # names the corpus and the tokenizer
+                   out_dir,                        # folder to create
+                   exists: str = 'error',          # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
+                   chunk_size: int | None = None,  # pack the tokens into whole chunks of this many (None: no packing)
+                   workers: int = 1,               # tokenizing processes
+                   progress: bool = False,         # show a progress bar on stderr
+                   resume_every: int = 1 << 26,    # write a resume marker every this many bytes of text
                   ) -> dict:
     "Prepare the text corpus that `cfg` names into `out_dir` (see `prepare`); returns the meta."
     if cfg.train_data is not None:
         raise UsageError("data.train_data is already tokenized; prepare_corpus tokenizes text (data.dataset_name or data.data_dir).")
-    documents, source, _ = _corpus(cfg)
-    return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists=exists)
+    documents, source, extra = _corpus(cfg)
+    total = sum(s for _, s, _ in extra['files']) if 'files' in extra else None
+    return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists=exists,
+                   chunk_size=chunk_size, workers=workers, progress=progress, total_bytes=total, resume_every=resume_every)
 
-# %% ../nbs/04_corpus.ipynb #3aa89ce1
-_NOTED: set = set()
-
+# %% ../nbs/04_corpus.ipynb #c353fe56
 def _load_npy(p: Path) -> np.ndarray:
     try: a = np.load(p, mmap_mode='r', allow_pickle=False)
     except ValueError as e:
@@ -316,6 +532,9 @@ def _load_npy(p: Path) -> np.ndarray:
         raise UsageError(f"token file {str(p)!r} holds a {a.ndim}-D array of shape {a.shape}; token ids are one 1-D array "
                          "(documents one after another): save ids.reshape(-1) if its rows are consecutive text.")
     return a
+
+# %% ../nbs/04_corpus.ipynb #bca4aaf1
+_NOTED: set = set()
 
 def _bin_dtype(p: Path, dtype) -> np.dtype:
     "The dtype of a raw .bin: meta.json's, else `dtype`, else uint16 (nanoGPT's), with a note."
@@ -335,6 +554,7 @@ def _looks_wider(a: np.ndarray) -> bool:
     head = np.asarray(a[:1 << 16])
     return len(head) >= 2 and len(head) % 2 == 0 and not head[1::2].any() and bool(head[0::2].any())
 
+# %% ../nbs/04_corpus.ipynb #c2cff3ff
 def load_tokens(path,            # a .npy array or raw .bin ids
                 dtype=None,      # dtype of a .bin without a meta.json beside it (default uint16)
                ) -> np.ndarray:  # 1-D memory map of the ids
@@ -397,6 +617,8 @@ class TokenData:
     source: str = ''                                        # where the tokens came from
     train_file: TokenFile | None = None                     # where `train` lives, to reopen it in workers
     val_file: TokenFile | None = None                       # where `val` lives
+    train_docs: np.ndarray | None = None                    # document offsets of `train` (doc i: train[o[i]:o[i+1]]), if known
+    val_docs: np.ndarray | None = None                      # document offsets of `val`, if known
     def __repr__(self):
         nv = 0 if self.val is None else len(self.val)
         tok = self.tokenizer.name if self.tokenizer is not None else None
@@ -419,7 +641,7 @@ def corpus_cache_dir(cfg: DataConfig,  # names the corpus and the tokenizer
     tok = 'byte' if cfg.tokenizer == 'byte' else f'bpe{cfg.bpe_vocab_size}'
     return cache_root(cfg.cache_dir) / f'{slug}-{tok}-{digest}'
 
-# %% ../nbs/04_corpus.ipynb #162b768c
+# %% ../nbs/04_corpus.ipynb #1587037d
 MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
 
 def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = True) -> int:
@@ -440,6 +662,18 @@ def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = 
                          "the file holds token ids (and its dtype), or give the vocabulary with --model.vocab_size.")
     return hi + 1
 
+# %% ../nbs/04_corpus.ipynb #43ce9ab9
+def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
+    "The document offsets of the `n` tokens `tf` names, from the `.docs.npy` beside its file (None: there is none)."
+    if tf is None: return None
+    p = Path(tf.path); p = p.with_name(p.stem + '.docs.npy')
+    if not p.is_file(): return None
+    off = np.load(p, mmap_mode='r', allow_pickle=False)
+    if tf.start == 0 and len(off) and off[0] == 0 and off[-1] == n: return off   # the whole file: as it is
+    lo = tf.start
+    inner = np.asarray(off[(off > lo) & (off < lo + n)]) - lo
+    return np.concatenate([[0], inner, [n]]).astype(np.int64)
+
 def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -> TokenData:
     meta = _read_meta(d)
     tf = TokenFile(str(d / 'train.bin'))
@@ -447,8 +681,9 @@ def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -
     train, val = tf.open(), vf.open() if vf else None
     arrays = {f'{d}/train.bin': train, **({f'{d}/val.bin': val} if vf is not None else {})}
     return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
-                     source or meta.get('source') or str(d), tf, vf)
+                     source or meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)), _docs_of(vf, len(val) if vf else 0))
 
+# %% ../nbs/04_corpus.ipynb #22f69712
 def _same_kind(tp: Path, meta: dict, vp: Path):
     "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
     vmeta = _read_meta(vp.parent) if vp.suffix == '.bin' else {}
@@ -471,7 +706,9 @@ def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: floa
         train, val = train[:cut], train[cut:]
     arrays = {f'the training split of {tp}': train, **({f'the validation split of {vf.path}': val} if len(val) else {})}
     tok = load_tokenizer(tp.parent) if meta.get('tokenizer') in ('byte', 'bpe') else None
-    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta, str(tp), tf, vf if len(val) else None)
+    vf = vf if len(val) else None
+    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta, str(tp), tf, vf,
+                     _docs_of(tf, len(train)), _docs_of(vf, len(val)) if vf else None)
 
 # %% ../nbs/04_corpus.ipynb #fdb9179c
 def load_corpus(cfg: DataConfig,                # the data section: train_data, data_dir or a named corpus
@@ -485,5 +722,6 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
         documents, source, _ = _corpus(cfg)
         print(f"preparing {source} with the {cfg.tokenizer} tokenizer into {out} (once; later runs reuse it)",
               file=sys.stderr, flush=True)
-        prepare(documents(), out, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse')
+        prepare(documents(), out, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse',
+                progress=sys.stderr.isatty())
     return _load_prepared(out, vocab_size)

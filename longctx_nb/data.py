@@ -5,6 +5,7 @@
 # %% ../nbs/06_data.ipynb #7bb304f6
 from __future__ import annotations
 import os
+from pathlib import Path
 from typing import Iterator
 import numpy as np
 import torch
@@ -19,7 +20,7 @@ from .corpus import (STDLIB_SKIP, FORMAT_VERSION, stdlib_root, stdlib_documents,
                                TokenFile, TokenData, cache_root, corpus_cache_dir, load_corpus)
 
 # %% auto #0
-__all__ = ['load_synthetic', 'load_dataset', 'batch_offsets', 'get_batch', 'step_batch', 'val_batches', 'StepBatches',
+__all__ = ['load_synthetic', 'load_dataset', 'batch_offsets', 'get_batch', 'doc_ids', 'step_batch', 'val_batches', 'StepBatches',
            'make_loader']
 
 # %% ../nbs/06_data.ipynb #a962195e
@@ -43,13 +44,25 @@ def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', t
     return sd
 
 # %% ../nbs/06_data.ipynb #f3181768
+def _check_doc_mask(data: TokenData | SyntheticData, cfg: DataConfig):
+    "Refuse data.doc_mask=true where the data has no document boundaries."
+    if not cfg.doc_mask: return
+    if isinstance(data, SyntheticData):
+        raise UsageError(f"data.doc_mask=true masks attention across documents, and the synthetic task {cfg.task!r} has none "
+                         "(each sequence is one example); leave --data.doc_mask out.")
+    if data.train_docs is None or (data.val is not None and data.val_docs is None):
+        raise UsageError(f"data.doc_mask=true needs the document boundaries of {data.source}, and it has no .docs.npy beside its "
+                         "tokens; prepare the text with longctx_prepare (it writes train.docs.npy and val.docs.npy), or leave "
+                         "--data.doc_mask out.")
+
 def load_dataset(cfg: DataConfig,                # the data section
                  vocab_size: int | None = None,  # the model's vocabulary, to check the ids against (None: the data's)
                 ) -> TokenData | SyntheticData:
     "The tokens `cfg` names (pre-tokenized files, a prepared folder, a text corpus prepared into the cache, or a synthetic task), checked."
-    if cfg.dataset_name == 'synthetic' and cfg.train_data is None and cfg.data_dir is None: return load_synthetic(cfg, vocab_size)
+    if cfg.dataset_name == 'synthetic' and cfg.train_data is None and cfg.data_dir is None:
+        sd = load_synthetic(cfg, vocab_size); _check_doc_mask(sd, cfg); return sd
     td = load_corpus(cfg, vocab_size)
-    _check_lengths(td, cfg.seq_len)
+    _check_lengths(td, cfg.seq_len); _check_doc_mask(td, cfg)
     return td
 
 # %% ../nbs/06_data.ipynb #6f750b16
@@ -75,6 +88,15 @@ def get_batch(data,                                   # token array (np.memmap o
     win = np.asarray(data[offsets[:, None] + np.arange(seq_len + 1)]).astype(np.int64)
     return torch.from_numpy(np.ascontiguousarray(win[:, :-1])), torch.from_numpy(np.ascontiguousarray(win[:, 1:]))
 
+# %% ../nbs/06_data.ipynb #9f551223
+def doc_ids(docs,                    # document offsets of the token array (doc i: data[docs[i]:docs[i+1]])
+            offsets,                 # start of each window
+            seq_len: int,            # tokens per sequence
+           ) -> torch.Tensor:        # int64 (len(offsets), seq_len)
+    "The document of each input token of the windows `get_batch(data, offsets, seq_len)` cuts."
+    pos = np.asarray(offsets, dtype=np.int64)[:, None] + np.arange(seq_len)
+    return torch.from_numpy(np.searchsorted(np.asarray(docs), pos, side='right') - 1)
+
 # %% ../nbs/06_data.ipynb #c1e471f8
 def step_batch(data,                                   # token array (np.memmap or array), or a `SyntheticData` task
                step: int,                              # optimizer step; seeds the batch's random stream
@@ -84,22 +106,26 @@ def step_batch(data,                                   # token array (np.memmap 
                seed: int = 0,                          # run seed
                rank: int = 0,                          # this process's rank, 0..world_size-1
                world_size: int = 1,                    # processes sharing the step's global batch
-              ) -> tuple[torch.Tensor, torch.Tensor]:  # (x, y) int64, each (accum, batch_size, seq_len)
-    "This rank's share of step `step`'s global batch: (x, y), each (accum, batch_size, seq_len)."
+               docs=None,                              # document offsets of `data`: also return each token's document
+              ) -> tuple[torch.Tensor, ...]:           # (x, y[, documents]) int64, each (accum, batch_size, seq_len)
+    "This rank's share of step `step`'s global batch: (x, y), each (accum, batch_size, seq_len), and with `docs` the document ids of x."
     if not 0 <= rank < world_size: raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
     n = accum * batch_size
     if isinstance(data, SyntheticData):  # generated from the same (seed, step) stream; y is -100 away from the answers
         x, y = data.batch(world_size * n, seq_len, step, seed)
-        x, y = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
-    else: x, y = get_batch(data, batch_offsets(len(data), seq_len, world_size * n, step, seed)[rank * n:(rank + 1) * n], seq_len)
-    return x.view(accum, batch_size, seq_len), y.view(accum, batch_size, seq_len)
+        out = x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+    else:
+        o = batch_offsets(len(data), seq_len, world_size * n, step, seed)[rank * n:(rank + 1) * n]
+        out = get_batch(data, o, seq_len) + ((doc_ids(docs, o, seq_len),) if docs is not None else ())
+    return tuple(t.view(accum, batch_size, seq_len) for t in out)
 
 # %% ../nbs/06_data.ipynb #588e55f6
 def val_batches(data,                                             # validation token array
                 seq_len: int,                                     # tokens per sequence
                 batch_size: int,                                  # sequences per batch
                 max_batches: int | None = None,                   # at most this many batches (None: cover the split)
-               ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # (x, y) int64 (<= batch_size, seq_len) batches
+                docs=None,                                        # document offsets of `data`: also yield each token's document
+               ) -> Iterator[tuple[torch.Tensor, ...]]:           # (x, y[, documents]) int64 (<= batch_size, seq_len) batches
     "(x, y) batches of non-overlapping windows covering each target token once, or `max_batches` batches of evenly spread windows."
     n = len(data)
     if n < 2: return
@@ -107,8 +133,9 @@ def val_batches(data,                                             # validation t
     if max_batches and max_batches * batch_size < n_full + (rest > 0):
         starts, rest = np.linspace(0, n - seq_len - 1, max_batches * batch_size).round().astype(np.int64), 0
     else: starts = np.arange(n_full, dtype=np.int64) * seq_len
-    for i in range(0, len(starts), batch_size): yield get_batch(data, starts[i:i + batch_size], seq_len)
-    if rest: yield get_batch(data, [n_full * seq_len], rest)
+    cut = lambda o, L: get_batch(data, o, L) + ((doc_ids(docs, o, L),) if docs is not None else ())
+    for i in range(0, len(starts), batch_size): yield cut(starts[i:i + batch_size], seq_len)
+    if rest: yield cut([n_full * seq_len], rest)
 
 # %% ../nbs/06_data.ipynb #82be361d
 class StepBatches(Dataset):
@@ -121,26 +148,30 @@ class StepBatches(Dataset):
                  rank: int = 0,                  # this process's rank, 0..world_size-1
                  world_size: int = 1,            # processes sharing each step's batch
                  file: TokenFile | None = None,  # where `data` lives: workers reopen it instead of copying
+                 docs=None,                      # document offsets of `data`: items also hold each token's document
                 ):
         if not 0 <= rank < world_size: raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
         self.data, self.seq_len, self.batch_size, self.accum = data, seq_len, batch_size, accum
-        self.seed, self.rank, self.world_size, self.file = seed, rank, world_size, file
+        self.seed, self.rank, self.world_size, self.file, self.docs = seed, rank, world_size, file, docs
 
     def __getitem__(self, step: int):
-        return step_batch(self.data, int(step), self.seq_len, self.batch_size, self.accum, self.seed, self.rank, self.world_size)
+        return step_batch(self.data, int(step), self.seq_len, self.batch_size, self.accum, self.seed, self.rank,
+                          self.world_size, self.docs)
 
     def __getstate__(self):
         state = self.__dict__.copy()
         if self.file is not None: state['data'] = None  # re-opened from the file, not copied
+        if isinstance(self.docs, np.memmap) and self.docs.filename: state['docs'] = Path(self.docs.filename)  # so are the offsets
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         if self.data is None: self.data = self.file.open()
+        if isinstance(self.docs, Path): self.docs = np.load(self.docs, mmap_mode='r')
 
 # %% ../nbs/06_data.ipynb #6f86a644
 class _StepLoader:
-    "Iterates (step, x, y) over `steps`, in this process or in DataLoader workers."
+    "Iterates (step, x, y[, documents]) over `steps`, in this process or in DataLoader workers."
     def __init__(self, ds: StepBatches, steps: range, num_workers: int = 0, prefetch_factor: int | None = None,
                  persistent_workers: bool = False, pin_memory: bool = False):
         self.ds, self.steps, self.pin = ds, steps, pin_memory and torch.cuda.is_available()
@@ -149,18 +180,17 @@ class _StepLoader:
     def __iter__(self):
         if self.num_workers == 0:
             for step in self.steps:
-                x, y = self.ds[step]
-                yield (step, x.pin_memory(), y.pin_memory()) if self.pin else (step, x, y)
+                yield (step, *(t.pin_memory() if self.pin else t for t in self.ds[step]))
             return
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')  # silence tokenizers' warning in forked workers
         dl = DataLoader(self.ds, batch_size=None, sampler=self.steps, num_workers=self.num_workers,
                         pin_memory=self.pin, prefetch_factor=self.prefetch_factor,
                         persistent_workers=self.persistent_workers)
-        for step, (x, y) in zip(self.steps, dl): yield step, x, y
+        for step, item in zip(self.steps, dl): yield (step, *item)
 
 # %% ../nbs/06_data.ipynb #abed963f
 def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_dataset`
-                cfg: DataConfig,           # seq_len, batch_size, num_workers, prefetch
+                cfg: DataConfig,           # seq_len, batch_size, num_workers, prefetch, doc_mask
                 accum: int,                # micro-batches per step
                 seed: int,                 # run seed
                 start_step: int,           # first step (after a resume: the next one)
@@ -169,9 +199,10 @@ def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_datas
                 world_size: int = 1,       # processes sharing each step's batch
                 pin_memory: bool = False,  # pin host memory (when CUDA is available)
                ):
-    "An iterable of (step, x, y) for steps `start_step`..`max_steps - 1`; x, y are (accum, batch_size, seq_len) int64."
+    "An iterable of (step, x, y) for steps `start_step`..`max_steps - 1`; x, y are (accum, batch_size, seq_len) int64; with `cfg.doc_mask`, (step, x, y, documents)."
     synthetic = isinstance(tokens, SyntheticData)  # generated per step: no token file
+    _check_doc_mask(tokens, cfg)
     ds = StepBatches(tokens if synthetic else tokens.train, cfg.seq_len, cfg.batch_size, accum, seed, rank, world_size,
-                     None if synthetic else tokens.train_file)
+                     None if synthetic else tokens.train_file, None if synthetic or not cfg.doc_mask else tokens.train_docs)
     return _StepLoader(ds, range(start_step, max_steps), cfg.num_workers, cfg.prefetch_factor, cfg.persistent_workers,
                        pin_memory)

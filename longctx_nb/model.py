@@ -4,19 +4,21 @@
 
 # %% ../nbs/30_model.ipynb #6c8c96da
 from __future__ import annotations
-import math
+import inspect, math
+from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from .core import UsageError
-from .config import SIZE_PRESETS, Config, ModelConfig, apply_overrides, canonical_key, check_read, own_values, resolve_model
+from .config import SIZE_PRESETS, Config, check_before_run, ModelConfig, apply_overrides, canonical_key, check_read, own_values, resolve_model
 from .blocks.base import Mixer, block_names, blocks_reading, canonical_block, get_block
 from .blocks.layers import Block, RESIDUAL_PROJ
 from .blocks import vanilla, mamba, longformer, bigbird, blade, dpassm  # registers the built-in blocks
 
 # %% auto #0
-__all__ = ['LM', 'create_model', 'count_params', 'param_groups', 'flops_per_token', 'can_stream', 'prefill', 'step', 'generate']
+__all__ = ['DOC_MASK_WHY_NOT', 'LM', 'supports_doc_mask', 'check_doc_mask', 'create_model', 'count_params', 'param_groups',
+           'flops_per_token', 'can_stream', 'prefill', 'step', 'generate']
 
 # %% ../nbs/30_model.ipynb #1a6e8dac
 _LM_FIELDS = {'d_model', 'dropout', 'bias'}   # read by the backbone around every mixer too
@@ -61,14 +63,50 @@ class LM(nn.Module):
                 nn.init.normal_(m.weight, 0.0, resid_std if getattr(m, RESIDUAL_PROJ, False) else std)
             if getattr(m, 'bias', None) is not None and not getattr(m.bias, '_no_reinit', False): nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor,  # (B, L) token ids
-               ) -> torch.Tensor:         # logits (B, L, vocab_size)
-        "Logits `(B, L, vocab_size)` for token ids `idx` `(B, L)`."
+    def forward(self, idx: torch.Tensor,              # (B, L) token ids
+                doc_ids: torch.Tensor | None = None,  # (B, L) each token's document: attention stays within it (data.doc_mask)
+               ) -> torch.Tensor:                     # logits (B, L, vocab_size)
+        "Logits `(B, L, vocab_size)` for token ids `idx` `(B, L)`; with `doc_ids`, no token sees another document."
         x = self.drop(self.embed(idx))
         ckpt = self.cfg.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        if doc_ids is not None: check_doc_mask(self.cfg.block)
         for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False) if ckpt else block(x)
+            f = block if doc_ids is None else partial(_block_in_documents, block, doc_ids=doc_ids)
+            x = checkpoint(f, x, use_reentrant=False) if ckpt else f(x)
         return self.head(self.norm(x))
+
+# %% ../nbs/30_model.ipynb #dde6f96e
+DOC_MASK_WHY_NOT = {   # why a built-in block refuses data.doc_mask
+    'mamba': 'its recurrent state runs on across document boundaries (a reset at each document start is not implemented)',
+    'blade': 'the chunk summaries it carries from chunk to chunk mix documents (not implemented)',
+    'dpassm': 'its state-space path runs on across document boundaries (not implemented)',
+    'baseline_longformer': 'its sliding-window kernel takes no per-document mask (not implemented)',
+    'baseline_bigbird': 'its sparse attention kernel takes no per-document mask (not implemented)'}
+
+def supports_doc_mask(block: str,  # a block name or alias
+                     ) -> bool:
+    "Whether block `block`'s mixer takes `doc_ids`, keeping attention within each document."
+    return 'doc_ids' in inspect.signature(get_block(block).forward).parameters
+
+def check_doc_mask(block: str,  # a block name or alias
+                  ):
+    "Raise `UsageError` (which blocks can, and why this one cannot) unless block `block` supports data.doc_mask."
+    if supports_doc_mask(block): return
+    name, ok = canonical_block(block), [n for n in block_names() if supports_doc_mask(n)]
+    raise UsageError(f"data.doc_mask=true keeps attention within each document, which the blocks {', '.join(ok)} can do; "
+                     f"model.block={name!r} cannot: {DOC_MASK_WHY_NOT.get(name, 'its mixer takes no doc_ids')}. Use "
+                     f"--model.block={ok[0]}, or leave --data.doc_mask out.")
+
+@check_before_run
+def _doc_mask_check(cfg: Config):
+    if cfg.data.doc_mask: check_doc_mask(cfg.model.block)
+
+# %% ../nbs/30_model.ipynb #a27c5ad1
+def _block_in_documents(blk: Block, x: torch.Tensor, doc_ids: torch.Tensor) -> torch.Tensor:
+    "`Block.forward` with the document ids passed to the mixer."
+    x = x + blk.drop(blk.mixer(blk.norm1(x), doc_ids=doc_ids))
+    if blk.mlp is not None: x = x + blk.drop(blk.mlp(blk.norm2(x)))
+    return x
 
 # %% ../nbs/30_model.ipynb #92de05f7
 def create_model(vocab_size: int,                   # ids in the vocabulary

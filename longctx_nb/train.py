@@ -66,13 +66,14 @@ def evaluate(model,                           # the model
              device,                          # where the model is
              precision='32',                  # '32', 'bf16' or '16'
              max_batches: int | None = None,  # at most this many batches (None: the whole split)
+             docs=None,                       # document offsets of `data`: attention within documents (data.doc_mask)
             ) -> float:                       # nats per token
     "Mean loss per token over validation batches of `data`."
     was_training = model.training; model.eval()
     total, count = 0.0, 0
-    for x, y in val_batches(data, seq_len, batch_size, max_batches=max_batches or None):
+    for x, y, *d in val_batches(data, seq_len, batch_size, max_batches=max_batches or None, docs=docs):
         x, y = x.to(device), y.to(device)
-        with autocast(device, precision): logits = model(x)
+        with autocast(device, precision): logits = model(x, doc_ids=d[0].to(device)) if d else model(x)
         total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction='sum').item()
         count += y.numel()
     model.train(was_training)
@@ -436,6 +437,7 @@ def train_step(r: Run,            # the run
                step: int,         # optimizer step, 0-based
                x: torch.Tensor,   # (accumulate_grad_batches, batch_size, seq_len) inputs
                y: torch.Tensor,   # their targets
+               doc: torch.Tensor | None = None,  # document ids of x (data.doc_mask)
               ) -> tuple[float, float, float]:  # (learning rate, loss of the global batch, gradient norm)
     "One optimizer step with gradient accumulation and clipping; a step with a NaN or inf is skipped."
     t, dist, device, precision = r.t, r.dist, r.device, r.precision
@@ -445,10 +447,11 @@ def train_step(r: Run,            # the run
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     step_loss = 0.0
     try:
-        for i, (xm, ym) in enumerate(zip(x, y)):  # micro-batches of the accumulation; gradients sync on the last
+        docs = doc.to(device, non_blocking=True) if doc is not None else [None] * len(x)
+        for i, (xm, ym, dm) in enumerate(zip(x, y, docs)):  # micro-batches of the accumulation; gradients sync on the last
             with dist.accumulate(r.wrapped, last=i == len(x) - 1):
                 with autocast(device, precision):
-                    logits = r.step_model(xm)
+                    logits = r.step_model(xm) if dm is None else r.step_model(xm, doc_ids=dm)
                 loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten(), label_smoothing=t.label_smoothing)
                 r.scaler.scale(loss / t.accumulate_grad_batches).backward()
             step_loss += loss.item() / t.accumulate_grad_batches
@@ -523,7 +526,8 @@ def validate(r: Run,     # the run
     if r.synthetic:  # (loss, accuracy) on the answers of fixed batches; limit 0 ("the whole split") means 20
         r.val_loss, r.val_acc = evaluate_task(r.model, r.tokens, d.seq_len, d.batch_size, r.device, r.precision,
                                               limit or 20, t.seed)
-    else: r.val_loss, r.val_acc = evaluate(r.model, r.tokens.val, d.seq_len, d.batch_size, r.device, r.precision, limit), None
+    else: r.val_loss, r.val_acc = evaluate(r.model, r.tokens.val, d.seq_len, d.batch_size, r.device, r.precision, limit,
+                                                 r.tokens.val_docs if d.doc_mask else None), None
     r.log.log(step=step, val_loss=r.val_loss, val_ppl=round(math.exp(min(r.val_loss, 50)), 3),
               **({'val_acc': round(r.val_acc, 5)} if r.val_acc is not None else {}))
     r.say(f"step {step:>6} | val loss {r.val_loss:.4f}" + (f" | val acc {r.val_acc:.1%}" if r.val_acc is not None else ''))
@@ -693,8 +697,8 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     can_validate = r.synthetic or r.tokens.val is not None
     r.signal, old = None, _catch_signals(r)
     try:
-        for step, x, y in loader:
-            lr, _, grad_norm = train_step(r, step, x, y)
+        for step, x, y, *doc in loader:
+            lr, _, grad_norm = train_step(r, step, x, y, *doc)
             stop = _stop_requested(r)
             done = step + 1 == r.max_steps
             if (step + 1) % r.t.log_every_n_steps == 0 or done or stop: log_window(r, step + 1, lr, grad_norm, x.shape[-1])

@@ -4,26 +4,29 @@
 
 # %% ../../nbs/22_vanilla.ipynb #bc5f404c
 from __future__ import annotations
-import math
+import math, warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes
+from ..kernels.attention import flex_available, _flex_module, _flex_compiled
+from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['attention_ref', 'CausalSelfAttention', 'vanilla_mixer_bytes']
+__all__ = ['attention_ref', 'CausalSelfAttention', 'document_mask', 'document_attention', 'vanilla_mixer_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
                   k: torch.Tensor,   # (B, H, L, Dh) keys
                   v: torch.Tensor,   # (B, H, L, Dv) values
+                  mask: torch.Tensor | None = None,  # (L, L) or (B, L, L) bool: query i may attend key j (None: causal)
                  ) -> torch.Tensor:  # (B, H, L, Dv)
-    "Causal softmax attention, written out: `q, k, v` are `(B, H, L, Dh)`."
+    "Masked softmax attention, written out: `q, k, v` are `(B, H, L, Dh)`; the mask is causal unless given."
     L, Dh = q.shape[-2], q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)
-    mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    if mask is None: mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    elif mask.ndim == 3: mask = mask[:, None]
     scores = scores.masked_fill(~mask, float('-inf'))
     return scores.softmax(dim=-1) @ v
 
@@ -63,11 +66,46 @@ class CausalSelfAttention(Mixer):
         cos, sin = self.rope(L, x.device)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
-    def forward(self, x: torch.Tensor,  # (B, L, d_model)
-               ) -> torch.Tensor:       # (B, L, d_model)
-        q, k, v = self.qkv_rotated(x)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.out_proj(y.transpose(1, 2).flatten(2))
+# %% ../../nbs/22_vanilla.ipynb #9dc07a7a
+@patch_to(CausalSelfAttention)
+def forward(self, x: torch.Tensor,               # (B, L, d_model)
+            doc_ids: torch.Tensor | None = None, # (B, L) each token's document: attend within it only (None: the whole window)
+           ) -> torch.Tensor:                    # (B, L, d_model)
+    q, k, v = self.qkv_rotated(x)
+    p = self.dropout if self.training else 0.0
+    if doc_ids is None: y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+    else: y = document_attention(q, k, v, doc_ids, dropout_p=p)
+    return self.out_proj(y.transpose(1, 2).flatten(2))
+
+# %% ../../nbs/22_vanilla.ipynb #a4894d24
+def document_mask(doc_ids: torch.Tensor,  # (B, L) the document of each token
+                 ) -> torch.Tensor:       # (B, L, L) bool: query i may attend key j
+    "Block-diagonal causal mask: `j <= i` and token `j` is in token `i`'s document."
+    L = doc_ids.shape[-1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=doc_ids.device).tril()
+    return causal & (doc_ids[..., :, None] == doc_ids[..., None, :])
+
+# %% ../../nbs/22_vanilla.ipynb #fcc56631
+def document_attention(q: torch.Tensor,        # (B, H, L, Dh) queries
+                       k: torch.Tensor,        # (B, H, L, Dh) keys
+                       v: torch.Tensor,        # (B, H, L, Dv) values
+                       doc_ids: torch.Tensor,  # (B, L) each token's document
+                       dropout_p: float = 0.0, # attention dropout (SDPA path only)
+                       impl: str = 'auto',     # 'sdpa' (dense mask), 'flex' (block mask) or 'auto'
+                      ) -> torch.Tensor:       # (B, H, L, Dv)
+    "Causal attention within documents: SDPA with the dense `document_mask`, or FlexAttention with a block mask."
+    if impl == 'auto': impl = 'flex' if q.is_cuda and not dropout_p and flex_available(q.device) else 'sdpa'
+    if impl == 'sdpa': return F.scaled_dot_product_attention(q, k, v, attn_mask=document_mask(doc_ids)[:, None], dropout_p=dropout_p)
+    if impl != 'flex': raise UsageError(f"impl={impl!r} is not valid; choices: auto, sdpa, flex.")
+    if dropout_p: raise UsageError("impl='flex' has no attention dropout; use impl='sdpa' (or dropout 0).")
+    if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise UsageError("impl='flex' has no backward pass off a CUDA GPU; use impl='sdpa' to train there, or call it under torch.no_grad().")
+    fa, (B, _, L, _) = _flex_module(), q.shape
+    mask_mod = lambda b, h, qi, ki: (ki <= qi) & (doc_ids[b, qi] == doc_ids[b, ki])
+    bm = fa.create_block_mask(mask_mod, B, None, L, L, device=q.device, _compile=q.is_cuda)
+    if q.is_cuda: return _flex_compiled()(q, k, v, block_mask=bm)
+    with warnings.catch_warnings():   # eager flex warns that it is unfused: here that is the point
+        warnings.simplefilter('ignore'); return fa.flex_attention(q, k, v, block_mask=bm)
 
 # %% ../../nbs/22_vanilla.ipynb #1cb76766
 def vanilla_mixer_bytes(cfg,                    # a resolved `ModelConfig`
