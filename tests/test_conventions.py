@@ -2,6 +2,7 @@
 processes: each works as its guide describes, or is refused (exit code 2, one paragraph, no traceback) with a message
 that names what to run instead. The guides' `python train.py` becomes `longctx_train` (see the README)."""
 import importlib.util, json, os, socket, subprocess, sys
+import numpy as np
 from pathlib import Path
 import pytest
 
@@ -196,10 +197,13 @@ def test_gpu_native_config_small_32k(work):
     assert c['data']['seq_len'] == 32768
     assert (ROOT / 'examples' / 'train_small_32k.sh').is_file()
 
-@pytest.mark.xfail(strict=False, reason='lands with longctx_prepare packing (--chunk_size)')
 def test_gpu_native_prepare_packs(work):
     "`pretokenize_and_pack.py --dataset ... --chunk_size 32768`, as longctx_prepare: fixed-length chunks, then training on them."
     run('longctx_prepare', '--data.dataset_name=local', '--data.dataset_config=texts', '--chunk_size', 64, '--out', 'packed',
         cwd=work, check=0)
-    assert 'chunk' in (work / 'packed' / 'meta.json').read_text()
-    run('longctx_train', '--data_dir', 'packed', '--data.seq_len=64', '--trainer.max_steps=1', *TINY, cwd=work, check=0)
+    meta = json.loads((work / 'packed' / 'meta.json').read_text())
+    assert meta['chunk_size'] == 64 and meta['n_documents'] >= 1, meta
+    n = np.memmap(work / 'packed' / 'train.bin', dtype=meta['dtype'], mode='r').size
+    assert n % 64 == 0 and (work / 'packed' / 'train.docs.npy').is_file()
+    run('longctx_train', '--data_dir', 'packed', '--data.seq_len=64', '--data.doc_mask=true', '--trainer.max_steps=1', *TINY,
+        cwd=work, check=0)
