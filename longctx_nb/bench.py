@@ -15,7 +15,7 @@ from .model import block_names
 
 # %% auto #0
 __all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'check_args', 'write_csv', 'run_bench', 'bench_main',
-           'train_step_cost', 'bench_blocks', 'print_block_bench', 'plot_bench']
+           'train_step_cost', 'print_block_bench', 'plot_bench', 'bench_blocks']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -106,9 +106,10 @@ def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
     "Console script `longctx_bench`."
     sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv, names={'--trainer.accelerator': '--device'}))
 
-# %% ../nbs/50_bench.ipynb #761386f7
+# %% ../nbs/50_bench.ipynb #dfcdd1c9
 ALL_BLOCKS = tuple(block_names())   # every registered block (importing the model registers the zoo)
 
+# %% ../nbs/50_bench.ipynb #2d7b1c5d
 def train_step_cost(model,          # an `LM` on `device`
                     batch: int,     # sequences per step
                     seq_len: int,   # tokens per sequence
@@ -127,6 +128,35 @@ def train_step_cost(model,          # an `LM` on `device`
     step()  # warm-up, and the optimizer state exists before memory is measured
     return best_time(step, device, reps), peak_memory_bytes(step, device)
 
+# %% ../nbs/50_bench.ipynb #80137f1e
+def print_block_bench(rows: list[dict],  # from `bench_blocks`
+                     ):
+    "The table, with each block's time per token relative to its shortest length."
+    first = {}
+    print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} {'peak MiB':>9}")
+    for r in rows:
+        first.setdefault(r['block'], r['us_per_token'])
+        print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
+              f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}")
+
+# %% ../nbs/50_bench.ipynb #d31b7a80
+def plot_bench(rows: list[dict],  # from `bench_blocks`
+               path=None,         # PNG file to save (None: don't save)
+              ):
+    "Time per token and peak memory against sequence length, one line per block; saved as PNG if `path`."
+    plt = pyplot(save=path is not None)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for block in dict.fromkeys(r['block'] for r in rows):
+        rs = [r for r in rows if r['block'] == block]
+        a1.plot([r['L'] for r in rs], [r['us_per_token'] for r in rs], 'o-', label=block)
+        a2.plot([r['L'] for r in rs], [r['peak_mib'] for r in rs], 'o-', label=block)
+    for a, yl in ((a1, 'µs per token (training step)'), (a2, 'peak memory of a step (MiB)')):
+        a.set_xscale('log', base=2); a.set_yscale('log'); a.set_xlabel('sequence length'); a.set_ylabel(yl); a.grid(alpha=.3)
+    a1.legend(fontsize=8); fig.tight_layout()
+    if path is not None: fig.savefig(path, dpi=110)
+    return fig
+
+# %% ../nbs/50_bench.ipynb #67616e50
 def bench_blocks(blocks=ALL_BLOCKS,       # block names
                  Ls=(1024, 4096, 16384),  # sequence lengths
                  size: str = 'tiny',      # size preset of each model
@@ -162,29 +192,3 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
     if csv: write_csv(rows, csv)
     if png: plot_bench(rows, png)
     return rows
-
-def print_block_bench(rows: list[dict],  # from `bench_blocks`
-                     ):
-    "The table, with each block's time per token relative to its shortest length."
-    first = {}
-    print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} {'peak MiB':>9}")
-    for r in rows:
-        first.setdefault(r['block'], r['us_per_token'])
-        print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
-              f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}")
-
-def plot_bench(rows: list[dict],  # from `bench_blocks`
-               path=None,         # PNG file to save (None: don't save)
-              ):
-    "Time per token and peak memory against sequence length, one line per block; saved as PNG if `path`."
-    plt = pyplot(save=path is not None)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for block in dict.fromkeys(r['block'] for r in rows):
-        rs = [r for r in rows if r['block'] == block]
-        a1.plot([r['L'] for r in rs], [r['us_per_token'] for r in rs], 'o-', label=block)
-        a2.plot([r['L'] for r in rs], [r['peak_mib'] for r in rs], 'o-', label=block)
-    for a, yl in ((a1, 'µs per token (training step)'), (a2, 'peak memory of a step (MiB)')):
-        a.set_xscale('log', base=2); a.set_yscale('log'); a.set_xlabel('sequence length'); a.set_ylabel(yl); a.grid(alpha=.3)
-    a1.legend(fontsize=8); fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
-    return fig
