@@ -4,18 +4,19 @@
 
 # %% ../nbs/50_bench.ipynb #3f370f11
 from __future__ import annotations
-import csv, importlib, inspect, math, sys
+import contextlib, csv, importlib, inspect, math, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError, get_device, pyplot
+from .core import UsageError, DISTURBED_SPREAD, Timing, get_device, pyplot, time_reps
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
 from .model import block_names
 
 # %% auto #0
-__all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'check_args', 'write_csv', 'run_bench', 'bench_main',
-           'train_step_cost', 'print_block_bench', 'plot_bench', 'bench_blocks']
+__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'check_args', 'pinned_threads',
+           'timing_table', 'write_csv', 'run_bench', 'bench_main', 'train_step_timing', 'train_step_cost',
+           'print_block_bench', 'plot_bench', 'bench_blocks']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -23,6 +24,8 @@ BENCHES = {
     'attention': 'longctx_nb.kernels.attention:bench_attention',
     'blocks': 'longctx_nb.bench:bench_blocks',
 }
+BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': ('block', 'vanilla')}  # name column, reference
+MIN_REPS = 5   # longctx_bench's default timed calls per case (at least): min and median need a few
 
 def get_bench(name: str,  # a key of `BENCHES`
              ):
@@ -41,8 +44,12 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
                                 help='the benchmark: ' + ', '.join(BENCHES))])
     fn = get_bench(name)
     specs = args_from(fn, rename={'Ls': 'L'})
+    for s in specs:
+        if s['flags'] == ('--reps',): s.update(default=max(s['default'], MIN_REPS), help='timed runs per case, after warm-up: min and median are reported')
     if 'csv' not in inspect.signature(fn).parameters:
         specs.append(arg('--csv', type=Path, help='also write the rows to this CSV file'))
+    specs.append(arg('--threads', type=int, default=None,
+                     help="CPU threads of torch, pinned for the whole run (default: torch's current count)"))
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #e6902acc
@@ -76,6 +83,42 @@ def check_args(fn,       # the benchmark function
             raise UsageError(f"the longest case (--L {max(ns['Ls'])}) needs about {format_bytes(need)}, but {avail[1]}; "
                              "lower --L or the batch.")
 
+# %% ../nbs/50_bench.ipynb #6a3336f6
+@contextlib.contextmanager
+def pinned_threads(n: int | None = None,  # CPU threads for torch; None: keep the current count, pinned
+                  ):
+    "Run the block with `torch.set_num_threads(n)`, printing the count; the previous count is restored after."
+    old = torch.get_num_threads()
+    n = old if n is None else n
+    check_positive(threads=n)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    torch.set_num_threads(n)
+    print(f"threads: {n} (pinned with torch.set_num_threads; {cores} cores available"
+          + (f"; more threads than cores" if n > cores else '') + ")")
+    try: yield n
+    finally: torch.set_num_threads(old)
+
+# %% ../nbs/50_bench.ipynb #6cf1b48b
+def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), ms_median, disturbed, note
+                 key: str = 'impl',  # the name column ('impl', 'block')
+                 ref: str | None = 'ref',  # the reference's name; None: no ratios
+                ) -> str:
+    "Min, median, median/min and the ratios reference/this at the same `L` (min and median), `!` marking disturbed timings."
+    get = lambda L: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
+    out = [f"timing in ms, ratio = {ref or 'reference'}'s time / this one's at the same L; '!': disturbed "
+           f"(median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
+           f"{'L':>7} {key:>12} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11}"]
+    bad = 0
+    for r in rows:
+        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>12}   {r.get('note') or 'not run'}"); continue
+        b, med = get(r['L']), r.get('ms_median') or r['ms']
+        mark = {True: ' !', None: ' ?', False: ''}[r.get('disturbed')]
+        bad += r.get('disturbed') is True
+        rat = (f"{b['ms'] / r['ms']:>10.2f}x {(b.get('ms_median') or b['ms']) / med:>10.2f}x" if b else f"{'-':>11} {'-':>11}")
+        out.append(f"{r['L']:>7} {r[key]:>12} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}{mark}")
+    out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
+    return '\n'.join(out)
+
 # %% ../nbs/50_bench.ipynb #b78c9bc8
 def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
               path,              # CSV file to write (folders are created)
@@ -89,15 +132,20 @@ def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
 
 def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys.argv[1:])
              ) -> list[dict]:                 # the benchmark's rows
-    "Parse `argv` (`NAME [flags]`), run that benchmark (it prints its table) and return its rows."
+    "Parse `argv` (`NAME [flags]`), pin the threads, run that benchmark (it prints its table), print the timing table, return the rows."
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv: print(bench_parser().format_help()); return []
     if argv[0].startswith('-'): bench_parser().parse_args(argv); return []   # --help, --version
     fn = get_bench(argv[0])
     ns = vars(bench_parser(argv[0]).parse_args(argv[1:]))
+    threads = ns.pop('threads'); check_positive(threads=threads)
     check_args(fn, ns)
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
-    rows = fn(**ns)
+    with pinned_threads(threads):
+        if 'reps' in ns: print(f"timing: min and median of {ns['reps']} timed calls per case, after warm-up")
+        rows = fn(**ns)
+    key, ref = BENCH_REFS.get(argv[0], ('impl', None))
+    if rows and 'ms_median' in rows[0]: print(timing_table(rows, key, ref))
     if out: print(f'wrote {write_csv(rows, out)}')
     return rows
 
@@ -110,6 +158,24 @@ def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
 ALL_BLOCKS = tuple(block_names())   # every registered block (importing the model registers the zoo)
 
 # %% ../nbs/50_bench.ipynb #2d7b1c5d
+def train_step_timing(model,          # an `LM` on `device`
+                      batch: int,     # sequences per step
+                      seq_len: int,   # tokens per sequence
+                      device,         # where `model` is
+                      reps: int = 5,  # timed steps
+                     ) -> tuple[Timing, int]:  # (the steps' timing, peak bytes of one step)
+    "One AdamW training step of `model` on random tokens, timed `reps` times after a warm-up step, and its peak memory."
+    from longctx_nb.model import param_groups
+    from longctx_nb.core import peak_memory_bytes
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
+    x = torch.randint(0, model.cfg.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    model.train()
+    t = time_reps(step, device, reps, warmup=1)  # the warm-up creates the optimizer state before memory is measured
+    return t, peak_memory_bytes(step, device)
+
 def train_step_cost(model,          # an `LM` on `device`
                     batch: int,     # sequences per step
                     seq_len: int,   # tokens per sequence
@@ -117,27 +183,20 @@ def train_step_cost(model,          # an `LM` on `device`
                     reps: int = 2,  # timed steps; the fastest counts
                    ) -> tuple[float, int]:  # (seconds of the fastest step, peak bytes of one step)
     "Cost of one AdamW training step of `model` on random tokens: its best time and its peak memory (after a warm-up step)."
-    from longctx_nb.model import param_groups
-    from longctx_nb.core import best_time, peak_memory_bytes
-    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
-    x = torch.randint(0, model.cfg.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
-    def step():
-        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-    model.train()
-    step()  # warm-up, and the optimizer state exists before memory is measured
-    return best_time(step, device, reps), peak_memory_bytes(step, device)
+    t, peak = train_step_timing(model, batch, seq_len, device, reps)
+    return t.min, peak
 
 # %% ../nbs/50_bench.ipynb #80137f1e
 def print_block_bench(rows: list[dict],  # from `bench_blocks`
                      ):
-    "The table, with each block's time per token relative to its shortest length."
+    "The table: min and median per step, each block's time per token relative to its shortest length, `!` if disturbed."
     first = {}
-    print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} {'peak MiB':>9}")
+    print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'median':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} {'peak MiB':>9}")
     for r in rows:
         first.setdefault(r['block'], r['us_per_token'])
-        print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
-              f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}")
+        print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r.get('ms_median', r['ms']):>9.1f} {r['tokens_per_sec']:>10,.0f} "
+              f"{r['us_per_token']:>9.2f} {r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}"
+              + (' !' if r.get('disturbed') else ''))
 
 # %% ../nbs/50_bench.ipynb #d31b7a80
 def plot_bench(rows: list[dict],  # from `bench_blocks`
@@ -164,7 +223,7 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
                  window_size: int = 256,  # window of the local-attention blocks
                  chunk_size: int = 256,   # chunk length of blade
                  device=None,             # default: the GPU if any
-                 reps: int = 2,           # timed steps per case; the best is reported
+                 reps: int = 5,           # timed steps per case: min and median are reported
                  csv: str | None = None,  # also write the rows to this CSV file
                  png: str | None = None,  # also save the plot to this PNG file
                  verbose: bool = True,    # print the table
@@ -183,9 +242,10 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
         for L in Ls:
-            secs, peak = train_step_cost(model, batch, L, device, reps)
-            ms = 1e3 * secs
+            t, peak = train_step_timing(model, batch, L, device, reps)
+            ms = 1e3 * t.min
             rows.append(dict(block=block, L=L, size=size, params=count_params(model), device=str(device), ms=round(ms, 2),
+                             ms_median=round(1e3 * t.median, 2), spread=round(t.spread, 3), disturbed=t.disturbed,
                              tokens_per_sec=round(batch * L / ms * 1e3, 1), us_per_token=round(1e3 * ms / (batch * L), 3),
                              peak_mib=round(peak / 2**20, 2)))
     if verbose: print_block_bench(rows)

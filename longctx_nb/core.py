@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype',
-           'check_precision', 'autocast', 'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'best_time',
-           'measure_peak_flops', 'peak_memory_bytes', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import',
-           'Impl', 'KernelImpls']
+__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'UsageError', 'TrainingError', 'get_device',
+           'parse_precision', 'autocast_dtype', 'check_precision', 'autocast', 'seed_everything', 'reset_peak_memory',
+           'peak_memory_mb', 'Timing', 'time_reps', 'best_time', 'measure_peak_flops', 'peak_memory_bytes',
+           'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -105,20 +105,58 @@ def peak_memory_mb(device: torch.device,  # CUDA: allocator peak; else: process 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == 'darwin' else rss / 2**10
 
-# %% ../nbs/00_core.ipynb #dd4c6f46
+# %% ../nbs/00_core.ipynb #b0b0549e
+DISTURBED_SPREAD = 1.3   # median / min above this marks a timing as disturbed
+MIN_SPREAD_REPS = 3      # fewer timed calls: the spread is not judged
+
+@dataclass
+class Timing:
+    "Seconds of each timed call of one measurement, with its min, median and whether its spread says it was disturbed."
+    times: list[float]                       # seconds of each timed call, in order
+    max_spread: float = DISTURBED_SPREAD     # median / min above this: disturbed
+    @property
+    def min(self) -> float: return min(self.times)
+    @property
+    def median(self) -> float:
+        s = sorted(self.times); n = len(s)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    @property
+    def spread(self) -> float: return self.median / self.min if self.min > 0 else float('inf')
+    @property
+    def disturbed(self) -> bool | None:
+        "True if `spread > max_spread`; None (not judged) with fewer than `MIN_SPREAD_REPS` calls."
+        return None if len(self.times) < MIN_SPREAD_REPS else self.spread > self.max_spread
+    def __str__(self):
+        flag = {None: ' (too few calls to judge the spread)', True: f' DISTURBED (median/min > {self.max_spread})', False: ''}
+        return (f"min {1e3 * self.min:.3f} ms, median {1e3 * self.median:.3f} ms, median/min {self.spread:.2f} "
+                f"over {len(self.times)} calls{flag[self.disturbed]}")
+
+# %% ../nbs/00_core.ipynb #e43b689f
+def time_reps(fn,                              # called with no arguments
+              device='cpu',                    # synchronised around each call on CUDA
+              reps: int = 5,                   # timed calls
+              warmup: int = 1,                 # untimed calls first: caches, compilation, the allocator
+              timer: Callable = time.perf_counter,  # the clock (seconds); a test passes a fake one
+              max_spread: float = DISTURBED_SPREAD,  # median / min above this: disturbed
+             ) -> Timing:
+    "Time `reps` calls of `fn()` after `warmup` untimed ones: each call's seconds, with min, median and the spread check."
+    device = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == 'cuda' else (lambda: None)
+    for _ in range(warmup): fn()
+    times = []
+    for _ in range(reps):
+        sync(); t0 = timer(); fn(); sync()
+        times.append(timer() - t0)
+    return Timing(times, max_spread)
+
 def best_time(fn,             # called with no arguments
               device,         # synchronised around each call on CUDA
               reps: int = 3,  # calls timed; the fastest counts
              ) -> float:      # seconds
     "Seconds of the fastest of `reps` calls of `fn()` on `device` (synchronised on CUDA); warm up before calling it."
-    device = torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == 'cuda' else (lambda: None)
-    best = float('inf')
-    for _ in range(reps):
-        sync(); t0 = time.perf_counter(); fn(); sync()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return time_reps(fn, device, reps, warmup=0).min
 
+# %% ../nbs/00_core.ipynb #dd4c6f46
 def measure_peak_flops(device: torch.device,                # where the matmul runs
                        dtype: torch.dtype = torch.float32,  # the matmul's dtype
                        n: int | None = None,                # matrix size (default 8192 on CUDA, else 1024)
@@ -188,13 +226,14 @@ def bench_impls(Ls,               # sequence lengths
                 impls,            # implementations, run in this order at each length
                 setup,            # `setup(L) -> (step, leaves)`: `step(impl)` returns the function to time, or a str why it is skipped
                 device,           # where it runs
-                reps: int = 3,    # timed runs per case; the best is reported
+                reps: int = 5,    # timed runs per case: min and median are reported
                 warmup: int = 1,  # untimed runs first: caches, compilation, the allocator
                 tokens: int = 1,  # tokens per step are `tokens * L`, for `us_per_token`
                 first=('impl', 'L'),  # the key columns, in this order
                 columns: dict | None = None,  # constant columns of every row, after the key columns
-               ) -> list[dict]:   # one row per (L, impl): the key columns, `columns`, ms, us_per_token, peak_mib, note
-    "Best-of-`reps` time and peak memory of `step(impl)` per length and implementation; gradients of `leaves` are cleared between calls."
+                timer: Callable = time.perf_counter,  # the clock of `time_reps`
+               ) -> list[dict]:   # one row per (L, impl): keys, `columns`, ms (min), ms_median, spread, disturbed, us_per_token, peak_mib, note
+    "Min and median time and peak memory of `step(impl)` per length and implementation; gradients of `leaves` are cleared between calls."
     rows = []
     for L in Ls:
         step, leaves = setup(L)
@@ -202,13 +241,15 @@ def bench_impls(Ls,               # sequence lengths
             for t in leaves: t.grad = None
         for impl in impls:
             key = dict(impl=impl, L=L)
-            row = {k: key[k] for k in first} | (columns or {}) | dict(ms=None, us_per_token=None, peak_mib=None, note='')
+            row = {k: key[k] for k in first} | (columns or {}) | dict(
+                ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='')
             rows.append(row)
             fn = step(impl)
             if isinstance(fn, str): row['note'] = fn; continue
             def run(): clear(); fn()
-            for _ in range(warmup): run()
-            row['ms'] = 1e3 * best_time(run, device, reps); row['us_per_token'] = 1e3 * row['ms'] / (tokens * L)
+            t = time_reps(run, device, reps, warmup, timer)
+            row.update(ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3), disturbed=t.disturbed,
+                       us_per_token=1e6 * t.min / (tokens * L))
             clear(); row['peak_mib'] = peak_memory_bytes(run, device) / 2**20
             clear()
     return rows
