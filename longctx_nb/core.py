@@ -4,16 +4,18 @@
 
 # %% ../nbs/00_core.ipynb #517d4c20
 from __future__ import annotations
-import contextlib, functools, importlib, os, random, resource, sys, time
+import contextlib, functools, importlib, json, os, platform, random, resource, sys, time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'UsageError', 'TrainingError', 'get_device',
-           'parse_precision', 'autocast_dtype', 'check_precision', 'autocast', 'seed_everything', 'reset_peak_memory',
-           'peak_memory_mb', 'Timing', 'time_reps', 'best_time', 'measure_peak_flops', 'peak_memory_bytes',
+__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'REMEASURE_ENV', 'UsageError', 'TrainingError',
+           'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast', 'seed_everything',
+           'reset_peak_memory', 'peak_memory_mb', 'Timing', 'time_reps', 'best_time', 'measure_peak_flops',
+           'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes',
            'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
@@ -160,13 +162,82 @@ def best_time(fn,             # called with no arguments
 def measure_peak_flops(device: torch.device,                # where the matmul runs
                        dtype: torch.dtype = torch.float32,  # the matmul's dtype
                        n: int | None = None,                # matrix size (default 8192 on CUDA, else 1024)
-                       reps: int = 5,                       # matmuls timed; the fastest counts
+                       reps: int = 10,                      # matmuls timed after 2 warm-up ones; the fastest counts
                       ) -> float:                           # FLOP/s
     "Best observed FLOP/s of an `n` x `n` matmul on `device` in `dtype`."
+    device = torch.device(device)
     n = n or (8192 if device.type == 'cuda' else 1024)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    a @ b  # warm-up
-    return 2 * n**3 / best_time(lambda: a @ b, device, reps)
+    return 2 * n**3 / time_reps(lambda: a @ b, device, reps, warmup=2).min
+
+# %% ../nbs/00_core.ipynb #9000cf07
+REMEASURE_ENV = 'LONGCTX_REMEASURE_PEAK'   # set to 1: measure the peak FLOP/s again and update the cache
+
+def cache_home() -> Path:
+    "The cache folder: $LONGCTX_CACHE, else ~/.cache/longctx_nb."
+    return Path(os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
+
+def device_name(device: torch.device,  # the device
+               ) -> str:
+    "The device's model: the CUDA device name, else the CPU's model name with torch's thread count."
+    device = torch.device(device)
+    if device.type == 'cuda': return torch.cuda.get_device_name(device)
+    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')),
+               None) if Path('/proc/cpuinfo').exists() else None
+    return f"{cpu or platform.processor() or device.type}, {torch.get_num_threads()} threads"
+
+def peak_key(device: torch.device,  # the device
+             dtype: torch.dtype,    # the matmul's dtype
+            ) -> str:
+    "What a measured peak depends on: host, device model, torch version, dtype."
+    return f"{platform.node()} | {device_name(device)} | torch {torch.__version__} | {str(dtype).replace('torch.', '')}"
+
+# %% ../nbs/00_core.ipynb #224b95aa
+def device_peak_flops(device: torch.device,                # where the run trains
+                      dtype: torch.dtype = torch.float32,  # the training dtype
+                      remeasure: bool | None = None,       # measure again; None: only if $LONGCTX_REMEASURE_PEAK is 1
+                      cache_dir=None,                      # default: `cache_home()`
+                      say: Callable = print,               # prints where the peak comes from
+                     ) -> float:                           # FLOP/s
+    "The device's peak FLOP/s in `dtype`: cached per machine and torch version, measured (best of 10) when missing or asked."
+    device = torch.device(device)
+    if remeasure is None: remeasure = os.environ.get(REMEASURE_ENV, '') not in ('', '0')
+    path = Path(cache_dir or cache_home()) / 'peak_flops.json'
+    key = peak_key(device, dtype)
+    try: table = json.loads(path.read_text())
+    except (OSError, ValueError): table = {}
+    hit = table.get(key) if not remeasure else None
+    if hit:
+        say(f"peak: {hit['flops'] / 1e9:,.1f} GFLOP/s {str(dtype)[6:]}, measured {hit['measured']} (cached in {path}; "
+            f"{REMEASURE_ENV}=1 measures it again)")
+        return hit['flops']
+    flops = measure_peak_flops(device, dtype)
+    table[key] = dict(flops=flops, measured=time.strftime('%Y-%m-%d %H:%M'))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f'{path.name}.{os.getpid()}.tmp'); tmp.write_text(json.dumps(table, indent=1)); os.replace(tmp, path)
+        where = f"cached in {path}"
+    except OSError as e: where = f"not cached: {e}"
+    say(f"peak: {flops / 1e9:,.1f} GFLOP/s {str(dtype)[6:]}, measured now, best of 10 matmuls ({where})")
+    return flops
+
+# %% ../nbs/00_core.ipynb #7256cb3a
+def mfu(flops_per_s: float,  # FLOP/s the work achieved
+        peak: float,         # the device's peak FLOP/s (`device_peak_flops`)
+        digits: int | None = None,  # round to this many digits
+       ) -> float | None:    # 0..1; None when above 1 (a measurement error)
+    "Model FLOPs utilisation, or None when it exceeds 100%: a peak measured too low or miscounted FLOPs, not a result."
+    u = flops_per_s / peak
+    return None if not 0 <= u <= 1 else u if digits is None else round(u, digits)
+
+def format_mfu(flops_per_s: float,  # FLOP/s the work achieved
+               peak: float,         # the device's peak FLOP/s
+              ) -> str:
+    "'MFU 43.0%', or the measurement error in words when it exceeds 100%."
+    u = mfu(flops_per_s, peak)
+    if u is not None: return f"MFU {u:.1%}"
+    return (f"MFU n/a (measurement error: {flops_per_s / peak:.0%} of the measured peak; "
+            f"{REMEASURE_ENV}=1 measures the peak again)")
 
 # %% ../nbs/00_core.ipynb #cfa0b919
 @contextlib.contextmanager
