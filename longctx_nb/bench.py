@@ -4,7 +4,7 @@
 
 # %% ../nbs/50_bench.ipynb #3f370f11
 from __future__ import annotations
-import contextlib, csv, importlib, inspect, math, os, sys
+import contextlib, csv, importlib, inspect, json, math, os, sys
 import torch
 from pathlib import Path
 from .core import UsageError, DISTURBED_SPREAD, Timing, get_device, pyplot, time_reps
@@ -14,15 +14,18 @@ from .flags import Parser, arg, add_args, args_from, main
 from .model import block_names
 
 # %% auto #0
-__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'check_args', 'pinned_threads',
-           'timing_table', 'write_csv', 'run_bench', 'bench_main', 'train_step_timing', 'train_step_cost',
-           'print_block_bench', 'plot_bench', 'bench_blocks']
+__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS', 'get_bench', 'bench_parser', 'check_args',
+           'pinned_threads', 'timing_table', 'write_csv', 'run_bench', 'bench_main', 'train_step_timing',
+           'train_step_cost', 'print_block_bench', 'plot_bench', 'bench_blocks', 'require_cuda', 'rel_err',
+           'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
+           'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
     'scan': 'longctx_nb.kernels.scan:bench_scan',
     'attention': 'longctx_nb.kernels.attention:bench_attention',
     'blocks': 'longctx_nb.bench:bench_blocks',
+    'gpu': 'longctx_nb.bench:bench_gpu',
 }
 BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': ('block', 'vanilla')}  # name column, reference
 MIN_REPS = 5   # longctx_bench's default timed calls per case (at least): min and median need a few
@@ -138,6 +141,7 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     if argv[0].startswith('-'): bench_parser().parse_args(argv); return []   # --help, --version
     fn = get_bench(argv[0])
     ns = vars(bench_parser(argv[0]).parse_args(argv[1:]))
+    if argv[0] == 'gpu': require_cuda()   # before anything is checked, allocated or written
     threads = ns.pop('threads'); check_positive(threads=threads)
     check_args(fn, ns)
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
@@ -163,14 +167,16 @@ def train_step_timing(model,          # an `LM` on `device`
                       seq_len: int,   # tokens per sequence
                       device,         # where `model` is
                       reps: int = 5,  # timed steps
+                      precision: str = '32',  # the forward pass's precision ('bf16': autocast)
                      ) -> tuple[Timing, int]:  # (the steps' timing, peak bytes of one step)
     "One AdamW training step of `model` on random tokens, timed `reps` times after a warm-up step, and its peak memory."
     from longctx_nb.model import param_groups
-    from longctx_nb.core import peak_memory_bytes
+    from longctx_nb.core import peak_memory_bytes, autocast
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
     x = torch.randint(0, model.cfg.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
     def step():
-        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        with autocast(device, precision):
+            loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1).float(), x[:, 1:].flatten())
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
     model.train()
     t = time_reps(step, device, reps, warmup=1)  # the warm-up creates the optimizer state before memory is measured
@@ -252,3 +258,237 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
     if csv: write_csv(rows, csv)
     if png: plot_bench(rows, png)
     return rows
+
+# %% ../nbs/50_bench.ipynb #f7c91a95
+def require_cuda(what: str = 'longctx_bench gpu',  # the command, for the message
+                ):
+    "Refuse (`UsageError`, exit 2) when torch sees no CUDA GPU, saying what the command needs."
+    if torch.cuda.is_available(): return
+    raise UsageError(
+        f"{what} needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is False; "
+        f"torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an NVIDIA GPU, "
+        "its driver and a CUDA build of torch; mamba-ssm and causal-conv1d come from wheels in a folder "
+        "(examples/gpu_check.sh kernels, WHEELS=wheels/) or are built there. On a CPU, longctx_bench scan, attention "
+        "and blocks measure the CPU paths.")
+
+# %% ../nbs/50_bench.ipynb #7daf2aa3
+def rel_err(a: torch.Tensor | None,  # a result
+            b: torch.Tensor | None,  # the reference's
+           ) -> float:
+    "max |a - b| / max |b|, in fp32; inf when only one of them exists, 0 when neither does."
+    if a is None or b is None: return 0.0 if a is b else float('inf')
+    a, b = a.detach().float(), b.detach().float()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+def compare_impl(fn,                 # fn(impl) -> output tensor, computed from `leaves`
+                 leaves,             # input tensors whose gradients are compared
+                 impl: str,          # the path checked
+                 ref: str = 'ref',   # the reference path
+                 tol: float = 1e-3,  # largest relative error accepted (outputs and gradients)
+                ) -> dict:           # impl, ref, out_err, grad_err (worst leaf), ok
+    "Outputs and input gradients of `fn(impl)` against `fn(ref)`, with one random output gradient for both."
+    res = {}
+    for which in (ref, impl):
+        for t in leaves: t.grad = None
+        out = fn(which)
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out))
+        res[which] = out.detach(), [None if t.grad is None else t.grad.clone() for t in leaves]
+    (o, g), (o0, g0) = res[impl], res[ref]
+    oe, ge = rel_err(o, o0), max((rel_err(a, b) for a, b in zip(g, g0)), default=0.0)
+    return dict(impl=impl, ref=ref, out_err=oe, grad_err=ge, ok=oe <= tol and ge <= tol)
+
+# %% ../nbs/50_bench.ipynb #c99fa6d9
+GPU_PATHS = {'selective_scan': 'cuda', 'causal_conv1d': 'cuda', 'local_attention': 'flex'}  # kernel -> its GPU path
+
+def kernel_cases(device,              # where the tensors go
+                 L: int = 1024,       # sequence length
+                 dim: int = 64,       # channels of the scan and the convolution
+                ) -> dict:            # kernel -> (fn(impl) -> output, leaves)
+    "One fp32 problem per kernel: a Mamba-like scan, a width-4 SiLU convolution, windowed attention with global tokens."
+    from longctx_nb.kernels.scan import selective_scan, scan_inputs
+    from longctx_nb.kernels.conv import causal_conv1d
+    from longctx_nb.kernels.attention import local_attention
+    g = torch.Generator().manual_seed(L)
+    leaf = lambda *s: torch.randn(*s, generator=g).to(device).requires_grad_(True)
+    s = scan_inputs(2, dim, L, 16, device=device, seed=L)
+    x, w, b = leaf(2, dim, L), leaf(dim, 4), leaf(dim)
+    q, k, v = (leaf(1, 4, L, 64) for _ in range(3))
+    return {'selective_scan': (lambda impl: selective_scan(**s, delta_softplus=True, impl=impl), list(s.values())),
+            'causal_conv1d': (lambda impl: causal_conv1d(x, w, b, 'silu', impl=impl), [x, w, b]),
+            'local_attention': (lambda impl: local_attention(q, k, v, 256, n_global=4, impl=impl), [q, k, v])}
+
+def compare_paths(device,                      # where they run
+                  paths: dict = GPU_PATHS,     # kernel -> the path compared with its 'ref'
+                  L: int = 1024,               # sequence length
+                  tol: float = 1e-3,           # largest relative error accepted
+                 ) -> list[dict]:              # one row per kernel: kernel, impl, ref, out_err, grad_err, ok, note
+    "Each kernel's fast path against its reference, values and gradients; a path that cannot run is a failed row saying why."
+    rows, cases = [], kernel_cases(device, L)
+    for name, impl in paths.items():
+        fn, leaves = cases[name]
+        try: rows.append(dict(kernel=name, L=L) | compare_impl(fn, leaves, impl, tol=tol) | dict(note=''))
+        except Exception as e:
+            rows.append(dict(kernel=name, L=L, impl=impl, ref='ref', out_err=None, grad_err=None, ok=False,
+                             note=f'{type(e).__name__}: {" ".join(str(e).split())[:300]}'))
+    return rows
+
+# %% ../nbs/50_bench.ipynb #72b45b64
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError) or 'out of memory' in str(e).lower()
+
+def gpu_block_row(model,             # an `LM` on `device`
+                  L: int,            # sequence length
+                  device,            # where it runs
+                  peak: float,       # the device's peak FLOP/s in `precision`
+                  batch: int = 1,    # sequences per step
+                  precision: str = 'bf16',  # autocast precision
+                  reps: int = 5,     # timed steps
+                 ) -> dict:          # block, L, tokens_per_sec, tokens_per_sec_median, mfu, mfu_note, peak_mib, disturbed, note
+    "Throughput, MFU and peak memory of one training step of `model` at length `L`; out of memory is a row, not a crash."
+    from longctx_nb.model import flops_per_token
+    from longctx_nb.core import mfu as _mfu, format_mfu
+    row = dict(block=model.cfg.block, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
+               peak_mib=None, disturbed=None, note='')
+    try: t, peak_bytes = train_step_timing(model, batch, L, device, reps, precision)
+    except Exception as e:
+        if not _is_oom(e): raise
+        if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
+        return row | dict(note='out of memory')
+    fps = flops_per_token(model.cfg, L) * batch * L / t.min
+    u = _mfu(fps, peak, 4)
+    return row | dict(tokens_per_sec=round(batch * L / t.min, 1), tokens_per_sec_median=round(batch * L / t.median, 1),
+                      mfu=u, mfu_note='' if u is not None else format_mfu(fps, peak), peak_mib=round(peak_bytes / 2**20, 1),
+                      disturbed=t.disturbed)
+
+# %% ../nbs/50_bench.ipynb #19d107b5
+def largest_fitting(fits,                 # fits(L) -> True (fits), False (out of memory) or None (fits, too slow to go on)
+                    start: int = 2048,    # first length tried
+                    max_len: int = 2**20, # longest length tried
+                    step: int = 1024,     # the answer is a multiple of this
+                   ) -> tuple[int, str]:  # (largest length that fit, 0 if none; a note)
+    "The largest length in multiples of `step` (from `start`, up to `max_len`) for which `fits(L)` holds."
+    good, bad, L = 0, None, start
+    while L <= max_len:
+        ok = fits(L)
+        if ok is None: return L, f'a step at {L} took too long to try longer'
+        if not ok: bad = L; break
+        good, L = L, 2 * L
+    if bad is None: return good, (f'longest length tried ({max_len})' if good else '')
+    if not good: return 0, f'{start} does not fit'
+    while bad - good > step:
+        mid = (good + bad) // 2 // step * step
+        if mid <= good: break
+        ok = fits(mid)
+        if ok is None: return mid, f'a step at {mid} took too long to try longer'
+        good, bad = (mid, bad) if ok else (good, mid)
+    return good, ''
+
+# %% ../nbs/50_bench.ipynb #1d7a6523
+def _fmt(x, spec: str, none: str = '-') -> str: return none if x is None else format(x, spec)
+
+def gpu_table(info: dict,                # the setting: device, torch, size, params, batch, precision, peak, kernels
+              compare: list[dict] = (),  # rows of `compare_paths`
+              blocks: list[dict] = (),   # rows of `gpu_block_row`
+              fits: list[dict] = (),     # rows: block, largest, note
+             ) -> str:                   # Markdown
+    "The GPU check's report as Markdown tables."
+    out = ['# GPU check', '',
+           ' | '.join(f'{k} {v}' for k, v in info.items()), '']
+    if compare:
+        out += [f"## Kernels against their references (fp32, L={compare[0]['L']}; relative error)", '',
+                '| kernel | path | output error | gradient error | result |', '|---|---|---|---|---|']
+        out += [f"| {r['kernel']} | {r['impl']} | {_fmt(r['out_err'], '.1e')} | {_fmt(r['grad_err'], '.1e')} | "
+                f"{'ok' if r['ok'] else 'FAILED ' + (r.get('note') or '')} |" for r in compare]
+        out.append('')
+    if blocks:
+        out += ['## Training step per block (tokens/s: fastest of the timed steps, median in brackets)', '',
+                '| block | L | tokens/s | MFU | peak memory | note |', '|---|---:|---:|---:|---:|---|']
+        for r in blocks:
+            tps = f"{r['tokens_per_sec']:,.0f} ({r['tokens_per_sec_median']:,.0f})" if r['tokens_per_sec'] else '-'
+            note = '; '.join(x for x in (r.get('note'), r.get('mfu_note'), 'disturbed' if r.get('disturbed') else '') if x)
+            mem = '-' if r['peak_mib'] is None else format_bytes(r['peak_mib'] * 2**20)
+            out.append(f"| {r['block']} | {r['L']} | {tps} | {_fmt(r['mfu'], '.1%', 'n/a' if r['mfu_note'] else '-')} | {mem} | {note} |")
+        out.append('')
+    if fits:
+        out += ['## Longest sequence that fits (one training step)', '', '| block | longest L | note |', '|---|---:|---|']
+        out += [f"| {r['block']} | {r['largest']:,} | {r['note']} |" for r in fits]
+        out.append('')
+    return '\n'.join(out)
+
+# %% ../nbs/50_bench.ipynb #175915e7
+GPU_PARTS = ('compare', 'blocks', 'fits')
+
+def _gpu_models(blocks, size, window_size, chunk_size, device):
+    "Each block's model on `device`, one at a time (the previous one is freed first)."
+    from longctx_nb.model import create_model
+    from longctx_nb.core import seed_everything
+    for block in blocks:
+        seed_everything(0)
+        model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
+        yield block, model
+        del model
+        if device.type == 'cuda': torch.cuda.empty_cache()
+
+def _fit_probe(model, device, precision, max_seconds):
+    "fits(L) for `largest_fitting`: one timed training step at L; out of memory -> False, slower than max_seconds -> None."
+    def fits(L):
+        r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
+        if r['note'] == 'out of memory': return False
+        return None if L / r['tokens_per_sec'] > max_seconds else True
+    return fits
+
+def _check_gpu_args(blocks, size, parts, precision):
+    from longctx_nb.config import SIZE_PRESETS
+    from longctx_nb.core import parse_precision
+    for what, got, valid in (('--blocks', blocks, ALL_BLOCKS), ('--size', [size], list(SIZE_PRESETS)), ('--parts', parts, GPU_PARTS)):
+        bad = [x for x in got if x not in valid]
+        if bad: raise UsageError(f"{what} {' '.join(bad)}: unknown; valid choices: {', '.join(valid)}.")
+    parse_precision(precision)
+
+# %% ../nbs/50_bench.ipynb #fe08d733
+def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
+               window_size, chunk_size, out, verbose, peak=None):
+    "The parts of `bench_gpu` on `device` (a CPU in the tests): rows saved as JSON, gpu_table.md written from all found."
+    from longctx_nb.core import device_peak_flops, device_name, autocast_dtype, parse_precision
+    from longctx_nb.model import count_params
+    out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
+    peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)
+    rows = {}
+    if 'compare' in parts: rows['compare'] = compare_paths(device, paths, check_len)
+    if 'blocks' in parts:
+        rows['blocks'] = [gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
+                          for _, m in _gpu_models(blocks, size, window_size, chunk_size, device) for L in Ls]
+    if 'fits' in parts:
+        rows['fits'] = [{'block': b, **dict(zip(('largest', 'note'), largest_fitting(
+                            _fit_probe(m, device, precision, max_seconds), min(Ls), max_len)))}
+                        for b, m in _gpu_models(blocks, size, window_size, chunk_size, device)]
+    for part, rs in rows.items(): (out / f'{part}.json').write_text(json.dumps(rs, indent=1))
+    info = dict(device=device_name(device), torch=torch.__version__, size=size, batch=batch, precision=precision,
+                peak=f'{peak / 1e12:,.3g} TFLOP/s (measured)')
+    found = [json.loads((out / f'{p}.json').read_text()) if (out / f'{p}.json').exists() else [] for p in GPU_PARTS]
+    (out / 'gpu_table.md').write_text(md := gpu_table(info, *found))
+    if verbose: print(md); print(f'wrote {out / "gpu_table.md"}')
+    return [r for rs in rows.values() for r in rs]
+
+# %% ../nbs/50_bench.ipynb #d91efe3b
+def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' table
+              blocks=ALL_BLOCKS,           # block names
+              size: str = 'small',         # size preset of each model
+              parts=GPU_PARTS,             # what to run: compare (kernels vs references), blocks (the table), fits (longest length)
+              batch: int = 1,              # sequences per step
+              precision: str = 'bf16',     # autocast precision of the training steps
+              reps: int = 5,               # timed steps per case
+              check_len: int = 1024,       # sequence length of the kernel comparisons
+              max_len: int = 2**20,        # longest length the fit search tries
+              max_seconds: float = 30.0,   # a step slower than this stops the fit search of its block
+              window_size: int = 256,      # window of the local-attention blocks
+              chunk_size: int = 256,       # chunk length of blade
+              out: str = 'gpu_check',      # folder of each part's rows (JSON) and of gpu_table.md
+              verbose: bool = True,        # print the table
+             ) -> list[dict]:              # the rows of the parts run
+    "On a CUDA GPU: kernels against references (values, gradients); tokens/s, MFU and peak memory per block and length; longest length that fits."
+    require_cuda()
+    _check_gpu_args(blocks, size, parts, precision)
+    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len)
+    return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len,
+                      max_seconds, window_size, chunk_size, out, verbose)
