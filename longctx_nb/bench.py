@@ -25,9 +25,11 @@ BENCHES = {
     'scan': 'longctx_nb.kernels.scan:bench_scan',
     'attention': 'longctx_nb.kernels.attention:bench_attention',
     'blocks': 'longctx_nb.bench:bench_blocks',
+    'dpassm': 'longctx_nb.blocks.dpassm:bench_dpassm',
     'gpu': 'longctx_nb.bench:bench_gpu',
 }
-BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': ('block', 'vanilla')}  # name column, reference
+BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': ('block', 'vanilla'),
+              'dpassm': ('impl', 'sum of paths')}  # name column, reference
 MIN_REPS = 5   # longctx_bench's default timed calls per case (at least): min and median need a few
 
 def get_bench(name: str,  # a key of `BENCHES`

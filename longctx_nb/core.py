@@ -16,7 +16,7 @@ __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS'
            'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast', 'seed_everything',
            'reset_peak_memory', 'peak_memory_mb', 'Timing', 'time_reps', 'best_time', 'measure_peak_flops',
            'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes',
-           'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
+           'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -270,6 +270,27 @@ def peak_memory_bytes(fn,            # called once with no arguments
     cur = peak = 0
     for *_, n in events: cur += n; peak = max(peak, cur)
     return peak
+
+# %% ../nbs/00_core.ipynb #0b1918c2
+def profile_ops(fn,                # called `reps` times under torch.profiler (warm it up first)
+                reps: int = 3,     # calls profiled; times are per call
+                by: str = 'self',  # 'self': time inside the op itself; 'total': with the ops it calls
+                top: int = 10,     # rows returned
+               ) -> list[dict]:    # name, ms (per call), share (of all self time), calls (per call)
+    "The operators that dominate `fn()` on the CPU, from torch.profiler: per-call milliseconds and share of the total."
+    from torch.profiler import profile, ProfilerActivity
+    if by not in ('self', 'total'): raise UsageError(f"profile_ops: by={by!r}; valid choices: self, total.")
+    prof = profile(activities=[ProfilerActivity.CPU])
+    with _quiet_fd2(): prof.__enter__()      # the profiler prints to C-level stderr as it starts and stops
+    try:
+        for _ in range(reps): fn()
+    finally:
+        with _quiet_fd2(): prof.__exit__(None, None, None)
+    ev = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in ev) or 1
+    key = (lambda e: e.self_cpu_time_total) if by == 'self' else (lambda e: e.cpu_time_total)
+    return [dict(name=e.key, ms=round(key(e) / 1e3 / reps, 3), share=round(key(e) / total, 4), calls=e.count // reps)
+            for e in sorted(ev, key=key, reverse=True)[:top]]
 
 # %% ../nbs/00_core.ipynb #84863f00
 def saved_tensor_bytes(fn: Callable,                                           # called as fn(*args)
