@@ -86,3 +86,12 @@ def test_longctx_bench_gpu_refuses_without_cuda(tmp_path):
                         '--out', str(tmp_path / 'out')], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert p.returncode == 2 and 'Traceback' not in p.stderr, p.stderr
     assert p.stderr.startswith('longctx_bench: error: longctx_bench gpu needs a CUDA GPU') and not (tmp_path / 'out').exists()
+
+
+def test_longctx_bench_dpassm_prints_the_block_against_the_sum_of_its_paths(capsys):
+    rows = run_bench(['dpassm', '--L', '64', '--d_model', '32', '--ssm_state_dim', '8', '--window_size', '16', '--reps', '3',
+                      '--device', 'cpu'])
+    by = {r['impl']: r for r in rows}
+    assert by['sum of paths']['ms'] == pytest.approx(by['attention path']['ms'] + by['SSM path']['ms'])
+    out = capsys.readouterr().out
+    assert 'L=64: dpassm / (attention path + SSM path) = ' in out and "ratio = sum of paths's time / this one's" in out
