@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib, csv, importlib, inspect, json, math, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError, DISTURBED_SPREAD, Timing, get_device, pyplot, time_reps
+from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, get_device, pyplot, time_reps
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
@@ -55,6 +55,9 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
         specs.append(arg('--csv', type=Path, help='also write the rows to this CSV file'))
     specs.append(arg('--threads', type=int, default=None,
                      help="CPU threads of torch, pinned for the whole run (default: torch's current count)"))
+    specs.append(arg('--clock', default='wall', choices=['wall', 'cpu'],
+                     help="the timer: 'wall' (elapsed) or 'cpu' (process CPU time: with one thread, what the work costs "
+                          "whatever else runs on the machine)"))
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #e6902acc
@@ -147,8 +150,11 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     threads = ns.pop('threads'); check_positive(threads=threads)
     check_args(fn, ns)
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
-    with pinned_threads(threads):
-        if 'reps' in ns: print(f"timing: min and median of {ns['reps']} timed calls per case, after warm-up")
+    clock = ns.pop('clock')
+    if argv[0] == 'gpu' and clock == 'cpu': raise UsageError("--clock cpu measures CPU work; longctx_bench gpu needs --clock wall.")
+    with pinned_threads(threads), bench_clock(clock):
+        if 'reps' in ns: print(f"timing: min and median of {ns['reps']} timed calls per case, after warm-up, "
+                               f"{'wall-clock' if clock == 'wall' else 'process CPU'} time")
         rows = fn(**ns)
     key, ref = BENCH_REFS.get(argv[0], ('impl', None))
     if rows and 'ms_median' in rows[0]: print(timing_table(rows, key, ref))

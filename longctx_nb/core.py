@@ -12,11 +12,12 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'REMEASURE_ENV', 'UsageError', 'TrainingError',
-           'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast', 'seed_everything',
-           'reset_peak_memory', 'peak_memory_mb', 'Timing', 'time_reps', 'best_time', 'measure_peak_flops',
-           'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes',
-           'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
+__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'UsageError',
+           'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
+           'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'best_time',
+           'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu',
+           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl',
+           'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -134,15 +135,30 @@ class Timing:
                 f"over {len(self.times)} calls{flag[self.disturbed]}")
 
 # %% ../nbs/00_core.ipynb #e43b689f
+CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}   # the benchmarks' clocks
+_clock = ['wall']                                                  # the current default, set by `bench_clock`
+
+@contextlib.contextmanager
+def bench_clock(name: str = 'wall',  # a key of `CLOCKS`
+               ):
+    "Make `name` the clock of `time_reps` (and every benchmark) inside the block."
+    if name not in CLOCKS: raise UsageError(f"--clock {name}: unknown clock; valid choices: {', '.join(CLOCKS)}.")
+    old, _clock[0] = _clock[0], name
+    try: yield CLOCKS[name]
+    finally: _clock[0] = old
+
 def time_reps(fn,                              # called with no arguments
               device='cpu',                    # synchronised around each call on CUDA
               reps: int = 5,                   # timed calls
               warmup: int = 1,                 # untimed calls first: caches, compilation, the allocator
-              timer: Callable = time.perf_counter,  # the clock (seconds); a test passes a fake one
+              timer: Callable | None = None,   # the clock (seconds); None: the `bench_clock` in force; a test passes a fake one
               max_spread: float = DISTURBED_SPREAD,  # median / min above this: disturbed
              ) -> Timing:
     "Time `reps` calls of `fn()` after `warmup` untimed ones: each call's seconds, with min, median and the spread check."
     device = torch.device(device)
+    if timer is None and _clock[0] == 'cpu' and device.type == 'cuda':
+        raise UsageError("--clock cpu measures CPU work; a CUDA device needs --clock wall.")
+    timer = timer or CLOCKS[_clock[0]]
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == 'cuda' else (lambda: None)
     for _ in range(warmup): fn()
     times = []
@@ -323,7 +339,7 @@ def bench_impls(Ls,               # sequence lengths
                 tokens: int = 1,  # tokens per step are `tokens * L`, for `us_per_token`
                 first=('impl', 'L'),  # the key columns, in this order
                 columns: dict | None = None,  # constant columns of every row, after the key columns
-                timer: Callable = time.perf_counter,  # the clock of `time_reps`
+                timer: Callable | None = None,  # the clock of `time_reps` (None: the `bench_clock` in force)
                ) -> list[dict]:   # one row per (L, impl): keys, `columns`, ms (min), ms_median, spread, disturbed, us_per_token, peak_mib, note
     "Min and median time and peak memory of `step(impl)` per length and implementation; gradients of `leaves` are cleared between calls."
     rows = []
