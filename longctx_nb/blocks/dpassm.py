@@ -169,9 +169,9 @@ def _forward(self, x, impl=None, want_cache=False):
     B, L, D = x.shape
     a, k, v = self._attn_path(x, attn_impl)
     s, xs, last = self._ssm_path(x, scan_impl, conv_impl, want_cache)
-    # merge: h = g * attn + (1 - g) * ssm, per channel
+    # merge: h = g * attn + (1 - g) * ssm, per channel; s made token-major once (lerp on its transposed view is slower)
     g = torch.sigmoid(self.gate(x))
-    h = torch.lerp(s.mT.to(a.dtype), a, g.to(a.dtype))
+    h = torch.lerp(s.mT.contiguous().to(a.dtype), a, g.to(a.dtype))
     if self.dropout and self.training: h = F.dropout(h, self.dropout)
     y = self.out_proj(h)
     if not want_cache: return y
@@ -290,6 +290,21 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
 
 DPASSM.activation_bytes = staticmethod(dpassm_mixer_bytes)
 
+# %% ../../nbs/27_dpassm.ipynb #01b629ba
+def _dp_row(impl, L, tmin, tmed, disturbed, batch):
+    return dict(impl=impl, L=L, ms=1e3 * tmin, ms_median=1e3 * tmed, spread=round(tmed / tmin, 3), disturbed=disturbed,
+                us_per_token=1e6 * tmin / (batch * L))
+
+def _print_dpassm_bench(rows, device, D, H, N, w, B):
+    print(f"DP-ASSM mixer forward+backward on {device} ({torch.get_num_threads()} threads), D={D} H={H} N={N} window={w} batch={B}")
+    print(f"{'L':>7} {'':>15} {'min ms':>9} {'median':>9} {'us/token':>9}")
+    for r in rows:
+        print(f"{r['L']:>7} {r['impl']:>15} {r['ms']:>9.1f} {r['ms_median']:>9.1f} {r['us_per_token']:>9.2f}" + (' !' if r['disturbed'] else ''))
+    for L in dict.fromkeys(r['L'] for r in rows):
+        d, s = (next(r for r in rows if r['L'] == L and r['impl'] == k) for k in ('dpassm', 'sum of paths'))
+        print(f"L={L}: dpassm / (attention path + SSM path) = {d['ms'] / s['ms']:.3f} (min), {d['ms_median'] / s['ms_median']:.3f} (median)")
+
+
 # %% ../../nbs/27_dpassm.ipynb #a2336eba
 def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
                  d_model: int = 128,        # model width (the tiny preset's)
@@ -325,15 +340,3 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
     if verbose: _print_dpassm_bench(rows, device, d_model, n_heads, ssm_state_dim, window_size, batch)
     return rows
 
-def _dp_row(impl, L, tmin, tmed, disturbed, batch):
-    return dict(impl=impl, L=L, ms=1e3 * tmin, ms_median=1e3 * tmed, spread=round(tmed / tmin, 3), disturbed=disturbed,
-                us_per_token=1e6 * tmin / (batch * L))
-
-def _print_dpassm_bench(rows, device, D, H, N, w, B):
-    print(f"DP-ASSM mixer forward+backward on {device} ({torch.get_num_threads()} threads), D={D} H={H} N={N} window={w} batch={B}")
-    print(f"{'L':>7} {'':>15} {'min ms':>9} {'median':>9} {'us/token':>9}")
-    for r in rows:
-        print(f"{r['L']:>7} {r['impl']:>15} {r['ms']:>9.1f} {r['ms_median']:>9.1f} {r['us_per_token']:>9.2f}" + (' !' if r['disturbed'] else ''))
-    for L in dict.fromkeys(r['L'] for r in rows):
-        d, s = (next(r for r in rows if r['L'] == L and r['impl'] == k) for k in ('dpassm', 'sum of paths'))
-        print(f"L={L}: dpassm / (attention path + SSM path) = {d['ms'] / s['ms']:.3f} (min), {d['ms_median'] / s['ms_median']:.3f} (median)")
