@@ -102,7 +102,7 @@ def pinned_threads(n: int | None = None,  # CPU threads for torch; None: keep th
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
     torch.set_num_threads(n)
     print(f"threads: {n} (pinned with torch.set_num_threads; {cores} cores available"
-          + (f"; more threads than cores" if n > cores else '') + ")")
+          + ("; more threads than cores" if n > cores else '') + ")")
     try: yield n
     finally: torch.set_num_threads(old)
 

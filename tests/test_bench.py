@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest, torch
 
 from longctx_nb.core import Timing, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
-from longctx_nb.bench import timing_table, run_bench, pinned_threads, largest_fitting, compare_paths, gpu_table
+from longctx_nb.bench import timing_table, run_bench, largest_fitting, compare_paths, gpu_table
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason='tests the refusal on a machine without CUDA')
