@@ -4,25 +4,33 @@
 
 # %% ../nbs/50_bench.ipynb #3f370f11
 from __future__ import annotations
-import csv, importlib, inspect, math, sys
+import contextlib, csv, importlib, inspect, json, math, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError, get_device, pyplot
+from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, get_device, pyplot, time_reps
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
 from .model import block_names
 
 # %% auto #0
-__all__ = ['BENCHES', 'ALL_BLOCKS', 'get_bench', 'bench_parser', 'check_args', 'write_csv', 'run_bench', 'bench_main',
-           'train_step_cost', 'bench_blocks', 'print_block_bench', 'plot_bench']
+__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS', 'get_bench', 'bench_parser', 'check_args',
+           'pinned_threads', 'timing_table', 'write_csv', 'run_bench', 'bench_main', 'train_step_timing',
+           'train_step_cost', 'print_block_bench', 'plot_bench', 'bench_blocks', 'require_cuda', 'rel_err',
+           'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
+           'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
     'scan': 'longctx_nb.kernels.scan:bench_scan',
     'attention': 'longctx_nb.kernels.attention:bench_attention',
     'blocks': 'longctx_nb.bench:bench_blocks',
+    'dpassm': 'longctx_nb.blocks.dpassm:bench_dpassm',
+    'gpu': 'longctx_nb.bench:bench_gpu',
 }
+BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': ('block', 'vanilla'),
+              'dpassm': ('impl', 'sum of paths')}  # name column, reference
+MIN_REPS = 5   # longctx_bench's default timed calls per case (at least): min and median need a few
 
 def get_bench(name: str,  # a key of `BENCHES`
              ):
@@ -41,8 +49,15 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
                                 help='the benchmark: ' + ', '.join(BENCHES))])
     fn = get_bench(name)
     specs = args_from(fn, rename={'Ls': 'L'})
+    for s in specs:
+        if s['flags'] == ('--reps',): s.update(default=max(s['default'], MIN_REPS), help='timed runs per case, after warm-up: min and median are reported')
     if 'csv' not in inspect.signature(fn).parameters:
         specs.append(arg('--csv', type=Path, help='also write the rows to this CSV file'))
+    specs.append(arg('--threads', type=int, default=None,
+                     help="CPU threads of torch, pinned for the whole run (default: torch's current count)"))
+    specs.append(arg('--clock', default='wall', choices=['wall', 'cpu'],
+                     help="the timer: 'wall' (elapsed) or 'cpu' (process CPU time: with one thread, what the work costs "
+                          "whatever else runs on the machine)"))
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #e6902acc
@@ -76,6 +91,42 @@ def check_args(fn,       # the benchmark function
             raise UsageError(f"the longest case (--L {max(ns['Ls'])}) needs about {format_bytes(need)}, but {avail[1]}; "
                              "lower --L or the batch.")
 
+# %% ../nbs/50_bench.ipynb #6a3336f6
+@contextlib.contextmanager
+def pinned_threads(n: int | None = None,  # CPU threads for torch; None: keep the current count, pinned
+                  ):
+    "Run the block with `torch.set_num_threads(n)`, printing the count; the previous count is restored after."
+    old = torch.get_num_threads()
+    n = old if n is None else n
+    check_positive(threads=n)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    torch.set_num_threads(n)
+    print(f"threads: {n} (pinned with torch.set_num_threads; {cores} cores available"
+          + ("; more threads than cores" if n > cores else '') + ")")
+    try: yield n
+    finally: torch.set_num_threads(old)
+
+# %% ../nbs/50_bench.ipynb #6cf1b48b
+def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), ms_median, disturbed, note
+                 key: str = 'impl',  # the name column ('impl', 'block')
+                 ref: str | None = 'ref',  # the reference's name; None: no ratios
+                ) -> str:
+    "Min, median, median/min and the ratios reference/this at the same `L` (min and median), `!` marking disturbed timings."
+    get = lambda L: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
+    out = [f"timing in ms, ratio = {ref or 'reference'}'s time / this one's at the same L; '!': disturbed "
+           f"(median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
+           f"{'L':>7} {key:>12} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11}"]
+    bad = 0
+    for r in rows:
+        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>12}   {r.get('note') or 'not run'}"); continue
+        b, med = get(r['L']), r.get('ms_median') or r['ms']
+        mark = {True: ' !', None: ' ?', False: ''}[r.get('disturbed')]
+        bad += r.get('disturbed') is True
+        rat = (f"{b['ms'] / r['ms']:>10.2f}x {(b.get('ms_median') or b['ms']) / med:>10.2f}x" if b else f"{'-':>11} {'-':>11}")
+        out.append(f"{r['L']:>7} {r[key]:>12} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}{mark}")
+    out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
+    return '\n'.join(out)
+
 # %% ../nbs/50_bench.ipynb #b78c9bc8
 def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
               path,              # CSV file to write (folders are created)
@@ -89,15 +140,24 @@ def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
 
 def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys.argv[1:])
              ) -> list[dict]:                 # the benchmark's rows
-    "Parse `argv` (`NAME [flags]`), run that benchmark (it prints its table) and return its rows."
+    "Parse `argv` (`NAME [flags]`), pin the threads, run that benchmark (it prints its table), print the timing table, return the rows."
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv: print(bench_parser().format_help()); return []
     if argv[0].startswith('-'): bench_parser().parse_args(argv); return []   # --help, --version
     fn = get_bench(argv[0])
     ns = vars(bench_parser(argv[0]).parse_args(argv[1:]))
+    if argv[0] == 'gpu': require_cuda()   # before anything is checked, allocated or written
+    threads = ns.pop('threads'); check_positive(threads=threads)
     check_args(fn, ns)
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
-    rows = fn(**ns)
+    clock = ns.pop('clock')
+    if argv[0] == 'gpu' and clock == 'cpu': raise UsageError("--clock cpu measures CPU work; longctx_bench gpu needs --clock wall.")
+    with pinned_threads(threads), bench_clock(clock):
+        if 'reps' in ns: print(f"timing: min and median of {ns['reps']} timed calls per case, after warm-up, "
+                               f"{'wall-clock' if clock == 'wall' else 'process CPU'} time")
+        rows = fn(**ns)
+    key, ref = BENCH_REFS.get(argv[0], ('impl', None))
+    if rows and 'ms_median' in rows[0]: print(timing_table(rows, key, ref))
     if out: print(f'wrote {write_csv(rows, out)}')
     return rows
 
@@ -106,8 +166,29 @@ def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
     "Console script `longctx_bench`."
     sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv, names={'--trainer.accelerator': '--device'}))
 
-# %% ../nbs/50_bench.ipynb #761386f7
+# %% ../nbs/50_bench.ipynb #dfcdd1c9
 ALL_BLOCKS = tuple(block_names())   # every registered block (importing the model registers the zoo)
+
+# %% ../nbs/50_bench.ipynb #2d7b1c5d
+def train_step_timing(model,          # an `LM` on `device`
+                      batch: int,     # sequences per step
+                      seq_len: int,   # tokens per sequence
+                      device,         # where `model` is
+                      reps: int = 5,  # timed steps
+                      precision: str = '32',  # the forward pass's precision ('bf16': autocast)
+                     ) -> tuple[Timing, int]:  # (the steps' timing, peak bytes of one step)
+    "One AdamW training step of `model` on random tokens, timed `reps` times after a warm-up step, and its peak memory."
+    from longctx_nb.model import param_groups
+    from longctx_nb.core import peak_memory_bytes, autocast
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
+    x = torch.randint(0, model.cfg.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
+    def step():
+        with autocast(device, precision):
+            loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1).float(), x[:, 1:].flatten())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    model.train()
+    t = time_reps(step, device, reps, warmup=1)  # the warm-up creates the optimizer state before memory is measured
+    return t, peak_memory_bytes(step, device)
 
 def train_step_cost(model,          # an `LM` on `device`
                     batch: int,     # sequences per step
@@ -116,17 +197,39 @@ def train_step_cost(model,          # an `LM` on `device`
                     reps: int = 2,  # timed steps; the fastest counts
                    ) -> tuple[float, int]:  # (seconds of the fastest step, peak bytes of one step)
     "Cost of one AdamW training step of `model` on random tokens: its best time and its peak memory (after a warm-up step)."
-    from longctx_nb.model import param_groups
-    from longctx_nb.core import best_time, peak_memory_bytes
-    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
-    x = torch.randint(0, model.cfg.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
-    def step():
-        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-    model.train()
-    step()  # warm-up, and the optimizer state exists before memory is measured
-    return best_time(step, device, reps), peak_memory_bytes(step, device)
+    t, peak = train_step_timing(model, batch, seq_len, device, reps)
+    return t.min, peak
 
+# %% ../nbs/50_bench.ipynb #80137f1e
+def print_block_bench(rows: list[dict],  # from `bench_blocks`
+                     ):
+    "The table: min and median per step, each block's time per token relative to its shortest length, `!` if disturbed."
+    first = {}
+    print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'median':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} {'peak MiB':>9}")
+    for r in rows:
+        first.setdefault(r['block'], r['us_per_token'])
+        print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r.get('ms_median', r['ms']):>9.1f} {r['tokens_per_sec']:>10,.0f} "
+              f"{r['us_per_token']:>9.2f} {r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}"
+              + (' !' if r.get('disturbed') else ''))
+
+# %% ../nbs/50_bench.ipynb #d31b7a80
+def plot_bench(rows: list[dict],  # from `bench_blocks`
+               path=None,         # PNG file to save (None: don't save)
+              ):
+    "Time per token and peak memory against sequence length, one line per block; saved as PNG if `path`."
+    plt = pyplot(save=path is not None)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for block in dict.fromkeys(r['block'] for r in rows):
+        rs = [r for r in rows if r['block'] == block]
+        a1.plot([r['L'] for r in rs], [r['us_per_token'] for r in rs], 'o-', label=block)
+        a2.plot([r['L'] for r in rs], [r['peak_mib'] for r in rs], 'o-', label=block)
+    for a, yl in ((a1, 'µs per token (training step)'), (a2, 'peak memory of a step (MiB)')):
+        a.set_xscale('log', base=2); a.set_yscale('log'); a.set_xlabel('sequence length'); a.set_ylabel(yl); a.grid(alpha=.3)
+    a1.legend(fontsize=8); fig.tight_layout()
+    if path is not None: fig.savefig(path, dpi=110)
+    return fig
+
+# %% ../nbs/50_bench.ipynb #67616e50
 def bench_blocks(blocks=ALL_BLOCKS,       # block names
                  Ls=(1024, 4096, 16384),  # sequence lengths
                  size: str = 'tiny',      # size preset of each model
@@ -134,7 +237,7 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
                  window_size: int = 256,  # window of the local-attention blocks
                  chunk_size: int = 256,   # chunk length of blade
                  device=None,             # default: the GPU if any
-                 reps: int = 2,           # timed steps per case; the best is reported
+                 reps: int = 5,           # timed steps per case: min and median are reported
                  csv: str | None = None,  # also write the rows to this CSV file
                  png: str | None = None,  # also save the plot to this PNG file
                  verbose: bool = True,    # print the table
@@ -153,9 +256,10 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
         for L in Ls:
-            secs, peak = train_step_cost(model, batch, L, device, reps)
-            ms = 1e3 * secs
+            t, peak = train_step_timing(model, batch, L, device, reps)
+            ms = 1e3 * t.min
             rows.append(dict(block=block, L=L, size=size, params=count_params(model), device=str(device), ms=round(ms, 2),
+                             ms_median=round(1e3 * t.median, 2), spread=round(t.spread, 3), disturbed=t.disturbed,
                              tokens_per_sec=round(batch * L / ms * 1e3, 1), us_per_token=round(1e3 * ms / (batch * L), 3),
                              peak_mib=round(peak / 2**20, 2)))
     if verbose: print_block_bench(rows)
@@ -163,28 +267,236 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
     if png: plot_bench(rows, png)
     return rows
 
-def print_block_bench(rows: list[dict],  # from `bench_blocks`
-                     ):
-    "The table, with each block's time per token relative to its shortest length."
-    first = {}
-    print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} {'peak MiB':>9}")
-    for r in rows:
-        first.setdefault(r['block'], r['us_per_token'])
-        print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
-              f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}")
+# %% ../nbs/50_bench.ipynb #f7c91a95
+def require_cuda(what: str = 'longctx_bench gpu',  # the command, for the message
+                ):
+    "Refuse (`UsageError`, exit 2) when torch sees no CUDA GPU, saying what the command needs."
+    if torch.cuda.is_available(): return
+    raise UsageError(
+        f"{what} needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is False; "
+        f"torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an NVIDIA GPU, "
+        "its driver and a CUDA build of torch; mamba-ssm and causal-conv1d come from wheels in a folder "
+        "(examples/gpu_check.sh kernels, WHEELS=wheels/) or are built there. On a CPU, longctx_bench scan, attention "
+        "and blocks measure the CPU paths.")
 
-def plot_bench(rows: list[dict],  # from `bench_blocks`
-               path=None,         # PNG file to save (None: don't save)
-              ):
-    "Time per token and peak memory against sequence length, one line per block; saved as PNG if `path`."
-    plt = pyplot(save=path is not None)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for block in dict.fromkeys(r['block'] for r in rows):
-        rs = [r for r in rows if r['block'] == block]
-        a1.plot([r['L'] for r in rs], [r['us_per_token'] for r in rs], 'o-', label=block)
-        a2.plot([r['L'] for r in rs], [r['peak_mib'] for r in rs], 'o-', label=block)
-    for a, yl in ((a1, 'µs per token (training step)'), (a2, 'peak memory of a step (MiB)')):
-        a.set_xscale('log', base=2); a.set_yscale('log'); a.set_xlabel('sequence length'); a.set_ylabel(yl); a.grid(alpha=.3)
-    a1.legend(fontsize=8); fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
-    return fig
+# %% ../nbs/50_bench.ipynb #7daf2aa3
+def rel_err(a: torch.Tensor | None,  # a result
+            b: torch.Tensor | None,  # the reference's
+           ) -> float:
+    "max |a - b| / max |b|, in fp32; inf when only one of them exists, 0 when neither does."
+    if a is None or b is None: return 0.0 if a is b else float('inf')
+    a, b = a.detach().float(), b.detach().float()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+def compare_impl(fn,                 # fn(impl) -> output tensor, computed from `leaves`
+                 leaves,             # input tensors whose gradients are compared
+                 impl: str,          # the path checked
+                 ref: str = 'ref',   # the reference path
+                 tol: float = 1e-3,  # largest relative error accepted (outputs and gradients)
+                ) -> dict:           # impl, ref, out_err, grad_err (worst leaf), ok
+    "Outputs and input gradients of `fn(impl)` against `fn(ref)`, with one random output gradient for both."
+    res = {}
+    for which in (ref, impl):
+        for t in leaves: t.grad = None
+        out = fn(which)
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out))
+        res[which] = out.detach(), [None if t.grad is None else t.grad.clone() for t in leaves]
+    (o, g), (o0, g0) = res[impl], res[ref]
+    oe, ge = rel_err(o, o0), max((rel_err(a, b) for a, b in zip(g, g0)), default=0.0)
+    return dict(impl=impl, ref=ref, out_err=oe, grad_err=ge, ok=oe <= tol and ge <= tol)
+
+# %% ../nbs/50_bench.ipynb #c99fa6d9
+GPU_PATHS = {'selective_scan': 'cuda', 'causal_conv1d': 'cuda', 'local_attention': 'flex'}  # kernel -> its GPU path
+
+def kernel_cases(device,              # where the tensors go
+                 L: int = 1024,       # sequence length
+                 dim: int = 64,       # channels of the scan and the convolution
+                ) -> dict:            # kernel -> (fn(impl) -> output, leaves)
+    "One fp32 problem per kernel: a Mamba-like scan, a width-4 SiLU convolution, windowed attention with global tokens."
+    from longctx_nb.kernels.scan import selective_scan, scan_inputs
+    from longctx_nb.kernels.conv import causal_conv1d
+    from longctx_nb.kernels.attention import local_attention
+    g = torch.Generator().manual_seed(L)
+    leaf = lambda *s: torch.randn(*s, generator=g).to(device).requires_grad_(True)
+    s = scan_inputs(2, dim, L, 16, device=device, seed=L)
+    x, w, b = leaf(2, dim, L), leaf(dim, 4), leaf(dim)
+    q, k, v = (leaf(1, 4, L, 64) for _ in range(3))
+    return {'selective_scan': (lambda impl: selective_scan(**s, delta_softplus=True, impl=impl), list(s.values())),
+            'causal_conv1d': (lambda impl: causal_conv1d(x, w, b, 'silu', impl=impl), [x, w, b]),
+            'local_attention': (lambda impl: local_attention(q, k, v, 256, n_global=4, impl=impl), [q, k, v])}
+
+def compare_paths(device,                      # where they run
+                  paths: dict = GPU_PATHS,     # kernel -> the path compared with its 'ref'
+                  L: int = 1024,               # sequence length
+                  tol: float = 1e-3,           # largest relative error accepted
+                 ) -> list[dict]:              # one row per kernel: kernel, impl, ref, out_err, grad_err, ok, note
+    "Each kernel's fast path against its reference, values and gradients; a path that cannot run is a failed row saying why."
+    rows, cases = [], kernel_cases(device, L)
+    for name, impl in paths.items():
+        fn, leaves = cases[name]
+        try: rows.append(dict(kernel=name, L=L) | compare_impl(fn, leaves, impl, tol=tol) | dict(note=''))
+        except Exception as e:
+            rows.append(dict(kernel=name, L=L, impl=impl, ref='ref', out_err=None, grad_err=None, ok=False,
+                             note=f'{type(e).__name__}: {" ".join(str(e).split())[:300]}'))
+    return rows
+
+# %% ../nbs/50_bench.ipynb #72b45b64
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError) or 'out of memory' in str(e).lower()
+
+def gpu_block_row(model,             # an `LM` on `device`
+                  L: int,            # sequence length
+                  device,            # where it runs
+                  peak: float,       # the device's peak FLOP/s in `precision`
+                  batch: int = 1,    # sequences per step
+                  precision: str = 'bf16',  # autocast precision
+                  reps: int = 5,     # timed steps
+                 ) -> dict:          # block, L, tokens_per_sec, tokens_per_sec_median, mfu, mfu_note, peak_mib, disturbed, note
+    "Throughput, MFU and peak memory of one training step of `model` at length `L`; out of memory is a row, not a crash."
+    from longctx_nb.model import flops_per_token
+    from longctx_nb.core import mfu as _mfu, format_mfu
+    row = dict(block=model.cfg.block, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
+               peak_mib=None, disturbed=None, note='')
+    try: t, peak_bytes = train_step_timing(model, batch, L, device, reps, precision)
+    except Exception as e:
+        if not _is_oom(e): raise
+        if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
+        return row | dict(note='out of memory')
+    fps = flops_per_token(model.cfg, L) * batch * L / t.min
+    u = _mfu(fps, peak, 4)
+    return row | dict(tokens_per_sec=round(batch * L / t.min, 1), tokens_per_sec_median=round(batch * L / t.median, 1),
+                      mfu=u, mfu_note='' if u is not None else format_mfu(fps, peak), peak_mib=round(peak_bytes / 2**20, 1),
+                      disturbed=t.disturbed)
+
+# %% ../nbs/50_bench.ipynb #19d107b5
+def largest_fitting(fits,                 # fits(L) -> True (fits), False (out of memory) or None (fits, too slow to go on)
+                    start: int = 2048,    # first length tried
+                    max_len: int = 2**20, # longest length tried
+                    step: int = 1024,     # the answer is a multiple of this
+                   ) -> tuple[int, str]:  # (largest length that fit, 0 if none; a note)
+    "The largest length in multiples of `step` (from `start`, up to `max_len`) for which `fits(L)` holds."
+    good, bad, L = 0, None, start
+    while L <= max_len:
+        ok = fits(L)
+        if ok is None: return L, f'a step at {L} took too long to try longer'
+        if not ok: bad = L; break
+        good, L = L, 2 * L
+    if bad is None: return good, (f'longest length tried ({max_len})' if good else '')
+    if not good: return 0, f'{start} does not fit'
+    while bad - good > step:
+        mid = (good + bad) // 2 // step * step
+        if mid <= good: break
+        ok = fits(mid)
+        if ok is None: return mid, f'a step at {mid} took too long to try longer'
+        good, bad = (mid, bad) if ok else (good, mid)
+    return good, ''
+
+# %% ../nbs/50_bench.ipynb #1d7a6523
+def _fmt(x, spec: str, none: str = '-') -> str: return none if x is None else format(x, spec)
+
+def gpu_table(info: dict,                # the setting: device, torch, size, params, batch, precision, peak, kernels
+              compare: list[dict] = (),  # rows of `compare_paths`
+              blocks: list[dict] = (),   # rows of `gpu_block_row`
+              fits: list[dict] = (),     # rows: block, largest, note
+             ) -> str:                   # Markdown
+    "The GPU check's report as Markdown tables."
+    out = ['# GPU check', '',
+           ' | '.join(f'{k} {v}' for k, v in info.items()), '']
+    if compare:
+        out += [f"## Kernels against their references (fp32, L={compare[0]['L']}; relative error)", '',
+                '| kernel | path | output error | gradient error | result |', '|---|---|---|---|---|']
+        out += [f"| {r['kernel']} | {r['impl']} | {_fmt(r['out_err'], '.1e')} | {_fmt(r['grad_err'], '.1e')} | "
+                f"{'ok' if r['ok'] else 'FAILED ' + (r.get('note') or '')} |" for r in compare]
+        out.append('')
+    if blocks:
+        out += ['## Training step per block (tokens/s: fastest of the timed steps, median in brackets)', '',
+                '| block | L | tokens/s | MFU | peak memory | note |', '|---|---:|---:|---:|---:|---|']
+        for r in blocks:
+            tps = f"{r['tokens_per_sec']:,.0f} ({r['tokens_per_sec_median']:,.0f})" if r['tokens_per_sec'] else '-'
+            note = '; '.join(x for x in (r.get('note'), r.get('mfu_note'), 'disturbed' if r.get('disturbed') else '') if x)
+            mem = '-' if r['peak_mib'] is None else format_bytes(r['peak_mib'] * 2**20)
+            out.append(f"| {r['block']} | {r['L']} | {tps} | {_fmt(r['mfu'], '.1%', 'n/a' if r['mfu_note'] else '-')} | {mem} | {note} |")
+        out.append('')
+    if fits:
+        out += ['## Longest sequence that fits (one training step)', '', '| block | longest L | note |', '|---|---:|---|']
+        out += [f"| {r['block']} | {r['largest']:,} | {r['note']} |" for r in fits]
+        out.append('')
+    return '\n'.join(out)
+
+# %% ../nbs/50_bench.ipynb #175915e7
+GPU_PARTS = ('compare', 'blocks', 'fits')
+
+def _gpu_models(blocks, size, window_size, chunk_size, device):
+    "Each block's model on `device`, one at a time (the previous one is freed first)."
+    from longctx_nb.model import create_model
+    from longctx_nb.core import seed_everything
+    for block in blocks:
+        seed_everything(0)
+        model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
+        yield block, model
+        del model
+        if device.type == 'cuda': torch.cuda.empty_cache()
+
+def _fit_probe(model, device, precision, max_seconds):
+    "fits(L) for `largest_fitting`: one timed training step at L; out of memory -> False, slower than max_seconds -> None."
+    def fits(L):
+        r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
+        if r['note'] == 'out of memory': return False
+        return None if L / r['tokens_per_sec'] > max_seconds else True
+    return fits
+
+def _check_gpu_args(blocks, size, parts, precision):
+    from longctx_nb.config import SIZE_PRESETS
+    from longctx_nb.core import parse_precision
+    for what, got, valid in (('--blocks', blocks, ALL_BLOCKS), ('--size', [size], list(SIZE_PRESETS)), ('--parts', parts, GPU_PARTS)):
+        bad = [x for x in got if x not in valid]
+        if bad: raise UsageError(f"{what} {' '.join(bad)}: unknown; valid choices: {', '.join(valid)}.")
+    parse_precision(precision)
+
+# %% ../nbs/50_bench.ipynb #fe08d733
+def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
+               window_size, chunk_size, out, verbose, peak=None):
+    "The parts of `bench_gpu` on `device` (a CPU in the tests): rows saved as JSON, gpu_table.md written from all found."
+    from longctx_nb.core import device_peak_flops, device_name, autocast_dtype, parse_precision
+    from longctx_nb.model import count_params
+    out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
+    peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)
+    rows = {}
+    if 'compare' in parts: rows['compare'] = compare_paths(device, paths, check_len)
+    if 'blocks' in parts:
+        rows['blocks'] = [gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
+                          for _, m in _gpu_models(blocks, size, window_size, chunk_size, device) for L in Ls]
+    if 'fits' in parts:
+        rows['fits'] = [{'block': b, **dict(zip(('largest', 'note'), largest_fitting(
+                            _fit_probe(m, device, precision, max_seconds), min(Ls), max_len)))}
+                        for b, m in _gpu_models(blocks, size, window_size, chunk_size, device)]
+    for part, rs in rows.items(): (out / f'{part}.json').write_text(json.dumps(rs, indent=1))
+    info = dict(device=device_name(device), torch=torch.__version__, size=size, batch=batch, precision=precision,
+                peak=f'{peak / 1e12:,.3g} TFLOP/s (measured)')
+    found = [json.loads((out / f'{p}.json').read_text()) if (out / f'{p}.json').exists() else [] for p in GPU_PARTS]
+    (out / 'gpu_table.md').write_text(md := gpu_table(info, *found))
+    if verbose: print(md); print(f'wrote {out / "gpu_table.md"}')
+    return [r for rs in rows.values() for r in rs]
+
+# %% ../nbs/50_bench.ipynb #d91efe3b
+def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' table
+              blocks=ALL_BLOCKS,           # block names
+              size: str = 'small',         # size preset of each model
+              parts=GPU_PARTS,             # what to run: compare (kernels vs references), blocks (the table), fits (longest length)
+              batch: int = 1,              # sequences per step
+              precision: str = 'bf16',     # autocast precision of the training steps
+              reps: int = 5,               # timed steps per case
+              check_len: int = 1024,       # sequence length of the kernel comparisons
+              max_len: int = 2**20,        # longest length the fit search tries
+              max_seconds: float = 30.0,   # a step slower than this stops the fit search of its block
+              window_size: int = 256,      # window of the local-attention blocks
+              chunk_size: int = 256,       # chunk length of blade
+              out: str = 'gpu_check',      # folder of each part's rows (JSON) and of gpu_table.md
+              verbose: bool = True,        # print the table
+             ) -> list[dict]:              # the rows of the parts run
+    "On a CUDA GPU: kernels against references (values, gradients); tokens/s, MFU and peak memory per block and length; longest length that fits."
+    require_cuda()
+    _check_gpu_args(blocks, size, parts, precision)
+    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len)
+    return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len,
+                      max_seconds, window_size, chunk_size, out, verbose)

@@ -4,17 +4,20 @@
 
 # %% ../nbs/00_core.ipynb #517d4c20
 from __future__ import annotations
-import contextlib, functools, importlib, os, random, resource, sys, time
+import contextlib, functools, importlib, json, os, platform, random, resource, sys, time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype',
-           'check_precision', 'autocast', 'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'best_time',
-           'measure_peak_flops', 'peak_memory_bytes', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import',
-           'Impl', 'KernelImpls']
+__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'UsageError',
+           'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
+           'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'best_time',
+           'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu',
+           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl',
+           'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -105,30 +108,152 @@ def peak_memory_mb(device: torch.device,  # CUDA: allocator peak; else: process 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == 'darwin' else rss / 2**10
 
-# %% ../nbs/00_core.ipynb #dd4c6f46
+# %% ../nbs/00_core.ipynb #b0b0549e
+DISTURBED_SPREAD = 1.3   # median / min above this marks a timing as disturbed
+MIN_SPREAD_REPS = 3      # fewer timed calls: the spread is not judged
+
+@dataclass
+class Timing:
+    "Seconds of each timed call of one measurement, with its min, median and whether its spread says it was disturbed."
+    times: list[float]                       # seconds of each timed call, in order
+    max_spread: float = DISTURBED_SPREAD     # median / min above this: disturbed
+    @property
+    def min(self) -> float: return min(self.times)
+    @property
+    def median(self) -> float:
+        s = sorted(self.times); n = len(s)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    @property
+    def spread(self) -> float: return self.median / self.min if self.min > 0 else float('inf')
+    @property
+    def disturbed(self) -> bool | None:
+        "True if `spread > max_spread`; None (not judged) with fewer than `MIN_SPREAD_REPS` calls."
+        return None if len(self.times) < MIN_SPREAD_REPS else self.spread > self.max_spread
+    def __str__(self):
+        flag = {None: ' (too few calls to judge the spread)', True: f' DISTURBED (median/min > {self.max_spread})', False: ''}
+        return (f"min {1e3 * self.min:.3f} ms, median {1e3 * self.median:.3f} ms, median/min {self.spread:.2f} "
+                f"over {len(self.times)} calls{flag[self.disturbed]}")
+
+# %% ../nbs/00_core.ipynb #e43b689f
+CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}   # the benchmarks' clocks
+_clock = ['wall']                                                  # the current default, set by `bench_clock`
+
+@contextlib.contextmanager
+def bench_clock(name: str = 'wall',  # a key of `CLOCKS`
+               ):
+    "Make `name` the clock of `time_reps` (and every benchmark) inside the block."
+    if name not in CLOCKS: raise UsageError(f"--clock {name}: unknown clock; valid choices: {', '.join(CLOCKS)}.")
+    old, _clock[0] = _clock[0], name
+    try: yield CLOCKS[name]
+    finally: _clock[0] = old
+
+def time_reps(fn,                              # called with no arguments
+              device='cpu',                    # synchronised around each call on CUDA
+              reps: int = 5,                   # timed calls
+              warmup: int = 1,                 # untimed calls first: caches, compilation, the allocator
+              timer: Callable | None = None,   # the clock (seconds); None: the `bench_clock` in force; a test passes a fake one
+              max_spread: float = DISTURBED_SPREAD,  # median / min above this: disturbed
+             ) -> Timing:
+    "Time `reps` calls of `fn()` after `warmup` untimed ones: each call's seconds, with min, median and the spread check."
+    device = torch.device(device)
+    if timer is None and _clock[0] == 'cpu' and device.type == 'cuda':
+        raise UsageError("--clock cpu measures CPU work; a CUDA device needs --clock wall.")
+    timer = timer or CLOCKS[_clock[0]]
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == 'cuda' else (lambda: None)
+    for _ in range(warmup): fn()
+    times = []
+    for _ in range(reps):
+        sync(); t0 = timer(); fn(); sync()
+        times.append(timer() - t0)
+    return Timing(times, max_spread)
+
 def best_time(fn,             # called with no arguments
               device,         # synchronised around each call on CUDA
               reps: int = 3,  # calls timed; the fastest counts
              ) -> float:      # seconds
     "Seconds of the fastest of `reps` calls of `fn()` on `device` (synchronised on CUDA); warm up before calling it."
-    device = torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == 'cuda' else (lambda: None)
-    best = float('inf')
-    for _ in range(reps):
-        sync(); t0 = time.perf_counter(); fn(); sync()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return time_reps(fn, device, reps, warmup=0).min
 
+# %% ../nbs/00_core.ipynb #dd4c6f46
 def measure_peak_flops(device: torch.device,                # where the matmul runs
                        dtype: torch.dtype = torch.float32,  # the matmul's dtype
                        n: int | None = None,                # matrix size (default 8192 on CUDA, else 1024)
-                       reps: int = 5,                       # matmuls timed; the fastest counts
+                       reps: int = 10,                      # matmuls timed after 2 warm-up ones; the fastest counts
                       ) -> float:                           # FLOP/s
     "Best observed FLOP/s of an `n` x `n` matmul on `device` in `dtype`."
+    device = torch.device(device)
     n = n or (8192 if device.type == 'cuda' else 1024)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    a @ b  # warm-up
-    return 2 * n**3 / best_time(lambda: a @ b, device, reps)
+    return 2 * n**3 / time_reps(lambda: a @ b, device, reps, warmup=2).min
+
+# %% ../nbs/00_core.ipynb #9000cf07
+REMEASURE_ENV = 'LONGCTX_REMEASURE_PEAK'   # set to 1: measure the peak FLOP/s again and update the cache
+
+def cache_home() -> Path:
+    "The cache folder: $LONGCTX_CACHE, else ~/.cache/longctx_nb."
+    return Path(os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
+
+def device_name(device: torch.device,  # the device
+               ) -> str:
+    "The device's model: the CUDA device name, else the CPU's model name with torch's thread count."
+    device = torch.device(device)
+    if device.type == 'cuda': return torch.cuda.get_device_name(device)
+    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')),
+               None) if Path('/proc/cpuinfo').exists() else None
+    return f"{cpu or platform.processor() or device.type}, {torch.get_num_threads()} threads"
+
+def peak_key(device: torch.device,  # the device
+             dtype: torch.dtype,    # the matmul's dtype
+            ) -> str:
+    "What a measured peak depends on: host, device model, torch version, dtype."
+    return f"{platform.node()} | {device_name(device)} | torch {torch.__version__} | {str(dtype).replace('torch.', '')}"
+
+# %% ../nbs/00_core.ipynb #224b95aa
+def device_peak_flops(device: torch.device,                # where the run trains
+                      dtype: torch.dtype = torch.float32,  # the training dtype
+                      remeasure: bool | None = None,       # measure again; None: only if $LONGCTX_REMEASURE_PEAK is 1
+                      cache_dir=None,                      # default: `cache_home()`
+                      say: Callable = print,               # prints where the peak comes from
+                     ) -> float:                           # FLOP/s
+    "The device's peak FLOP/s in `dtype`: cached per machine and torch version, measured (best of 10) when missing or asked."
+    device = torch.device(device)
+    if remeasure is None: remeasure = os.environ.get(REMEASURE_ENV, '') not in ('', '0')
+    path = Path(cache_dir or cache_home()) / 'peak_flops.json'
+    key = peak_key(device, dtype)
+    try: table = json.loads(path.read_text())
+    except (OSError, ValueError): table = {}
+    hit = table.get(key) if not remeasure else None
+    if hit:
+        say(f"peak: {hit['flops'] / 1e9:,.1f} GFLOP/s {str(dtype)[6:]}, measured {hit['measured']} (cached in {path}; "
+            f"{REMEASURE_ENV}=1 measures it again)")
+        return hit['flops']
+    flops = measure_peak_flops(device, dtype)
+    table[key] = dict(flops=flops, measured=time.strftime('%Y-%m-%d %H:%M'))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f'{path.name}.{os.getpid()}.tmp'); tmp.write_text(json.dumps(table, indent=1)); os.replace(tmp, path)
+        where = f"cached in {path}"
+    except OSError as e: where = f"not cached: {e}"
+    say(f"peak: {flops / 1e9:,.1f} GFLOP/s {str(dtype)[6:]}, measured now, best of 10 matmuls ({where})")
+    return flops
+
+# %% ../nbs/00_core.ipynb #7256cb3a
+def mfu(flops_per_s: float,  # FLOP/s the work achieved
+        peak: float,         # the device's peak FLOP/s (`device_peak_flops`)
+        digits: int | None = None,  # round to this many digits
+       ) -> float | None:    # 0..1; None when above 1 (a measurement error)
+    "Model FLOPs utilisation, or None when it exceeds 100%: a peak measured too low or miscounted FLOPs, not a result."
+    u = flops_per_s / peak
+    return None if not 0 <= u <= 1 else u if digits is None else round(u, digits)
+
+def format_mfu(flops_per_s: float,  # FLOP/s the work achieved
+               peak: float,         # the device's peak FLOP/s
+              ) -> str:
+    "'MFU 43.0%', or the measurement error in words when it exceeds 100%."
+    u = mfu(flops_per_s, peak)
+    if u is not None: return f"MFU {u:.1%}"
+    return (f"MFU n/a (measurement error: {flops_per_s / peak:.0%} of the measured peak; "
+            f"{REMEASURE_ENV}=1 measures the peak again)")
 
 # %% ../nbs/00_core.ipynb #cfa0b919
 @contextlib.contextmanager
@@ -162,6 +287,27 @@ def peak_memory_bytes(fn,            # called once with no arguments
     for *_, n in events: cur += n; peak = max(peak, cur)
     return peak
 
+# %% ../nbs/00_core.ipynb #0b1918c2
+def profile_ops(fn,                # called `reps` times under torch.profiler (warm it up first)
+                reps: int = 3,     # calls profiled; times are per call
+                by: str = 'self',  # 'self': time inside the op itself; 'total': with the ops it calls
+                top: int = 10,     # rows returned
+               ) -> list[dict]:    # name, ms (per call), share (of all self time), calls (per call)
+    "The operators that dominate `fn()` on the CPU, from torch.profiler: per-call milliseconds and share of the total."
+    from torch.profiler import profile, ProfilerActivity
+    if by not in ('self', 'total'): raise UsageError(f"profile_ops: by={by!r}; valid choices: self, total.")
+    prof = profile(activities=[ProfilerActivity.CPU])
+    with _quiet_fd2(): prof.__enter__()      # the profiler prints to C-level stderr as it starts and stops
+    try:
+        for _ in range(reps): fn()
+    finally:
+        with _quiet_fd2(): prof.__exit__(None, None, None)
+    ev = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in ev) or 1
+    key = (lambda e: e.self_cpu_time_total) if by == 'self' else (lambda e: e.cpu_time_total)
+    return [dict(name=e.key, ms=round(key(e) / 1e3 / reps, 3), share=round(key(e) / total, 4), calls=e.count // reps)
+            for e in sorted(ev, key=key, reverse=True)[:top]]
+
 # %% ../nbs/00_core.ipynb #84863f00
 def saved_tensor_bytes(fn: Callable,                                           # called as fn(*args)
                        *args,                                                  # its arguments
@@ -188,13 +334,14 @@ def bench_impls(Ls,               # sequence lengths
                 impls,            # implementations, run in this order at each length
                 setup,            # `setup(L) -> (step, leaves)`: `step(impl)` returns the function to time, or a str why it is skipped
                 device,           # where it runs
-                reps: int = 3,    # timed runs per case; the best is reported
+                reps: int = 5,    # timed runs per case: min and median are reported
                 warmup: int = 1,  # untimed runs first: caches, compilation, the allocator
                 tokens: int = 1,  # tokens per step are `tokens * L`, for `us_per_token`
                 first=('impl', 'L'),  # the key columns, in this order
                 columns: dict | None = None,  # constant columns of every row, after the key columns
-               ) -> list[dict]:   # one row per (L, impl): the key columns, `columns`, ms, us_per_token, peak_mib, note
-    "Best-of-`reps` time and peak memory of `step(impl)` per length and implementation; gradients of `leaves` are cleared between calls."
+                timer: Callable | None = None,  # the clock of `time_reps` (None: the `bench_clock` in force)
+               ) -> list[dict]:   # one row per (L, impl): keys, `columns`, ms (min), ms_median, spread, disturbed, us_per_token, peak_mib, note
+    "Min and median time and peak memory of `step(impl)` per length and implementation; gradients of `leaves` are cleared between calls."
     rows = []
     for L in Ls:
         step, leaves = setup(L)
@@ -202,13 +349,15 @@ def bench_impls(Ls,               # sequence lengths
             for t in leaves: t.grad = None
         for impl in impls:
             key = dict(impl=impl, L=L)
-            row = {k: key[k] for k in first} | (columns or {}) | dict(ms=None, us_per_token=None, peak_mib=None, note='')
+            row = {k: key[k] for k in first} | (columns or {}) | dict(
+                ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='')
             rows.append(row)
             fn = step(impl)
             if isinstance(fn, str): row['note'] = fn; continue
             def run(): clear(); fn()
-            for _ in range(warmup): run()
-            row['ms'] = 1e3 * best_time(run, device, reps); row['us_per_token'] = 1e3 * row['ms'] / (tokens * L)
+            t = time_reps(run, device, reps, warmup, timer)
+            row.update(ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3), disturbed=t.disturbed,
+                       us_per_token=1e6 * t.min / (tokens * L))
             clear(); row['peak_mib'] = peak_memory_bytes(run, device) / 2**20
             clear()
     return rows

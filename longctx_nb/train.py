@@ -11,7 +11,7 @@ from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
-                             reset_peak_memory, peak_memory_mb, measure_peak_flops, pyplot)
+                             reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu, pyplot)
 from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
@@ -396,7 +396,7 @@ def announce(r: Run,  # an opened run
     r.say(f"kernels: {kernel_report(cfg.model, device)}")
     r.est = estimate_memory(r.model.cfg, d.batch_size, max(L for L, _, _ in r.plan), r.precision, device=device.type)
     r.say(r.est.table())
-    r.peak_flops = measure_peak_flops(device, autocast_dtype(r.precision) or torch.float32) * dist.world_size  # all ranks
+    r.peak_flops = device_peak_flops(device, autocast_dtype(r.precision) or torch.float32, say=r.say) * dist.world_size  # all ranks
     r.fpt = {L: flops_per_token(r.model.cfg, L) for L, _, _ in r.plan}
 
 # %% ../nbs/42_train.ipynb #2a922040
@@ -510,11 +510,11 @@ def log_window(r: Run,            # the run
     dt = time.perf_counter() - r.window_t0; r.train_time += dt; r.train_tokens += r.window_tokens
     r.last_loss = r.window_loss / max(r.window_steps, 1)
     row = dict(step=step, loss=r.last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(r.window_tokens / dt, 1),
-               mfu=round(r.window_flops / dt / r.peak_flops, 5), peak_mem_mb=round(peak_memory_mb(r.device), 1),
+               mfu=mfu(r.window_flops / dt, r.peak_flops, 5), peak_mem_mb=round(peak_memory_mb(r.device), 1),
                tokens=r.tokens_seen, seq_len=seq_len, skipped_steps=r.skipped)
     r.log.log(**row)
     r.say(f"step {step:>6} | loss {r.last_loss:.4f} | lr {lr:.2e} | grad norm {grad_norm:.3f} | "
-          f"{row['tokens_per_sec']:,.0f} tok/s | MFU {row['mfu']:.1%} | {row['peak_mem_mb']:,.0f} MiB")
+          f"{row['tokens_per_sec']:,.0f} tok/s | {format_mfu(r.window_flops / dt, r.peak_flops)} | {row['peak_mem_mb']:,.0f} MiB")
     _new_window(r)
 
 # %% ../nbs/42_train.ipynb #a15b3109
@@ -616,7 +616,7 @@ def finish(r: Run,  # a run whose loop ended
                                     + (" (process RSS, includes the runtime)" if r.device.type != 'cuda' else ''))
     tps = r.train_tokens / max(r.train_time, 1e-9)
     return TrainResult(r.run_dir, r.max_steps, r.last_loss, r.val_loss, tps, peak, r.n_params, r.ckpt, plot, r.log.rows,
-                       mfu=tps * r.fpt[r.plan[-1][0]] / r.peak_flops if r.train_tokens else None, val_acc=r.val_acc)
+                       mfu=mfu(tps * r.fpt[r.plan[-1][0]], r.peak_flops) if r.train_tokens else None, val_acc=r.val_acc)
 
 def _plain(cfg, state: dict) -> LM:
     "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."

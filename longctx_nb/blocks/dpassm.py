@@ -18,7 +18,7 @@ from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, selective_scan, selecti
 from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
-__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes']
+__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes', 'bench_dpassm']
 
 # %% ../../nbs/27_dpassm.ipynb #e022d913
 @dataclass
@@ -136,6 +136,30 @@ def _impls(self, impl):
     if impl not in PATHS: raise UsageError(f"dpassm: impl={impl!r} is not valid; choices: None (the module's), {', '.join(PATHS)}.")
     return PATHS[impl]
 
+# %% ../../nbs/27_dpassm.ipynb #ddfa8962
+@patch_to(DPASSM)
+def _attn_path(self, x, attn_impl):
+    "RoPE, then causal attention over the last `window_size` positions: `a` `(B, L, D)`, and the rotated `k`, `v` `(B, H, L, Dh)`."
+    B, L, D = x.shape
+    q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)   # 3 x (B, H, L, Dh)
+    cos, sin = self.rope(L, x.device)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
+    return a.transpose(1, 2).reshape(B, L, D), k, v
+
+@patch_to(DPASSM)
+def _ssm_path(self, x, scan_impl, conv_impl, want_last=False):
+    "The SSM path, channel-first: `s` `(B, D, L)`, the conv's input `xs` `(B, D, L)`, and the last state if `want_last`."
+    N, R = self.ssm_state_dim, self.dt_rank
+    xs = self.in_proj.weight @ x.mT                     # W @ x^T: the matmul and the transpose at once
+    if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
+    u = causal_conv1d(xs, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
+    dt_low, Bm, Cm = (self.x_proj.weight @ u).split([R, N, N], dim=1)
+    A = -torch.exp(self.A_log.float())
+    s = selective_scan(u, self.dt_proj.weight @ dt_low, A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
+                       delta_softplus=True, return_last_state=want_last, impl=scan_impl)
+    return (s[0], xs, s[1]) if want_last else (s, xs, None)
+
 # %% ../../nbs/27_dpassm.ipynb #1bda9d2e
 @patch_to(DPASSM)
 def _forward(self, x, impl=None, want_cache=False):
@@ -143,25 +167,11 @@ def _forward(self, x, impl=None, want_cache=False):
         raise UsageError(f"dpassm expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
     attn_impl, scan_impl, conv_impl = self._impls(impl)
     B, L, D = x.shape
-    H, Dh, N, R = self.n_heads, self.head_dim, self.ssm_state_dim, self.dt_rank
-    # attention path: RoPE, then causal attention over the last window_size positions
-    q, k, v = self.qkv(x).view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4)               # 3 x (B, H, L, Dh)
-    cos, sin = self.rope(L, x.device)
-    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
-    a = a.transpose(1, 2).reshape(B, L, D)
-    # SSM path, channel-first (B, D, L): W @ x^T does the matmul and the transpose at once
-    xs = self.in_proj.weight @ x.mT
-    if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
-    u = causal_conv1d(xs, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
-    dt_low, Bm, Cm = (self.x_proj.weight @ u).split([R, N, N], dim=1)
-    A = -torch.exp(self.A_log.float())
-    s = selective_scan(u, self.dt_proj.weight @ dt_low, A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
-                       delta_softplus=True, return_last_state=want_cache, impl=scan_impl)
-    if want_cache: s, last = s
-    # merge: h = g * attn + (1 - g) * ssm, per channel
+    a, k, v = self._attn_path(x, attn_impl)
+    s, xs, last = self._ssm_path(x, scan_impl, conv_impl, want_cache)
+    # merge: h = g * attn + (1 - g) * ssm, per channel; s made token-major once (lerp on its transposed view is slower)
     g = torch.sigmoid(self.gate(x))
-    h = torch.lerp(s.mT.to(a.dtype), a, g.to(a.dtype))
+    h = torch.lerp(s.mT.contiguous().to(a.dtype), a, g.to(a.dtype))
     if self.dropout and self.training: h = F.dropout(h, self.dropout)
     y = self.out_proj(h)
     if not want_cache: return y
@@ -279,3 +289,54 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     return BL * per + const
 
 DPASSM.activation_bytes = staticmethod(dpassm_mixer_bytes)
+
+# %% ../../nbs/27_dpassm.ipynb #01b629ba
+def _dp_row(impl, L, tmin, tmed, disturbed, batch):
+    return dict(impl=impl, L=L, ms=1e3 * tmin, ms_median=1e3 * tmed, spread=round(tmed / tmin, 3), disturbed=disturbed,
+                us_per_token=1e6 * tmin / (batch * L))
+
+def _print_dpassm_bench(rows, device, D, H, N, w, B):
+    print(f"DP-ASSM mixer forward+backward on {device} ({torch.get_num_threads()} threads), D={D} H={H} N={N} window={w} batch={B}")
+    print(f"{'L':>7} {'':>15} {'min ms':>9} {'median':>9} {'us/token':>9}")
+    for r in rows:
+        print(f"{r['L']:>7} {r['impl']:>15} {r['ms']:>9.1f} {r['ms_median']:>9.1f} {r['us_per_token']:>9.2f}" + (' !' if r['disturbed'] else ''))
+    for L in dict.fromkeys(r['L'] for r in rows):
+        d, s = (next(r for r in rows if r['L'] == L and r['impl'] == k) for k in ('dpassm', 'sum of paths'))
+        print(f"L={L}: dpassm / (attention path + SSM path) = {d['ms'] / s['ms']:.3f} (min), {d['ms_median'] / s['ms_median']:.3f} (median)")
+
+
+# %% ../../nbs/27_dpassm.ipynb #a2336eba
+def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
+                 d_model: int = 128,        # model width (the tiny preset's)
+                 n_heads: int = 4,          # attention heads
+                 ssm_state_dim: int = 64,   # N (the default of the model config)
+                 window_size: int = 256,    # attention window
+                 batch: int = 1,            # sequences
+                 device=None,               # default: the GPU if any
+                 reps: int = 5,             # timed rounds; each times the block and both paths once, in turn
+                 verbose: bool = True,      # print the table
+                ) -> list[dict]:            # per L: rows 'dpassm', 'attention path', 'SSM path', 'sum of paths'
+    "Forward+backward of the DP-ASSM mixer against its attention path and its SSM path run alone, timed in turn."
+    from longctx_nb.core import get_device, time_reps, Timing, seed_everything
+    device = get_device(device or 'auto'); seed_everything(0)
+    m = DPASSM(d_model, n_heads, window_size=window_size, ssm_state_dim=ssm_state_dim).to(device)
+    ai, si, ci = m._impls(None)
+    rows = []
+    for L in Ls:
+        x = torch.randn(batch, L, d_model, device=device, requires_grad=True)
+        gy = torch.randn(batch, L, d_model, device=device)
+        cases = {'dpassm': lambda: m(x).backward(gy),
+                 'attention path': lambda: m.out_proj(m._attn_path(x, ai)[0]).backward(gy),
+                 'SSM path': lambda: m.out_proj(m._ssm_path(x, si, ci)[0].mT).backward(gy)}
+        times = {k: [] for k in cases}
+        for f in cases.values(): f()                              # warm-up
+        for _ in range(reps):
+            for k, f in cases.items(): m.zero_grad(set_to_none=True); x.grad = None; times[k] += time_reps(f, device, 1, 0).times
+        t = {k: Timing(v) for k, v in times.items()}
+        for k, tk in t.items(): rows.append(_dp_row(k, L, tk.min, tk.median, tk.disturbed, batch))
+        pa, ps = t['attention path'], t['SSM path']
+        rows.append(_dp_row('sum of paths', L, pa.min + ps.min, pa.median + ps.median,
+                            None if pa.disturbed is None else pa.disturbed or ps.disturbed, batch))
+    if verbose: _print_dpassm_bench(rows, device, d_model, n_heads, ssm_state_dim, window_size, batch)
+    return rows
+

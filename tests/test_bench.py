@@ -1,0 +1,97 @@
+"Benchmarks that a shared machine cannot fool, the peak FLOP/s cache, and the GPU check's refusal without CUDA."
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest, torch
+
+from longctx_nb.core import Timing, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
+from longctx_nb.bench import timing_table, run_bench, largest_fitting, compare_paths, gpu_table
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason='tests the refusal on a machine without CUDA')
+
+
+def fake_clock(durations):
+    "A clock whose k-th timed call lasts durations[k] seconds."
+    ticks = iter([x for d in durations for x in (0.0, d)])
+    return lambda: next(ticks)
+
+
+def test_injected_slow_repetitions_mark_a_timing_disturbed():
+    calls = []
+    t = time_reps(lambda: calls.append(1), reps=5, warmup=1, timer=fake_clock([0.010, 0.016, 0.015, 0.010, 0.017]))
+    assert len(calls) == 6 and (t.min, t.median, t.disturbed) == (0.010, 0.015, True)
+    assert 'DISTURBED (median/min > 1.3)' in str(t)
+
+
+def test_one_slow_repetition_changes_neither_min_nor_median():
+    t = time_reps(lambda: None, reps=5, timer=fake_clock([0.010, 0.0105, 0.5, 0.010, 0.0102]))
+    assert (t.min, t.median, t.disturbed) == (0.010, 0.0102, False)
+    assert Timing([1.0, 2.0]).disturbed is None     # too few calls to judge
+
+
+def test_timing_table_gives_ratios_to_the_reference_and_marks_disturbed_rows():
+    rows = [dict(block='vanilla', L=64, ms=10.0, ms_median=10.0, disturbed=False),
+            dict(block='mamba', L=64, ms=20.0, ms_median=30.0, disturbed=True)]
+    lines = timing_table(rows, 'block', 'vanilla').splitlines()
+    assert lines[3].split()[-3:] == ['0.50x', '0.33x', '!'] and lines[-1].startswith('1 disturbed timing(s)')
+
+
+def test_longctx_bench_pins_and_prints_its_threads(capsys):
+    old = torch.get_num_threads()
+    rows = run_bench(['scan', '--L', '64', '--impls', 'ref', 'torch', '--dim', '4', '--N', '2', '--batch', '1',
+                      '--device', 'cpu', '--threads', '1'])
+    out = capsys.readouterr().out
+    assert 'threads: 1 (pinned with torch.set_num_threads' in out and 'min and median of 5 timed calls' in out
+    assert 'ratio = ref\'s time / this one\'s at the same L' in out and torch.get_num_threads() == old
+    assert all(r['ms_median'] >= r['ms'] > 0 and r['disturbed'] in (True, False) for r in rows)
+
+
+def test_peak_flops_is_cached_per_machine_and_remeasured_on_demand(tmp_path, monkeypatch):
+    key = peak_key(torch.device('cpu'), torch.float32)
+    (tmp_path / 'peak_flops.json').write_text(json.dumps({key: dict(flops=123.0, measured='then')}))
+    said = []
+    assert device_peak_flops('cpu', cache_dir=tmp_path, say=said.append) == 123.0 and 'measured then' in said[0]
+    monkeypatch.setenv(REMEASURE_ENV, '1')
+    assert device_peak_flops('cpu', cache_dir=tmp_path, say=said.append) > 1e8 and 'measured now' in said[1]
+    assert json.loads((tmp_path / 'peak_flops.json').read_text())[key]['flops'] > 1e8
+
+
+def test_mfu_above_100_percent_is_a_measurement_error():
+    assert mfu(0.5e12, 1e12) == 0.5 and mfu(1.2e12, 1e12) is None
+    assert format_mfu(1.2e12, 1e12).startswith('MFU n/a (measurement error: 120% of the measured peak')
+
+
+def test_gpu_check_pieces_run_on_cpu_tensors():
+    rows = compare_paths('cpu', {'selective_scan': 'torch', 'local_attention': 'blocked'}, L=64)
+    assert [r['ok'] for r in rows] == [True, True]
+    assert largest_fitting(lambda L: L <= 5000, start=1024, step=512) == (4608, '')
+    md = gpu_table(dict(device='x'), rows, [], [dict(block='mamba', largest=4608, note='')])
+    assert '| selective_scan | torch |' in md and '| mamba | 4,608 |' in md
+
+
+@NO_CUDA
+def test_gpu_check_refuses_without_cuda(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / 'out'), PYTHONPATH=str(ROOT))
+    p = subprocess.run(['bash', str(ROOT / 'examples' / 'gpu_check.sh')], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and p.stdout == '', (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.startswith('gpu_check.sh: error: this check needs a CUDA GPU, and torch') and len(p.stderr.splitlines()) == 1
+    assert not (tmp_path / 'out').exists()       # nothing written
+    p = subprocess.run(['bash', str(ROOT / 'examples' / 'gpu_check.sh'), 'speed'], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "unknown step 'speed'; valid choices: kernels cells compare blocks fits" in p.stderr
+
+
+@NO_CUDA
+def test_longctx_bench_gpu_refuses_without_cuda(tmp_path):
+    p = subprocess.run([sys.executable, '-c', 'from longctx_nb.bench import bench_main; bench_main()', 'gpu',
+                        '--out', str(tmp_path / 'out')], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 2 and 'Traceback' not in p.stderr, p.stderr
+    assert p.stderr.startswith('longctx_bench: error: longctx_bench gpu needs a CUDA GPU') and not (tmp_path / 'out').exists()
+
+
+def test_longctx_bench_dpassm_prints_the_block_against_the_sum_of_its_paths(capsys):
+    rows = run_bench(['dpassm', '--L', '64', '--d_model', '32', '--ssm_state_dim', '8', '--window_size', '16', '--reps', '3',
+                      '--device', 'cpu'])
+    by = {r['impl']: r for r in rows}
+    assert by['sum of paths']['ms'] == pytest.approx(by['attention path']['ms'] + by['SSM path']['ms'])
+    out = capsys.readouterr().out
+    assert 'L=64: dpassm / (attention path + SSM path) = ' in out and "ratio = sum of paths's time / this one's" in out
