@@ -12,11 +12,14 @@ from .core import pyplot
 __all__ = ['legend_outside', 'fit_title', 'plot_heatmap', 'plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']
 
 # %% ../nbs/55_plots.ipynb #c592380b
-def legend_outside(ax, **kw):
+def legend_outside(ax,    # the matplotlib axes
+                   **kw,  # more `ax.legend` arguments
+                  ):
     "A legend to the right of `ax`, where it covers no point."
     return ax.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kw)
 
-def fit_title(ax, title: str,       # the title
+def fit_title(ax,                   # the matplotlib axes
+              title: str,           # the title
               fontsize: float = 9,  # the title's size
              ):
     "Set `title`, wrapped to the width of the axes (about 13 characters per inch at size 9)."
