@@ -454,7 +454,7 @@ def compare_parser() -> argparse.ArgumentParser:
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
         arg('--n_samples', type=int, default=64, help='evaluation sequences per length'),
         arg('--match_params', action='store_true', default=True, help='raise the depth of smaller blocks to match the largest '
-            'parameter count (the default)'),
+            'parameter count'),
         arg('--no_match_params', dest='match_params', action='store_false', help='every block at the preset depth'),
         arg('--allow_dense', action='store_true', help='train blocks whose window or chunk covers --seq_len (marked in the table) '
             'instead of refusing them')],
