@@ -23,9 +23,10 @@ from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
-__all__ = ['SPARSE_DEFAULTS', 'COMPARE_FLAGS', 'match_layers', 'block_configs', 'dense_settings', 'check_sparse', 'step_stats',
-           'train_and_eval', 'sweep_lrs', 'summarize', 'compare_blocks', 'report_table', 'noise_notes', 'report_plots',
-           'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
+__all__ = ['SPARSE_DEFAULTS', 'EVAL_CAPTIONS', 'COMPARE_FLAGS', 'match_layers', 'block_configs', 'dense_settings', 'check_sparse',
+           'step_stats', 'train_and_eval', 'sweep_lrs', 'summarize', 'compare_blocks', 'report_table', 'noise_notes',
+           'report_plots', 'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser',
+           'report_main']
 
 # %% ../nbs/61_report.ipynb #85387b09
 def _probe_params(cfg: Config, n_layers: int) -> int:
@@ -383,6 +384,12 @@ def write_report(rows: list[dict],  # one `summarize` row per block
     return out / 'report.md'
 
 # %% ../nbs/61_report.ipynb #ae59ec96
+EVAL_CAPTIONS = {   # what each evaluation's figure shows
+    'copy_recall': 'Answer accuracy of each recall task by sequence length; dashed: the training length, dotted: chance.',
+    'passkey': 'Passkey accuracy by sequence length (across) and depth of the key (down, 0% at the start); * marks the training length.',
+    'perplexity': 'Validation loss by evaluation length; dashed: the training length.',
+    'drift_curve': 'Loss at each token position (log-spaced buckets, position 0 included); dashed: the training length.'}
+
 def generate_report(checkpoint_path,             # a checkpoint .pt, a run directory or an exported model folder
                     output_dir='reports',        # where report.md and the JSON and PNG files go
                     max_len: int | None = None,  # the longest length evaluated (default: 4 x the training length)
@@ -422,9 +429,9 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     out = Path(output_dir)
     md = [f"# Evaluation of {ev.source}", '', f"{ev.block}, {count_params(ev.model):,} parameters, trained at seq_len {L0} on "
           f"{ev.synthetic_task or (ev.config.data.dataset_name if ev.config else 'unknown data')}.", '']
-    for r in results:
-        name = f"{r['block']}_{r['task']}"
-        md += [f"## {r['task']}", '', '```', format_result(r), '```', '', f'![{name}]({name}.png)', '']
+    for k, r in enumerate(results, 1):
+        name, cap = f"{r['block']}_{r['task']}", EVAL_CAPTIONS[r['task']]
+        md += [f"## {r['task']}", '', '```', format_result(r), '```', '', f'![{cap}]({name}.png)', '', f'*Figure {k}. {cap}*', '']
     md += ['## Left out', ''] + [f'* {t}: {why}.' for t, why in left] + ['']
     (out / 'report.md').write_text('\n'.join(md))
     if verbose: print('\n\n'.join(format_result(r) for r in results) + '\n\nleft out:\n' + '\n'.join(f'  {t}: {why}' for t, why in left)
