@@ -9,21 +9,24 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, get_device, parse_precision, pyplot
-from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir, pick_precision
+from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir, pick_precision, resolve_model
 from .memory import check_fits, check_config_fits, check_positive, check_lengths
-from .blocks.base import canonical_block
-from .model import LM, count_params
+from .blocks.base import canonical_block, get_block
+from .blocks.bigbird import random_block_size
+from .model import LM, count_params, flops_per_token
 from .synthetic import from_config as task_from_config
 from .train import train
 from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator,
                               text_data, perplexity, drift_curve, eval_lengths)
-from .plots import plot_lengths, plot_drift
+from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
-__all__ = ['COMPARE_FLAGS', 'match_layers', 'block_configs', 'step_stats', 'train_and_eval', 'compare_blocks', 'report_table',
-           'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
+__all__ = ['SPARSE_DEFAULTS', 'EVAL_CAPTIONS', 'COMPARE_FLAGS', 'match_layers', 'block_configs', 'dense_settings', 'check_sparse',
+           'step_stats', 'train_and_eval', 'sweep_lrs', 'summarize', 'compare_blocks', 'report_table', 'noise_notes',
+           'report_plots', 'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser',
+           'report_main']
 
 # %% ../nbs/61_report.ipynb #85387b09
 def _probe_params(cfg: Config, n_layers: int) -> int:
@@ -42,16 +45,18 @@ def match_layers(cfgs: dict[str, Config],  # block -> its training config
     return out
 
 # %% ../nbs/61_report.ipynb #e23d3c2e
+SPARSE_DEFAULTS = {'model.window_size': 64, 'model.chunk_size': 64}   # well below the default length 256: every block sparse
+
 def block_configs(blocks,                                     # block names (any `canonical_block` accepts)
                   task: str = 'passkey',                      # a synthetic task, or 'text' (the default corpus)
                   max_steps: int = 300,                       # training steps of every block
-                  seq_len: int = 64,                          # the training length
+                  seq_len: int = 256,                         # the training length
                   batch_size: int = 16,                       # training batch
                   size: str = 'tiny',                         # size preset (model.num_params)
                   seed: int = 0,                              # seed of the weights and the data
                   device: str = 'auto',                       # auto, cpu, cuda or cuda:N
                   root: str | Path = 'reports/compare/runs',  # folder of the runs
-                  match_params: bool = False,                 # raise the depth of smaller blocks to match the largest parameter count
+                  match_params: bool = True,                  # raise the depth of smaller blocks to match the largest parameter count
                   overrides: dict | None = None,              # more training settings for every block, {'section.key': value}
                  ) -> dict[str, Config]:
     "One checked training `Config` per block: the same data, budget and seed; only the block (and with `match_params` the depth) differs."
@@ -60,7 +65,7 @@ def block_configs(blocks,                                     # block names (any
     if task != 'text' and task not in SYNTHETIC_TASKS:
         raise UsageError(f"unknown --task {task!r}; valid choices: text, {', '.join(SYNTHETIC_TASKS)}.")
     data = {'data.dataset_name': 'synthetic', 'data.task': task} if task != 'text' else {}
-    base = {**data, 'model.num_params': size, 'data.seq_len': seq_len, 'data.batch_size': batch_size,
+    base = {**data, **SPARSE_DEFAULTS, 'model.num_params': size, 'data.seq_len': seq_len, 'data.batch_size': batch_size,
             'trainer.max_steps': max_steps, 'trainer.seed': seed, 'trainer.accelerator': device,
             'trainer.default_root_dir': str(root), 'trainer.enable_progress_bar': False, 'trainer.tensorboard': False,
             'trainer.eval_interval': 0, 'trainer.checkpoint_interval': 0, 'trainer.keep_last': 1,
@@ -76,6 +81,35 @@ def block_configs(blocks,                                     # block names (any
         cfgs = {b: apply_overrides(cfgs[b], {'model.n_layers': n}) for b, n in match_layers(cfgs).items()}
     return cfgs
 
+# %% ../nbs/61_report.ipynb #dd947cea
+def dense_settings(cfg: Config,  # a block's training config
+                  ) -> str | None:  # None: the block is in its sparse regime at cfg.data.seq_len
+    "Why `cfg`'s block degenerates at its training length (window covering it, one chunk, no random key), naming the setting."
+    m, L = resolve_model(cfg.model), cfg.data.seq_len
+    fields = get_block(m.block).field_map()
+    g = m.n_global_tokens if 'n_global_tokens' in fields else 0
+    if 'window_size' in fields and m.window_size + g >= L:
+        return (f"--model.window_size={m.window_size}{f' with {g} global tokens' if g else ''} covers all {L} tokens: "
+                f"full attention")
+    if 'chunk_size' in fields and m.chunk_size >= L:
+        return f"--model.chunk_size={m.chunk_size} is one chunk of {L} tokens: block-local attention is full attention"
+    if 'n_random_tokens' in fields and (m.n_random_tokens == 0 or random_block_size(L, m.attn_block_size, m.window_size, g) is None):
+        return f"--model.n_random_tokens={m.n_random_tokens}: no random key at {L} tokens, the block is baseline_longformer"
+    return None
+
+def check_sparse(cfgs: dict[str, Config],  # block -> its training config
+                 allow_dense: bool = False,  # train degenerate blocks anyway (marked in the table)
+                ) -> dict[str, str]:        # block -> why it is dense (only with allow_dense)
+    "Refuse blocks whose settings make them dense at the training length, naming the setting to change."
+    dense = {b: r for b, c in cfgs.items() if (r := dense_settings(c))}
+    if dense and not allow_dense:
+        L = next(iter(cfgs.values())).data.seq_len
+        raise UsageError(f"at --seq_len {L} these blocks are not sparse: " + '; '.join(f'{b}: {r}' for b, r in dense.items()) +
+                         ". Their rows would equal another block's and compare nothing. Set --model.window_size and "
+                         "--model.chunk_size well below --seq_len (e.g. a quarter of it), keep --model.n_random_tokens above 0, "
+                         "or pass --allow_dense to train them anyway, marked in the table.")
+    return dense
+
 # %% ../nbs/61_report.ipynb #5f2f2aac
 def step_stats(model,          # the model to time
                cfg: Config,    # gives the batch and the length
@@ -87,37 +121,42 @@ def step_stats(model,          # the model to time
     model.eval()
     return cfg.data.batch_size * cfg.data.seq_len / secs, peak / 2**20
 
+def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
+    "The task (or the text loss and drift) at each length, for a trained model."
+    dev, L0 = next(ev.model.parameters()).device, cfg.data.seq_len
+    if not ev.synthetic_task:
+        tokens = text_data(ev)
+        nb = -(-n_samples // cfg.data.batch_size)
+        return dict(loss_at={L: round(perplexity(ev.model, tokens, L, cfg.data.batch_size, dev, max_batches=nb)['loss'], 4) for L in lengths},
+                    drift=drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, cfg.data.batch_size, dev))
+    params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
+    r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, cfg.data.batch_size, dev, seed=cfg.trainer.seed, **params)
+    row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'])
+    if ev.synthetic_task == 'passkey' and passkey_depths:
+        gen, _, _ = passkey_generator(ev)
+        row['passkey'] = passkey_grid(ev.model, gen, lengths, list(passkey_depths), max(4, n_samples // 4),
+                                      cfg.data.batch_size, dev, seed=cfg.trainer.seed)
+    return row
+
 def train_and_eval(cfg: Config,          # the training config
                    lengths: list[int],   # evaluation lengths
                    n_samples: int = 64,  # evaluation sequences per length
                    passkey_depths=None,  # depths of a passkey grid, for the passkey task (None: no grid)
                    quiet: bool = True,   # no training log
                   ) -> dict:
-    "Train `cfg`, then measure it: parameters, tokens/s, step memory, validation loss and the task at each of `lengths`."
+    "Train `cfg`, then measure it: parameters, FLOPs/token, training time, tokens/s, step memory, validation loss, the task at `lengths`."
     t0 = time.time()
     res = train(cfg, quiet=quiet)
+    train_s = time.time() - t0
     ev = load_for_eval(res.run_dir, get_device(cfg.trainer.accelerator))
-    dev, L0 = next(ev.model.parameters()).device, cfg.data.seq_len
     row = dict(block=cfg.model.block, n_layers=ev.model.cfg.n_layers, params=count_params(ev.model),
-               run_tokens_per_sec=round(res.tokens_per_sec, 1), val_loss=round(res.val_loss, 4), train_loss=round(res.train_loss, 4),
-               val_acc=None if res.val_acc is None else round(res.val_acc, 4), run_dir=str(res.run_dir),
-               curve=[(r['step'], r['loss']) for r in res.metrics if 'loss' in r])
-    if ev.synthetic_task:
-        params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
-        r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, cfg.data.batch_size, dev, seed=cfg.trainer.seed, **params)
-        row.update(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'])
-        if ev.synthetic_task == 'passkey' and passkey_depths:
-            gen, _, _ = passkey_generator(ev)
-            row['passkey'] = passkey_grid(ev.model, gen, lengths, list(passkey_depths), max(4, n_samples // 4),
-                                          cfg.data.batch_size, dev, seed=cfg.trainer.seed)
-    else:
-        tokens = text_data(ev)
-        row['loss_at'] = {L: round(perplexity(ev.model, tokens, L, cfg.data.batch_size, dev, max_batches=-(-n_samples // cfg.data.batch_size))['loss'], 4)
-                          for L in lengths}
-        row['drift'] = drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, cfg.data.batch_size, dev)
-    tps, mib = step_stats(ev.model, cfg, dev)
-    row.update(tokens_per_sec=round(tps, 1), peak_mib=round(mib, 1))
-    row['seconds'] = round(time.time() - t0, 1)
+               flops_per_token=flops_per_token(ev.model.cfg, cfg.data.seq_len), lr=cfg.trainer.learning_rate, seed=cfg.trainer.seed,
+               train_seconds=round(train_s, 1), run_tokens_per_sec=round(res.tokens_per_sec, 1), val_loss=round(res.val_loss, 4),
+               train_loss=round(res.train_loss, 4), val_acc=None if res.val_acc is None else round(res.val_acc, 4),
+               run_dir=str(res.run_dir), curve=[(r['step'], r['loss']) for r in res.metrics if 'loss' in r])
+    row.update(_eval_row(ev, cfg, lengths, n_samples, passkey_depths))
+    tps, mib = step_stats(ev.model, cfg, next(ev.model.parameters()).device)
+    row.update(tokens_per_sec=round(tps, 1), peak_mib=round(mib, 1), seconds=round(time.time() - t0, 1))
     return row
 
 # %% ../nbs/61_report.ipynb #4886f13b
@@ -132,109 +171,225 @@ def _check_compare_fits(cfgs: dict, lengths: list[int], device: str):
         check_fits(cfg.model, cfg.data.batch_size, max(lengths), p, dev, training=False, hint='--eval_lengths or --batch_size',
                    override='--trainer.skip_memory_check')
 
+def sweep_lrs(lr_sweep,           # None: no sweep; []: lr/3, lr, 3 lr; or the learning rates
+              overrides: dict,    # the training settings (a sweep may not also set trainer.learning_rate)
+             ) -> list[float]:    # the learning rates to train with
+    "The learning rates of a comparison: the configured one, or a sweep."
+    lr_keys = [k for k in overrides if canonical_key(k) == 'trainer.learning_rate']
+    if lr_sweep is None: return [float(apply_overrides(Config(), {k: overrides[k] for k in lr_keys}).trainer.learning_rate)]
+    if lr_keys and lr_sweep: raise UsageError(f"--lr_sweep and --{lr_keys[0]} both set the learning rate; give one of them.")
+    base = float(apply_overrides(Config(), {k: overrides[k] for k in lr_keys}).trainer.learning_rate)
+    lrs = sorted(set(float(x) for x in lr_sweep)) or [base / 3, base, base * 3]
+    bad = [x for x in lrs if not (np.isfinite(x) and x > 0)]
+    if bad: raise UsageError(f"--lr_sweep {' '.join(map(str, lr_sweep))}: learning rates must be positive and finite ({bad[0]} is not).")
+    return lrs
+
+# %% ../nbs/61_report.ipynb #51d3e266
+def _mean_sd(xs):
+    xs = np.asarray(xs, float)
+    return float(xs.mean()), (float(xs.std(ddof=1)) if len(xs) > 1 else None)
+
+def summarize(runs: dict,             # block -> learning rate -> the rows of its seeds
+              lengths: list[int],     # the evaluation lengths
+              dense: dict | None = None,  # block -> why it is dense (marked in its row)
+             ) -> list[dict]:         # one row per block
+    "Per block: the learning rate with the lowest mean validation loss, its seeds' mean and standard deviation, the sweep."
+    rows = []
+    for b, by_lr in runs.items():
+        sweep = {lr: _mean_sd([r['val_loss'] for r in rs])[0] for lr, rs in by_lr.items()}
+        lr = min(sweep, key=sweep.get)
+        rs = by_lr[lr]
+        row = dict(rs[0], lr=lr, sweep=sweep, seeds=[r['seed'] for r in rs], dense=(dense or {}).get(b))
+        row['val_loss'], row['val_loss_sd'] = _mean_sd([r['val_loss'] for r in rs])
+        for k in ('train_seconds', 'tokens_per_sec', 'peak_mib'): row[k] = round(_mean_sd([r[k] for r in rs])[0], 1)
+        key = 'acc' if 'acc' in rs[0] else 'loss_at'
+        stats = {L: _mean_sd([r[key][L] for r in rs]) for L in lengths}
+        row[key], row[key + '_sd'] = {L: m for L, (m, _) in stats.items()}, {L: sd for L, (_, sd) in stats.items()}
+        row['per_seed'] = [{k: r[k] for k in ('seed', 'val_loss', key, 'run_dir')} for r in rs]
+        rows.append(row)
+    return rows
+
+# %% ../nbs/61_report.ipynb #204dab75
 def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `canonical_block` accepts)
                    task: str = 'passkey',                  # a synthetic task, or 'text' (the default corpus)
                    max_steps: int = 300,                   # training steps of every block
-                   seq_len: int = 64,                      # the training length
+                   seq_len: int = 256,                     # the training length
                    eval_lengths: list[int] | None = None,  # default: seq_len, 2 seq_len, 4 seq_len
                    output_dir='reports/compare',           # a new or empty folder for the report and the runs
                    batch_size: int = 16,                   # training batch
                    size: str = 'tiny',                     # size preset (model.num_params)
-                   seed: int = 0,                          # seed of the weights and the data
+                   seed: int = 0,                          # seed of the weights and the data (the first, with seeds > 1)
                    device: str = 'auto',                   # auto, cpu, cuda or cuda:N
-                   match_params: bool = False,             # raise the depth of smaller blocks to match the largest parameter count
+                   match_params: bool = True,              # raise the depth of smaller blocks to match the largest parameter count
                    n_samples: int = 64,                    # evaluation sequences per length
                    overrides: dict | None = None,          # more training settings for every block, {'section.key': value}
                    verbose: bool = True,                   # print progress and the table
-                  ) -> list[dict]:  # one row per block
-    "Train each block on `task` with the same budget, evaluate each at `eval_lengths`, write a report to `output_dir`."
+                   lr_sweep: list[float] | None = None,    # learning rates to try per block ([]: lr/3, lr, 3 lr); None: no sweep
+                   seeds: int = 1,                         # runs per block and learning rate, seeds seed, seed+1, ...
+                   allow_dense: bool = False,              # train blocks whose settings are dense at seq_len (marked)
+                  ) -> list[dict]:  # one row per block (its best learning rate)
+    "Train each block on `task` with the same budget (per learning rate and seed), evaluate each at `eval_lengths`, write a report."
     out = check_writable_dir(output_dir, '--output_dir')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--output_dir {str(out)!r} is not empty; choose a new folder for the report.")
-    check_positive(max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths)
+    check_positive(max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths, seeds=seeds)
+    overrides = dict(overrides or {})
     lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
+    lrs = sweep_lrs(lr_sweep, overrides)
     cfgs = block_configs(blocks, task, max_steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, overrides)
     _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
     check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
-    rows = []
+    dense = check_sparse(cfgs, allow_dense)
+    runs = {b: {lr: [] for lr in lrs} for b in cfgs}
+    n = len(cfgs) * len(lrs) * seeds
+    if verbose: print(f"{n} training runs: {len(cfgs)} blocks x {len(lrs)} learning rates x {seeds} seeds, {max_steps} steps each", flush=True)
     for b, cfg in cfgs.items():
-        if verbose: print(f"{b}: training {max_steps} steps ...", flush=True)
-        rows.append(train_and_eval(cfg, lengths, n_samples, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0)))
-        if verbose: print(f"{b}: {rows[-1]['params']:,} params, val loss {rows[-1]['val_loss']:.4f}, {rows[-1]['seconds']:.0f} s", flush=True)
-    settings = dict(task=task, max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, size=size, seed=seed,
-                    device=str(get_device(device)), match_params=match_params, eval_lengths=lengths, n_samples=n_samples,
-                    overrides=overrides or {}, torch=torch.__version__)
+        for lr in lrs:
+            for s in range(seed, seed + seeds):
+                name = b if n == len(cfgs) else f'{b}_lr{lr:.3g}_seed{s}'
+                c = apply_overrides(cfg, {'trainer.learning_rate': lr, 'trainer.seed': s, 'trainer.run_name': name})
+                if verbose: print(f"{name}: training ...", flush=True)
+                r = train_and_eval(c, lengths, n_samples, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0))
+                runs[b][lr].append(r)
+                if verbose: print(f"{name}: {r['params']:,} params, val loss {r['val_loss']:.4f}, {r['seconds']:.0f} s", flush=True)
+    rows = summarize(runs, lengths, dense)
+    settings = dict(task=task, max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, size=size, seed=seed, seeds=seeds,
+                    lr_sweep=lrs if lr_sweep is not None else None, device=str(get_device(device)), match_params=match_params,
+                    eval_lengths=lengths, n_samples=n_samples, overrides=overrides, torch=torch.__version__,
+                    model={k: getattr(next(iter(cfgs.values())).model, k.split('.')[1]) for k in
+                           ('model.window_size', 'model.chunk_size', 'model.n_random_tokens', 'model.n_global_tokens', 'model.attn_block_size')})
     path = write_report(rows, settings, out)
-    if verbose: print(report_table(rows, settings) + f"\n\nwrote {path}")
+    if verbose: print(report_table(rows, settings) + '\n\n' + '\n'.join(noise_notes(rows, settings)) + f"\n\nwrote {path}")
     return rows
 
 # %% ../nbs/61_report.ipynb #effe00bc
-def report_table(rows: list[dict],  # one `train_and_eval` row per block
+def _pm(m, sd, fmt):
+    return fmt.format(m) + ('' if sd is None else ' ± ' + fmt.format(sd))
+
+def report_table(rows: list[dict],  # one `summarize` (or `train_and_eval`) row per block
                  settings: dict,    # the comparison settings (task, eval_lengths, ...)
                 ) -> str:
-    "The comparison table as Markdown: block, params, tokens/s, peak memory, val loss, the task by length."
-    Ls = settings['eval_lengths']
-    text = settings['task'] == 'text'
-    cols = ['block', 'layers', 'params', 'tokens/s', 'peak MiB', 'val loss'] + [f"{'loss' if text else 'acc'}@{L}" for L in Ls]
+    "The comparison table as Markdown: block, params, tokens/s, peak memory, val loss, the task by length, FLOPs/token, time, lr."
+    Ls, text = settings['eval_lengths'], settings['task'] == 'text'
+    key = 'loss_at' if text else 'acc'
+    cols = (['block', 'layers', 'params', 'tokens/s', 'peak MiB', 'val loss'] + [f"{'loss' if text else 'acc'}@{L}" for L in Ls]
+            + ['MFLOP/token', 'train s', 'lr'])
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for r in rows:
-        vals = r['loss_at'] if text else r['acc']
-        cells = [r['block'], str(r['n_layers']), f"{r['params']:,}", f"{r['tokens_per_sec']:,.0f}", f"{r['peak_mib']:,.1f}",
-                 f"{r['val_loss']:.3f}"] + [f'{vals[L]:.3f}' if text else f'{vals[L]:.1%}' for L in Ls]
+        sds = r.get(key + '_sd') or {}
+        cells = [r['block'] + (' (dense)' if r.get('dense') else ''), str(r['n_layers']), f"{r['params']:,}",
+                 f"{r['tokens_per_sec']:,.0f}", f"{r['peak_mib']:,.1f}", _pm(r['val_loss'], r.get('val_loss_sd'), '{:.3f}')]
+        cells += [_pm(r[key][L], sds.get(L), '{:.3f}' if text else '{:.1%}') for L in Ls]
+        cells += [f"{r.get('flops_per_token', float('nan')) / 1e6:.2f}", f"{r.get('train_seconds', float('nan')):.0f}",
+                  f"{r.get('lr', float('nan')):.3g}"]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
-def write_report(rows: list[dict],  # one `train_and_eval` row per block
+# %% ../nbs/61_report.ipynb #468ab292
+def noise_notes(rows: list[dict],  # `summarize` rows
+                settings: dict,    # the comparison settings
+               ) -> list[str]:     # sentences for the report
+    "Which blocks are within noise of each other: validation losses closer than two standard errors of their difference."
+    n = settings.get('seeds', 1)
+    if n < 2 or any(r.get('val_loss_sd') is None for r in rows):
+        return ["One seed per block: the table carries no noise estimate, and a small difference between two rows may be "
+                "chance. `--seeds 3` gives a mean and a standard deviation per block, and says which blocks are within noise."]
+    close = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            se = np.sqrt((a['val_loss_sd'] ** 2 + b['val_loss_sd'] ** 2) / n)
+            if abs(a['val_loss'] - b['val_loss']) <= 2 * se: close.append(f"{a['block']} and {b['block']}")
+    rule = (f"Mean ± standard deviation over {n} seeds. Two blocks are within noise when their mean validation losses "
+            "differ by less than two standard errors of the difference.")
+    return [rule, ("Within noise of each other: " + '; '.join(close) + '.') if close else "No two blocks are within noise of each other."]
+
+# %% ../nbs/61_report.ipynb #5d45ea65
+def report_plots(rows: list[dict],  # `summarize` rows
+                 settings: dict,    # the comparison settings
+                 out: Path,         # the folder to write into
+                ) -> list[tuple[str, str]]:  # (file, caption) per figure
+    "The figures of a comparison report, each with the caption that says what it shows."
+    s, Ls, text = settings, settings['eval_lengths'], settings['task'] == 'text'
+    seeds = f" (first seed of {s.get('seeds', 1)})" if s.get('seeds', 1) > 1 else ''
+    figs = []
+    plot_curves({r['block']: r['curve'] for r in rows}, 'training loss' + ('' if text else ' (answer tokens)'),
+                f"{s['task']}, {s['size']}, seq_len {s['seq_len']}", out / 'loss.png')
+    figs.append(('loss.png', f"Training loss against step of each block at its best learning rate{seeds}: the same "
+                 f"{s['max_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens, in the same order."))
+    key = 'loss_at' if text else 'acc'
+    has_sd = any((r.get(key + '_sd') or {}).get(Ls[0]) is not None for r in rows)
+    plot_lengths({r['block']: [r[key][L] for L in Ls] for r in rows}, Ls, s['seq_len'],
+                 'validation loss' if text else 'accuracy (answer tokens)', f"{s['task']} after {s['max_steps']} steps", out / 'lengths.png',
+                 chance=None if text else rows[0]['chance'],
+                 errors={r['block']: [r[key + '_sd'][L] for L in Ls] for r in rows} if has_sd else None)
+    figs.append(('lengths.png', f"{'Validation loss' if text else 'Answer accuracy'} at each evaluation length; the dashed line is "
+                 f"the training length{', the dotted line chance' if not text else ''}{', bars one standard deviation over the seeds' if has_sd else ''}."))
+    if text:
+        plot_drift({r['block']: r['drift'] for r in rows}, s['seq_len'], 'loss by position', out / 'drift.png')
+        figs.append(('drift.png', f"Loss at each token position up to {max(Ls)} (log-spaced buckets{seeds}): a curve that turns up "
+                     "after the training length is a block that loses its way beyond it."))
+    elif all('passkey' in r for r in rows):
+        g = rows[0]['passkey']
+        plot_heatmaps({r['block']: r['passkey']['token_accuracy'] for r in rows}, g['lengths'], g['depths'],
+                      'passkey digit accuracy', out / 'passkey.png', s['seq_len'])
+        figs.append(('passkey.png', f"Accuracy on the key's digits (chance 10%) by length (across) and depth of the key "
+                     f"(down: 0% at the start){seeds}; * marks the training length."))
+    return figs
+
+# %% ../nbs/61_report.ipynb #2211f921
+def write_report(rows: list[dict],  # one `summarize` row per block
                  settings: dict,    # the comparison settings
                  out,               # the folder to write into
                 ) -> Path:  # the path of report.md
-    "report.md, report.json and the plots of a comparison, into folder `out`."
+    "report.md, report.json and the captioned plots of a comparison, into folder `out`."
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    s, Ls, text = settings, settings['eval_lengths'], settings['task'] == 'text'
-    plt = pyplot(save=True)
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for r in rows: ax.plot(*zip(*r['curve']), label=r['block'])
-    ax.set_xlabel('step'); ax.set_ylabel('training loss' + ('' if text else ' (answer tokens)')); ax.set_yscale('log')
-    ax.grid(alpha=.3); ax.legend(fontsize=8); ax.set_title(f"{s['task']}, {s['size']}, seq_len {s['seq_len']}", fontsize=9)
-    fig.tight_layout(); fig.savefig(out / 'loss.png', dpi=110); plt.close(fig)
-    series = {r['block']: [(r['loss_at'] if text else r['acc'])[L] for L in Ls] for r in rows}
-    plot_lengths(series, Ls, s['seq_len'], 'validation loss' if text else 'accuracy (answer tokens)',
-                 f"{s['task']} after {s['max_steps']} steps",
-                 out / 'lengths.png', chance=None if text else rows[0]['chance'])
-    plots = ['loss.png', 'lengths.png']
-    if text:
-        plot_drift({r['block']: r['drift'] for r in rows}, s['seq_len'], 'loss by position', out / 'drift.png'); plots.append('drift.png')
-    elif all('passkey' in r for r in rows):
-        fig, axs = plt.subplots(1, len(rows), figsize=(2.2 * len(rows) + 1, 2.8), squeeze=False)
-        for ax, r in zip(axs[0], rows):
-            g = r['passkey']; a = np.asarray(g['token_accuracy'])
-            ax.imshow(a, vmin=0, vmax=1, cmap='RdYlGn', aspect='auto')
-            for (i, j), v in np.ndenumerate(a): ax.text(j, i, f'{v:.0%}', ha='center', va='center', fontsize=7)
-            ax.set_xticks(range(len(g['lengths'])), g['lengths'], fontsize=7); ax.set_title(r['block'], fontsize=8)
-            ax.set_yticks(range(len(g['depths'])), [f'{d:.0%}' for d in g['depths']] if ax is axs[0][0] else [], fontsize=7)
-        axs[0][0].set_ylabel('depth'); fig.supxlabel('sequence length (digit accuracy; chance 10%)', fontsize=8)
-        fig.tight_layout(); fig.savefig(out / 'passkey.png', dpi=110); plt.close(fig); plots.append('passkey.png')
+    s, text = settings, settings['task'] == 'text'
+    figs = report_plots(rows, s, out)
     (out / 'report.json').write_text(json.dumps(dict(settings=s, rows=rows), indent=1, default=str) + '\n')
     what = 'loss@L: validation loss (nats/token) at length L' if text else \
         f"acc@L: accuracy on the answer tokens of {s['n_samples']} fresh sequences at length L (chance {rows[0]['chance']:.1%})"
+    m, tokens = s.get('model', {}), s['max_steps'] * s['batch_size'] * s['seq_len']
+    lrs, n = s.get('lr_sweep'), s.get('seeds', 1)
+    seed_txt = f"data seed {s['seed']}" if n == 1 else f"data seeds {s['seed']} to {s['seed'] + n - 1}, one run of every block per seed"
     md = [f"# Block comparison: {s['task']}", '',
-          f"Each block trained {s['max_steps']} steps on `{s['task']}` at seq_len {s['seq_len']}, batch {s['batch_size']}, "
-          f"size preset `{s['size']}`{' with layers matched to the largest model' if s['match_params'] else ''}, seed {s['seed']}, "
-          f"on {s['device']} (torch {s['torch']}); overrides: {s['overrides'] or 'none'}.", '',
+          f"**Budget, the same for every block:** {s['max_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens "
+          f"({tokens:,} tokens), in the same order ({seed_txt}), "
+          f"size preset `{s['size']}`, " + ("parameters matched (each block's depth chosen to come closest to the largest model)"
+                                           if s['match_params'] else "parameters not matched (--no_match_params)") +
+          f"; on {s['device']} (torch {s['torch']}).", '',
+          f"**Sparse settings:** " + ', '.join(f'{k.split(".")[1]} {v}' for k, v in m.items()) + f"; overrides: {s['overrides'] or 'none'}.", '',
+          (f"**Learning rate:** each block at the best of {', '.join(f'{x:.3g}' for x in lrs)} (lowest mean validation loss)."
+           if lrs else f"**Learning rate:** {rows[0]['lr']:.3g} for every block (no sweep; --lr_sweep tries three)."), '',
           report_table(rows, s), '',
-          f"val loss: the last validation at the training length. {what}. "
-          "tokens/s: the fastest of 5 training steps (forward, backward, AdamW) at the training shape; "
-          "peak MiB: the memory of one such step above the weights.", '',
-          "Parameters differ between blocks at the same preset (Mamba layers have no MLP; BLADE and DP-ASSM add state paths): "
-          "compare the params column, or rerun with --match_params. Throughput on a shared machine is noisy; for time and "
-          "memory against length use `longctx_bench blocks`.", '']
-    md += [f'![{p}]({p})' for p in plots]
+          f"val loss: the last validation at the training length. {what}. MFLOP/token: training FLOPs per token (6 x matmul "
+          "parameters + the mixer's attention or scan) at the training length. train s: wall-clock seconds of the training run. "
+          "tokens/s: the fastest of 5 training steps at the training shape; peak MiB: the memory of one such step above the weights. "
+          "Throughput on a shared machine is noisy; for time and memory against length use `longctx_bench blocks`.", '']
+    for note in noise_notes(rows, s): md += [note, '']
+    dense = {r['block']: r['dense'] for r in rows if r.get('dense')}
+    if dense: md += ["**Dense rows** (trained with --allow_dense; they are not in their sparse regime): " +
+                     '; '.join(f'{b}: {d}' for b, d in dense.items()) + '.', '']
+    if lrs and len(lrs) > 1:
+        md += ['## Learning-rate sweep', '', 'Mean validation loss of each block at each learning rate (best in bold):', '',
+               '| block | ' + ' | '.join(f'{x:.3g}' for x in lrs) + ' |', '|' + '---|' * (len(lrs) + 1)]
+        md += ['| ' + r['block'] + ' | ' + ' | '.join((f"**{r['sweep'][x]:.3f}**" if x == r['lr'] else f"{r['sweep'][x]:.3f}") for x in lrs) + ' |'
+               for r in rows] + ['']
+        edge = [r['block'] for r in rows if r['lr'] in (lrs[0], lrs[-1])]
+        if edge: md += [f"Best at an end of the sweep: {', '.join(edge)}; a wider sweep may find a better rate for them.", '']
+    md += ['## Figures', '']
+    for i, (f, cap) in enumerate(figs, 1): md += [f'![{cap}]({f})', '', f'*Figure {i}. {cap}*', '']
     (out / 'report.md').write_text('\n'.join(md) + '\n')
     return out / 'report.md'
 
 # %% ../nbs/61_report.ipynb #ae59ec96
+EVAL_CAPTIONS = {   # what each evaluation's figure shows
+    'copy_recall': 'Answer accuracy of each recall task by sequence length; dashed: the training length, dotted: chance.',
+    'passkey': 'Passkey accuracy by sequence length (across) and depth of the key (down, 0% at the start); * marks the training length.',
+    'perplexity': 'Validation loss by evaluation length; dashed: the training length.',
+    'drift_curve': 'Loss at each token position (log-spaced buckets, position 0 included); dashed: the training length.'}
+
 def generate_report(checkpoint_path,             # a checkpoint .pt, a run directory or an exported model folder
                     output_dir='reports',        # where report.md and the JSON and PNG files go
                     max_len: int | None = None,  # the longest length evaluated (default: 4 x the training length)
@@ -242,7 +397,7 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
                     device: str = 'auto',        # auto, cpu, cuda or cuda:N
                     verbose: bool = True,        # print the results
                    ) -> Path:  # the path of report.md
-    "Every evaluation that fits the model at `checkpoint_path`, as JSON, PNG and one report.md in `output_dir`."
+    "Every evaluation that fits the model at `checkpoint_path`, as JSON, PNG and one report.md in `output_dir`; what it leaves out, and why."
     check_positive(n_samples=n_samples, max_len=max_len)
     check_writable_dir(output_dir, '--output_dir')
     dev = get_device(device)
@@ -251,24 +406,36 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     max_len = max_len or 4 * L0
     if max_len < L0: raise UsageError(f"--max_len={max_len} is below the training length {L0}.")
     check_fits(ev.model.cfg, 8, max_len, '32', dev, training=False, hint='--max_len', override=None)
-    tasks = ['copy_recall', 'passkey'] if ev.synthetic_task else ['perplexity', 'drift_curve', 'passkey']
+    if ev.synthetic_task:
+        tasks = ['copy_recall', 'passkey']
+        left = [(t, f"the model was trained on the synthetic task {ev.synthetic_task!r}: its vocabulary holds no text")
+                for t in ('perplexity', 'drift_curve')]
+    else:
+        tasks = ['perplexity', 'drift_curve', 'passkey']
+        left = [('copy_recall', 'a text model has no synthetic vocabulary to recall from; it is run for models trained on a synthetic task')]
     results = []
     for t in tasks:
         lengths = eval_lengths(L0, max_len)
         if t == 'passkey' and not ev.synthetic_task:   # the text passkey needs room for its sentences
             tok = text_data(ev).tokenizer if ev.config is not None and ev.config.data.tokenizer == 'bpe' else None
             need = getattr(passkey_generator(ev, tokenizer=tok)[0], 'min_len', lambda: 1)()
+            short = [L for L in lengths if L < need]
             lengths = [L for L in lengths if L >= need] or [max(need, max_len)]
+            if short: left.append((f"passkey at {', '.join(map(str, short))} tokens",
+                                   f"shorter than the {need} tokens the passkey in words needs" +
+                                   (f"; evaluated at {lengths[0]} instead" if lengths[0] > max_len else '')))
         results.append(run_eval(t, checkpoint_path, seq_len=L0, max_len=max(max_len, *lengths), lengths=lengths, n_samples=n_samples,
                                 device=device, output_dir=output_dir, verbose=False))
     out = Path(output_dir)
     md = [f"# Evaluation of {ev.source}", '', f"{ev.block}, {count_params(ev.model):,} parameters, trained at seq_len {L0} on "
           f"{ev.synthetic_task or (ev.config.data.dataset_name if ev.config else 'unknown data')}.", '']
-    for r in results:
-        name = f"{r['block']}_{r['task']}"
-        md += [f"## {r['task']}", '', '```', format_result(r), '```', '', f'![{name}]({name}.png)', '']
+    for k, r in enumerate(results, 1):
+        name, cap = f"{r['block']}_{r['task']}", EVAL_CAPTIONS[r['task']]
+        md += [f"## {r['task']}", '', '```', format_result(r), '```', '', f'![{cap}]({name}.png)', '', f'*Figure {k}. {cap}*', '']
+    md += ['## Left out', ''] + [f'* {t}: {why}.' for t, why in left] + ['']
     (out / 'report.md').write_text('\n'.join(md))
-    if verbose: print('\n\n'.join(format_result(r) for r in results) + f"\n\nwrote {out / 'report.md'}")
+    if verbose: print('\n\n'.join(format_result(r) for r in results) + '\n\nleft out:\n' + '\n'.join(f'  {t}: {why}' for t, why in left)
+                      + f"\n\nwrote {out / 'report.md'}")
     return out / 'report.md'
 
 # %% ../nbs/61_report.ipynb #5c26bf42
@@ -282,22 +449,30 @@ def compare_parser() -> argparse.ArgumentParser:
         arg('--blocks', nargs='+', default=list(ALL_BLOCKS), help='the blocks to compare'),
         arg('--task', default='passkey', help=f"text, or one of {', '.join(SYNTHETIC_TASKS)}"),
         arg('--max_steps', type=int, default=300, help='training steps of every block'),
-        arg('--seq_len', type=int, default=64, help='the training length'),
+        arg('--seq_len', type=int, default=256, help='the training length (window and chunk default to 64: every block sparse)'),
         arg('--eval_lengths', type=int, nargs='+', help='lengths to evaluate at (default: seq_len, 2 seq_len, 4 seq_len)'),
         arg('--output_dir', default='reports/compare', help='a new or empty folder for the report and the runs'),
         arg('--batch_size', type=int, default=16, help='training batch'),
         arg('--size', default='tiny', help='size preset (model.num_params)'),
-        arg('--seed', type=int, default=0, help='seed of the weights and the data'),
+        arg('--seed', type=int, default=0, help='seed of the weights and the data (the first of --seeds)'),
+        arg('--seeds', type=int, default=1, help='runs per block and learning rate (seeds seed, seed+1, ...): the report gives mean and spread'),
+        arg('--lr_sweep', type=float, nargs='*', help='learning rates to try per block, each block reported at its best '
+            '(alone: lr/3, lr, 3 lr around --trainer.learning_rate)'),
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
         arg('--n_samples', type=int, default=64, help='evaluation sequences per length'),
-        arg('--match_params', action='store_true', help='raise the depth of smaller blocks to match the largest parameter count')],
+        arg('--match_params', action='store_true', default=True, help='raise the depth of smaller blocks to match the largest '
+            'parameter count'),
+        arg('--no_match_params', dest='match_params', action='store_false', help='every block at the preset depth'),
+        arg('--allow_dense', action='store_true', help='train blocks whose window or chunk covers --seq_len (marked in the table) '
+            'instead of refusing them')],
         usage='longctx_compare [--blocks NAME ...] [--task NAME] [...] [--SECTION.KEY=VALUE ...]')
 
 def _compare(argv=None) -> int:
     p = compare_parser()
     ns, extra = p.parse_known_args(sys.argv[1:] if argv is None else argv)
     compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
-                   ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions))
+                   ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions),
+                   lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense)
     return 0
 
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])

@@ -9,7 +9,7 @@ from .base import register_block, patch_to
 from .longformer import LongformerAttention, local_mixer_bytes, _check_int
 
 # %% auto #0
-__all__ = ['BigBirdAttention', 'bigbird_mixer_bytes']
+__all__ = ['BigBirdAttention', 'random_block_size', 'bigbird_mixer_bytes']
 
 # %% ../../nbs/25_bigbird.ipynb #c37ad85f
 @register_block
@@ -40,6 +40,22 @@ class BigBirdAttention(LongformerAttention):
     def extra_repr(self) -> str:
         return super().extra_repr() + f', n_random_tokens={self.n_random_tokens}, seed={self.seed}'
 
+# %% ../../nbs/25_bigbird.ipynb #773aae34
+def _has_random(seq_len, q, window_size, n_global) -> bool:
+    "Whether the last query block of `q` tokens at `seq_len` has a key before its window and after the globals."
+    return ((seq_len - 1) // q) * q - window_size + 1 > n_global
+
+def random_block_size(seq_len: int,      # tokens per sequence
+                      block_size: int,   # the configured query block (`attn_block_size`)
+                      window_size: int,  # keys per query in the window
+                      n_global: int,     # global tokens at the start
+                     ) -> int | None:    # None: no key is outside every window at this length
+    "The query block of BigBird's random keys at `seq_len`: `block_size`, halved until some block has a key before its window."
+    if seq_len <= window_size + n_global: return None
+    q = block_size
+    while q > 1 and not _has_random(seq_len, q, window_size, n_global): q //= 2
+    return q
+
 # %% ../../nbs/25_bigbird.ipynb #54e3be8c
 @patch_to(BigBirdAttention)
 @classmethod
@@ -57,16 +73,23 @@ def flops_per_token(cfg,           # a resolved `ModelConfig`
     "Training FLOPs per token of the parameter-free matmuls: vanilla's, with window + global + random keys."
     return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens + cfg.n_random_tokens)
 
+_ADAPTED = set()   # (block, random block, window, globals) already reported
+
 @patch_to(BigBirdAttention)
 def random_keys(self, seq_len: int,     # tokens per sequence
                ) -> RandomKeys | None:  # None when n_random_tokens is 0
-    "This layer's random keys for sequences up to `seq_len` (drawn once, regrown by doubling)."
+    "This layer's random keys for sequences up to `seq_len` (drawn once, regrown by doubling; the query block adapts to short lengths)."
     if self.n_random_tokens == 0: return None
+    q = random_block_size(seq_len, self.block_size, self.window_size, self.n_global_tokens) or self.block_size
+    if q != self.block_size and (k := (self.block_size, q, self.window_size, self.n_global_tokens)) not in _ADAPTED:
+        _ADAPTED.add(k)
+        print(f"baseline_bigbird: at seq_len {seq_len} no query block of attn_block_size={self.block_size} tokens has keys before "
+              f"its window ({self.window_size}) and the {self.n_global_tokens} global tokens; random keys are drawn per query "
+              f"block of {q} tokens at this length.", flush=True)
     rk = self._random
-    if rk is None or rk.index.shape[0] * self.block_size < seq_len:
-        n = max(seq_len, 2 * rk.index.shape[0] * self.block_size if rk is not None else 0)
-        self._random = bigbird_random_keys(n, self.n_random_tokens, self.block_size, self.window_size,
-                                           self.n_global_tokens, seed=self.seed)
+    if rk is None or rk.q_block != q or rk.index.shape[0] * q < seq_len:
+        n = max(seq_len, 2 * rk.index.shape[0] * q if rk is not None and rk.q_block == q else 0)
+        self._random = bigbird_random_keys(n, self.n_random_tokens, q, self.window_size, self.n_global_tokens, seed=self.seed)
     return self._random
 
 # %% ../../nbs/25_bigbird.ipynb #b4224608

@@ -1,0 +1,91 @@
+"""`longctx_compare` compares sparse blocks in their sparse regime, at fair budgets, with its noise; BigBird's random keys act at short lengths."""
+import contextlib, io, json, subprocess
+import pytest, torch
+from longctx_nb.blocks.base import check_causal
+from longctx_nb.blocks.bigbird import BigBirdAttention, random_block_size
+from longctx_nb.config import ModelConfig
+from longctx_nb.flags import main
+from longctx_nb.model import LM
+from longctx_nb.report import COMPARE_FLAGS, _compare, compare_blocks, compare_parser
+
+SMALL = {'model.n_layers': 2, 'model.d_model': 64, 'model.n_heads': 4, 'model.d_ff': 128, 'data.copy_len': 4}
+
+def run(cmd, *args):
+    return subprocess.run([*map(str, cmd), *map(str, args)], capture_output=True, text=True, timeout=600)
+
+def compare_err(argv):
+    "Exit status and stderr of `longctx_compare argv`, in process."
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err): rc = main(_compare, 'longctx_compare', argv, names=COMPARE_FLAGS)
+    return rc, err.getvalue()
+
+def test_defaults_are_sparse():
+    "The defaults train every block at 256 tokens with window and chunk 64, parameters matched, one run per block."
+    ns, extra = compare_parser().parse_known_args([])
+    assert (ns.seq_len, ns.match_params, ns.lr_sweep, ns.seeds, ns.allow_dense) == (256, True, None, 1, False) and not extra
+    assert compare_parser().parse_known_args(['--no_match_params'])[0].match_params is False
+
+def test_dense_settings_refused(bindir, tmp_path):
+    "The former default (64 tokens, window 128) is refused before anything is written: exit 2, one paragraph naming the settings."
+    out = tmp_path / 'cmp'
+    p = run([bindir / 'longctx_compare'], '--seq_len', 64, '--model.window_size=128', '--output_dir', out)
+    assert p.returncode == 2 and 'Traceback' not in p.stderr and not out.exists(), p.stderr
+    msg = p.stderr
+    assert msg.startswith('longctx_compare: error: at --seq_len 64 these blocks are not sparse:'), msg
+    for s in ('baseline_longformer: --model.window_size=128 with 2 global tokens covers all 64 tokens: full attention',
+              'blade: --model.chunk_size=64 is one chunk of 64 tokens', 'dpassm: --model.window_size=128 covers all 64 tokens',
+              'Set --model.window_size and --model.chunk_size well below --seq_len', '--allow_dense'):
+        assert s in msg, msg
+    assert 'vanilla:' not in msg and 'mamba:' not in msg
+    rc, err = compare_err(['--blocks', 'bigbird', '--model.n_random_tokens=0', '--output_dir', str(tmp_path / 'b')])
+    assert rc == 2 and 'baseline_bigbird: --model.n_random_tokens=0: no random key at 256 tokens, the block is baseline_longformer' in err
+
+def test_dense_rows_are_equal_and_marked(tmp_path):
+    "Why dense settings are refused: a dense Longformer trains to vanilla's numbers exactly; with allow_dense its row says so."
+    rows = compare_blocks(['vanilla', 'longformer'], 'copy', max_steps=3, seq_len=32, eval_lengths=[32], output_dir=tmp_path / 'c',
+                          n_samples=8, device='cpu', overrides=SMALL, verbose=False, match_params=False, allow_dense=True)
+    assert rows[0]['val_loss'] == rows[1]['val_loss'] and rows[0]['acc'] == rows[1]['acc']
+    assert rows[1]['dense'] and not rows[0]['dense']
+    md = (tmp_path / 'c' / 'report.md').read_text()
+    assert '| baseline_longformer (dense) |' in md and '**Dense rows**' in md
+
+def test_lr_sweep_flags(tmp_path):
+    "--lr_sweep and --trainer.learning_rate both set the rate: refused; a bad rate is named."
+    rc, err = compare_err(['--lr_sweep', '1e-3', '--trainer.learning_rate=1e-3', '--output_dir', str(tmp_path / 'a')])
+    assert rc == 2 and '--lr_sweep and --trainer.learning_rate both set the learning rate' in err
+    rc, err = compare_err(['--lr_sweep', '-1', '--output_dir', str(tmp_path / 'b')])
+    assert rc == 2 and 'must be positive and finite (-1.0 is not)' in err
+    rc, err = compare_err(['--seeds', '0', '--output_dir', str(tmp_path / 'c')])
+    assert rc == 2 and '--seeds 0: must be a positive integer' in err
+    assert not any(tmp_path.iterdir())
+
+def test_sweep_and_seeds_report(tmp_path):
+    "Each block at its best rate of the sweep, mean ± sd over seeds, the sweep table and the noise statement in the report."
+    rows = compare_blocks(['vanilla', 'mamba'], 'copy', max_steps=4, seq_len=32, eval_lengths=[32], output_dir=tmp_path / 'c',
+                          n_samples=8, device='cpu', overrides=SMALL, verbose=False, lr_sweep=[1e-3, 1e-2], seeds=2)
+    rep = json.loads((tmp_path / 'c' / 'report.json').read_text())
+    assert rep['settings']['lr_sweep'] == [1e-3, 1e-2] and rep['settings']['match_params'] is True
+    for r in rows:
+        best = min(r['sweep'], key=r['sweep'].get)
+        assert r['lr'] == best and len(r['per_seed']) == 2 and r['val_loss_sd'] is not None
+    md = (tmp_path / 'c' / 'report.md').read_text()
+    for s in ('## Learning-rate sweep', 'Mean ± standard deviation over 2 seeds', 'parameters matched', '*Figure 2.', 'MFLOP/token'):
+        assert s in md, s
+    assert ('Within noise of each other: vanilla and mamba.' in md) != ('No two blocks are within noise' in md)
+
+def test_bigbird_random_keys_at_two_blocks(capsys):
+    "At 128 tokens (two attention blocks of 64, window 64) BigBird's random keys change the output, and it stays causal."
+    torch.manual_seed(0)
+    assert random_block_size(128, 64, 64, 2) == 32
+    bb = BigBirdAttention(32, 4, window_size=64, n_random_tokens=4, n_global_tokens=2, block_size=64)
+    bb0 = BigBirdAttention(32, 4, window_size=64, n_random_tokens=0, n_global_tokens=2, block_size=64)
+    bb0.load_state_dict(bb.state_dict())
+    x = torch.randn(2, 128, 32)
+    with torch.no_grad(): assert (bb(x) - bb0(x)).abs().max() > 1e-3
+    assert 'random keys are drawn per query block of 32 tokens' in capsys.readouterr().out
+    check_causal(bb, x)
+    # in a model: the printed adaptation, once, whatever the number of layers
+    m = LM(ModelConfig(block='bigbird', d_model=32, n_layers=3, n_heads=4, d_ff=64, vocab_size=16, window_size=24, attn_block_size=64))
+    m(torch.zeros(1, 64, dtype=torch.long))
+    out = capsys.readouterr().out
+    assert out.count('baseline_bigbird: at seq_len 64') == 1 and 'query block of 32 tokens' in out, out
