@@ -106,7 +106,7 @@ def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
     "Console script `longctx_bench`."
     sys.exit(main(lambda a: run_bench(a) and 0, 'longctx_bench', argv, names={'--trainer.accelerator': '--device'}))
 
-# %% ../nbs/50_bench.ipynb #761386f7
+# %% ../nbs/50_bench.ipynb #515a500e
 ALL_BLOCKS = tuple(block_names())   # every registered block (importing the model registers the zoo)
 
 def train_step_cost(model,          # an `LM` on `device`
@@ -127,6 +127,7 @@ def train_step_cost(model,          # an `LM` on `device`
     step()  # warm-up, and the optimizer state exists before memory is measured
     return best_time(step, device, reps), peak_memory_bytes(step, device)
 
+# %% ../nbs/50_bench.ipynb #7b39127f
 def bench_blocks(blocks=ALL_BLOCKS,       # block names
                  Ls=(1024, 4096, 16384),  # sequence lengths
                  size: str = 'tiny',      # size preset of each model
@@ -163,6 +164,7 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names
     if png: plot_bench(rows, png)
     return rows
 
+# %% ../nbs/50_bench.ipynb #13606666
 def print_block_bench(rows: list[dict],  # from `bench_blocks`
                      ):
     "The table, with each block's time per token relative to its shortest length."
@@ -173,6 +175,7 @@ def print_block_bench(rows: list[dict],  # from `bench_blocks`
         print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
               f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}")
 
+# %% ../nbs/50_bench.ipynb #dc4475cc
 def plot_bench(rows: list[dict],  # from `bench_blocks`
                path=None,         # PNG file to save (None: don't save)
               ):
