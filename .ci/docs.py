@@ -101,8 +101,8 @@ def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 6
         try:
             with working_directory(src.parent): shell.run_all(nb, exc_stop=True, preproc=no_eval)
         except Exception:
-            err = shell.prettytb(fname=src)
-            if shell._cell_idx: err += '\nThe cell:\n' + nb.cells[shell._cell_idx - 1].source
+            err = shell.prettytb(fname=src).rstrip('\n')
+            if shell._cell_idx: err += '\n\nThe cell:\n' + nb.cells[shell._cell_idx - 1].source
     # cells that were skipped (notest, cuda) keep the outputs saved in the notebook from a real run
     nb0 = copy.deepcopy(nb)
     try: Filter()(nb)  # nbdev_docs' processors (they read the frontmatter cell the first pass wrote)
