@@ -39,6 +39,11 @@ readme: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python .ci/docs.py $(ARGS)
 
+# run the tutorials in a Jupyter kernel and keep their outputs (plots, tables) in the notebooks, for the repository's page; then commit
+.PHONY: tutorials
+tutorials: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python .ci/tutorials.py $(ARGS)
+
 # JupyterLab on the notebooks (the source of the package)
 lab: $(STAMP)
 	$(BIN)/jupyter lab nbs

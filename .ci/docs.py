@@ -3,9 +3,9 @@
 Where `quarto` is on PATH this just runs nbdev's own `nbdev_docs` (pass --no-quarto to force this path).
 Otherwise, for every notebook in nbs/ (recursively, skipping names that start with `_` or `.`):
 
-1. execute it with execnb's `CaptureShell.run_all`, as
-   `nbdev_test` does, skipping cells flagged with settings.ini's `tst_flags` (`notest`, `cuda`), which keep
-   the outputs saved in the notebook;
+1. execute it with execnb's `CaptureShell.run_all`, as `nbdev_test` does, in a fresh interpreter of its own,
+   skipping cells flagged with settings.ini's `tst_flags` (`notest`, `cuda`), which keep the outputs saved in the
+   notebook, and record whether it ran to the end and, if not, the failing cell's traceback;
 2. process it with nbdev's `FilterDefaults` (the processors `nbdev_docs` runs before Quarto: frontmatter,
    `#| hide`, show_doc cells, `#| exports`, doc links, ...) and write it to _proc/;
 3. do what Quarto would do with the cell options left for it (`echo`, `output`, `include`, `eval`, fenced
@@ -13,8 +13,11 @@ Otherwise, for every notebook in nbs/ (recursively, skipping names that start wi
    adding a left sidebar with the notebooks grouped by number range (the tutorials in nbs/tutorials/ first) and
    rewriting links to notebooks.
 
-Executed notebooks in _proc/ are reused while they are newer than their notebook and the package
-(`--force` rebuilds all). Usage: `python .ci/docs.py [--force] [--no-quarto] [--workers N] [NAMES...]`.
+Executed notebooks in _proc/ are reused while their notebook and the package are unchanged (compared by content, a
+record beside each: `_proc/NB.ipynb.run.json`; `--force` runs all again, e.g. after changing this script). The test
+suite runs each notebook once per session through `execute` here: tests/test_notebooks.py asserts on the records
+and tests/test_docs.py renders the site from the same _proc/.
+Usage: `python .ci/docs.py [--force] [--no-quarto] [--workers N] [NAMES...]`.
 """
 import argparse, ast, copy, html, json, os, posixpath, re, shutil, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
@@ -93,9 +96,13 @@ def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 6
         if d.get('eval', [''])[0].lower() == 'false': return True
         return bool(flags & d.keys())
     shell = CaptureShell(src)
-    try:
-        with working_directory(src.parent): shell.run_all(nb, exc_stop=True, preproc=no_eval)
-    except Exception: err = shell.prettytb(fname=src)
+    from fastcore.basics import str2bool
+    if not str2bool(getattr(nb, 'frontmatter_', {}).get('skip_exec', False)):   # nbdev_test skips these notebooks too
+        try:
+            with working_directory(src.parent): shell.run_all(nb, exc_stop=True, preproc=no_eval)
+        except Exception:
+            err = shell.prettytb(fname=src).rstrip('\n')
+            if shell._cell_idx: err += '\n\nThe cell:\n' + nb.cells[shell._cell_idx - 1].source
     # cells that were skipped (notest, cuda) keep the outputs saved in the notebook from a real run
     nb0 = copy.deepcopy(nb)
     try: Filter()(nb)  # nbdev_docs' processors (they read the frontmatter cell the first pass wrote)
@@ -242,7 +249,7 @@ def anchors(body: str) -> str:
 
 MATHJAX = 'mathjax@3.2.2'   # the npm package; its es5/tex-chtml-full.js renders TeX with no other file but its fonts
 
-def local_mathjax() -> bool:
+def local_mathjax(log=print) -> bool:
     """Copy MathJax into _docs/mathjax/ (from .cache/, filled once from the npm registry), so maths renders with no
     network when the site is read; False (pages then load MathJax from its CDN, as nbconvert does) if npm is missing."""
     import tarfile, tempfile
@@ -342,44 +349,84 @@ def settings():
 
 def skip_flags(): return settings().get('tst_flags', '').split()
 
-def run_one(nb: Path, dst: Path, timeout: float = 900):
-    "Execute and process one notebook in a subprocess: (seconds, error text or None)."
-    t0 = time.time()
+ERROR_MARK = '\n--- notebook error ---\n'   # what the child process prints before the failing cell's traceback
+
+def source_digest() -> str:
+    "A digest of what every notebook runs against: the package's files and settings.ini (contents, not times)."
+    import hashlib
+    h = hashlib.sha256()
+    for p in sorted([*LIB.rglob('*.py'), ROOT / 'settings.ini']):
+        if '__pycache__' not in p.parts: h.update(p.relative_to(ROOT).as_posix().encode() + b'\0' + p.read_bytes() + b'\0')
+    return h.hexdigest()
+
+def run_digest(nb: Path, sources: str) -> str:
+    "What an executed notebook was made from: the notebook and the package (`sources`, from `source_digest`)."
+    import hashlib
+    return hashlib.sha256(nb.read_bytes() + sources.encode()).hexdigest()
+
+def proc_path(nb: Path) -> Path: return PROC / nb.relative_to(NBS)
+def record_path(nb: Path) -> Path: return proc_path(nb).with_name(nb.name + '.run.json')
+
+def read_record(nb: Path) -> dict | None:
+    "The record of `nb`'s last run: {'digest', 'passed', 'error', 'seconds'}; None if it never ran."
+    try: return json.loads(record_path(nb).read_text())
+    except (OSError, ValueError): return None
+
+def run_one(nb: Path, timeout: float = 900, sources: str | None = None) -> dict:
+    """Execute and process one notebook in a fresh interpreter (as isolated as `nbdev_test`'s: nothing one notebook
+    registers or patches reaches another), writing it to _proc/ and its record beside it; returns the record. A notebook
+    that fails leaves no executed copy, so no page that looks current."""
+    t0, dst = time.time(), proc_path(nb)
+    digest = run_digest(nb, sources or source_digest())  # taken before the run: a change during it makes it stale
+    dst.unlink(missing_ok=True); record_path(nb).unlink(missing_ok=True)
     cmd = [sys.executable, __file__, '--exec-one', str(nb), str(dst)]
-    try: p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired: return time.time() - t0, f'timed out after {timeout}s'
-    err = None if p.returncode == 0 else (p.stdout[-4000:] + p.stderr[-8000:])
-    if not err:
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if p.returncode == 0: err = None
+        elif ERROR_MARK in p.stderr: err = p.stderr.split(ERROR_MARK)[-1].strip('\n')   # the failing cell's traceback
+        else: err = f'exit code {p.returncode}\n' + p.stdout[-4000:] + p.stderr[-8000:]   # it died before or after the cells
+    except subprocess.TimeoutExpired: p, err = None, f'timed out after {timeout:.0f}s'
+    if err: dst.unlink(missing_ok=True)
+    else:
         warned = re.findall(r'^WARNING .*?(?=^\(nbdev runs)', p.stderr, flags=re.M | re.S)
         for w in warned: sys.stderr.write(w.split('\n')[0] + '\n')
-    return time.time() - t0, err
+    rec = {'digest': digest, 'passed': err is None, 'error': err, 'seconds': round(time.time() - t0, 1)}
+    record_path(nb).parent.mkdir(parents=True, exist_ok=True)
+    record_path(nb).write_text(json.dumps(rec, indent=1) + '\n')
+    return rec
 
-def stale(src: Path, dst: Path, newest_lib: float) -> bool:
-    return not dst.exists() or dst.stat().st_mtime < max(src.stat().st_mtime, newest_lib)
+def stale(nb: Path, sources: str) -> bool:
+    """Whether `nb` must run again: it never ran to the end, or it ran from another notebook or package (compared by
+    content, so `nbdev_export` rewriting unchanged modules keeps it)."""
+    r = read_record(nb)
+    return not (r and r['passed'] and r['digest'] == run_digest(nb, sources) and proc_path(nb).exists())
+
+def execute(nbs, force=False, workers=None, log=print) -> dict:
+    """Run each of `nbs` that is stale (every one if `force`), `workers` at a time, each in its own interpreter, the
+    longest (by its last record) first; returns {notebook: its record}, for the ones reused too."""
+    sources = source_digest()
+    todo = [nb for nb in nbs if force or stale(nb, sources)]
+    todo.sort(key=lambda nb: -((read_record(nb) or {}).get('seconds') or 0))
+    recs = {nb: read_record(nb) for nb in nbs if nb not in todo}
+    if todo:
+        workers = workers or max(1, min(len(todo), os.cpu_count() or 1))
+        log(f'executing {len(todo)} notebook(s) with {workers} worker(s) (skipping cells flagged {skip_flags()})')
+        with ThreadPoolExecutor(workers) as ex:
+            for nb, rec in zip(todo, ex.map(lambda nb: run_one(nb, sources=sources), todo)):
+                log(f'  {nb.relative_to(NBS)}: {rec["seconds"]:.1f}s' + ('' if rec['passed'] else ' FAILED'))
+                recs[nb] = rec
+    return {nb: recs[nb] for nb in nbs}
 
 def build(names=(), force=False, workers=None, quiet=False):
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     t0 = time.time()
-    nbs = notebooks(names)
-    newest_lib = max([p.stat().st_mtime for p in LIB.rglob('*.py')] + [(ROOT / 'settings.ini').stat().st_mtime])
-    todo = [nb for nb in nbs if force or stale(nb, PROC / nb.relative_to(NBS), newest_lib)]
-    errors = {}
-    if todo:
-        workers = workers or max(1, min(len(todo), os.cpu_count() or 1))
-        log(f'executing {len(todo)} notebook(s) with {workers} worker(s) (skipping cells flagged {skip_flags()})')
-        with ThreadPoolExecutor(workers) as ex:  # one fresh interpreter per notebook, as isolated as nbdev_test's
-            futs = {nb: ex.submit(run_one, nb, PROC / nb.relative_to(NBS)) for nb in todo}
-            for nb, f in futs.items():
-                secs, err = f.result()
-                log(f'  {nb.relative_to(NBS)}: {secs:.1f}s' + (' FAILED' if err else ''))
-                if err: errors[nb] = err
-    if errors:  # a failing notebook must not leave a half-executed page that looks current
-        for nb, err in errors.items():
-            (PROC / nb.relative_to(NBS)).unlink(missing_ok=True); sys.stderr.write(f'{nb}:\n{err}\n')
+    errors = {nb: r['error'] for nb, r in execute(notebooks(names), force, workers, log).items() if not r['passed']}
+    if errors:
+        for nb, err in errors.items(): sys.stderr.write(f'{nb}:\n{err}\n')
         raise SystemExit(f'{len(errors)} notebook(s) failed: ' + ', '.join(p.name for p in errors))
     pages = []
     for nb in notebooks():  # the sidebar lists every page built so far
-        pn = PROC / nb.relative_to(NBS)
+        pn = proc_path(nb)
         if not pn.exists(): continue
         proc = json.loads(pn.read_text())
         title = frontmatter(proc).get('title') or nb.stem
@@ -388,7 +435,7 @@ def build(names=(), force=False, workers=None, quiet=False):
     SITE = settings().get('doc_host', '').rstrip('/') + '/' + settings().get('doc_baseurl', '').strip('/') + '/'
     outmap = {frontmatter(p['proc']).get('output-file', p['href']): p['href'] for p in pages}
     DOCS.mkdir(exist_ok=True)
-    local_math = local_mathjax()
+    local_math = local_mathjax(log)
     bodies = {p['href']: to_html(for_html(p['proc'], p['nb'], outmap), p['title'], sidebar(pages, p['href']),
                                  '../' * p['href'].count('/'), local_math) for p in pages}
     for href, body in land_links(bodies).items():
@@ -411,7 +458,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.exec_one:
         secs, err = execute_and_process(*a.exec_one, skip_flags())
-        if err: sys.stderr.write(err + '\n')
+        if err: sys.stderr.write(ERROR_MARK + err + '\n')
         return 1 if err else 0
     if shutil.which('quarto') and not a.no_quarto and not a.names:
         nbdev_docs = Path(sys.executable).parent / 'nbdev_docs'

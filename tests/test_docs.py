@@ -1,5 +1,6 @@
 """The docs site: `.ci/docs.py` (what `make docs` runs) builds _docs/, and every page renders in headless Chromium
-with its title, its code, its plots and working links between pages."""
+with its title, its code, its plots and working links between pages. The notebooks run once per test session, in the
+`notebook_runs` fixture (tests/conftest.py) that tests/test_notebooks.py asserts on; the site is rendered from those runs."""
 import json, os, re, shutil, struct, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
@@ -37,11 +38,14 @@ def chromium():
     return shutil.which('chromium') or pytest.skip('apt-get installed no chromium executable')
 
 @pytest.fixture(scope='module')
-def site():
-    "Build the site; the script reuses executed notebooks in _proc/ that are newer than their notebook and the package."
+def site(notebook_runs):
+    "Build the site from this session's runs of the notebooks in _proc/: the build runs none of them again."
+    failed = [str(nb.relative_to(NBS)) for nb, r in notebook_runs.items() if not r['passed']]
+    if failed: pytest.fail(f'no site: {len(failed)} notebook(s) failed (tests/test_notebooks.py says why): {failed}')
     p = subprocess.run([sys.executable, str(ROOT / '.ci' / 'docs.py'), '--no-quarto'], cwd=ROOT, capture_output=True,
                        text=True, timeout=1800)
     assert p.returncode == 0, f'docs build failed\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-6000:]}'
+    assert 'executing' not in p.stdout, f'the docs build ran notebooks a second time (changed during the session?):\n{p.stdout}'
     return DOCS
 
 class Page(HTMLParser):
