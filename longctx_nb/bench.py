@@ -225,8 +225,9 @@ def plot_bench(rows: list[dict],  # from `bench_blocks`
         a2.plot([r['L'] for r in rs], [r['peak_mib'] for r in rs], 'o-', label=block)
     for a, yl in ((a1, 'µs per token (training step)'), (a2, 'peak memory of a step (MiB)')):
         a.set_xscale('log', base=2); a.set_yscale('log'); a.set_xlabel('sequence length'); a.set_ylabel(yl); a.grid(alpha=.3)
-    a1.legend(fontsize=8); fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
+    a2.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1), borderaxespad=0)   # beside the plots, over no point
+    fig.tight_layout()
+    if path is not None: fig.savefig(path, dpi=110, bbox_inches='tight')
     return fig
 
 # %% ../nbs/50_bench.ipynb #67616e50
