@@ -106,8 +106,10 @@ def hf_documents(name: str,                  # Hugging Face dataset name
     try: import datasets
     except ImportError:
         raise UsageError(f"data.dataset_name={name!r} is a Hugging Face dataset, which needs the `datasets` package: "
-                         "pip install datasets (or pip install 'longctx_nb[hf]'). The default corpus, "
-                         "--data.dataset_name=stdlib, needs no download and no network.") from None
+                         "pip install 'longctx_nb[hf]' (in a clone of the repository: pip install -e '.[hf]'). "
+                         "Without it, train on a folder of text files (--data.dataset_name=local "
+                         "--data.dataset_config=FOLDER) or on the default corpus, --data.dataset_name=stdlib, which "
+                         "needs no download and no network.") from None
     what = f"{name!r}" + (f" (config {config!r})" if config else '')
     try: ds = datasets.load_dataset(name, config, split=split, streaming=True)
     except Exception as e:
@@ -720,8 +722,9 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
     out = corpus_cache_dir(cfg)
     if not is_prepared(out):
         documents, source, _ = _corpus(cfg)
+        docs = documents()   # a source that cannot be read is refused here, before anything is said or written
         print(f"preparing {source} with the {cfg.tokenizer} tokenizer into {out} (once; later runs reuse it)",
               file=sys.stderr, flush=True)
-        prepare(documents(), out, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse',
+        prepare(docs, out, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse',
                 progress=sys.stderr.isatty())
     return _load_prepared(out, vocab_size)
