@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_train.ipynb #8ebef1ac
 from __future__ import annotations
-import dataclasses, itertools, json, math, os, re, shlex, signal, sys, time
+import dataclasses, gc, io, itertools, json, math, os, re, shlex, signal, socket, sys, time, traceback
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from pathlib import Path
@@ -20,14 +20,14 @@ from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, li
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, find_checkpoint,
                                    atomic_write, StorageError)
 from .memory import estimate_memory, check_config_fits
-from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
+from .distributed import (Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state,
+                                    clip_grad_norm, STOP_CODES)
 
 # %% auto #0
-__all__ = ['TB_NAMES', 'STOP_CODES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again',
-           'new_run_dir', 'resume_point', 'strict_json', 'MetricsLog', 'plot_losses', 'TrainResult',
-           'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report', 'Run', 'open_run', 'announce',
-           'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish',
-           'Stopped', 'train']
+__all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again', 'new_run_dir',
+           'resume_point', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision',
+           'setup', 'stages', 'run_length', 'kernel_report', 'Run', 'open_run', 'announce', 'start_loop', 'step_seed',
+           'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish', 'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -172,6 +172,42 @@ def strict_json(row: dict,  # a metric row
     if bad: row = {**{k: (None if k in bad else v) for k, v in row.items()}, 'nonfinite': bad}
     return json.dumps(row, allow_nan=False)
 
+def _append(path: Path, data: bytes):
+    "Append `data` to `path`, or nothing: a refused write is cut back off and raised as a `StorageError`."
+    size = path.stat().st_size if path.exists() else 0
+    try:
+        with open(path, 'ab') as f: f.write(data); f.flush()
+    except OSError as e:
+        try: os.truncate(path, size)   # no half line or half record left behind
+        except OSError: pass
+        raise StorageError(path, e) from None
+
+# %% ../nbs/42_train.ipynb #31850ca4
+class EventFile:
+    "A TensorBoard event file written in the loop's own thread, each row flushed: a refused write raises `StorageError` there."
+    _n = itertools.count()   # files this process opened: two in one second get different names
+    def __init__(self, run_dir,                    # the folder TensorBoard reads
+                 purge_step: int | None = None,  # a resumed run: TensorBoard drops older files' events from this step on
+                ):
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.summary.writer.record_writer import RecordWriter
+        self.path = Path(run_dir) / f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(EventFile._n)}'
+        self._Event, self._buf = Event, io.BytesIO()
+        self._rec = RecordWriter(self._buf)   # TensorBoard's record format (length, CRCs), into memory
+        self._event(file_version='brain.Event:2')
+        if purge_step is not None: self._event(step=purge_step, session_log=SessionLog(status=SessionLog.START))
+        self._flush()
+    def add_scalars(self, step: int,   # the row's step
+                    values: dict,      # TensorBoard tag -> number
+                   ):
+        "Write one event per value, then flush them to the file."
+        from torch.utils.tensorboard.summary import scalar
+        for tag, v in values.items(): self._event(step=step, summary=scalar(tag, v))
+        self._flush()
+    def _event(self, **kw): self._rec.write(self._Event(wall_time=time.time(), **kw).SerializeToString())
+    def _flush(self): _append(self.path, self._buf.getvalue()); self._buf.seek(0); self._buf.truncate()
+
+# %% ../nbs/42_train.ipynb #a0c266e9
 class MetricsLog:
     "Appends metric dicts to `metrics.jsonl` and TensorBoard (when a run dir is given) and keeps them in memory."
     def __init__(self, run_dir=None,              # where metrics.jsonl and the TensorBoard files go (None: memory only)
@@ -182,24 +218,18 @@ class MetricsLog:
         if self.path and resume_step is not None and self.path.exists():  # drop what was logged after the checkpoint
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
             self.rows = [r for r in rows if r.get('step', 0) <= resume_step]
-            self.path.write_text(''.join(strict_json(r) + '\n' for r in self.rows))
+            atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
         if run_dir and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-                self.tb = SummaryWriter(str(run_dir), purge_step=resume_step)
+            try: import tensorboard as _
             except ImportError: pass  # tensorboard is optional
+            else: self.tb = EventFile(run_dir, purge_step=resume_step)
     def log(self, **row,  # step and metrics
            ):
         self.rows.append(row)
-        if self.path:
-            try:
-                with open(self.path, 'a') as f: f.write(strict_json(row) + '\n')
-            except OSError as e: raise StorageError(self.path, e) from None
-        if self.tb:
-            for k, v in row.items():
-                if k != 'step' and isinstance(v, (int, float)) and not isinstance(v, bool): self.tb.add_scalar(TB_NAMES.get(k, k), v, row['step'])
-    def close(self):
-        if self.tb: self.tb.close()
+        if self.path: _append(self.path, (strict_json(row) + '\n').encode())
+        if self.tb: self.tb.add_scalars(row['step'], {TB_NAMES.get(k, k): v for k, v in row.items() if k != 'step' and
+                                                      isinstance(v, (int, float)) and not isinstance(v, bool)})
+    def close(self): pass   # every row is on disk already
 
 TB_NAMES = {'loss': 'train/loss', 'lr': 'train/lr', 'grad_norm': 'train/grad_norm', 'val_loss': 'val/loss', 'val_ppl': 'val/ppl',
             'tokens_per_sec': 'perf/tokens_per_sec', 'mfu': 'perf/mfu', 'peak_mem_mb': 'memory/peak_mb',
@@ -219,7 +249,7 @@ def plot_losses(rows: list[dict],  # metric rows, with step and loss or val_loss
     if va: ax.plot(*zip(*va), 'o-', label='validation')
     ax.set_xlabel('step'); ax.set_ylabel('loss (nats/token)'); ax.set_title(title); ax.legend(); ax.grid(alpha=.3)
     fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
+    if path is not None: atomic_write(path, lambda f: fig.savefig(f, format='png', dpi=110))   # StorageError if refused
     plt.close(fig)
     return fig
 
@@ -341,7 +371,7 @@ class Run(SimpleNamespace):
     def kept(self):
         "The newest healthy checkpoint: the last one a finite step followed, else the last written or resumed (None: none)."
         if getattr(self, 'bad_in_row', 0): return getattr(self, 'healthy', None)
-        return self.ckpt or (self.resumed[1] if self.resumed else None)
+        return getattr(self, 'ckpt', None) or (self.resumed[1] if self.resumed else None)
 
 def open_run(cfg: Config,                      # the run's config
              tokens: TokenData | None = None,  # data to use instead of the configured data
@@ -372,9 +402,10 @@ def open_run(cfg: Config,                      # the run's config
     else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
     if t.fork_from: fork(r, t.fork_from)
     r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
-    if r.writes:
-        atomic_write(r.run_dir / 'config.json', json.dumps(cfg.to_dict(), indent=2) + '\n')
-    r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
+    try:
+        if r.writes: atomic_write(r.run_dir / 'config.json', json.dumps(cfg.to_dict(), indent=2) + '\n')
+        r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
+    except StorageError as e: raise e.with_checkpoint(r.kept()) from None
     return r
 
 # %% ../nbs/42_train.ipynb #ca9b6454
@@ -614,12 +645,12 @@ def _plain(cfg, state: dict) -> LM:
     m = LM(cfg); m.load_state_dict(state); return m
 
 # %% ../nbs/42_train.ipynb #542d0cd7
-class _Terminated(Exception): "A second stop signal: abort at once."
-
-STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130, signal.SIGUSR1: 75}  # 75: EX_TEMPFAIL, "requeue me"
+class _Terminated(BaseException):   # a BaseException, as KeyboardInterrupt: no `except Exception` on the way swallows it
+    "A second stop signal: abort at once."
+    def __init__(self, signum): super().__init__(signal.Signals(signum).name); self.signum = signum
 
 class Stopped(Exception):
-    "The run stopped on a signal after writing a checkpoint; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
+    "The run stopped on a signal; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
     def __init__(self, message: str,  # where the checkpoint is and how to continue
                  code: int,           # exit status
                 ): super().__init__(message); self.code = code
@@ -629,9 +660,7 @@ def _catch_signals(r: Run) -> dict:
     import threading
     if threading.current_thread() is not threading.main_thread(): return {}
     def handler(signum, frame):
-        if r.signal is not None:   # the second signal: no checkpoint, stop now
-            if signum == signal.SIGINT: raise KeyboardInterrupt
-            raise _Terminated(f'aborted by a second signal ({signal.Signals(signum).name})')
+        if r.signal is not None: raise _Terminated(signum)   # the second signal: stop now, even mid-checkpoint
         r.signal = signum
         r.say(f"{signal.Signals(signum).name}: finishing the step in flight, then writing a checkpoint (signal again to abort)")
     return {s: signal.signal(s, handler) for s in STOP_CODES}
@@ -646,6 +675,7 @@ def _stop_requested(r: Run) -> bool:
     if stop and r.signal is None: r.signal = signal.SIGTERM
     return stop
 
+# %% ../nbs/42_train.ipynb #15be386c
 def _stop_message(r: Run, step: int) -> str:
     name = signal.Signals(r.signal or signal.SIGTERM).name
     if not r.run_dir: return f"stopped by {name} after step {step}; this run writes no checkpoints."
@@ -653,6 +683,12 @@ def _stop_message(r: Run, step: int) -> str:
     return (f"stopped by {name} after step {step} of {r.max_steps}. "
             + (f"Checkpoint: {kept}. Continue with: {again(resume=r.run_dir)}" if kept else
                f"No checkpoint could be written. Start it again with: {again(resume=r.run_dir)}"))
+
+def _abort_message(r: Run, e: _Terminated) -> str:
+    kept = r.kept() if hasattr(r, 'ckpt') else None
+    return (f"aborted by a second {e}: the step in flight and any checkpoint being written were dropped (nothing partial "
+            "is left). " + (f"The newest checkpoint is {kept}; continue with: {again(resume=r.run_dir)}" if kept else
+                            "No checkpoint was written." if r.run_dir else "This run writes no checkpoints."))
 
 def _lost_peer(e: RuntimeError) -> bool:
     "Whether `e` says another rank is gone: a `DistError`, or gloo's or NCCL's plain RuntimeError for a closed peer."
@@ -679,8 +715,21 @@ def train(cfg: Config,                      # the run's config
     "Train as `cfg` says; returns a `TrainResult`. `tokens` replaces the configured data, `model` the configured model."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
     try: return _train(cfg, tokens, quiet, model, dist)
-    finally: dist.close()
+    except BaseException as e:
+        if dist.world_size > 1: _let_go(e)
+        raise
+    finally:
+        if dist.world_size > 1: gc.collect()   # the model's DDP/FSDP2 state goes before its process group
+        dist.close()
 
+def _let_go(e: BaseException):
+    """Free the locals of the frames `e` (and what it was raised from) went through, keeping the traceback's lines: a
+    model's DDP or FSDP2 state destroyed after its process group waits for the other ranks forever (torchrun then kills it)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e)); traceback.clear_frames(e.__traceback__); e = e.__context__
+
+# %% ../nbs/42_train.ipynb #d4972519
 def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     r = open_run(cfg, tokens, model, dist, quiet)
     announce(r)
@@ -702,8 +751,9 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
-    except (RuntimeError, _Terminated) as e:
-        if not (isinstance(e, _Terminated) or dist.world_size > 1 and _lost_peer(e)): raise
+    except _Terminated as e: raise Stopped(_abort_message(r, e), STOP_CODES[e.signum]) from None
+    except RuntimeError as e:
+        if not (dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
     finally: _restore_signals(old)
 
