@@ -12,7 +12,7 @@ import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
                              reset_peak_memory, peak_memory_mb, measure_peak_flops, pyplot)
-from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum
+from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
@@ -26,8 +26,9 @@ from .distributed import (Dist, init_distributed, grad_accumulation, global_batc
 # %% auto #0
 __all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again', 'new_run_dir',
            'resume_point', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision',
-           'setup', 'stages', 'run_length', 'kernel_report', 'Run', 'open_run', 'announce', 'start_loop', 'step_seed',
-           'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish', 'Stopped', 'train']
+           'setup', 'stages', 'run_length', 'kernel_report', 'profile_range', 'StepProfiler', 'Run', 'open_run',
+           'announce', 'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork',
+           'restore', 'finish', 'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -365,7 +366,73 @@ def kernel_report(m,       # a resolved `ModelConfig`
          'local_attention': m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)}
     return ', '.join(f'{k}={v}' for k, v in b.items())
 
-# %% ../nbs/42_train.ipynb #fb20cc3b
+# %% ../nbs/42_train.ipynb #3a065a69
+def profile_range(s: str | None,  # trainer.profile_steps: 'A:B', or None
+                 ) -> tuple[int, int] | None:  # (A, B), 1-based and inclusive; None: no profiling
+    "The steps `--trainer.profile_steps` names; a `UsageError` giving the valid form if it is malformed."
+    if s is None: return None
+    m = re.fullmatch(r'\s*(\d+)\s*:\s*(\d+)\s*', str(s))
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise UsageError(f"trainer.profile_steps={s!r} is not valid: expected A:B, the first and last step to record "
+                         "(1 <= A <= B, numbered as the log numbers them), e.g. --trainer.profile_steps=5:7.")
+    return int(m.group(1)), int(m.group(2))
+
+check_before_run(lambda cfg: profile_range(cfg.trainer.profile_steps))   # exit 2 before anything is built
+
+# %% ../nbs/42_train.ipynb #2bfd4265
+class StepProfiler:
+    "Records steps `a` to `b` of a run with `torch.profiler`; `before`/`after` each step; rank 0 writes the trace."
+    def __init__(self, r: Run,  # an opened run (its run directory, first step and length known)
+                ):
+        self.r, rng = r, profile_range(r.t.profile_steps)
+        self.a, self.b = rng or (0, -1)
+        self.prof, self.ranges, self.trace = None, [], None
+        if rng is None: return
+        if not r.run_dir: raise UsageError("trainer.profile_steps writes its trace into the run directory; fast_dev_run has none.")
+        if not (r.start < self.b and self.a <= r.max_steps):
+            raise UsageError(f"trainer.profile_steps={r.t.profile_steps}: this run takes steps {r.start + 1} to {r.max_steps}; "
+                             "choose A:B among them.")
+        self.a, self.b = max(self.a, r.start + 1), min(self.b, r.max_steps)
+        if r.dist.main: self.trace = r.run_dir / 'profile' / f'rank0.steps_{self.a}-{self.b}.pt.trace.json'
+    def before(self, step: int,  # the step about to run, 0-based
+              ):
+        "Start recording at step `a`; open the step's `step N` range."
+        if self.trace is None or not self.a <= step + 1 <= self.b: return
+        if self.prof is None:
+            from torch.profiler import profile, ProfilerActivity
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.r.device.type == 'cuda' else [])
+            self.prof = profile(activities=acts, record_shapes=True, profile_memory=True, with_stack=True)
+            self.prof.start()
+        self.ranges.append(torch.profiler.record_function(f'step {step + 1}')); self.ranges[-1].__enter__()
+
+# %% ../nbs/42_train.ipynb #8c77d88e
+def _after(self: StepProfiler, step: int,  # the step just taken, 0-based
+          ):
+    "Close the step's range; after step `b`, stop, write the trace and print the top operators."
+    if self.prof is None: return
+    self.ranges.pop().__exit__(None, None, None)
+    if step + 1 == self.b: self.finish()
+
+def _finish(self: StepProfiler, write: bool = True,  # write the trace (False: a run that failed, drop it)
+           ):
+    "Stop recording and write the trace (a run that stops early: the steps recorded so far)."
+    if self.prof is None: return
+    while self.ranges: self.ranges.pop().__exit__(None, None, None)
+    prof, self.prof = self.prof, None
+    prof.stop()
+    if not write: return
+    tmp = self.trace.with_name('.' + self.trace.name + '.tmp')
+    try:
+        self.trace.parent.mkdir(exist_ok=True); prof.export_chrome_trace(str(tmp)); os.replace(tmp, self.trace)
+    except OSError as e:
+        tmp.unlink(missing_ok=True); raise StorageError(self.trace, e) from None
+    key = 'self_cuda_time_total' if self.r.device.type == 'cuda' else 'self_cpu_time_total'
+    self.r.say(f"profile of steps {self.a}-{self.b}: {self.trace} (open it in https://ui.perfetto.dev or TensorBoard); "
+               f"top operators by {key.replace('_', ' ')}:\n" + prof.key_averages().table(sort_by=key, row_limit=12))
+
+StepProfiler.after, StepProfiler.finish = _after, _finish
+
+# %% ../nbs/42_train.ipynb #492dabc7
 class Run(SimpleNamespace):
     "One training run between steps: its settings, model, optimizer, data, and the counters the loop updates."
     def kept(self):
@@ -373,6 +440,31 @@ class Run(SimpleNamespace):
         if getattr(self, 'bad_in_row', 0): return getattr(self, 'healthy', None)
         return getattr(self, 'ckpt', None) or (self.resumed[1] if self.resumed else None)
 
+def _find_resume(r: Run):
+    "Where `--resume` continues: `r.resumed` (run dir, checkpoint path, checkpoint), or `r.restart`, a run dir with no checkpoint yet."
+    t, dist = r.t, r.dist
+    r.resumed = (resume_point(t, r.cfg.model, None if dist.main else (lambda m: None))
+                 if t.resume and not t.fork_from and not t.fast_dev_run else None)
+    r.restart = None
+    if r.resumed and r.resumed[1] is None:   # killed before its first checkpoint: start again in the same directory
+        r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
+        r.resumed, r.restart = None, r.resumed[0]
+
+def _open_dir(r: Run):
+    "The run directory (resumed, restarted or new), the fork's weights, config.json and the metrics log; rank 0 writes."
+    t, dist = r.t, r.dist
+    if r.resumed: restore(r, *r.resumed)
+    elif r.restart: r.run_dir = r.restart
+    else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
+    if t.fork_from: fork(r, t.fork_from)
+    r.prof = StepProfiler(r)   # checks --trainer.profile_steps against the steps this run takes, before anything is written
+    r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
+    try:
+        if r.writes: atomic_write(r.run_dir / 'config.json', json.dumps(r.cfg.to_dict(), indent=2) + '\n')
+        r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
+    except StorageError as e: raise e.with_checkpoint(r.kept()) from None
+
+# %% ../nbs/42_train.ipynb #fb20cc3b
 def open_run(cfg: Config,                      # the run's config
              tokens: TokenData | None = None,  # data to use instead of the configured data
              model: LM | None = None,          # model to use instead of building one
@@ -385,11 +477,7 @@ def open_run(cfg: Config,                      # the run's config
     t, d, synthetic = cfg.trainer, cfg.data, isinstance(tokens, SyntheticData)
     r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
             synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
-    r.resumed = resume_point(t, cfg.model, None if dist.main else (lambda m: None)) if t.resume and not t.fork_from and not t.fast_dev_run else None
-    if r.resumed and r.resumed[1] is None:   # killed before its first checkpoint: start again in the same directory
-        r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
-        r.resumed, r.restart = None, r.resumed[0]
-    else: r.restart = None
+    _find_resume(r)
     r.plan = stages(d.seq_len, t.max_steps, t.curriculum)
     r.max_steps = run_length(t, r.plan, d.batch_size, dist.world_size, None if synthetic else len(tokens.train))
     r.n_params = count_params(model)
@@ -397,15 +485,7 @@ def open_run(cfg: Config,                      # the run's config
     r.opt = make_optimizer(model, t, device)
     r.scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
     r.start, r.tokens_seen = 0, 0
-    if r.resumed: restore(r, *r.resumed)
-    elif r.restart: r.run_dir = r.restart
-    else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
-    if t.fork_from: fork(r, t.fork_from)
-    r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
-    try:
-        if r.writes: atomic_write(r.run_dir / 'config.json', json.dumps(cfg.to_dict(), indent=2) + '\n')
-        r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
-    except StorageError as e: raise e.with_checkpoint(r.kept()) from None
+    _open_dir(r)
     return r
 
 # %% ../nbs/42_train.ipynb #ca9b6454
@@ -735,10 +815,12 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     announce(r)
     loader = start_loop(r)
     can_validate = r.synthetic or r.tokens.val is not None
-    r.signal, old = None, _catch_signals(r)
+    r.signal, old, prof = None, _catch_signals(r), r.prof
     try:
         for step, x, y in loader:
+            prof.before(step)
             lr, _, grad_norm = train_step(r, step, x, y)
+            prof.after(step)
             stop = _stop_requested(r)
             done = step + 1 == r.max_steps
             if (step + 1) % r.t.log_every_n_steps == 0 or done or stop: log_window(r, step + 1, lr, grad_norm, x.shape[-1])
@@ -747,7 +829,9 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             if r.run_dir and (_due(step, r.t.checkpoint_interval, done or stop) or r.save_owed):
                 save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
             r.window_t0 += time.perf_counter() - paused
-            if stop and not done: raise Stopped(_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
+            if stop and not done:
+                prof.finish()
+                raise Stopped(_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
@@ -755,7 +839,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     except RuntimeError as e:
         if not (dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
-    finally: _restore_signals(old)
+    finally: _restore_signals(old); prof.finish(write=False)
 
 # %% ../nbs/42_train.ipynb #271b7e98
 def _oom_message(cfg: Config, step: int, ckpt) -> str:
