@@ -426,9 +426,12 @@ def _finish(self: StepProfiler, write: bool = True,  # write the trace (False: a
         self.trace.parent.mkdir(exist_ok=True); prof.export_chrome_trace(str(tmp)); os.replace(tmp, self.trace)
     except OSError as e:
         tmp.unlink(missing_ok=True); raise StorageError(self.trace, e) from None
-    key = 'self_cuda_time_total' if self.r.device.type == 'cuda' else 'self_cpu_time_total'
+    from torch.autograd.profiler_util import EventList
+    key = 'self_device_time_total' if self.r.device.type == 'cuda' else 'self_cpu_time_total'
+    ops = EventList([e for e in prof.key_averages() if not re.search(r'\.py\(\d+\)|^<built-in|^step \d+$', e.key)],
+                    use_device='cuda' if 'device' in key else None, profile_memory=True)
     self.r.say(f"profile of steps {self.a}-{self.b}: {self.trace} (open it in https://ui.perfetto.dev or TensorBoard); "
-               f"top operators by {key.replace('_', ' ')}:\n" + prof.key_averages().table(sort_by=key, row_limit=12))
+               f"top operators by {key.replace('_', ' ')} (Python frames are in the trace):\n" + ops.table(sort_by=key, row_limit=12))
 
 StepProfiler.after, StepProfiler.finish = _after, _finish
 
