@@ -131,6 +131,7 @@ def new_run_dir(root,                     # folder of run directories
     while (root / f'version_{n}').exists(): n += 1
     return root / f'version_{n}'
 
+# %% ../nbs/42_train.ipynb #7a9bcca4
 def _versions(root: Path) -> list[Path]:
     found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
     return [p for _, p in sorted(found)]
@@ -541,6 +542,7 @@ def step_seed(seed: int,  # the run's seed
     "The seed of step `step`'s random numbers (dropout) on `rank`: the same whether or not the run was resumed."
     return (seed * 1_000_003 + step * 7919 + rank * 104_729) % 2**63
 
+# %% ../nbs/42_train.ipynb #d0e11c0e
 def train_step(r: Run,            # the run
                step: int,         # optimizer step, 0-based
                x: torch.Tensor,   # (accumulate_grad_batches, batch_size, seq_len) inputs
@@ -562,7 +564,7 @@ def train_step(r: Run,            # the run
                 r.scaler.scale(loss / t.accumulate_grad_batches).backward()
             step_loss += loss.item() / t.accumulate_grad_batches
     except torch.OutOfMemoryError:
-        raise TrainingError(_oom_message(r.cfg, step, r.kept())) from None
+        raise TrainingError(_oom_message(xm.shape, precision, r.model.cfg.gradient_checkpointing, step + 1, r.kept())) from None
     step_loss, = dist.mean(step_loss)   # the loss of the global batch
     r.scaler.unscale_(r.opt)
     grad_norm = clip_grad_norm(r.model.parameters(), t.gradient_clip_val or float('inf'))
@@ -845,10 +847,12 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     finally: _restore_signals(old); prof.finish(write=False)
 
 # %% ../nbs/42_train.ipynb #271b7e98
-def _oom_message(cfg: Config, step: int, ckpt) -> str:
-    d, t = cfg.data, cfg.trainer
-    return (f"out of GPU memory at step {step} (batch {d.batch_size} x seq_len {d.seq_len}, precision {t.precision}, "
-            f"gradient checkpointing {cfg.model.gradient_checkpointing}). Lower --data.batch_size and raise "
+def _oom_message(shape: tuple,    # the micro-batch that ran out: (batch_size, seq_len)
+                 precision: str,  # the precision it ran in
+                 checkpointing: bool,  # gradient checkpointing on
+                 step: int, ckpt) -> str:
+    return (f"out of GPU memory at step {step} (batch {shape[0]} x seq_len {shape[-1]}, precision {precision}, "
+            f"gradient checkpointing {checkpointing}). Lower --data.batch_size and raise "
             "--trainer.accumulate_grad_batches, set --model.gradient_checkpointing=true or --trainer.precision=bf16, "
             "use a smaller --vram preset (8gb is the smallest) or a shorter --data.seq_len. "
             + (f"The last checkpoint, {ckpt}, is intact; continue with --resume." if ckpt else "No checkpoint was written yet."))
