@@ -190,7 +190,8 @@ def launch(argv: list[str],  # longctx_train's arguments
     "Run `longctx_train argv` as `nproc` processes on this node under torchrun, passing stop signals on; its exit code."
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}',
            '-m', 'longctx_nb.cli', *argv]
-    proc = subprocess.Popen(cmd, start_new_session=True)   # a terminal's Ctrl-C reaches this process only, and is passed on once
+    env = {'TORCH_ELASTIC_SHUTDOWN_TIMEOUT': '120', **os.environ}   # torchrun's wait for a stopping worker (default 30 s)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)   # a terminal's Ctrl-C reaches this process only, passed on once
     got = []
     def forward(signum, frame):   # torchrun passes SIGTERM and SIGINT to its workers, not SIGUSR1
         got.append(signum); proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
