@@ -750,8 +750,14 @@ def _catch_signals(r: Run) -> dict:
         r.say(f"{signal.Signals(signum).name}: finishing the step in flight, then writing a checkpoint (signal again to abort)")
     return {s: signal.signal(s, handler) for s in STOP_CODES}
 
-def _restore_signals(old: dict):
-    for s, h in old.items(): signal.signal(s, h)
+def _terminated(e: BaseException) -> _Terminated | None:
+    "The second signal behind `e`: torch.save, interrupted mid-write, raises its own error while closing the file."
+    while e is not None and not isinstance(e, _Terminated): e = e.__context__
+    return e
+
+def _restore_signals(old: dict, to=None):
+    "Put back the handlers in `old` (or set every one of them to `to`, e.g. `signal.SIG_IGN`)."
+    for s, h in old.items(): signal.signal(s, h if to is None else to)
 
 def _stop_requested(r: Run) -> bool:
     "Whether any rank caught a stop signal: every rank agrees at the same step boundary (one all-reduce)."
@@ -799,13 +805,19 @@ def train(cfg: Config,                      # the run's config
          ) -> TrainResult:
     "Train as `cfg` says; returns a `TrainResult`. `tokens` replaces the configured data, `model` the configured model."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
+    import threading
+    old = {s: signal.getsignal(s) for s in STOP_CODES} if threading.current_thread() is threading.main_thread() else {}
+    failed = False
     try: return _train(cfg, tokens, quiet, model, dist)
     except BaseException as e:
+        failed = True
         if dist.world_size > 1: _let_go(e)
+        _restore_signals(old, signal.SIG_IGN)   # torchrun's SIGTERM after another rank failed must not end this one unheard
         raise
     finally:
         if dist.world_size > 1: gc.collect()   # the model's DDP/FSDP2 state goes before its process group
         dist.close()
+        if not (failed and dist.world_size > 1): _restore_signals(old)   # a failed rank exits ignoring them: it says why first
 
 def _let_go(e: BaseException):
     """Free the locals of the frames `e` (and what it was raised from) went through, keeping the traceback's lines: a
@@ -820,7 +832,8 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     announce(r)
     loader = start_loop(r)
     can_validate = r.synthetic or r.tokens.val is not None
-    r.signal, old, prof = None, _catch_signals(r), r.prof
+    r.signal, prof = None, r.prof
+    _catch_signals(r)
     try:
         for step, x, y in loader:
             prof.before(step)
@@ -840,11 +853,11 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
-    except _Terminated as e: raise Stopped(_abort_message(r, e), STOP_CODES[e.signum]) from None
-    except RuntimeError as e:
+    except (_Terminated, RuntimeError) as e:
+        if (t := _terminated(e)) is not None: raise Stopped(_abort_message(r, t), STOP_CODES[t.signum]) from None
         if not (dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
-    finally: _restore_signals(old); prof.finish(write=False)
+    finally: prof.finish(write=False)   # `train` puts the signal handlers back once the ranks have let go
 
 # %% ../nbs/42_train.ipynb #271b7e98
 def _oom_message(shape: tuple,    # the micro-batch that ran out: (batch_size, seq_len)
