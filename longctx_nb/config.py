@@ -266,6 +266,8 @@ class TrainerConfig:
                                  "replaces data.seq_len and max_steps")
     skip_memory_check: bool = opt(False, "start even when the memory estimate says the run does not fit in the device's free "
                                   "memory (RAM on the CPU, each GPU's free memory)")
+    profile_steps: str | None = opt(None, "record steps A to B ('A:B', e.g. 5:7, numbered as the log numbers them) with "
+                                    "torch.profiler into the run directory's profile/ folder, and print the top operators")
 
 from .core import PRECISIONS as _PRECISION_SPELLINGS
 

@@ -4,15 +4,15 @@
 
 # %% ../nbs/41_distributed.ipynb #3139e2b8
 from __future__ import annotations
-import contextlib, datetime, os, subprocess, sys
+import contextlib, datetime, os, signal, subprocess, sys
 from dataclasses import dataclass, field
 import torch, torch.distributed as dist
 from .core import UsageError, get_device
 from .config import TrainerConfig, DataConfig
 
 # %% auto #0
-__all__ = ['STRATEGIES', 'launcher_env', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state', 'init_distributed',
-           'grad_accumulation', 'global_batch', 'launch']
+__all__ = ['STRATEGIES', 'STOP_CODES', 'launcher_env', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state',
+           'init_distributed', 'grad_accumulation', 'global_batch', 'launch']
 
 # %% ../nbs/41_distributed.ipynb #c9657bb1
 STRATEGIES = {'auto': 'ddp', 'ddp': 'ddp', 'fsdp': 'fsdp', 'deepspeed_stage_2': 'fsdp', 'deepspeed_stage_3': 'fsdp'}
@@ -182,10 +182,21 @@ def global_batch(d: DataConfig,    # batch_size and seq_len
             f"rank{'s' if world_size > 1 else ''} ({g * d.seq_len:,} tokens per step)")
 
 # %% ../nbs/41_distributed.ipynb #dce5d034
+STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130, signal.SIGUSR1: 75}  # a run stopped by a signal; 75: EX_TEMPFAIL, "requeue me"
+
 def launch(argv: list[str],  # longctx_train's arguments
            nproc: int,       # processes to start
-          ) -> int:          # torchrun's exit code
-    "Run `longctx_train argv` as `nproc` processes on this node under torchrun; its exit code."
+          ) -> int:          # torchrun's exit code, or the stop signal's (`STOP_CODES`)
+    "Run `longctx_train argv` as `nproc` processes on this node under torchrun, passing stop signals on; its exit code."
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}',
            '-m', 'longctx_nb.cli', *argv]
-    return subprocess.call(cmd)
+    env = {'TORCH_ELASTIC_SHUTDOWN_TIMEOUT': '120', **os.environ}   # torchrun's wait for a stopping worker (default 30 s)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)   # a terminal's Ctrl-C reaches this process only, passed on once
+    got = []
+    def forward(signum, frame):   # torchrun passes SIGTERM and SIGINT to its workers, not SIGUSR1
+        got.append(signum); proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+    old = {s: signal.signal(s, forward) for s in STOP_CODES}
+    try: code = proc.wait()
+    finally:
+        for s, h in old.items(): signal.signal(s, h)
+    return STOP_CODES[got[0]] if got and code else code   # torchrun itself exits 1 when signalled

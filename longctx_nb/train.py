@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_train.ipynb #8ebef1ac
 from __future__ import annotations
-import dataclasses, itertools, json, math, os, re, shlex, signal, sys, time
+import dataclasses, gc, io, itertools, json, math, os, re, shlex, signal, socket, sys, time, traceback
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from pathlib import Path
@@ -12,7 +12,7 @@ import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
                              reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu, pyplot)
-from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum
+from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
@@ -20,14 +20,15 @@ from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, li
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, find_checkpoint,
                                    atomic_write, StorageError)
 from .memory import estimate_memory, check_config_fits
-from .distributed import Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state, clip_grad_norm
+from .distributed import (Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state,
+                                    clip_grad_norm, STOP_CODES)
 
 # %% auto #0
-__all__ = ['TB_NAMES', 'STOP_CODES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again',
-           'new_run_dir', 'resume_point', 'strict_json', 'MetricsLog', 'plot_losses', 'TrainResult',
-           'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report', 'Run', 'open_run', 'announce',
-           'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish',
-           'Stopped', 'train']
+__all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again', 'new_run_dir',
+           'resume_point', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision',
+           'setup', 'stages', 'run_length', 'kernel_report', 'profile_range', 'StepProfiler', 'Run', 'open_run',
+           'announce', 'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork',
+           'restore', 'finish', 'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -131,6 +132,7 @@ def new_run_dir(root,                     # folder of run directories
     while (root / f'version_{n}').exists(): n += 1
     return root / f'version_{n}'
 
+# %% ../nbs/42_train.ipynb #7a9bcca4
 def _versions(root: Path) -> list[Path]:
     found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
     return [p for _, p in sorted(found)]
@@ -173,6 +175,42 @@ def strict_json(row: dict,  # a metric row
     if bad: row = {**{k: (None if k in bad else v) for k, v in row.items()}, 'nonfinite': bad}
     return json.dumps(row, allow_nan=False)
 
+def _append(path: Path, data: bytes):
+    "Append `data` to `path`, or nothing: a refused write is cut back off and raised as a `StorageError`."
+    size = path.stat().st_size if path.exists() else 0
+    try:
+        with open(path, 'ab') as f: f.write(data); f.flush()
+    except OSError as e:
+        try: os.truncate(path, size)   # no half line or half record left behind
+        except OSError: pass
+        raise StorageError(path, e) from None
+
+# %% ../nbs/42_train.ipynb #31850ca4
+class EventFile:
+    "A TensorBoard event file written in the loop's own thread, each row flushed: a refused write raises `StorageError` there."
+    _n = itertools.count()   # files this process opened: two in one second get different names
+    def __init__(self, run_dir,                    # the folder TensorBoard reads
+                 purge_step: int | None = None,  # a resumed run: TensorBoard drops older files' events from this step on
+                ):
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.summary.writer.record_writer import RecordWriter
+        self.path = Path(run_dir) / f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(EventFile._n)}'
+        self._Event, self._buf = Event, io.BytesIO()
+        self._rec = RecordWriter(self._buf)   # TensorBoard's record format (length, CRCs), into memory
+        self._event(file_version='brain.Event:2')
+        if purge_step is not None: self._event(step=purge_step, session_log=SessionLog(status=SessionLog.START))
+        self._flush()
+    def add_scalars(self, step: int,   # the row's step
+                    values: dict,      # TensorBoard tag -> number
+                   ):
+        "Write one event per value, then flush them to the file."
+        from torch.utils.tensorboard.summary import scalar
+        for tag, v in values.items(): self._event(step=step, summary=scalar(tag, v))
+        self._flush()
+    def _event(self, **kw): self._rec.write(self._Event(wall_time=time.time(), **kw).SerializeToString())
+    def _flush(self): _append(self.path, self._buf.getvalue()); self._buf.seek(0); self._buf.truncate()
+
+# %% ../nbs/42_train.ipynb #a0c266e9
 class MetricsLog:
     "Appends metric dicts to `metrics.jsonl` and TensorBoard (when a run dir is given) and keeps them in memory."
     def __init__(self, run_dir=None,              # where metrics.jsonl and the TensorBoard files go (None: memory only)
@@ -183,24 +221,18 @@ class MetricsLog:
         if self.path and resume_step is not None and self.path.exists():  # drop what was logged after the checkpoint
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
             self.rows = [r for r in rows if r.get('step', 0) <= resume_step]
-            self.path.write_text(''.join(strict_json(r) + '\n' for r in self.rows))
+            atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
         if run_dir and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-                self.tb = SummaryWriter(str(run_dir), purge_step=resume_step)
+            try: import tensorboard as _
             except ImportError: pass  # tensorboard is optional
+            else: self.tb = EventFile(run_dir, purge_step=resume_step)
     def log(self, **row,  # step and metrics
            ):
         self.rows.append(row)
-        if self.path:
-            try:
-                with open(self.path, 'a') as f: f.write(strict_json(row) + '\n')
-            except OSError as e: raise StorageError(self.path, e) from None
-        if self.tb:
-            for k, v in row.items():
-                if k != 'step' and isinstance(v, (int, float)) and not isinstance(v, bool): self.tb.add_scalar(TB_NAMES.get(k, k), v, row['step'])
-    def close(self):
-        if self.tb: self.tb.close()
+        if self.path: _append(self.path, (strict_json(row) + '\n').encode())
+        if self.tb: self.tb.add_scalars(row['step'], {TB_NAMES.get(k, k): v for k, v in row.items() if k != 'step' and
+                                                      isinstance(v, (int, float)) and not isinstance(v, bool)})
+    def close(self): pass   # every row is on disk already
 
 TB_NAMES = {'loss': 'train/loss', 'lr': 'train/lr', 'grad_norm': 'train/grad_norm', 'val_loss': 'val/loss', 'val_ppl': 'val/ppl',
             'tokens_per_sec': 'perf/tokens_per_sec', 'mfu': 'perf/mfu', 'peak_mem_mb': 'memory/peak_mb',
@@ -220,7 +252,7 @@ def plot_losses(rows: list[dict],  # metric rows, with step and loss or val_loss
     if va: ax.plot(*zip(*va), 'o-', label='validation')
     ax.set_xlabel('step'); ax.set_ylabel('loss (nats/token)'); ax.set_title(title); ax.legend(); ax.grid(alpha=.3)
     fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110)
+    if path is not None: atomic_write(path, lambda f: fig.savefig(f, format='png', dpi=110))   # StorageError if refused
     plt.close(fig)
     return fig
 
@@ -341,14 +373,108 @@ def kernel_report(m,       # a resolved `ModelConfig`
          'local_attention': m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)}
     return ', '.join(f'{k}={v}' for k, v in b.items())
 
-# %% ../nbs/42_train.ipynb #fb20cc3b
+# %% ../nbs/42_train.ipynb #3a065a69
+def profile_range(s: str | None,  # trainer.profile_steps: 'A:B', or None
+                 ) -> tuple[int, int] | None:  # (A, B), 1-based and inclusive; None: no profiling
+    "The steps `--trainer.profile_steps` names; a `UsageError` giving the valid form if it is malformed."
+    if s is None: return None
+    m = re.fullmatch(r'\s*(\d+)\s*:\s*(\d+)\s*', str(s))
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise UsageError(f"trainer.profile_steps={s!r} is not valid: expected A:B, the first and last step to record "
+                         "(1 <= A <= B, numbered as the log numbers them), e.g. --trainer.profile_steps=5:7.")
+    return int(m.group(1)), int(m.group(2))
+
+check_before_run(lambda cfg: profile_range(cfg.trainer.profile_steps))   # exit 2 before anything is built
+
+# %% ../nbs/42_train.ipynb #2bfd4265
+class StepProfiler:
+    "Records steps `a` to `b` of a run with `torch.profiler`; `before`/`after` each step; rank 0 writes the trace."
+    def __init__(self, r: Run,  # an opened run (its run directory, first step and length known)
+                ):
+        self.r, rng = r, profile_range(r.t.profile_steps)
+        self.a, self.b = rng or (0, -1)
+        self.prof, self.ranges, self.trace = None, [], None
+        if rng is None: return
+        if not r.run_dir: raise UsageError("trainer.profile_steps writes its trace into the run directory; fast_dev_run has none.")
+        if not (r.start < self.b and self.a <= r.max_steps):
+            raise UsageError(f"trainer.profile_steps={r.t.profile_steps}: this run takes steps {r.start + 1} to {r.max_steps}; "
+                             "choose A:B among them.")
+        self.a, self.b = max(self.a, r.start + 1), min(self.b, r.max_steps)
+        if r.dist.main: self.trace = r.run_dir / 'profile' / f'rank0.steps_{self.a}-{self.b}.pt.trace.json'
+    def before(self, step: int,  # the step about to run, 0-based
+              ):
+        "Start recording at step `a`; open the step's `step N` range."
+        if self.trace is None or not self.a <= step + 1 <= self.b: return
+        if self.prof is None:
+            from torch.profiler import profile, ProfilerActivity
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.r.device.type == 'cuda' else [])
+            self.prof = profile(activities=acts, record_shapes=True, profile_memory=True, with_stack=True)
+            self.prof.start()
+        self.ranges.append(torch.profiler.record_function(f'step {step + 1}')); self.ranges[-1].__enter__()
+
+# %% ../nbs/42_train.ipynb #8c77d88e
+def _after(self: StepProfiler, step: int,  # the step just taken, 0-based
+          ):
+    "Close the step's range; after step `b`, stop, write the trace and print the top operators."
+    if self.prof is None: return
+    self.ranges.pop().__exit__(None, None, None)
+    if step + 1 == self.b: self.finish()
+
+def _finish(self: StepProfiler, write: bool = True,  # write the trace (False: a run that failed, drop it)
+           ):
+    "Stop recording and write the trace (a run that stops early: the steps recorded so far)."
+    if self.prof is None: return
+    while self.ranges: self.ranges.pop().__exit__(None, None, None)
+    prof, self.prof = self.prof, None
+    prof.stop()
+    if not write: return
+    tmp = self.trace.with_name('.' + self.trace.name + '.tmp')
+    try:
+        self.trace.parent.mkdir(exist_ok=True); prof.export_chrome_trace(str(tmp)); os.replace(tmp, self.trace)
+    except OSError as e:
+        tmp.unlink(missing_ok=True); raise StorageError(self.trace, e) from None
+    from torch.autograd.profiler_util import EventList
+    key = 'self_device_time_total' if self.r.device.type == 'cuda' else 'self_cpu_time_total'
+    ops = EventList([e for e in prof.key_averages() if not re.search(r'\.py\(\d+\)|^<built-in|^step \d+$', e.key)],
+                    use_device='cuda' if 'device' in key else None, profile_memory=True)
+    self.r.say(f"profile of steps {self.a}-{self.b}: {self.trace} (open it in https://ui.perfetto.dev or TensorBoard); "
+               f"top operators by {key.replace('_', ' ')} (Python frames are in the trace):\n" + ops.table(sort_by=key, row_limit=12))
+
+StepProfiler.after, StepProfiler.finish = _after, _finish
+
+# %% ../nbs/42_train.ipynb #492dabc7
 class Run(SimpleNamespace):
     "One training run between steps: its settings, model, optimizer, data, and the counters the loop updates."
     def kept(self):
         "The newest healthy checkpoint: the last one a finite step followed, else the last written or resumed (None: none)."
         if getattr(self, 'bad_in_row', 0): return getattr(self, 'healthy', None)
-        return self.ckpt or (self.resumed[1] if self.resumed else None)
+        return getattr(self, 'ckpt', None) or (self.resumed[1] if self.resumed else None)
 
+def _find_resume(r: Run):
+    "Where `--resume` continues: `r.resumed` (run dir, checkpoint path, checkpoint), or `r.restart`, a run dir with no checkpoint yet."
+    t, dist = r.t, r.dist
+    r.resumed = (resume_point(t, r.cfg.model, None if dist.main else (lambda m: None))
+                 if t.resume and not t.fork_from and not t.fast_dev_run else None)
+    r.restart = None
+    if r.resumed and r.resumed[1] is None:   # killed before its first checkpoint: start again in the same directory
+        r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
+        r.resumed, r.restart = None, r.resumed[0]
+
+def _open_dir(r: Run):
+    "The run directory (resumed, restarted or new), the fork's weights, config.json and the metrics log; rank 0 writes."
+    t, dist = r.t, r.dist
+    if r.resumed: restore(r, *r.resumed)
+    elif r.restart: r.run_dir = r.restart
+    else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
+    if t.fork_from: fork(r, t.fork_from)
+    r.prof = StepProfiler(r)   # checks --trainer.profile_steps against the steps this run takes, before anything is written
+    r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
+    try:
+        if r.writes: atomic_write(r.run_dir / 'config.json', json.dumps(r.cfg.to_dict(), indent=2) + '\n')
+        r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
+    except StorageError as e: raise e.with_checkpoint(r.kept()) from None
+
+# %% ../nbs/42_train.ipynb #fb20cc3b
 def open_run(cfg: Config,                      # the run's config
              tokens: TokenData | None = None,  # data to use instead of the configured data
              model: LM | None = None,          # model to use instead of building one
@@ -361,11 +487,7 @@ def open_run(cfg: Config,                      # the run's config
     t, d, synthetic = cfg.trainer, cfg.data, isinstance(tokens, SyntheticData)
     r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
             synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
-    r.resumed = resume_point(t, cfg.model, None if dist.main else (lambda m: None)) if t.resume and not t.fork_from and not t.fast_dev_run else None
-    if r.resumed and r.resumed[1] is None:   # killed before its first checkpoint: start again in the same directory
-        r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
-        r.resumed, r.restart = None, r.resumed[0]
-    else: r.restart = None
+    _find_resume(r)
     r.plan = stages(d.seq_len, t.max_steps, t.curriculum)
     r.max_steps = run_length(t, r.plan, d.batch_size, dist.world_size, None if synthetic else len(tokens.train))
     r.n_params = count_params(model)
@@ -373,14 +495,7 @@ def open_run(cfg: Config,                      # the run's config
     r.opt = make_optimizer(model, t, device)
     r.scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
     r.start, r.tokens_seen = 0, 0
-    if r.resumed: restore(r, *r.resumed)
-    elif r.restart: r.run_dir = r.restart
-    else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
-    if t.fork_from: fork(r, t.fork_from)
-    r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
-    if r.writes:
-        atomic_write(r.run_dir / 'config.json', json.dumps(cfg.to_dict(), indent=2) + '\n')
-    r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
+    _open_dir(r)
     return r
 
 # %% ../nbs/42_train.ipynb #ca9b6454
@@ -433,6 +548,7 @@ def step_seed(seed: int,  # the run's seed
     "The seed of step `step`'s random numbers (dropout) on `rank`: the same whether or not the run was resumed."
     return (seed * 1_000_003 + step * 7919 + rank * 104_729) % 2**63
 
+# %% ../nbs/42_train.ipynb #d0e11c0e
 def train_step(r: Run,            # the run
                step: int,         # optimizer step, 0-based
                x: torch.Tensor,   # (accumulate_grad_batches, batch_size, seq_len) inputs
@@ -456,7 +572,7 @@ def train_step(r: Run,            # the run
                 r.scaler.scale(loss / t.accumulate_grad_batches).backward()
             step_loss += loss.item() / t.accumulate_grad_batches
     except torch.OutOfMemoryError:
-        raise TrainingError(_oom_message(r.cfg, step, r.kept())) from None
+        raise TrainingError(_oom_message(xm.shape, precision, r.model.cfg.gradient_checkpointing, step + 1, r.kept())) from None
     step_loss, = dist.mean(step_loss)   # the loss of the global batch
     r.scaler.unscale_(r.opt)
     grad_norm = clip_grad_norm(r.model.parameters(), t.gradient_clip_val or float('inf'))
@@ -623,12 +739,12 @@ def _plain(cfg, state: dict) -> LM:
     m = LM(cfg); m.load_state_dict(state); return m
 
 # %% ../nbs/42_train.ipynb #542d0cd7
-class _Terminated(Exception): "A second stop signal: abort at once."
-
-STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130, signal.SIGUSR1: 75}  # 75: EX_TEMPFAIL, "requeue me"
+class _Terminated(BaseException):   # a BaseException, as KeyboardInterrupt: no `except Exception` on the way swallows it
+    "A second stop signal: abort at once."
+    def __init__(self, signum): super().__init__(signal.Signals(signum).name); self.signum = signum
 
 class Stopped(Exception):
-    "The run stopped on a signal after writing a checkpoint; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
+    "The run stopped on a signal; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
     def __init__(self, message: str,  # where the checkpoint is and how to continue
                  code: int,           # exit status
                 ): super().__init__(message); self.code = code
@@ -638,15 +754,19 @@ def _catch_signals(r: Run) -> dict:
     import threading
     if threading.current_thread() is not threading.main_thread(): return {}
     def handler(signum, frame):
-        if r.signal is not None:   # the second signal: no checkpoint, stop now
-            if signum == signal.SIGINT: raise KeyboardInterrupt
-            raise _Terminated(f'aborted by a second signal ({signal.Signals(signum).name})')
+        if r.signal is not None: raise _Terminated(signum)   # the second signal: stop now, even mid-checkpoint
         r.signal = signum
         r.say(f"{signal.Signals(signum).name}: finishing the step in flight, then writing a checkpoint (signal again to abort)")
     return {s: signal.signal(s, handler) for s in STOP_CODES}
 
-def _restore_signals(old: dict):
-    for s, h in old.items(): signal.signal(s, h)
+def _terminated(e: BaseException) -> _Terminated | None:
+    "The second signal behind `e`: torch.save, interrupted mid-write, raises its own error while closing the file."
+    while e is not None and not isinstance(e, _Terminated): e = e.__context__
+    return e
+
+def _restore_signals(old: dict, to=None):
+    "Put back the handlers in `old` (or set every one of them to `to`, e.g. `signal.SIG_IGN`)."
+    for s, h in old.items(): signal.signal(s, h if to is None else to)
 
 def _stop_requested(r: Run) -> bool:
     "Whether any rank caught a stop signal: every rank agrees at the same step boundary (one all-reduce)."
@@ -655,6 +775,7 @@ def _stop_requested(r: Run) -> bool:
     if stop and r.signal is None: r.signal = signal.SIGTERM
     return stop
 
+# %% ../nbs/42_train.ipynb #15be386c
 def _stop_message(r: Run, step: int) -> str:
     name = signal.Signals(r.signal or signal.SIGTERM).name
     if not r.run_dir: return f"stopped by {name} after step {step}; this run writes no checkpoints."
@@ -662,6 +783,12 @@ def _stop_message(r: Run, step: int) -> str:
     return (f"stopped by {name} after step {step} of {r.max_steps}. "
             + (f"Checkpoint: {kept}. Continue with: {again(resume=r.run_dir)}" if kept else
                f"No checkpoint could be written. Start it again with: {again(resume=r.run_dir)}"))
+
+def _abort_message(r: Run, e: _Terminated) -> str:
+    kept = r.kept() if hasattr(r, 'ckpt') else None
+    return (f"aborted by a second {e}: the step in flight and any checkpoint being written were dropped (nothing partial "
+            "is left). " + (f"The newest checkpoint is {kept}; continue with: {again(resume=r.run_dir)}" if kept else
+                            "No checkpoint was written." if r.run_dir else "This run writes no checkpoints."))
 
 def _lost_peer(e: RuntimeError) -> bool:
     "Whether `e` says another rank is gone: a `DistError`, or gloo's or NCCL's plain RuntimeError for a closed peer."
@@ -687,18 +814,40 @@ def train(cfg: Config,                      # the run's config
          ) -> TrainResult:
     "Train as `cfg` says; returns a `TrainResult`. `tokens` replaces the configured data, `model` the configured model."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
+    import threading
+    old = {s: signal.getsignal(s) for s in STOP_CODES} if threading.current_thread() is threading.main_thread() else {}
+    failed = False
     try: return _train(cfg, tokens, quiet, model, dist)
-    finally: dist.close()
+    except BaseException as e:
+        failed = True
+        if dist.world_size > 1: _let_go(e)
+        _restore_signals(old, signal.SIG_IGN)   # torchrun's SIGTERM after another rank failed must not end this one unheard
+        raise
+    finally:
+        if dist.world_size > 1: gc.collect()   # the model's DDP/FSDP2 state goes before its process group
+        dist.close()
+        if not (failed and dist.world_size > 1): _restore_signals(old)   # a failed rank exits ignoring them: it says why first
 
+def _let_go(e: BaseException):
+    """Free the locals of the frames `e` (and what it was raised from) went through, keeping the traceback's lines: a
+    model's DDP or FSDP2 state destroyed after its process group waits for the other ranks forever (torchrun then kills it)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e)); traceback.clear_frames(e.__traceback__); e = e.__context__
+
+# %% ../nbs/42_train.ipynb #d4972519
 def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     r = open_run(cfg, tokens, model, dist, quiet)
     announce(r)
     loader = start_loop(r)
     can_validate = r.synthetic or r.tokens.val is not None
-    r.signal, old = None, _catch_signals(r)
+    r.signal, prof = None, r.prof
+    _catch_signals(r)
     try:
         for step, x, y, *doc in loader:
+            prof.before(step)
             lr, _, grad_norm = train_step(r, step, x, y, *doc)
+            prof.after(step)
             stop = _stop_requested(r)
             done = step + 1 == r.max_steps
             if (step + 1) % r.t.log_every_n_steps == 0 or done or stop: log_window(r, step + 1, lr, grad_norm, x.shape[-1])
@@ -707,20 +856,25 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             if r.run_dir and (_due(step, r.t.checkpoint_interval, done or stop) or r.save_owed):
                 save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
             r.window_t0 += time.perf_counter() - paused
-            if stop and not done: raise Stopped(_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
+            if stop and not done:
+                prof.finish()
+                raise Stopped(_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
-    except (RuntimeError, _Terminated) as e:
-        if not (isinstance(e, _Terminated) or dist.world_size > 1 and _lost_peer(e)): raise
+    except (_Terminated, RuntimeError) as e:
+        if (t := _terminated(e)) is not None: raise Stopped(_abort_message(r, t), STOP_CODES[t.signum]) from None
+        if not (dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
-    finally: _restore_signals(old)
+    finally: prof.finish(write=False)   # `train` puts the signal handlers back once the ranks have let go
 
 # %% ../nbs/42_train.ipynb #271b7e98
-def _oom_message(cfg: Config, step: int, ckpt) -> str:
-    d, t = cfg.data, cfg.trainer
-    return (f"out of GPU memory at step {step} (batch {d.batch_size} x seq_len {d.seq_len}, precision {t.precision}, "
-            f"gradient checkpointing {cfg.model.gradient_checkpointing}). Lower --data.batch_size and raise "
+def _oom_message(shape: tuple,    # the micro-batch that ran out: (batch_size, seq_len)
+                 precision: str,  # the precision it ran in
+                 checkpointing: bool,  # gradient checkpointing on
+                 step: int, ckpt) -> str:
+    return (f"out of GPU memory at step {step} (batch {shape[0]} x seq_len {shape[-1]}, precision {precision}, "
+            f"gradient checkpointing {checkpointing}). Lower --data.batch_size and raise "
             "--trainer.accumulate_grad_batches, set --model.gradient_checkpointing=true or --trainer.precision=bf16, "
             "use a smaller --vram preset (8gb is the smallest) or a shorter --data.seq_len. "
             + (f"The last checkpoint, {ckpt}, is intact; continue with --resume." if ckpt else "No checkpoint was written yet."))

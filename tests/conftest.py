@@ -1,4 +1,4 @@
-import os, sys
+import errno, os, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -27,3 +27,30 @@ def notebook_runs(request):
     nbs = docs.notebooks()
     if any('nb' not in getattr(getattr(it, 'callspec', None), 'params', {}) for it in users): wanted = set(nbs)
     return docs.execute([nb for nb in nbs if nb in wanted], force=True, log=lambda *a: None)
+
+@pytest.fixture
+def mount_tmpfs(tmp_path):
+    "mount_tmpfs(size) -> a fresh tmpfs of `size` ('1m', '2m', ...), unmounted after the test; skipped where mounting is not allowed."
+    mounted = []
+    def mount(size='2m'):
+        d = tmp_path / f'fs{len(mounted)}'; d.mkdir()
+        p = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(d)], capture_output=True, text=True)
+        if p.returncode: pytest.skip(f"cannot mount a tmpfs here ({p.stderr.strip() or p.returncode}): needs root and mount rights")
+        mounted.append(d)
+        return d
+    yield mount
+    for d in mounted: subprocess.run(['umount', '-l', str(d)], capture_output=True)
+
+@pytest.fixture
+def tmpfs(mount_tmpfs):
+    "A 2 MiB tmpfs (skipped where this machine does not allow mounting)."
+    return mount_tmpfs('2m')
+
+def fill(d, leave: int = 0):
+    "Fill the file system holding `d`, then free `leave` pages of 4 KiB again (a tmpfs allocates whole pages)."
+    fd = os.open(d / 'filler', os.O_WRONLY | os.O_CREAT)
+    try:
+        while True: os.write(fd, b'\0' * 4096)
+    except OSError as e: assert e.errno == errno.ENOSPC
+    if leave: os.ftruncate(fd, max(0, os.fstat(fd).st_size // 4096 - leave) * 4096)
+    os.close(fd)

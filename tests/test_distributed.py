@@ -110,3 +110,28 @@ def test_fsdp_keeps_no_decay_parameters(bindir, tmp_path):
     run(bindir, 1, tmp_path / 'one', *args)
     w2, w1 = weights(tmp_path / 'two' / 'version_0'), weights(tmp_path / 'one' / 'version_0')
     assert all(torch.allclose(w2[k], w1[k], atol=1e-6) for k in w1), max((w2[k] - w1[k]).abs().max().item() for k in w1)
+
+def test_sigterm_two_ranks_checkpoints_and_resumes_exactly(bindir, tmp_path, reference):
+    "`longctx_train --trainer.devices=2` starts torchrun and passes SIGTERM on: every rank stops after the same step."
+    strategy, ref = reference
+    if strategy != 'ddp': pytest.skip('one strategy is enough here')
+    proc = subprocess.Popen(command(bindir, 1, tmp_path, '--trainer.devices=2'), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV)
+    metrics = tmp_path / 'version_0' / 'metrics.jsonl'
+    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3): time.sleep(0.005)
+    assert proc.poll() is None, 'the run finished before the signal'
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert 'Unable to shutdown process' not in err   # the workers exited by themselves; torchrun killed none
+    stopped = max(losses(tmp_path / 'version_0'))
+    assert f'Checkpoint: {tmp_path / "version_0" / "checkpoints" / f"step_{stopped:07d}.pt"}' in err, err[-3000:]
+    cmd = err.split('Continue with: ')[1].split('\n')[0].split()
+    assert cmd[:3] == ['torchrun', '--nproc_per_node=2', '--no-python'] and cmd[3] == 'longctx_train', cmd
+    p = subprocess.run([str(bindir / 'torchrun'), '--standalone', *cmd[1:3], str(bindir / 'longctx_train'), *cmd[4:]],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = losses(tmp_path / 'version_0')
+    assert sorted(got) == list(range(1, 11)) and got == losses(ref)   # no step lost, bitwise
+    w, wr = weights(tmp_path / 'version_0'), weights(ref)
+    assert all(torch.equal(w[k], wr[k]) for k in wr)

@@ -5,6 +5,7 @@ import errno, os, subprocess, warnings
 from pathlib import Path
 from unittest import mock
 import pytest, torch
+from conftest import fill
 from longctx_nb.config import Config, apply_overrides, resolve_model
 from longctx_nb.model import LM
 from longctx_nb.checkpoint import (CheckpointError, StorageError, save_checkpoint, read_checkpoint, latest_checkpoint,
@@ -140,22 +141,6 @@ def test_export_covers_tokenizer_and_legacy_export_warns(tmp_path, state):
     with pytest.warns(UserWarning, match='without SHA256SUMS: its content CANNOT be verified'): load_model(old)
 
 # ---- errors of the file system ----------------------------------------------------------------------------------
-
-@pytest.fixture
-def tmpfs(tmp_path):
-    "A 2 MiB tmpfs (skipped where this machine does not allow mounting)."
-    d = tmp_path / 'fs'; d.mkdir()
-    p = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', str(d)], capture_output=True, text=True)
-    if p.returncode: pytest.skip(f"cannot mount a tmpfs here ({p.stderr.strip() or p.returncode}): needs root and mount rights")
-    yield d
-    subprocess.run(['umount', '-l', str(d)])
-
-def fill(d):
-    "Fill the file system holding `d`."
-    with open(d / 'filler', 'wb') as f:
-        try:
-            while True: f.write(b'\0' * 65536); f.flush()
-        except OSError as e: assert e.errno == errno.ENOSPC
 
 def small_state():
     c = cfg(**{'model.d_model': 32, 'model.n_heads': 2, 'model.n_layers': 1})

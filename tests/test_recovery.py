@@ -120,3 +120,26 @@ def test_resume_restores_the_runs_config(bindir, tmp_path):
     ck = sorted((tmp_path / 'exp1' / 'checkpoints').glob('*.pt'))[-1]
     p = run(bindir, tmp_path, f'--checkpoint_path={ck}', '--resume', '--trainer.max_steps=7')
     assert f'from {ck.name}' in p.stdout and max(losses(tmp_path / 'exp1')) == 7
+
+def test_second_signal_during_the_checkpoint_write_aborts_at_once(bindir, tmp_path):
+    "A model large enough that writing its checkpoint takes a while: the second SIGTERM lands inside the write."
+    big = ['--model.d_model=512', '--model.n_layers=4', '--model.n_heads=8', '--data.seq_len=32', '--data.batch_size=1',
+           '--trainer.max_steps=50', '--trainer.checkpoint_interval=2', '--trainer.keep_last=0']
+    proc = subprocess.Popen([str(bindir / 'longctx_train'), *TINY, *big, f'--trainer.default_root_dir={tmp_path}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    ckdir = tmp_path / 'version_0' / 'checkpoints'
+    first = ckdir / 'step_0000002.pt'
+    while proc.poll() is None and not first.exists(): time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    writing = None
+    while proc.poll() is None and writing is None:   # the stop's checkpoint: its temporary file appears
+        writing = next((f for f in os.listdir(ckdir) if f.endswith('.pt.tmp') and 'step_0000002' not in f), None)
+    assert writing, 'the run ended before its checkpoint was caught being written'
+    t0 = time.time(); proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and time.time() - t0 < 30, err
+    msg = ' '.join(err.split())
+    assert 'aborted by a second SIGTERM' in msg and 'nothing partial is left' in msg, msg
+    assert f'The newest checkpoint is {first}' in msg and 'Traceback' not in err
+    assert sorted(os.listdir(ckdir)) == ['step_0000002.pt', 'step_0000002.pt.sha256']   # no .tmp, no half checkpoint
+    torch.load(first, weights_only=True)

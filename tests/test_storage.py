@@ -1,10 +1,12 @@
 """What is saved is verified on every load: flipped bits in checkpoints and exports are refused with the reason, `--resume`
 falls back past damaged, incomplete or foreign checkpoints, and a file system that refuses a write (full, read-only) stops
 the run with one paragraph, no traceback, nothing partial, and the previous checkpoint intact."""
-import os, subprocess
+import json, os, subprocess
 from pathlib import Path
 import pytest
-from longctx_nb.checkpoint import (save_checkpoint, read_checkpoint, sidecar, list_checkpoints, checkpoint_path, load_model)
+from longctx_nb.checkpoint import (save_checkpoint, read_checkpoint, sidecar, list_checkpoints, checkpoint_path, load_model,
+                                   StorageError)
+from conftest import fill
 
 ARGS = ['--data.seq_len=32', '--data.batch_size=2', '--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2',
         '--model.d_ff=64', '--trainer.log_every_n_steps=1', '--trainer.checkpoint_interval=2', '--trainer.eval_interval=0',
@@ -78,13 +80,9 @@ def test_damaged_export_is_refused(bindir, runs, tmp_path):
     clean(p)
 
 @pytest.fixture
-def small_fs(tmp_path):
-    "A 1 MiB tmpfs (the size of a few tiny checkpoints), unmounted after the test; skipped where mounting is not allowed."
-    mnt = tmp_path / 'fs'; mnt.mkdir()
-    p = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', str(mnt)], capture_output=True, text=True)
-    if p.returncode: pytest.skip(f'cannot mount a tmpfs here ({p.stderr.strip()})')
-    yield mnt
-    subprocess.run(['umount', '-l', str(mnt)], capture_output=True)
+def small_fs(mount_tmpfs):
+    "A 1 MiB tmpfs: the size of a few tiny checkpoints."
+    return mount_tmpfs('1m')
 
 def test_disk_full_stops_cleanly_and_keeps_the_last_checkpoint(bindir, small_fs):
     p = run(bindir, small_fs, '--trainer.max_steps=40', '--trainer.keep_last=0')
@@ -103,3 +101,35 @@ def test_read_only_file_system(bindir, small_fs):
     p = run(bindir, small_fs, '--resume', '--trainer.max_steps=4')
     assert p.returncode == 1 and 'Read-only file system' in p.stderr, p.stderr
     clean(p)
+
+def test_tensorboard_disk_full_stops_cleanly(bindir, small_fs):
+    "The disk fills while TensorBoard's event file grows (one free page: metrics.jsonl's page has room longer)."
+    assert run(bindir, small_fs, '--trainer.max_steps=2').returncode == 0
+    good = list_checkpoints(small_fs / 'version_0')[-1]
+    fill(small_fs, leave=1)
+    p = run(bindir, small_fs, '--resume', '--trainer.max_steps=40', '--trainer.checkpoint_interval=100', '--trainer.tensorboard=true')
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    err = ' '.join(p.stderr.split())
+    assert "cannot write '" in err and 'events.out.tfevents.' in err and 'No space left on device [ENOSPC]' in err, err
+    assert f'The newest good checkpoint is {good}; continue with --resume once fixed.' in err
+    clean(p)
+    run_dir = small_fs / 'version_0'
+    assert not [f for f in run_dir.rglob('*') if f.name.endswith('.tmp')] and read_checkpoint(good)['step'] == 2
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    events = list(EventFileLoader(str(next(run_dir.glob('events.out.tfevents.*')))).Load())   # whole records only
+    assert max(e.step for e in events) >= 3
+    [json.loads(l) for l in (run_dir / 'metrics.jsonl').read_text().splitlines()]   # no half line either
+
+def test_loss_plot_and_event_file_on_a_full_disk(small_fs):
+    from longctx_nb.train import plot_losses, EventFile
+    ev = EventFile(small_fs)
+    size = ev.path.stat().st_size
+    fill(small_fs)
+    with pytest.raises(StorageError, match=r"events\.out\.tfevents.*No space left on device \[ENOSPC\]"):
+        for step in range(1000): ev.add_scalars(step, {'train/loss': 1.0, 'train/lr': 1e-3}); size = ev.path.stat().st_size
+    assert step > 0 and ev.path.stat().st_size == size   # the refused row was cut back off: whole records only
+    rows = [{'step': i, 'loss': 5 - i / 10} for i in range(20)]
+    with pytest.raises(StorageError, match=r"loss\.png'.*No space left on device"): plot_losses(rows, small_fs / 'loss.png')
+    assert sorted(f.name for f in small_fs.iterdir() if f.name != 'filler') == [ev.path.name]   # no loss.png, no .tmp
+    subprocess.run(['mount', '-o', 'remount,ro', str(small_fs)], check=True)
+    with pytest.raises(StorageError, match=r'Read-only file system \[EROFS\]'): EventFile(small_fs)
