@@ -8,7 +8,7 @@ import argparse, json, sys, time
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, get_device, parse_precision, pyplot
+from .core import UsageError, get_device
 from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir, pick_precision, resolve_model
 from .memory import check_fits, check_config_fits, check_positive, check_lengths
 from .blocks.base import canonical_block, get_block
@@ -359,7 +359,7 @@ def write_report(rows: list[dict],  # one `summarize` row per block
           f"size preset `{s['size']}`, " + ("parameters matched (each block's depth chosen to come closest to the largest model)"
                                            if s['match_params'] else "parameters not matched (--no_match_params)") +
           f"; on {s['device']} (torch {s['torch']}).", '',
-          f"**Sparse settings:** " + ', '.join(f'{k.split(".")[1]} {v}' for k, v in m.items()) + f"; overrides: {s['overrides'] or 'none'}.", '',
+          "**Sparse settings:** " + ', '.join(f'{k.split(".")[1]} {v}' for k, v in m.items()) + f"; overrides: {s['overrides'] or 'none'}.", '',
           (f"**Learning rate:** each block at the best of {', '.join(f'{x:.3g}' for x in lrs)} (lowest mean validation loss)."
            if lrs else f"**Learning rate:** {rows[0]['lr']:.3g} for every block (no sweep; --lr_sweep tries three)."), '',
           report_table(rows, s), '',

@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_train.ipynb #8ebef1ac
 from __future__ import annotations
-import dataclasses, gc, io, itertools, json, math, os, re, shlex, signal, socket, sys, time, traceback
+import dataclasses, gc, importlib.util, io, itertools, json, math, os, re, shlex, signal, socket, sys, time, traceback
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from pathlib import Path
@@ -223,9 +223,7 @@ class MetricsLog:
             self.rows = [r for r in rows if r.get('step', 0) <= resume_step]
             atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
         if run_dir and tensorboard:
-            try: import tensorboard as _
-            except ImportError: pass  # tensorboard is optional
-            else: self.tb = EventFile(run_dir, purge_step=resume_step)
+            if importlib.util.find_spec('tensorboard'): self.tb = EventFile(run_dir, purge_step=resume_step)  # optional
     def log(self, **row,  # step and metrics
            ):
         self.rows.append(row)

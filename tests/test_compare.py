@@ -1,6 +1,6 @@
 """`longctx_compare` compares sparse blocks in their sparse regime, at fair budgets, with its noise; BigBird's random keys act at short lengths."""
 import contextlib, io, json, subprocess
-import pytest, torch
+import torch
 from longctx_nb.blocks.base import check_causal
 from longctx_nb.blocks.bigbird import BigBirdAttention, random_block_size
 from longctx_nb.config import ModelConfig

@@ -1,5 +1,5 @@
 "longctx_prepare as a user runs it: killed with SIGKILL part-way and run again, the same bytes as a run never stopped."
-import json, os, random, signal, subprocess, sys, time
+import json, random, signal, subprocess, time
 from pathlib import Path
 import numpy as np
 import pytest
