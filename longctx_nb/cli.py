@@ -112,11 +112,12 @@ def run_config(cfg: Config,  # the config the flags describe on their own
     if t.checkpoint_dir or t.checkpoint_path:   # the GPU-native trainer's --checkpoint_dir, cs336-style --checkpoint_path
         p = Path(t.checkpoint_dir or t.checkpoint_path)
         run = p if t.checkpoint_dir or p.is_dir() else p.with_suffix('')
-        resume = (str(p) if p.is_file() else str(run)) if t.resume else None
+        resume = (str(p) if p.is_file() and not run.is_dir() else str(run)) if t.resume else None
         levels = levels + [(None, {'trainer.default_root_dir': str(run.parent), 'trainer.run_name': run.name,
                                    **({'trainer.resume': resume} if resume else {})})]
         cfg = build_config(levels, base=cfg)
-        if not t.resume: say(f"checkpoints go to {run / 'checkpoints'} (the run directory {run})")
+        if not t.resume: say(f"checkpoints go to {run / 'checkpoints'} (the run directory {run})" +
+                             (f"; the newest is also written to {p}" if p.suffix and not t.checkpoint_dir else ''))
         t = cfg.trainer
     src = t.fork_from or t.resume
     run_dir = _source_run(src, t) if src and not t.fast_dev_run else None

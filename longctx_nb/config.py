@@ -259,7 +259,8 @@ class TrainerConfig:
     fork_from: str | None = opt(None, "start a new run from the weights of a checkpoint file or run directory (fresh "
                                 "optimizer, step 0; its config.json is the base that flags change)")
     checkpoint_path: str | None = opt(None, "cs336-style checkpoint file: with --resume, the checkpoint to continue from; "
-                                      "without, the run is written to the folder of that name without its suffix")
+                                      "without, the run is written to the folder of that name without its suffix and "
+                                      "its newest checkpoint to the file itself")
     checkpoint_dir: str | None = opt(None, "the GPU-native trainer's checkpoint folder: the run directory to write, or "
                                      "with --resume to continue")
     curriculum: str | None = opt(None, "sequence-length stages 'SEQ_LEN:STEPS,...' (e.g. 512:1000,1024:2000); "

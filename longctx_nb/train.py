@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_train.ipynb #8ebef1ac
 from __future__ import annotations
-import dataclasses, gc, importlib.util, io, itertools, json, math, os, re, shlex, signal, socket, sys, time, traceback
+import dataclasses, gc, importlib.util, io, itertools, json, math, os, re, shlex, shutil, signal, socket, sys, time, traceback
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from pathlib import Path
@@ -665,8 +665,13 @@ def save_state(r: Run,       # the run
             model=r.final_state[0], optimizer=r.final_state[1], scaler=r.scaler.state_dict(), rng=rngs[0],
             rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict()))
         _prune(r)
+        if r.t.checkpoint_path and Path(r.t.checkpoint_path).suffix:   # cs336-style: the newest checkpoint at that file too
+            atomic_write(r.t.checkpoint_path, lambda f: _copy_file(r.ckpt, f), digest=True)
     r.ckpt = r.dist.on_main(lambda: r.ckpt)
     r.pending = r.ckpt
+
+def _copy_file(src: Path, f):
+    with open(src, 'rb') as s: shutil.copyfileobj(s, f, 1 << 24)
 
 def _finite_state(r: Run) -> bool:
     "Whether every parameter and optimizer tensor is finite, on every rank."

@@ -150,6 +150,8 @@ def cs336_run(work):
 def test_cs336_flags_train_and_resume(work, cs336_run):
     "Its flag list trains, checkpointing where --checkpoint_path says; its resume command continues from there."
     assert 'Training finished' in cs336_run.stdout
+    ck, newest = work / 'checkpoints/large_model.pt', work / 'checkpoints/large_model/checkpoints/step_0000004.pt'
+    assert ck.read_bytes() == newest.read_bytes() and (work / 'checkpoints/large_model.pt.sha256').is_file()  # the file it names
     p = run('longctx_train', '--train_data', 'data/train_tokens.npy', '--resume', '--checkpoint_path', 'checkpoints/large_model.pt',
             '--max_iters', 6, '--checkpoint_interval', 2, *QUIET[:1], cwd=work, check=0)
     assert 'from step_0000004.pt (step 4)' in p.stdout and 'steps 6 ' in p.stdout
@@ -168,7 +170,7 @@ x, y = get_batch(data, 4, 16, 'cpu')
 assert x.shape == (4, 16) and x.device.type == 'cpu' and torch.equal(x[:, 1:], y[:, :-1])
 cfg = apply_overrides(Config(), read_config_file('checkpoints/large_model/config.json'))
 model = LM(cfg.model); opt = make_optimizer(model, cfg.trainer, torch.device('cpu'))
-it = load_checkpoint('checkpoints/large_model.pt', model, opt)  # the trainer's own checkpoint (the newest of its run)
+it = load_checkpoint('checkpoints/large_model.pt', model, opt)  # the file the trainer wrote (its newest checkpoint)
 newest = sorted(glob.glob('checkpoints/large_model/checkpoints/step_*.pt'))[-1]
 assert it == int(newest[-10:-3]) and load_checkpoint(newest, model, opt) == it
 save_checkpoint(model, opt, it, 'mine/model.pt')
