@@ -467,6 +467,7 @@ def compare_parser() -> argparse.ArgumentParser:
             'instead of refusing them')],
         usage='longctx_compare [--blocks NAME ...] [--task NAME] [...] [--SECTION.KEY=VALUE ...]')
 
+# %% ../nbs/61_report.ipynb #606debb1
 def _compare(argv=None) -> int:
     p = compare_parser()
     ns, extra = p.parse_known_args(sys.argv[1:] if argv is None else argv)
@@ -480,6 +481,7 @@ def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
     "Console script `longctx_compare`."
     sys.exit(main(_compare, 'longctx_compare', argv, names=COMPARE_FLAGS))
 
+# %% ../nbs/61_report.ipynb #08078b03
 def report_parser() -> argparse.ArgumentParser:
     "The `longctx_report` argument parser."
     return make_parser('longctx_report', 'Every evaluation that fits one checkpoint, written as one report.', [
