@@ -462,7 +462,7 @@ LIGHTNING_ONLY = {  # LightningCLI keys with no meaning here -> what to use inst
                                                                          "(--nnodes); --trainer.devices counts the processes of one machine",
     'trainer.gradient_clip_algorithm': "gradients are clipped by their global norm: --trainer.gradient_clip_val",
     'trainer.num_sanity_val_steps': "there is no sanity check: use --trainer.fast_dev_run",
-    'trainer.profiler': "use longctx_bench for time and memory", 'trainer.plugins': "not supported",
+    'trainer.profiler': "use --trainer.profile_steps=A:B (torch.profiler over those steps), or longctx_bench", 'trainer.plugins': "not supported",
     'trainer.deterministic': "runs are seeded by --trainer.seed", 'trainer.benchmark': "not supported",
     'trainer.sync_batchnorm': "the models have no batch norm", 'trainer.detect_anomaly': "not supported",
     'trainer.overfit_batches': "not supported", 'trainer.reload_dataloaders_every_n_epochs': "not supported",
