@@ -176,6 +176,10 @@ class ModelConfig(_SparseSettings, _MambaSettings, _SizeSettings):
     def __post_init__(self, num_params):
         if num_params is not None: self.size = num_params
 
+# after the class is made, so that the constructor keeps taking `num_params`: reading or setting it is `size`
+ModelConfig.num_params = property(lambda self: self.size, lambda self, v: setattr(self, 'size', v),
+                                  doc='the former name of `size`')
+
 # %% ../nbs/01_config.ipynb #91e22bb4
 SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy']  # synthetic.TASKS (tested there)
 
