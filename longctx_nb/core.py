@@ -365,9 +365,9 @@ def bench_impls(Ls,               # sequence lengths
 # %% ../nbs/00_core.ipynb #bc36c178
 def pyplot(save: bool = False,  # the figure will be saved to a file
           ):
-    "`matplotlib.pyplot`, with the file-only Agg backend when saving outside a notebook (no display needed)."
+    "`matplotlib.pyplot`, with the file-only Agg backend when saving outside a notebook (no display needed); a notebook's inline backend (Jupyter's or execnb's) is kept."
     import matplotlib
-    if save and 'ipykernel' not in sys.modules and 'matplotlib_inline' not in matplotlib.get_backend():
+    if save and 'ipykernel' not in sys.modules and 'inline' not in matplotlib.get_backend():
         matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     return plt
