@@ -106,9 +106,10 @@ def execute_and_process(src: str, dst: str, skip_flags: list, timeout: float = 6
     # cells that were skipped (notest, cuda) keep the outputs saved in the notebook from a real run
     nb0 = copy.deepcopy(nb)
     try: Filter()(nb)  # nbdev_docs' processors (they read the frontmatter cell the first pass wrote)
-    except Exception as e:  # nbdev_docs itself would stop here: say so, and build the page anyway
-        sys.stderr.write(f'WARNING {src.name}: nbdev_docs would fail ({e.__cause__!r}):\n{e}\n'
-                         '(nbdev runs cells that mix imports and other code to build show_doc; split them)\n')
+    except Exception as e:  # nbdev_docs itself would stop here: a failure of this notebook, but build the page anyway
+        err = err or (f'nbdev_docs would fail on {src.name} ({e.__cause__!r}): {e}\nnbdev runs the exported cells and '
+                      'the cells that mix imports and other code on their own to build show_doc: a name they use must be '
+                      "defined by such a cell above (an annotation of a class defined later needs quotes: r: 'Run')")
         nb = nb0
         class Tolerant(Filter):
             def base_procs(self):

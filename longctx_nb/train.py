@@ -387,7 +387,7 @@ check_before_run(lambda cfg: profile_range(cfg.trainer.profile_steps))   # exit 
 # %% ../nbs/42_train.ipynb #2bfd4265
 class StepProfiler:
     "Records steps `a` to `b` of a run with `torch.profiler`; `before`/`after` each step; rank 0 writes the trace."
-    def __init__(self, r: Run,  # an opened run (its run directory, first step and length known)
+    def __init__(self, r: 'Run',  # an opened run (its run directory, first step and length known)
                 ):
         self.r, rng = r, profile_range(r.t.profile_steps)
         self.a, self.b = rng or (0, -1)
