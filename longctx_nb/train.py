@@ -16,6 +16,7 @@ from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_c
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
+from .blocks.base import quiet_notes
 from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, find_checkpoint,
                                    atomic_write, StorageError)
@@ -332,7 +333,7 @@ def setup(cfg: Config,                      # the run's config
 def _probe(model: LM, device, precision: str):
     "One tiny forward and backward, so that a kernel that cannot run on `device` raises its `UsageError` at once."
     x = torch.zeros(1, 2 * model.cfg.attn_block_size, dtype=torch.long, device=device)
-    with autocast(device, precision): loss = model(x).float().mean()
+    with quiet_notes(), autocast(device, precision): loss = model(x).float().mean()   # at a length the run may not train at
     loss.backward(); model.zero_grad(set_to_none=True)
 
 # %% ../nbs/42_train.ipynb #9920d3bf

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/20_blocks.ipynb #5a19572e
 from __future__ import annotations
-import functools, inspect
+import contextlib, functools, inspect
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,7 +12,7 @@ from ..core import UsageError, parse_precision, saved_tensor_bytes
 
 # %% auto #0
 __all__ = ['Mixer', 'patch_to', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
-           'act_bytes', 'rmsnorm_bytes']
+           'quiet_notes', 'block_note', 'act_bytes', 'rmsnorm_bytes']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Mixer(nn.Module):
@@ -143,6 +143,23 @@ def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
         g, = torch.autograd.grad(yg[:, t].sum(), xg, retain_graph=True)
         if t + 1 < L: assert g[:, t + 1:].abs().max() <= atol, f"output {t} has a gradient from a later input"
         assert g[:, t].abs().max() > 0, f"output {t} does not depend on its own input"
+
+# %% ../../nbs/20_blocks.ipynb #f3bfc629
+_QUIET = []   # depth of `quiet_notes` blocks
+
+@contextlib.contextmanager
+def quiet_notes():
+    "Inside this block, `block_note` prints nothing (and says it did not)."
+    _QUIET.append(True)
+    try: yield
+    finally: _QUIET.pop()
+
+def block_note(msg: str,  # what the block changed, and why
+              ) -> bool:  # whether it was printed
+    "Print `msg` unless inside `quiet_notes()`."
+    if _QUIET: return False
+    print(msg, flush=True)
+    return True
 
 # %% ../../nbs/20_blocks.ipynb #f25ded19
 def act_bytes(precision: str,  # '32', 'bf16' or '16'

@@ -5,7 +5,7 @@
 # %% ../../nbs/25_bigbird.ipynb #82b04ee3
 from __future__ import annotations
 from ..kernels.attention import RandomKeys, bigbird_random_keys
-from .base import register_block, patch_to
+from .base import register_block, patch_to, block_note
 from .longformer import LongformerAttention, local_mixer_bytes, _check_int
 
 # %% auto #0
@@ -82,10 +82,9 @@ def random_keys(self, seq_len: int,     # tokens per sequence
     if self.n_random_tokens == 0: return None
     q = random_block_size(seq_len, self.block_size, self.window_size, self.n_global_tokens) or self.block_size
     if q != self.block_size and (k := (self.block_size, q, self.window_size, self.n_global_tokens)) not in _ADAPTED:
-        _ADAPTED.add(k)
-        print(f"baseline_bigbird: at seq_len {seq_len} no query block of attn_block_size={self.block_size} tokens has keys before "
-              f"its window ({self.window_size}) and the {self.n_global_tokens} global tokens; random keys are drawn per query "
-              f"block of {q} tokens at this length.", flush=True)
+        if block_note(f"baseline_bigbird: at seq_len {seq_len} no query block of attn_block_size={self.block_size} tokens has "
+                      f"keys before its window ({self.window_size}) and the {self.n_global_tokens} global tokens; random keys are "
+                      f"drawn per query block of {q} tokens at this length."): _ADAPTED.add(k)
     rk = self._random
     if rk is None or rk.q_block != q or rk.index.shape[0] * q < seq_len:
         n = max(seq_len, 2 * rk.index.shape[0] * q if rk is not None and rk.q_block == q else 0)
