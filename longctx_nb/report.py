@@ -17,7 +17,7 @@ from .model import LM, count_params, flops_per_token
 from .synthetic import from_config as task_from_config
 from .train import train
 from .bench import ALL_BLOCKS, train_step_cost
-from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator,
+from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator, fit_passkey,
                               text_data, perplexity, drift_curve, eval_lengths)
 from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, setting_overrides, main
@@ -418,12 +418,11 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
         lengths = eval_lengths(L0, max_len)
         if t == 'passkey' and not ev.synthetic_task:   # the text passkey needs room for its sentences
             tok = text_data(ev).tokenizer if ev.config is not None and ev.config.data.tokenizer == 'bpe' else None
-            need = getattr(passkey_generator(ev, tokenizer=tok)[0], 'min_len', lambda: 1)()
-            short = [L for L in lengths if L < need]
-            lengths = [L for L in lengths if L >= need] or [max(need, max_len)]
-            if short: left.append((f"passkey at {', '.join(map(str, short))} tokens",
-                                   f"shorter than the {need} tokens the passkey in words needs" +
-                                   (f"; evaluated at {lengths[0]} instead" if lengths[0] > max_len else '')))
+            gen = passkey_generator(ev, tokenizer=tok)[0]
+            asked, (lengths, _, note) = lengths, fit_passkey(gen, lengths, max_len, L0)   # the lengths that hold it, as longctx_eval picks
+            if note: left.append((f"passkey at {', '.join(str(L) for L in asked if L < gen.min_len())} tokens",
+                                  f"shorter than the {gen.min_len()} tokens the passkey in words needs" +
+                                  (f"; evaluated at {lengths[0]} instead" if lengths[0] > max_len else '')))
         results.append(run_eval(t, checkpoint_path, seq_len=L0, max_len=max(max_len, *lengths), lengths=lengths, n_samples=n_samples,
                                 device=device, output_dir=output_dir, verbose=False))
     out = Path(output_dir)
