@@ -61,14 +61,9 @@ def init_model(cfg: Config,  # the run's config, as parsed
     "The config and model of a run that starts from the weights at `path`; each setting it replaces is printed."
     from longctx_nb.hf import init_from
     from longctx_nb.model import LM
-    from longctx_nb.tokenizer import ByteTokenizer
     if cfg.trainer.resume:
         raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
-    ov, state, tok = init_from(path)
-    if tok is not None and not isinstance(tok, ByteTokenizer) and cfg.data.dataset_name != 'synthetic' \
-            and not (cfg.data.train_data or cfg.data.data_dir):
-        raise UsageError(f"{str(path)!r} comes with its own tokenizer ({type(tok).__name__}), so the training tokens must be "
-                         "made with it: give --data.train_data/--data.val_data (token ids as .npy or .bin) or --data.data_dir.")
+    ov, state, tok = init_from(path, cfg, say=say)   # the model's settings, and the text tokenized with PATH's tokenizer
     before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
               **{f'model.{k}': v for k, v in vars(resolve_model(cfg.model)).items()}}
     for k, v in ov.items():

@@ -4,7 +4,7 @@
 
 # %% ../nbs/44_hf.ipynb #e06061c2
 from __future__ import annotations
-import json, os, shutil, sys, tempfile
+import contextlib, hashlib, json, os, shutil, sys, tempfile
 from pathlib import Path
 import torch
 from .core import UsageError
@@ -13,14 +13,15 @@ from .blocks.base import canonical_block
 from .model import LM
 from .checkpoint import read_checkpoint, latest_checkpoint, load_model, export_model
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
+from .corpus import FORMAT_VERSION, _corpus, cache_root, prepare
 from .flags import make_parser, arg, main
 
 # %% auto #0
-__all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'hf_config', 'hf_name', 'hf_state_dict', 'to_hf',
-           'byte_tokenizer_json', 'is_byte_tokenizer', 'hf_tokenizer', 'tokenizer_from_json', 'logit_gap',
-           'save_pretrained', 'model_config_from_hf', 'read_hf_weights', 'state_dict_from_hf', 'is_hf_checkpoint',
-           'hf_folder_tokenizer', 'create_model_from_hf', 'load_source', 'run_tokenizer', 'init_from', 'export_parser',
-           'export', 'export_main']
+__all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'quiet_transformers', 'hf_config', 'hf_name',
+           'hf_state_dict', 'to_hf', 'byte_tokenizer_json', 'is_byte_tokenizer', 'hf_tokenizer', 'tokenizer_from_json',
+           'logit_gap', 'save_pretrained', 'model_config_from_hf', 'read_hf_weights', 'state_dict_from_hf',
+           'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source', 'run_tokenizer',
+           'init_data', 'init_from', 'export_parser', 'export', 'export_main']
 
 # %% ../nbs/44_hf.ipynb #7a0ab927
 HF_INSTALL = "pip install 'longctx_nb[hf]'  (or: pip install 'transformers>=4.46')"
@@ -32,6 +33,18 @@ def require_transformers():
     except ImportError:
         raise UsageError(f"the Hugging Face export and import need the transformers package: {HF_INSTALL}") from None
     return transformers
+
+# %% ../nbs/44_hf.ipynb #88122641
+@contextlib.contextmanager
+def quiet_transformers():
+    "The `transformers` module, with its warnings and progress bars off inside the block (restored after)."
+    tf = require_transformers(); log = tf.utils.logging
+    level, bars = log.get_verbosity(), log.is_progress_bar_enabled()
+    log.set_verbosity_error(); log.disable_progress_bar()
+    try: yield tf
+    finally:
+        log.set_verbosity(level)
+        if bars: log.enable_progress_bar()
 
 # %% ../nbs/44_hf.ipynb #fa41f4f3
 def _no_hf_class(block: str) -> UsageError:
@@ -99,9 +112,9 @@ def to_hf(model: LM,                      # a vanilla or mamba `LM`
           max_position_embeddings: int = 2048,  # the context length written into a Llama config
          ):
     "The transformers model (`LlamaForCausalLM` or `MambaForCausalLM`, fp32, eval mode) with `model`'s weights."
-    tf = require_transformers()
-    cfg = hf_config(model.cfg, eos_token_id, max_position_embeddings)
-    hf = tf.AutoModelForCausalLM.from_config(cfg)
+    with quiet_transformers() as tf:
+        cfg = hf_config(model.cfg, eos_token_id, max_position_embeddings)
+        hf = tf.AutoModelForCausalLM.from_config(cfg)
     sd = {k: v.detach().float().cpu().contiguous().clone() for k, v in hf_state_dict(model).items()}
     missing, unexpected = hf.load_state_dict(sd, strict=False)
     missing = [k for k in missing if not (cfg.tie_word_embeddings and k == 'lm_head.weight')]
@@ -141,8 +154,9 @@ def hf_tokenizer(tokenizer,  # a `ByteTokenizer` or `BPETokenizer`
     if isinstance(tokenizer, ByteTokenizer): return tf.PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer_json())
     if not isinstance(tokenizer, BPETokenizer):
         raise UsageError(f"cannot export tokenizer {tokenizer!r}: give a ByteTokenizer or a BPETokenizer.")
-    eot = tokenizer.eot_id
-    return tf.PreTrainedTokenizerFast(tokenizer_object=tokenizer.tok, **(dict(eos_token=EOT) if eot is not None else {}))
+    eot = tokenizer.eot_id   # the text '<|endoftext|>' is encoded as text, as ours does: split_special_tokens
+    return tf.PreTrainedTokenizerFast(tokenizer_object=tokenizer.tok, split_special_tokens=True,
+                                      **(dict(eos_token=EOT) if eot is not None else {}))
 
 def tokenizer_from_json(tok,  # a `tokenizers.Tokenizer` (from a tokenizer.json)
                        ) -> ByteTokenizer | BPETokenizer:
@@ -187,6 +201,18 @@ def _publish(tmp: Path, out: Path) -> Path:
     os.replace(tmp, out)
     return out
 
+# %% ../nbs/44_hf.ipynb #af0193a5
+def _edit_json(f: Path, **kv):
+    "Set keys `kv` in the JSON file `f`, if it exists."
+    if f.is_file(): f.write_text(json.dumps({**json.loads(f.read_text()), **kv}, indent=2, sort_keys=True) + '\n')
+
+def _portable(d: Path,                    # a folder written by transformers' save_pretrained
+              rope_theta: float | None,   # RoPE's base (Llama), None for Mamba
+             ):
+    "Make the folder read the same in transformers 4.46+ and 5: `rope_theta` at the top level, a tokenizer class both know."
+    if rope_theta is not None: _edit_json(d / 'config.json', rope_theta=rope_theta)
+    _edit_json(d / 'tokenizer_config.json', tokenizer_class='PreTrainedTokenizerFast')
+
 # %% ../nbs/44_hf.ipynb #9cefc414
 def save_pretrained(model: LM,                      # a vanilla or mamba `LM`
                     out_dir,                        # the folder to write
@@ -194,6 +220,7 @@ def save_pretrained(model: LM,                      # a vanilla or mamba `LM`
                     max_position_embeddings: int = 2048,  # the context length written into a Llama config
                     check: bool = True,             # compare the logits with transformers' before writing
                     overwrite: bool = False,        # replace a non-empty `out_dir`
+                    say=print,                      # where the check's result goes (None: nowhere)
                    ) -> Path:                       # `out_dir`
     "Write `model` as a transformers checkpoint (config.json, model.safetensors, tokenizer.json) that `AutoModelForCausalLM` loads."
     block = canonical_block(model.cfg.block)
@@ -201,12 +228,16 @@ def save_pretrained(model: LM,                      # a vanilla or mamba `LM`
     if tokenizer is not None and tokenizer.vocab_size > model.cfg.vocab_size:
         raise UsageError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only {model.cfg.vocab_size}.")
     hf = to_hf(_cpu_fp32(model), getattr(tokenizer, 'eot_id', None), max_position_embeddings)
-    if check and (gap := logit_gap(model, hf)) > TOLERANCE:
-        raise RuntimeError(f"the transformers model's logits differ from ours by {gap:.2e} (relative): not written.")
+    if check:
+        if (gap := logit_gap(model, hf)) > TOLERANCE:
+            raise RuntimeError(f"the transformers model's logits differ from ours by {gap:.2e} (relative): not written.")
+        if say: say(f"checked: {type(hf).__name__}'s logits equal ours to {gap:.1e} (relative, fp32, 2 random sequences of 24 tokens)")
     out, tmp = _fresh_out(out_dir, overwrite)
     try:
-        hf.save_pretrained(tmp)
-        if tokenizer is not None: hf_tokenizer(tokenizer).save_pretrained(tmp)
+        with quiet_transformers():
+            hf.save_pretrained(tmp)
+            if tokenizer is not None: hf_tokenizer(tokenizer).save_pretrained(tmp)
+        _portable(tmp, resolve_model(model.cfg).rope_theta if block == 'vanilla' else None)
     except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
     return _publish(tmp, out)
 
@@ -254,49 +285,74 @@ def model_config_from_hf(c,  # a transformers config (`LlamaConfig` or `MambaCon
     return cfg
 
 # %% ../nbs/44_hf.ipynb #36911c73
+def _load_weights(f: Path) -> dict:
+    "The tensors of one weights file, or a `UsageError` naming the file when it cannot be read (truncated, not weights)."
+    from safetensors.torch import load_file
+    try: return load_file(f) if f.suffix == '.safetensors' else torch.load(f, map_location='cpu', weights_only=True)
+    except Exception as e:
+        raise UsageError(f"{str(f)!r} cannot be read as weights ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                         "it may be truncated or not a weights file: download or save it again.") from None
+
 def read_hf_weights(path,     # a transformers checkpoint folder
                    ) -> dict:  # name -> tensor
     "The tensors of a transformers folder: model.safetensors, its shards (model.safetensors.index.json) or pytorch_model.bin."
-    from safetensors.torch import load_file
     d = Path(path)
-    if (d / 'model.safetensors').is_file(): return load_file(d / 'model.safetensors')
+    if (d / 'model.safetensors').is_file(): return _load_weights(d / 'model.safetensors')
     if (idx := d / 'model.safetensors.index.json').is_file():
+        try: files = sorted(set(json.loads(idx.read_text())['weight_map'].values()))
+        except (ValueError, KeyError, AttributeError) as e:
+            raise UsageError(f"{str(idx)!r} is not a shard index (JSON with a weight_map): {e}") from None
+        if missing := [f for f in files if not (d / f).is_file()]:
+            raise UsageError(f"{str(idx)!r} names shards that are not in the folder: {', '.join(missing)}.")
         out = {}
-        for f in sorted(set(json.loads(idx.read_text())['weight_map'].values())): out.update(load_file(d / f))
+        for f in files: out.update(_load_weights(d / f))
         return out
-    if (d / 'pytorch_model.bin').is_file(): return torch.load(d / 'pytorch_model.bin', map_location='cpu', weights_only=True)
+    if (d / 'pytorch_model.bin').is_file(): return _load_weights(d / 'pytorch_model.bin')
     raise UsageError(f"{str(d)!r} holds no weights (model.safetensors, model.safetensors.index.json or pytorch_model.bin).")
 
+# %% ../nbs/44_hf.ipynb #eaf15deb
 def state_dict_from_hf(sd: dict,          # transformers key -> tensor
                        cfg: ModelConfig,  # our config of the same network (`model_config_from_hf`)
+                       say=None,          # where a note on tensors the config does not use goes (None: nowhere)
                       ) -> dict:          # our `LM`'s state_dict
-    "Our `LM`'s state_dict from transformers' tensors, each checked against the shape our model wants."
+    "Our `LM`'s state_dict from transformers' tensors, each checked, under its transformers name, against the shape the config gives."
     block = canonical_block(cfg.block)
     with torch.device('meta'): want = LM(cfg).state_dict()
-    out, bad = {}, []
+    out, bad, used = {}, [], set()
+    def take(n, shape):   # the tensor `n`, or None with what is wrong noted
+        if n not in sd: bad.append(f"{n} missing"); return None
+        used.add(n)
+        if tuple(sd[n].shape) != tuple(shape): bad.append(f"{n} has shape {tuple(sd[n].shape)}, the config gives {tuple(shape)}"); return None
+        return sd[n]
     for k, w in want.items():
-        if '.mixer.qkv.' in k:
+        if '.mixer.qkv.' in k:   # q, k and v are each a third of our fused rows
             i, kind = k.split('.')[1], k.rsplit('.', 1)[1]
-            names = [f'model.layers.{i}.self_attn.{p}_proj.{kind}' for p in 'qkv']
-            if all(n in sd for n in names): out[k] = torch.cat([sd[n] for n in names])
-            else: bad.append(f"{' / '.join(n for n in names if n not in sd)} missing")
-        else:
-            n = hf_name(block, k)
-            if n not in sd and k == 'head.weight' and cfg.tie_embeddings: n = hf_name(block, 'embed.weight')
-            if n in sd: out[k] = sd[n]
-            else: bad.append(f"{n} missing")
-        if k in out and tuple(out[k].shape) != tuple(w.shape):
-            bad.append(f"{k}: the checkpoint's shape {tuple(out[k].shape)}, its config gives {tuple(w.shape)}")
+            parts = [take(f'model.layers.{i}.self_attn.{p}_proj.{kind}', (w.shape[0] // 3, *w.shape[1:])) for p in 'qkv']
+            if all(t is not None for t in parts): out[k] = torch.cat(parts)
+            continue
+        n = hf_name(block, k)
+        if n not in sd and k == 'head.weight' and cfg.tie_embeddings: n = hf_name(block, 'embed.weight')
+        if (t := take(n, w.shape)) is not None: out[k] = t
     if bad: raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}" + (f" (and {len(bad) - 6} more)" if len(bad) > 6 else '') + '.')
+    if (unused := sorted(set(sd) - used)) and say:
+        say(f"note: the checkpoint holds {len(unused)} tensor(s) its config does not use, ignored as transformers ignores them: "
+            f"{', '.join(unused[:6])}" + (' ...' if len(unused) > 6 else ''))
     return {k: v.float() for k, v in out.items()}
 
 # %% ../nbs/44_hf.ipynb #4945b851
+def _config_json(path) -> tuple[dict | None, str]:
+    "(the folder's config.json as a dict, or None with why it is not a transformers config)."
+    f = Path(path).expanduser() / 'config.json'
+    if not f.is_file(): return None, 'it has no config.json'
+    try: c = json.loads(f.read_text())
+    except (ValueError, UnicodeDecodeError) as e: return None, f"its config.json is not valid JSON ({e})"
+    if not isinstance(c, dict) or 'model_type' not in c: return None, 'its config.json has no model_type'
+    return c, ''
+
 def is_hf_checkpoint(path,  # a folder
                     ) -> bool:
     "Whether `path` is a transformers checkpoint folder (a config.json with a `model_type`)."
-    f = Path(path).expanduser() / 'config.json'
-    try: return f.is_file() and 'model_type' in json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError): return False
+    return _config_json(path)[0] is not None
 
 def hf_folder_tokenizer(path,  # a transformers checkpoint folder
                        ):      # `ByteTokenizer`, `BPETokenizer` or None
@@ -304,29 +360,43 @@ def hf_folder_tokenizer(path,  # a transformers checkpoint folder
     f = Path(path) / 'tokenizer.json'
     if not f.is_file(): return None
     from tokenizers import Tokenizer
-    return tokenizer_from_json(Tokenizer.from_file(str(f)))
+    try: tok = Tokenizer.from_file(str(f))
+    except Exception as e: raise UsageError(f"{str(f)!r} is not a tokenizer the tokenizers library reads ({str(e)[:200]}).") from None
+    return tokenizer_from_json(tok)
 
 # %% ../nbs/44_hf.ipynb #33f0b90a
+_SIZE_KEYS = {'llama': ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads'),
+              'mamba': ('vocab_size', 'hidden_size', 'num_hidden_layers', 'state_size')}
+
 def create_model_from_hf(path,               # a local transformers Llama or Mamba checkpoint folder
                          check: bool = True,  # compare the logits with transformers' on a sample
+                         say=print,           # where the check's result and notes go (None: nowhere)
                         ) -> tuple[LM, object]:  # (our LM, its tokenizer or None)
     "Our `LM` (and tokenizer) from a transformers Llama or Mamba folder; a `UsageError` names what we cannot represent."
     p = Path(path).expanduser()
-    if not is_hf_checkpoint(p):
-        raise UsageError(f"{str(p)!r} is not a transformers checkpoint folder (no config.json with a model_type).")
-    tf = require_transformers()
-    try: c = tf.AutoConfig.from_pretrained(str(p))
-    except Exception as e: raise UsageError(f"transformers cannot read {str(p / 'config.json')!r}: {str(e).splitlines()[0][:300]}") from None
-    cfg = model_config_from_hf(c)
-    model = LM(cfg); model.load_state_dict(state_dict_from_hf(read_hf_weights(p), cfg))
+    raw, why = _config_json(p)
+    if raw is None: raise UsageError(f"{str(p)!r} is not a transformers checkpoint folder: {why}.")
+    with quiet_transformers() as tf:
+        try: c = tf.AutoConfig.from_pretrained(str(p))
+        except Exception as e: raise UsageError(f"transformers cannot read {str(p / 'config.json')!r}: {str(e).splitlines()[0][:300]}") from None
+    unset = [k for k in _SIZE_KEYS.get(c.model_type, ()) if k not in raw]
+    try: cfg = model_config_from_hf(c); sd = state_dict_from_hf(read_hf_weights(p), cfg, say)
+    except UsageError as e:
+        if not unset: raise
+        raise UsageError(f"{e} (config.json does not set {', '.join(unset)}: transformers' defaults stood in for them)") from None
+    model = LM(cfg); model.load_state_dict(sd)
     tok = hf_folder_tokenizer(p)
-    if tok is not None and tok.vocab_size > cfg.vocab_size: tok = None   # not one we can use with this model
+    if tok is not None and tok.vocab_size > cfg.vocab_size:
+        if say: say(f"note: {str(p / 'tokenizer.json')!r} has {tok.vocab_size} ids, more than the model's {cfg.vocab_size}: not used")
+        tok = None
     if check:
-        try: hf = tf.AutoModelForCausalLM.from_pretrained(str(p)).float().eval()
-        except Exception as e: raise UsageError(f"transformers cannot load {str(p)!r}: {str(e).splitlines()[0][:300]}") from None
+        with quiet_transformers() as tf:
+            try: hf = tf.AutoModelForCausalLM.from_pretrained(str(p)).float().eval()
+            except Exception as e: raise UsageError(f"transformers cannot load {str(p)!r}: {str(e).splitlines()[0][:300]}") from None
         if (gap := logit_gap(model, hf)) > TOLERANCE:
             raise UsageError(f"the imported model's logits differ from transformers' by {gap:.2e} (relative): "
                              "the checkpoint uses a setting this import does not represent.")
+        if say: say(f"checked: the imported model's logits equal {type(hf).__name__}'s to {gap:.1e} (relative, fp32, 2 random sequences of 24 tokens)")
     return model.eval(), tok
 
 # %% ../nbs/44_hf.ipynb #651bb6d7
@@ -345,8 +415,9 @@ def load_source(path,  # a checkpoint .pt, a run directory, or our exported fold
         return model.eval(), _run_config(ck['config'])
     d = p if p.is_dir() else p.parent
     if not (d / 'model.safetensors').is_file() or not (d / 'model_config.json').is_file():
+        why = _config_json(d)[1] if (d / 'config.json').is_file() else ''
         raise UsageError(f"{str(p)!r} holds no checkpoint (checkpoints/step_N.pt), no exported model (model.safetensors + "
-                         "model_config.json) and is not a transformers checkpoint folder.")
+                         "model_config.json) and is not a transformers checkpoint folder" + (f" ({why})." if why else '.'))
     f = d / 'config.json'
     return load_model(d).eval(), _run_config(json.loads(f.read_text())) if f.is_file() else None
 
@@ -374,19 +445,67 @@ def run_tokenizer(cfg: Config | None,  # the run's config (None: unknown)
     raise UsageError("the run's BPE tokenizer was not found (its prepared corpus is gone); give it with --tokenizer "
                      "PATH (a tokenizer.json or a prepared folder), or --tokenizer none.")
 
+# %% ../nbs/44_hf.ipynb #7d9fdbdb
+def _same_tokenizer(a, b) -> bool:
+    "Whether two of our tokenizers give the same ids."
+    if isinstance(a, ByteTokenizer) or isinstance(b, ByteTokenizer): return type(a) is type(b)
+    ja, jb = json.loads(a.tok.to_str()), json.loads(b.tok.to_str())
+    return ja['model'] == jb['model'] and [t['content'] for t in ja.get('added_tokens') or []] == [t['content'] for t in jb.get('added_tokens') or []]
+
+def init_data(cfg: Config,          # the new run's config
+              tok,                  # PATH's tokenizer (`init_from`), None if unknown
+              path,                 # what the run starts from (for the messages)
+              context=None,         # (tokens, what says so): the context the weights were made for, if known
+              say=print,            # where the notes go
+             ) -> dict:             # dotted data overrides (data.data_dir: the corpus tokenized with `tok`)
+    "The data settings a run starting from `path`'s weights needs: its text corpus tokenized with `tok`; notes on what cannot be checked."
+    d, src = cfg.data, str(path)
+    if context and d.seq_len > context[0]:
+        say(f"init_from: data.seq_len={d.seq_len} is longer than the {context[0]} tokens {context[1]}: the run trains past the "
+            "context the weights were made for" + (" (RoPE as it is, no rope scaling)" if cfg.model.block == 'vanilla' else ''))
+    if d.dataset_name == 'synthetic': return {}
+    if tok is None:
+        say(f"note: {src} comes with no tokenizer: the training ids come from data.tokenizer={d.tokenizer!r}; they must mean "
+            "what they meant to the model"); return {}
+    if d.train_data is not None:
+        if not isinstance(tok, ByteTokenizer): say(f"note: data.train_data must hold ids of {src}'s tokenizer ({tok!r}); not checked")
+        return {}
+    if d.data_dir is not None and is_prepared(d.data_dir):
+        if not _same_tokenizer(have := load_tokenizer(d.data_dir), tok):
+            raise UsageError(f"data.data_dir={d.data_dir!r} was tokenized with {have!r}, not with the tokenizer of {src} ({tok!r}); "
+                             f"give the text itself (--data.data_dir TEXT_FOLDER: it is tokenized with {src}'s tokenizer) or ids made with it.")
+        return {}
+    if isinstance(tok, ByteTokenizer): return {}   # a text corpus is prepared with data.tokenizer='byte' (init_from sets it)
+    documents, source, extra = _corpus(d)
+    key = dict(source=source, val_fraction=d.val_fraction, version=FORMAT_VERSION, tokenizer=tok.tok.to_str(), **extra)
+    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
+    out = cache_root(d.cache_dir) / f"{source.split('/')[-1].replace(':', '_')[:40]}-tok{tok.vocab_size}-{digest}"
+    if not is_prepared(out):
+        say(f"init_from: tokenizing {source} with the tokenizer of {src} into {out} (once; later runs reuse it)")
+        prepare(documents(), out, tok, val_fraction=d.val_fraction, source=source, exists='reuse')
+    return {'data.data_dir': str(out)}
+
 # %% ../nbs/44_hf.ipynb #8fe212ce
 _SIZES = ('block', 'vocab_size', 'd_model', 'n_layers', 'n_heads', 'd_ff', 'rope_theta', 'bias', 'tie_embeddings', 'd_state',
           'd_conv', 'expand', 'dt_rank', 'conv_bias')
 
-def init_from(path,  # a transformers Llama/Mamba folder, our exported folder, a checkpoint .pt or a run directory
-             ) -> tuple[dict, dict, object]:  # (model overrides, state_dict, tokenizer or None)
-    "What `longctx_train --init_from PATH` starts from: dotted `model.*` overrides, the weights, and the tokenizer (None if unknown)."
+def init_from(path,              # a transformers Llama/Mamba folder, our exported folder, a checkpoint .pt or a run directory
+              cfg: Config | None = None,  # the new run's config: also give the data overrides it needs (`init_data`)
+              say=print,         # where the checks' results and notes go
+             ) -> tuple[dict, dict, object]:  # (dotted overrides, state_dict, tokenizer or None)
+    "What `longctx_train --init_from PATH` starts from: dotted `model.*` (and with `cfg`, `data.*`) overrides, the weights, and the tokenizer."
     p = Path(path).expanduser()
-    if is_hf_checkpoint(p): model, tok = create_model_from_hf(p)
-    else: model, run_cfg = load_source(p); tok = run_tokenizer(run_cfg, p) if run_cfg is not None else None
-    cfg = resolve_model(model.cfg)
-    ov = {f'model.{k}': getattr(cfg, k) for k in _SIZES if k != 'n_heads' or cfg.block != 'mamba'}
+    if (raw := _config_json(p)[0]) is not None:
+        model, tok = create_model_from_hf(p, say=say)
+        n = raw.get('max_position_embeddings') if raw.get('model_type') == 'llama' else None
+        context = (n, 'its config.json allows (max_position_embeddings)') if n else None
+    else:
+        model, run_cfg = load_source(p); tok = run_tokenizer(run_cfg, p) if run_cfg is not None else None
+        context = (run_cfg.data.seq_len, 'it was trained at') if run_cfg is not None else None
+    m = resolve_model(model.cfg)
+    ov = {f'model.{k}': getattr(m, k) for k in _SIZES if k != 'n_heads' or m.block != 'mamba'}
     if isinstance(tok, ByteTokenizer): ov['data.tokenizer'] = 'byte'
+    if cfg is not None: ov.update(init_data(apply_overrides(cfg, ov), tok, path, context, say))
     return ov, model.state_dict(), tok
 
 # %% ../nbs/44_hf.ipynb #bee764be
@@ -423,19 +542,25 @@ def export(source,                                     # a checkpoint .pt, a run
            max_position_embeddings: int | None = None, # a Llama config's context length (None: the run's seq_len, at least 2048)
            overwrite: bool = False,                    # replace a non-empty `out_dir`
            no_check: bool = False,                     # skip the logit comparison with transformers
+           say=print,                                  # where the checks' results and notes go
           ) -> Path:                                   # the folder written
     "What `longctx_export` does (its flags are the arguments); the folder written."
     if is_hf_checkpoint(source):
         if format == 'hf': raise UsageError(f"{str(source)!r} is already a transformers checkpoint; use --format safetensors to import it.")
-        model, tok = create_model_from_hf(source, check=not no_check)
+        model, tok = create_model_from_hf(source, check=not no_check, say=say)
         if tokenizer != 'auto': tok = run_tokenizer(None, source, tokenizer)
         return _save_ours(model, tok, out_dir, overwrite)
     model, cfg = load_source(source)
     if format == 'hf' and canonical_block(model.cfg.block) not in HF_CLASSES: raise _no_hf_class(canonical_block(model.cfg.block))
     tok = run_tokenizer(cfg, source, tokenizer)
+    if tok is None and tokenizer != 'none': say("note: the run's tokenizer is not known, so none is written; --tokenizer byte or PATH gives one")
     if format == 'safetensors': return _save_ours(model, tok, out_dir, overwrite)
     n_pos = max_position_embeddings or max(2048, cfg.data.seq_len if cfg is not None else 0)
-    return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite)
+    if canonical_block(model.cfg.block) == 'vanilla' and max_position_embeddings is None:
+        say(f"max_position_embeddings={n_pos} in config.json: the run's seq_len" + (f" ({cfg.data.seq_len})" if cfg else '') +
+            ", at least 2048 (--max_position_embeddings sets it)")
+    if no_check: say("not checked: --no_check skips comparing the logits with transformers'")
+    return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite, say=say)
 
 # %% ../nbs/44_hf.ipynb #7394f5c4
 def _export(argv=None) -> int:
