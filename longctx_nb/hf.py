@@ -20,8 +20,8 @@ from .flags import make_parser, arg, main
 __all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'quiet_transformers', 'hf_config', 'hf_name',
            'hf_state_dict', 'to_hf', 'byte_tokenizer_json', 'is_byte_tokenizer', 'hf_tokenizer', 'tokenizer_from_json',
            'logit_gap', 'save_pretrained', 'model_config_from_hf', 'read_hf_weights', 'state_dict_from_hf',
-           'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source', 'run_tokenizer',
-           'init_data', 'init_from', 'export_parser', 'export', 'export_main']
+           'is_hf_checkpoint', 'HFTokenizer', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source',
+           'run_tokenizer', 'init_data', 'init_from', 'export_parser', 'export', 'export_main']
 
 # %% ../nbs/44_hf.ipynb #7a0ab927
 HF_INSTALL = "pip install 'longctx_nb[hf]'  (or: pip install 'transformers>=4.46')"
@@ -180,7 +180,8 @@ def logit_gap(model: LM,           # ours
     "Relative difference of the two models' fp32 logits on two random sequences (on the CPU)."
     x = torch.randint(0, model.cfg.vocab_size, (2, seq_len), generator=torch.Generator().manual_seed(seed))
     ours = _cpu_fp32(model); was = ours.training; ours.eval()
-    try: a, b = ours(x).float(), hf(x).logits.float()
+    try:
+        with quiet_transformers(): a, b = ours(x).float(), hf(x).logits.float()
     finally: ours.train(was)
     return ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
 
@@ -354,15 +355,33 @@ def is_hf_checkpoint(path,  # a folder
     "Whether `path` is a transformers checkpoint folder (a config.json with a `model_type`)."
     return _config_json(path)[0] is not None
 
+class HFTokenizer(BPETokenizer):
+    "A `BPETokenizer` whose end-of-text id is a transformers folder's `eos_token` (e.g. Llama's `</s>`), not `<|endoftext|>`."
+    def __init__(self, tok, eos_id: int | None): super().__init__(tok); self.eos_id = eos_id
+    @property
+    def eot_id(self) -> int | None: return self.eos_id
+
+# %% ../nbs/44_hf.ipynb #78c76107
+def _eos_id(d: Path, tok) -> int | None:
+    "The id of the folder's end-of-text token: tokenizer_config.json's eos_token, else config.json's eos_token_id."
+    try: t = json.loads((d / 'tokenizer_config.json').read_text()).get('eos_token')
+    except (OSError, ValueError, AttributeError): t = None
+    if isinstance(t, dict): t = t.get('content')
+    if isinstance(t, str) and tok.token_to_id(t) is not None: return tok.token_to_id(t)
+    e = (_config_json(d)[0] or {}).get('eos_token_id')
+    e = e[0] if isinstance(e, list) and e else e
+    return e if isinstance(e, int) and 0 <= e < tok.get_vocab_size() else None
+
 def hf_folder_tokenizer(path,  # a transformers checkpoint folder
-                       ):      # `ByteTokenizer`, `BPETokenizer` or None
-    "Our tokenizer for the folder's tokenizer.json (None if it has none)."
+                       ):      # `ByteTokenizer`, `BPETokenizer` (or `HFTokenizer`) or None
+    "Our tokenizer for the folder's tokenizer.json (None if it has none), its end-of-text id the folder's eos token."
     f = Path(path) / 'tokenizer.json'
     if not f.is_file(): return None
     from tokenizers import Tokenizer
     try: tok = Tokenizer.from_file(str(f))
     except Exception as e: raise UsageError(f"{str(f)!r} is not a tokenizer the tokenizers library reads ({str(e)[:200]}).") from None
-    return tokenizer_from_json(tok)
+    if is_byte_tokenizer(tok) or tok.token_to_id(EOT) is not None: return tokenizer_from_json(tok)
+    return HFTokenizer(tok, _eos_id(Path(path), tok))
 
 # %% ../nbs/44_hf.ipynb #33f0b90a
 _SIZE_KEYS = {'llama': ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads'),
@@ -476,6 +495,9 @@ def init_data(cfg: Config,          # the new run's config
                              f"give the text itself (--data.data_dir TEXT_FOLDER: it is tokenized with {src}'s tokenizer) or ids made with it.")
         return {}
     if isinstance(tok, ByteTokenizer): return {}   # a text corpus is prepared with data.tokenizer='byte' (init_from sets it)
+    if tok.eot_id is None:
+        raise UsageError(f"the tokenizer of {src} has no end-of-text token (no <|endoftext|>, no eos_token) to put between "
+                         "documents, so a text corpus cannot be tokenized with it here: give ids made with it (--data.train_data).")
     documents, source, extra = _corpus(d)
     key = dict(source=source, val_fraction=d.val_fraction, version=FORMAT_VERSION, tokenizer=tok.tok.to_str(), **extra)
     digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
