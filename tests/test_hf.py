@@ -1,5 +1,5 @@
 """longctx_export end to end: a tiny run exported for transformers (Llama, Mamba) and read back; refusals exit 2 and write nothing."""
-import json, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 
@@ -67,7 +67,7 @@ def test_refusals_exit_2_and_write_nothing(runs, tmp_path, capsys):
     assert 'holds no checkpoint' in capsys.readouterr().err
     assert export(runs['vanilla'], tmp_path / 'hf') == 0
     cfg = json.loads((tmp_path / 'hf' / 'config.json').read_text())
-    for name, change, says in [('c', {'intermediate_size': 80}, "the checkpoint's shape (96, 64)"),
+    for name, change, says in [('c', {'intermediate_size': 80}, 'model.layers.0.mlp.gate_proj.weight has shape (96, 64), the config gives (80, 64)'),
                                ('d', {'num_key_value_heads': 2}, 'num_key_value_heads=2'),
                                ('e', {'hidden_act': 'gelu'}, "hidden_act='gelu'"),
                                ('f', {'model_type': 'gpt2', 'architectures': ['GPT2LMHeadModel']}, "model type 'gpt2'")]:
@@ -126,3 +126,114 @@ def test_train_init_from_transformers(runs, tmp_path, bindir):
     assert trained.cfg.block == 'mamba' and trained.cfg.n_layers == 2
     p = subprocess.run([bindir / 'longctx_train', '--init_from', tmp_path / 'hf', '--resume'], capture_output=True, text=True)
     assert p.returncode == 2 and 'give one of them' in p.stderr and 'Traceback' not in p.stderr
+
+# Run with `python -I` (no PYTHONPATH, no current folder) and longctx_nb made unimportable: transformers alone loads each folder.
+LOADER = r"""
+import sys, torch
+sys.modules['longctx_nb'] = None   # any import of our package now fails
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+transformers.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()
+out = {}
+for d in sys.argv[2:]:
+    ours = torch.load(f'{d}/ours.pt')
+    m, tok = AutoModelForCausalLM.from_pretrained(d).eval(), AutoTokenizer.from_pretrained(d)
+    with torch.no_grad(): logits = m(ours['x']).logits
+    gen = pipeline('text-generation', model=m, tokenizer=tok)(ours['prompt'], max_new_tokens=12, do_sample=False)[0]['generated_text']
+    out[d] = dict(cls=type(m).__name__, gap=((logits - ours['logits']).abs().max() / ours['logits'].abs().max()).item(),
+                  gen=m.generate(ours['ids'], max_new_tokens=12, do_sample=False, eos_token_id=None), text=gen,
+                  ids={s: tok(s)['input_ids'] for s in ours['texts']})
+torch.save(out, sys.argv[1])
+print('longctx_nb' in [k.split('.')[0] for k in sys.modules if sys.modules[k] is not None])
+"""
+TEXTS = ['héllo wörld\n\t 日本語 🙂\r\n', 'def f(x):\n    return x  # <|endoftext|> stays text\n\n', '<|endoftext|>']
+
+def test_separate_interpreter_loads_with_transformers_alone(runs, tmp_path):
+    "Two sizes of each block, byte and BPE tokenizers: loaded by transformers in an interpreter that cannot import longctx_nb, same logits, greedy tokens and ids."
+    from longctx_nb.data import BPETokenizer
+    from longctx_nb.hf import save_pretrained
+    from longctx_nb.model import create_model
+    bpe = BPETokenizer.train([Path(json.__file__).read_text()], vocab_size=320)
+    models = {b: (load_source(runs[b])[0], ByteTokenizer()) for b in ('vanilla', 'mamba')}   # 2 layers, d_model 64, trained
+    torch.manual_seed(0)
+    models['vanilla_bpe'] = (create_model(320, 'tiny', 'vanilla', dict(n_layers=3, d_model=96, n_heads=3, d_ff=160, bias=True,
+                                                                      tie_embeddings=False, rope_theta=5e5)), bpe)
+    models['mamba_bpe'] = (create_model(320, 'tiny', 'mamba', dict(n_layers=3, d_model=96, d_state=8, expand=3, d_conv=3, dt_rank=5,
+                                                                  conv_bias=False, bias=True, tie_embeddings=False)), bpe)
+    want = {}
+    for name, (m, tok) in models.items():
+        m.eval(); d = save_pretrained(m, tmp_path / name, tok, say=None)
+        x = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
+        ids = torch.tensor([tok.encode('def dumps(obj, *, skipkeys').tolist()])
+        with torch.no_grad(): want[str(d)] = dict(x=x, logits=m(x), ids=ids, gen=generate(m, ids, 12, temperature=0),
+                                                  prompt='def dumps(obj, *, skipkeys', texts=TEXTS)
+        torch.save(want[str(d)], d / 'ours.pt')
+    p = subprocess.run([sys.executable, '-I', '-c', LOADER, tmp_path / 'theirs.pt', *want], capture_output=True, text=True,
+                       cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
+    assert p.returncode == 0 and p.stdout.strip() == 'False', p.stdout + p.stderr
+    got = torch.load(tmp_path / 'theirs.pt')
+    for (name, (m, tok)), (d, w) in zip(models.items(), want.items()):
+        g = got[d]
+        assert g['cls'] == ('LlamaForCausalLM' if name.startswith('vanilla') else 'MambaForCausalLM'), name
+        assert g['gap'] < 1e-5, (name, g['gap'])
+        assert torch.equal(g['gen'], w['gen']), name
+        new = w['gen'][0, w['ids'].shape[1]:].tolist()   # the pipeline stops at the end-of-text id, and drops it from the text
+        if tok.eot_id in new: new = new[:new.index(tok.eot_id)]
+        assert g['text'] == tok.decode(w['ids'][0].tolist() + new), name
+        assert g['ids'] == {s: tok.encode(s).tolist() for s in TEXTS}, name
+
+def test_import_refusals_name_what_differs(tmp_path, capsys):
+    "Settings we cannot represent, broken files and folders that hold no model: exit 2, a message naming it, nothing written."
+    from safetensors.torch import load_file, save_file
+    L = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, rms_norm_eps=1e-5)
+    def folder(name, cfg=None, edit=None):
+        d = tmp_path / name
+        tf.AutoModelForCausalLM.from_config(cfg or tf.LlamaConfig(**L)).save_pretrained(d)
+        if edit: edit(d)
+        return d
+    def reshape(d):
+        sd = load_file(d / 'model.safetensors'); sd['model.layers.1.self_attn.k_proj.weight'] = torch.zeros(32, 64)
+        save_file(sd, d / 'model.safetensors', metadata={'format': 'pt'})
+    cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling={'rope_type': 'linear', 'factor': 2.0})), "rope scaling 'linear'"),
+             (folder('bias', tf.LlamaConfig(**L, attention_bias=True)), 'attention_bias=True but mlp_bias=False'),
+             (folder('head_dim', tf.LlamaConfig(**L, head_dim=32)), 'head_dim=32 x num_attention_heads=4 != hidden_size=64'),
+             (folder('eps', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, layer_norm_epsilon=1e-6)), 'layer_norm_epsilon=1e-06'),
+             (folder('gpt2', tf.GPT2Config(vocab_size=256, n_embd=32, n_layer=1, n_head=2)), "model type 'gpt2'"),
+             (folder('shape', edit=reshape), 'model.layers.1.self_attn.k_proj.weight has shape (32, 64), the config gives (64, 64)'),
+             (folder('sizes', edit=lambda d: (d / 'config.json').write_text('{"model_type": "llama"}')), 'config.json does not set vocab_size'),
+             (folder('trunc', edit=lambda d: (d / 'model.safetensors').write_bytes((d / 'model.safetensors').read_bytes()[:999])), 'cannot be read as weights'),
+             (folder('tok', edit=lambda d: (d / 'tokenizer.json').write_text('{not json')), 'is not a tokenizer'),
+             (folder('json', edit=lambda d: (d / 'config.json').write_text('{"model_type": ')), 'config.json is not valid JSON'),
+             (folder('noweights', edit=lambda d: (d / 'model.safetensors').unlink()), 'holds no weights'),
+             (tmp_path / 'missing', 'does not exist')]
+    (tmp_path / 'empty').mkdir(); cases.append((tmp_path / 'empty', 'holds no checkpoint'))
+    for i, (src, says) in enumerate(cases):
+        capsys.readouterr()
+        assert export('--format', 'safetensors', src, tmp_path / f'out{i}') == 2, src
+        err = capsys.readouterr().err
+        assert says in err and 'Traceback' not in err, (src, err)
+        assert not (tmp_path / f'out{i}').exists()
+
+def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindir):
+    "--init_from a Llama whose tokenizer ends documents with </s>: the text is tokenized with it, and a seq_len past max_position_embeddings is said."
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from longctx_nb.data import load_tokenizer
+    t = Tokenizer(models.BPE()); t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.train_from_iterator([Path(json.__file__).read_text()], trainers.BpeTrainer(vocab_size=300, special_tokens=['<s>', '</s>'],
+                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tf.AutoModelForCausalLM.from_config(tf.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, rms_norm_eps=1e-5, max_position_embeddings=16, eos_token_id=1)).save_pretrained(tmp_path / 'llama')
+    tf.PreTrainedTokenizerFast(tokenizer_object=t, eos_token='</s>').save_pretrained(tmp_path / 'llama')
+    p = subprocess.run([bindir / 'longctx_train', '--init_from', tmp_path / 'llama', '--trainer.max_steps=1', '--data.seq_len=32',
+                        '--data.batch_size=2', '--trainer.default_root_dir', tmp_path / 'runs', '--trainer.enable_progress_bar=false',
+                        '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0', '--data.dataset_name=local',
+                        '--data.data_dir', runs['vanilla'].parent.parent / 'text', '--data.cache_dir', tmp_path / 'cache'],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "checked: the imported model's logits equal LlamaForCausalLM's" in p.stdout, p.stdout
+    assert 'data.seq_len=32 is longer than the 16 tokens its config.json allows (max_position_embeddings)' in p.stdout, p.stdout
+    prepared = next((tmp_path / 'cache').glob('*-tok300-*'))
+    assert f"init_from: data.data_dir '{runs['vanilla'].parent.parent / 'text'}' -> '{prepared}'" in p.stdout, p.stdout
+    tok = load_tokenizer(prepared)
+    assert json.loads(tok.tok.to_str())['model'] == json.loads(t.to_str())['model']
+    assert json.loads((prepared / 'meta.json').read_text())['eot_id'] == t.token_to_id('</s>')
