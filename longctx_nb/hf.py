@@ -357,7 +357,10 @@ def is_hf_checkpoint(path,  # a folder
 
 class HFTokenizer(BPETokenizer):
     "A `BPETokenizer` whose end-of-text id is a transformers folder's `eos_token` (e.g. Llama's `</s>`), not `<|endoftext|>`."
-    def __init__(self, tok, eos_id: int | None): super().__init__(tok); self.eos_id = eos_id
+    def __init__(self, tok,               # a `tokenizers.Tokenizer` (a transformers folder's tokenizer.json)
+                 eos_id: int | None,  # its end-of-text id (None: it has none)
+                ):
+        super().__init__(tok); self.eos_id = eos_id
     @property
     def eot_id(self) -> int | None: return self.eos_id
 
@@ -402,7 +405,7 @@ def create_model_from_hf(path,               # a local transformers Llama or Mam
     try: cfg = model_config_from_hf(c); sd = state_dict_from_hf(read_hf_weights(p), cfg, say)
     except UsageError as e:
         if not unset: raise
-        raise UsageError(f"{e} (config.json does not set {', '.join(unset)}: transformers' defaults stood in for them)") from None
+        raise UsageError(f"{str(e).rstrip('.')} (config.json does not set {', '.join(unset)}: transformers' defaults stood in for them).") from None
     model = LM(cfg); model.load_state_dict(sd)
     tok = hf_folder_tokenizer(p)
     if tok is not None and tok.vocab_size > cfg.vocab_size:
