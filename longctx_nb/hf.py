@@ -474,6 +474,7 @@ def _same_tokenizer(a, b) -> bool:
     ja, jb = json.loads(a.tok.to_str()), json.loads(b.tok.to_str())
     return ja['model'] == jb['model'] and [t['content'] for t in ja.get('added_tokens') or []] == [t['content'] for t in jb.get('added_tokens') or []]
 
+# %% ../nbs/44_hf.ipynb #c62f472a
 def init_data(cfg: Config,          # the new run's config
               tok,                  # PATH's tokenizer (`init_from`), None if unknown
               path,                 # what the run starts from (for the messages)
