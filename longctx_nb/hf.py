@@ -503,7 +503,7 @@ def init_data(cfg: Config,          # the new run's config
         raise UsageError(f"the tokenizer of {src} has no end-of-text token (no <|endoftext|>, no eos_token) to put between "
                          "documents, so a text corpus cannot be tokenized with it here: give ids made with it (--data.train_data).")
     documents, source, extra = _corpus(d)
-    key = dict(source=source, val_fraction=d.val_fraction, version=FORMAT_VERSION, tokenizer=tok.tok.to_str(), **extra)
+    key = dict(source=source, val_fraction=d.val_fraction, version=FORMAT_VERSION, tokenizer=tok.tok.to_str(), eot=tok.eot_id, **extra)
     digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
     out = cache_root(d.cache_dir) / f"{source.split('/')[-1].replace(':', '_')[:40]}-tok{tok.vocab_size}-{digest}"
     if not is_prepared(out):
