@@ -163,6 +163,9 @@ def test_separate_interpreter_loads_with_transformers_alone(runs, tmp_path):
     want = {}
     for name, (m, tok) in models.items():
         m.eval(); d = save_pretrained(m, tmp_path / name, tok, say=None)
+        # transformers 4.x reads rope_theta at the top level and knows no TokenizersBackend class: the folder must say both its way
+        assert json.loads((d / 'tokenizer_config.json').read_text())['tokenizer_class'] == 'PreTrainedTokenizerFast', name
+        assert json.loads((d / 'config.json').read_text()).get('rope_theta') == (m.cfg.rope_theta if 'vanilla' in name else None), name
         x = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
         ids = torch.tensor([tok.encode('def dumps(obj, *, skipkeys').tolist()])
         with torch.no_grad(): want[str(d)] = dict(x=x, logits=m(x), ids=ids, gen=generate(m, ids, 12, temperature=0),
