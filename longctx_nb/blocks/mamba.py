@@ -122,7 +122,7 @@ class Mamba(KeepFp32, Mixer):
                  dt_init_floor: float = 1e-4,         # floor of the initial step sizes
                  conv_bias: bool = True,              # bias in the causal conv
                  bias: bool = False,                  # biases in in_proj and out_proj
-                 scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                 scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                  conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
                  layer_idx: int | None = None,        # the layer's index in the model
                 ):
@@ -233,7 +233,7 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
 
 # %% ../../nbs/23_mamba.ipynb #d591c4f0
 def kernel_backends(device='cpu',             # where Mamba runs
-                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                     conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
                    ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
@@ -266,6 +266,9 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     if scan == 'cuda':
         per += a * (3 * di + R + 2 * N)                           # u, delta, ungated output; B, C (views of x_proj's output)
         states = 4 * di * 2 * N * math.ceil(L / 2048)
+    elif scan == 'cpu':                                           # u, delta (and z under autocast) in fp32; B, C transposed copies
+        per += 4 * di * (2 if a == 4 else 3) + 4 * 2 * N
+        states = 4 * di * N * math.ceil(L / kscan.CPU_SCAN_CHUNK)
     else:
         per += 4 * di * 5                                         # u, softplus in and out, the gate's two factors
         per += 4 * (R + 2 * N) if a == 4 else 4 * 2 * N + 4 * di * 2  # B, C: views of x_proj's output, or fp32 copies; u, z copies

@@ -4,14 +4,16 @@
 
 # %% ../../nbs/10_scan.ipynb #117e5eb3
 from __future__ import annotations
-import contextlib, math
+import contextlib, math, os, re, shutil
 import torch
 import torch.nn.functional as F
+from pathlib import Path
 from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
-           'selective_scan', 'scan_inputs', 'selective_state_update', 'bench_scan']
+           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'selective_scan', 'scan_inputs', 'selective_state_update',
+           'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -20,7 +22,8 @@ _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh`
 
 scan_impls = KernelImpls('selective_scan', ('ref', 'torch'), (
     Impl('cuda', module='selective_scan_cuda', cuda=True, install=_BUILD_HINT,
-         needs="mamba-ssm's compiled selective-scan extension `selective_scan_cuda`"),),
+         needs="mamba-ssm's compiled selective-scan extension `selective_scan_cuda`"),
+    Impl('cpu', check=lambda device: _cpu_scan_why_not(device), auto=('cpu',)),),   # built on first use, below
     fallback='torch', unknown="unknown selective-scan impl {impl!r}; valid choices: {quoted}.")
 
 # %% ../../nbs/10_scan.ipynb #526ba9db
@@ -330,15 +333,15 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
                    delta_bias: torch.Tensor | None = None,  # (dim,) added to delta
                    delta_softplus: bool = False,            # step size softplus(delta + delta_bias)
                    return_last_state: bool = False,         # also return the final state (batch, dim, N), fp32
-                   impl: str = 'auto',                      # 'auto', 'ref', 'torch' or 'cuda'
+                   impl: str = 'auto',                      # 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                   ):
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
     _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl)
     if impl == 'auto':
         impl = scan_impls.auto(u.device)
-        if impl == 'cuda' and A.shape[1] > 256: impl = 'torch'
+        if impl in ('cuda', 'cpu') and A.shape[1] > 256: impl = 'torch'   # the kernels' limit
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
-    fn = {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]
+    fn = _scan_cpu if impl == 'cpu' else {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]   # '_scan_cpu' comes below
     return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 # %% ../../nbs/10_scan.ipynb #9f761a13
@@ -362,6 +365,491 @@ def scan_inputs(batch: int = 2,              # batch size
              delta_bias=dt0 + torch.log(-torch.expm1(-dt0)))         # softplus^{-1}(dt0)
     x = {k: v.to(device, dtype if k in ('u', 'delta', 'B', 'C', 'z') else torch.float32) for k, v in x.items()}
     return {k: v.requires_grad_(requires_grad) for k, v in x.items()}
+
+# %% ../../nbs/10_scan.ipynb #19405624
+_CPU_SCAN_SRC = []                                 # the kernel's C++ source, in pieces
+_CPU_SCAN_SRC.append(r'''
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+#include <initializer_list>
+
+// ---- branch-free math that the compiler vectorises ----
+static inline float exp2_(float x) {                    // 2^x, relative error ~2e-7 (Cephes' exp2f polynomial)
+  x = std::min(std::max(x, -126.0f), 126.0f);
+  float r = std::nearbyint(x), f = x - r;                // f in [-0.5, 0.5]
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f; p = p * f + 9.618437357674640e-3f; p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f; p = p * f + 6.931472028550421e-1f;
+  int32_t e = ((int32_t)r + 127) << 23;
+  return (p * f + 1.0f) * __builtin_bit_cast(float, e);
+}
+static constexpr float LOG2E = 1.4426950408889634f;
+static inline float exp_(float x) { return exp2_(x * LOG2E); }
+static inline float log1p01_(float y) {                 // log(1 + y) for y in [0, 1]: 2 atanh(y / (2 + y)), no cancellation
+  float s = y / (2.0f + y), s2 = s * s;
+  float p = 1.0f / 15; p = p * s2 + 1.0f / 13; p = p * s2 + 1.0f / 11; p = p * s2 + 1.0f / 9;
+  p = p * s2 + 1.0f / 7; p = p * s2 + 1.0f / 5; p = p * s2 + 1.0f / 3; p = p * s2 + 1.0f;
+  return 2.0f * s * p;
+}
+static inline float softplus_(float x) { return std::max(x, 0.0f) + log1p01_(exp_(-std::fabs(x))); }
+static inline float sigmoid_(float x) {
+  float e = exp_(-std::fabs(x)), r = 1.0f / (1.0f + e);
+  return x >= 0 ? r : e * r;
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #97c0e956
+_CPU_SCAN_SRC.append(r'''
+// ---- the problem, flattened ----
+struct Scan {
+  int64_t b, d, L, N, G, H, T, nc, cb, nblk;            // H = d / G channels per group; nblk = channel blocks per (batch, group)
+  const float *u, *delta, *A, *B, *C, *D, *z, *bias;    // u, delta, z: (b, d, L); A: (d, N); B, C: (b, G, L, N)
+  int64_t su[2], sde[2], sz[2];                         // batch and channel strides of u, delta, z (time is contiguous)
+  bool softplus;
+  const float* U(int64_t bi, int64_t ch) const { return u + bi * su[0] + ch * su[1]; }       // a channel's series
+  const float* De(int64_t bi, int64_t ch) const { return delta + bi * sde[0] + ch * sde[1]; }
+  const float* Z(int64_t bi, int64_t ch) const { return z ? z + bi * sz[0] + ch * sz[1] : nullptr; }
+  int64_t ntasks() const { return b * G * nblk; }
+  void task(int64_t i, int64_t& bi, int64_t& g, int64_t& c0, int64_t& c1) const {
+    bi = i / (G * nblk); g = (i / nblk) % G; int64_t j = i % nblk;
+    c0 = g * H + j * cb; c1 = std::min(c0 + cb, (g + 1) * H);
+  }
+};
+
+// Run f(task) for every task, handing tasks out one at a time to torch's intra-op threads (a late thread takes fewer).
+template <class F> static void for_tasks(int64_t n, const F& f) {
+  std::atomic<int64_t> next{0};
+  int64_t nt = std::min<int64_t>(at::get_num_threads(), n);
+  at::parallel_for(0, nt, 1, [&](int64_t, int64_t) {
+    for (int64_t i; (i = next.fetch_add(1)) < n;) f(i);
+  });
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #523a407c
+_CPU_SCAN_SRC.append(r'''
+// Step sizes of one channel over steps [s, s + n): dt = softplus(delta + bias) (or without softplus), and dt * u.
+static inline void step_sizes(const Scan& P, int64_t bi, int64_t ch, int64_t s, int64_t n, float* dt, float* dtu, float* sig) {
+  const float* de = P.De(bi, ch) + s; const float* u = P.U(bi, ch) + s;
+  const float bias = P.bias ? P.bias[ch] : 0.0f;
+  if (P.softplus) {
+#pragma omp simd
+    for (int64_t t = 0; t < n; ++t) dt[t] = softplus_(de[t] + bias);
+    if (sig) {
+#pragma omp simd
+      for (int64_t t = 0; t < n; ++t) sig[t] = sigmoid_(de[t] + bias);   // softplus' derivative
+    }
+  } else {
+#pragma omp simd
+    for (int64_t t = 0; t < n; ++t) dt[t] = de[t] + bias;
+    if (sig) std::fill(sig, sig + n, 1.0f);
+  }
+#pragma omp simd
+  for (int64_t t = 0; t < n; ++t) dtu[t] = dt[t] * u[t];
+}
+
+// Prefetch steps [off, off + n) of each row (a channel's series) of the arrays given: chunk after chunk, channel after channel
+// the scan jumps between rows of (b, d, L) arrays, which hardware prefetchers do not follow.
+static inline void prefetch_seg(std::initializer_list<const float*> rows, int64_t off, int64_t n, bool write = false) {
+  for (const float* r : rows)
+    if (r)
+      for (int64_t t = 0; t < n; t += 16) {
+        if (write) __builtin_prefetch(r + off + t, 1, 3); else __builtin_prefetch(r + off + t, 0, 3);
+      }
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #1f03c9b1
+_CPU_SCAN_SRC.append(r'''
+// ---- the sequential part of one channel over one chunk of n_t steps: generic N ----
+// forward: h <- exp(dt A) h + dt u B, y_t = C_t . h_t; h (N) carries the state in and out.
+template <int NS> struct Chunk {
+  static void forward(int64_t N, int64_t n_t, const float* a2, float* h, const float* Bk, const float* Ck,
+                      const float* dt, const float* dtu, float* y, float* aT, float* hT, float*) {
+    for (int64_t t = 0; t < n_t; ++t) {
+      const float* Bt = Bk + t * N; const float* Ct = Ck + t * N;
+      float acc = 0.0f;
+      for (int64_t n = 0; n < N; ++n) {
+        float a = exp2_(dt[t] * a2[n]);
+        h[n] = a * h[n] + dtu[t] * Bt[n];
+        if (aT) { aT[t * N + n] = a; hT[t * N + n] = h[n]; }
+        acc += Ct[n] * h[n];
+      }
+      if (y) y[t] = acc;
+    }
+  }
+  // backward: g (N) carries the state gradient in and out, da (N) accumulates dA; pB, pC (n_t, N) accumulate dB, dC;
+  // gB[t] = g_t . B_t (the gradient of dt u), gA[t] = sum_n g_t a_t h_{t-1} A (of dt, through the decay).
+  static void backward(int64_t N, int64_t n_t, const float* A, const float* h0, const float* Bk, const float* Ck,
+                       const float* dt, const float* dtu, const float* dy, const float* aT, const float* hT,
+                       float* g, float* da, float* pB, float* pC, float* gB, float* gA, float*, float*) {
+    for (int64_t t = n_t - 1; t >= 0; --t) {
+      const float* Bt = Bk + t * N; const float* Ct = Ck + t * N; const float* at = aT + t * N; const float* ht = hT + t * N;
+      const float* hp = t ? hT + (t - 1) * N : h0;
+      float sB = 0.0f, sA = 0.0f;
+      for (int64_t n = 0; n < N; ++n) {
+        float gn = g[n] + dy[t] * Ct[n];
+        pC[t * N + n] += dy[t] * ht[n];
+        pB[t * N + n] += dtu[t] * gn;
+        sB += gn * Bt[n];
+        float q = gn * at[n] * hp[n];
+        sA += q * A[n];
+        da[n] += q * dt[t];
+        g[n] = gn * at[n];
+      }
+      gB[t] = sB; gA[t] = sA;
+    }
+  }
+};
+''')
+
+# %% ../../nbs/10_scan.ipynb #2f653ebd
+_CPU_SCAN_SRC.append(r'''
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline __m512 exp2v(__m512 x) {                  // 2^x: the same polynomial, scaled by 2^round(x) with vscalefps
+  __m512 r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm512_sub_ps(x, r);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f)); p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f)); p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f)); p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, r);
+}
+// y[t] = sum of row t of S (n_t, 16): sixteen rows at a time by a transpose-and-add tree, in a fixed order.
+static inline __m512 pairsum(__m512 a, __m512 b) { return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)); }
+static inline __m512 quadsum(__m512 a, __m512 b) { return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE)); }
+static inline __m512 blocksum(__m512 a, __m512 b) { return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD)); }
+static void rowsums16(const float* S, int64_t n_t, float* y) {
+  int64_t t = 0;
+  for (; t + 16 <= n_t; t += 16) {
+    const float* r = S + t * 16;
+    __m512 u[4];
+    for (int k = 0; k < 4; ++k) {
+      const float* q = r + 64 * k;
+      u[k] = quadsum(pairsum(_mm512_loadu_ps(q), _mm512_loadu_ps(q + 16)), pairsum(_mm512_loadu_ps(q + 32), _mm512_loadu_ps(q + 48)));
+    }
+    _mm512_storeu_ps(y + t, blocksum(blocksum(u[0], u[1]), blocksum(u[2], u[3])));
+  }
+  for (; t < n_t; ++t) y[t] = _mm512_reduce_add_ps(_mm512_loadu_ps(S + t * 16));
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #6fc69c72
+_CPU_SCAN_SRC.append(r'''
+template <> struct Chunk<16> {
+  static void forward(int64_t, int64_t n_t, const float* a2, float* hp, const float* Bk, const float* Ck,
+                      const float* dt, const float* dtu, float* y, float* aT, float* hT, float* S) {
+    const __m512 A2 = _mm512_loadu_ps(a2);
+    __m512 h = _mm512_loadu_ps(hp);
+    for (int64_t t = 0; t < n_t; ++t) {
+      __m512 a = exp2v(_mm512_mul_ps(_mm512_set1_ps(dt[t]), A2));
+      h = _mm512_fmadd_ps(a, h, _mm512_mul_ps(_mm512_set1_ps(dtu[t]), _mm512_loadu_ps(Bk + t * 16)));
+      if (aT) { _mm512_storeu_ps(aT + t * 16, a); _mm512_storeu_ps(hT + t * 16, h); }
+      if (y) _mm512_storeu_ps(S + t * 16, _mm512_mul_ps(_mm512_loadu_ps(Ck + t * 16), h));
+    }
+    _mm512_storeu_ps(hp, h);
+    if (y) rowsums16(S, n_t, y);
+  }
+  static void backward(int64_t, int64_t n_t, const float* A, const float* h0, const float* Bk, const float* Ck,
+                       const float* dt, const float* dtu, const float* dy, const float* aT, const float* hT,
+                       float* gp, float* dap, float* pB, float* pC, float* gB, float* gA, float* SB, float* SA) {
+    const __m512 Av = _mm512_loadu_ps(A);
+    __m512 g = _mm512_loadu_ps(gp), da = _mm512_loadu_ps(dap);
+    for (int64_t t = n_t - 1; t >= 0; --t) {
+      const __m512 at = _mm512_loadu_ps(aT + t * 16), ht = _mm512_loadu_ps(hT + t * 16);
+      const __m512 hp = _mm512_loadu_ps(t ? hT + (t - 1) * 16 : h0), dyt = _mm512_set1_ps(dy[t]);
+      __m512 gn = _mm512_fmadd_ps(dyt, _mm512_loadu_ps(Ck + t * 16), g);
+      _mm512_storeu_ps(pC + t * 16, _mm512_fmadd_ps(dyt, ht, _mm512_loadu_ps(pC + t * 16)));
+      _mm512_storeu_ps(pB + t * 16, _mm512_fmadd_ps(_mm512_set1_ps(dtu[t]), gn, _mm512_loadu_ps(pB + t * 16)));
+      _mm512_storeu_ps(SB + t * 16, _mm512_mul_ps(gn, _mm512_loadu_ps(Bk + t * 16)));
+      __m512 q = _mm512_mul_ps(_mm512_mul_ps(gn, at), hp);
+      _mm512_storeu_ps(SA + t * 16, _mm512_mul_ps(q, Av));
+      da = _mm512_fmadd_ps(q, _mm512_set1_ps(dt[t]), da);
+      g = _mm512_mul_ps(gn, at);
+    }
+    _mm512_storeu_ps(gp, g); _mm512_storeu_ps(dap, da);
+    rowsums16(SB, n_t, gB); rowsums16(SA, n_t, gA);
+  }
+};
+#endif
+''')
+
+# %% ../../nbs/10_scan.ipynb #ce2cd30a
+_CPU_SCAN_SRC.append(r'''
+template <int NS>
+static void fwd_task(const Scan& P, int64_t i, float* out, float* last, float* starts) {
+  const int64_t N = NS ? NS : P.N, T = P.T, L = P.L;
+  int64_t bi, g, c0, c1; P.task(i, bi, g, c0, c1);
+  std::vector<float> hs((c1 - c0) * N, 0.0f), A2((c1 - c0) * N), buf(3 * T + T * N);
+  for (int64_t ch = c0; ch < c1; ++ch)
+    for (int64_t n = 0; n < N; ++n) A2[(ch - c0) * N + n] = P.A[ch * N + n] * LOG2E;
+  float *dt = buf.data(), *dtu = dt + T, *y = dtu + T, *S = y + T;
+  for (int64_t k = 0; k < P.nc; ++k) {
+    const int64_t s = k * T, n_t = std::min(T, L - s);
+    const float* Bk = P.B + ((bi * P.G + g) * L + s) * N; const float* Ck = P.C + ((bi * P.G + g) * L + s) * N;
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t row = (bi * P.d + ch) * L;
+      float* hp = hs.data() + (ch - c0) * N;
+      std::memcpy(starts + ((bi * P.d + ch) * P.nc + k) * N, hp, N * sizeof(float));   // the state entering chunk k
+      {                                                   // the next channel's (or the next chunk's) inputs
+        const int64_t nch = ch + 1 < c1 ? ch + 1 : c0, ns = ch + 1 < c1 ? s : s + T;
+        if (ns < L) {
+          const int64_t nrow = (bi * P.d + nch) * L, nn = std::min(T, L - ns);
+          prefetch_seg({P.De(bi, nch), P.U(bi, nch), P.Z(bi, nch)}, ns, nn);
+          prefetch_seg({out + nrow}, ns, nn, true);
+        }
+      }
+      step_sizes(P, bi, ch, s, n_t, dt, dtu, nullptr);
+      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hp, Bk, Ck, dt, dtu, y, nullptr, nullptr, S);
+      const float* u = P.U(bi, ch) + s; float* o = out + row + s;
+      const float Dc = P.D ? P.D[ch] : 0.0f; const float* z = P.z ? P.Z(bi, ch) + s : nullptr;
+      if (z) {
+#pragma omp simd
+        for (int64_t t = 0; t < n_t; ++t) o[t] = (y[t] + Dc * u[t]) * z[t] * sigmoid_(z[t]);
+      } else {
+#pragma omp simd
+        for (int64_t t = 0; t < n_t; ++t) o[t] = y[t] + Dc * u[t];
+      }
+    }
+  }
+  for (int64_t ch = c0; ch < c1; ++ch)
+    std::memcpy(last + (bi * P.d + ch) * N, hs.data() + (ch - c0) * N, N * sizeof(float));
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #00783a61
+_CPU_SCAN_SRC.append(r'''
+template <int NS>
+static void bwd_task(const Scan& P, int64_t i, const float* dout, const float* dlast, const float* starts, float* du,
+                     float* ddelta, float* dz, float* pB, float* pC, float* pA, float* pD, float* pbias) {
+  const int64_t N = NS ? NS : P.N, T = P.T, L = P.L;
+  int64_t bi, g, c0, c1; P.task(i, bi, g, c0, c1);
+  const int64_t nch = c1 - c0;
+  std::vector<float> gs(nch * N, 0.0f), dA(nch * N, 0.0f), dD(nch, 0.0f), dbias(nch, 0.0f), A2(nch * N), hw(N);
+  std::vector<float> buf(7 * T + 4 * T * N);
+  float *dt = buf.data(), *dtu = dt + T, *sig = dtu + T, *dy = sig + T, *gB = dy + T, *gA = gB + T, *y = gA + T;
+  float *aT = y + T, *hT = aT + T * N, *SB = hT + T * N, *SA = SB + T * N, *S = SB;
+  for (int64_t ch = c0; ch < c1; ++ch)
+    for (int64_t n = 0; n < N; ++n) {
+      A2[(ch - c0) * N + n] = P.A[ch * N + n] * LOG2E;
+      if (dlast) gs[(ch - c0) * N + n] = dlast[(bi * P.d + ch) * N + n];
+    }
+  for (int64_t k = P.nc - 1; k >= 0; --k) {
+    const int64_t s = k * T, n_t = std::min(T, L - s);
+    const float* Bk = P.B + ((bi * P.G + g) * L + s) * N; const float* Ck = P.C + ((bi * P.G + g) * L + s) * N;
+    float* pBk = pB + s * N; float* pCk = pC + s * N;
+    std::fill(pBk, pBk + n_t * N, 0.0f); std::fill(pCk, pCk + n_t * N, 0.0f);
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t row = (bi * P.d + ch) * L;
+      const float* h0 = starts + ((bi * P.d + ch) * P.nc + k) * N;
+      const float* u = P.U(bi, ch) + s; const float* zz = P.z ? P.Z(bi, ch) + s : nullptr; const float* go = dout + row + s;
+      const float Dc = P.D ? P.D[ch] : 0.0f;
+      {                                                   // the next channel's (or the previous chunk's) inputs
+        const int64_t nch = ch + 1 < c1 ? ch + 1 : c0, ns = ch + 1 < c1 ? s : s - T;
+        if (ns >= 0) {
+          const int64_t nrow = (bi * P.d + nch) * L, nn = std::min(T, L - ns);
+          prefetch_seg({P.De(bi, nch), P.U(bi, nch), P.Z(bi, nch), dout + nrow}, ns, nn);
+          prefetch_seg({du + nrow, ddelta + nrow, dz ? dz + nrow : nullptr}, ns, nn, true);
+        }
+      }
+      step_sizes(P, bi, ch, s, n_t, dt, dtu, sig);
+      std::memcpy(hw.data(), h0, N * sizeof(float));     // the chunk's states again, from the saved one entering it
+      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hw.data(), Bk, Ck, dt, dtu, zz ? y : nullptr, aT, hT, S);
+      if (zz) {                                          // through the gate and the skip connection
+#pragma omp simd
+        for (int64_t t = 0; t < n_t; ++t) {
+          float sz = sigmoid_(zz[t]), v = y[t] + Dc * u[t];
+          dz[row + s + t] = go[t] * v * sz * (1.0f + zz[t] * (1.0f - sz));
+          dy[t] = go[t] * zz[t] * sz;
+        }
+      } else std::memcpy(dy, go, n_t * sizeof(float));
+      Chunk<NS>::backward(N, n_t, P.A + ch * N, h0, Bk, Ck, dt, dtu, dy, aT, hT, gs.data() + (ch - c0) * N,
+                          dA.data() + (ch - c0) * N, pBk, pCk, gB, gA, SB, SA);
+      float sD = 0.0f, sb = 0.0f;
+#pragma omp simd reduction(+ : sD, sb)
+      for (int64_t t = 0; t < n_t; ++t) {
+        du[row + s + t] = gB[t] * dt[t] + dy[t] * Dc;
+        float dd = (gA[t] + gB[t] * u[t]) * sig[t];
+        ddelta[row + s + t] = dd;
+        sb += dd; sD += dy[t] * u[t];
+      }
+      dD[ch - c0] += sD; dbias[ch - c0] += sb;
+    }
+  }
+  for (int64_t ch = c0; ch < c1; ++ch) {
+    std::memcpy(pA + (bi * P.d + ch) * N, dA.data() + (ch - c0) * N, N * sizeof(float));
+    pD[bi * P.d + ch] = dD[ch - c0]; pbias[bi * P.d + ch] = dbias[ch - c0];
+  }
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #24d4fd79
+_CPU_SCAN_SRC.append(r'''
+using OptT = std::optional<torch::Tensor>;
+static const float* ptr(const OptT& t) { return t.has_value() ? t->data_ptr<float>() : nullptr; }
+
+static Scan make(const torch::Tensor& u, const torch::Tensor& delta, const torch::Tensor& A, const torch::Tensor& B,
+                 const torch::Tensor& C, const OptT& D, const OptT& z, const OptT& bias, bool softplus, int64_t T, int64_t cb) {
+  for (auto* t : {&A, &B, &C})
+    TORCH_CHECK(t->dtype() == torch::kFloat32 && t->is_contiguous() && t->device().is_cpu(), "scan: fp32 contiguous A, B, C");
+  for (const torch::Tensor* t : {&u, &delta, z.has_value() ? &*z : &u})
+    TORCH_CHECK(t->dtype() == torch::kFloat32 && (t->stride(2) == 1 || t->size(2) == 1) && t->device().is_cpu(), "scan: fp32 u, delta, z, time contiguous");
+  Scan P;
+  P.b = u.size(0); P.d = u.size(1); P.L = u.size(2); P.N = A.size(1); P.G = B.size(1); P.H = P.d / P.G;
+  TORCH_CHECK(P.N <= 256, "scan: N <= 256");
+  P.T = T; P.nc = (P.L + T - 1) / T; P.cb = std::min(cb, P.H); P.nblk = (P.H + P.cb - 1) / P.cb;
+  P.u = u.data_ptr<float>(); P.delta = delta.data_ptr<float>(); P.A = A.data_ptr<float>();
+  P.B = B.data_ptr<float>(); P.C = C.data_ptr<float>(); P.D = ptr(D); P.z = ptr(z); P.bias = ptr(bias);
+  P.softplus = softplus;
+  P.su[0] = u.stride(0); P.su[1] = u.stride(1); P.sde[0] = delta.stride(0); P.sde[1] = delta.stride(1);
+  P.sz[0] = z.has_value() ? z->stride(0) : 0; P.sz[1] = z.has_value() ? z->stride(1) : 0;
+  return P;
+}
+
+std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                                    OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb) {
+  Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb);
+  auto out = torch::empty({P.b, P.d, P.L}, u.options()), last = torch::empty({P.b, P.d, P.N}, u.options());
+  auto starts = torch::empty({P.b, P.d, P.nc, P.N}, u.options());
+  float *o = out.data_ptr<float>(), *l = last.data_ptr<float>(), *st = starts.data_ptr<float>();
+  for_tasks(P.ntasks(), [&](int64_t i) {
+    if (P.N == 16) fwd_task<16>(P, i, o, l, st); else fwd_task<0>(P, i, o, l, st);
+  });
+  return {out, last, starts};
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #1577975a
+_CPU_SCAN_SRC.append(r'''
+std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                                    OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb,
+                                    torch::Tensor dout, OptT dlast, torch::Tensor starts) {
+  Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb);
+  TORCH_CHECK(dout.is_contiguous() && starts.is_contiguous() && (!dlast.has_value() || dlast->is_contiguous()), "scan: contiguous");
+  auto du = torch::empty({P.b, P.d, P.L}, u.options()), ddelta = torch::empty_like(du), dz = torch::empty(z.has_value() ? du.sizes() : at::IntArrayRef{0}, u.options());
+  const int64_t nt = P.ntasks();
+  auto pB = torch::empty({nt, P.L, P.N}, u.options()), pC = torch::empty({nt, P.L, P.N}, u.options());
+  auto pA = torch::empty({P.b, P.d, P.N}, u.options()), pD = torch::empty({P.b, P.d}, u.options()), pbias = torch::empty({P.b, P.d}, u.options());
+  const float *go = dout.data_ptr<float>(), *gl = ptr(dlast), *st = starts.data_ptr<float>();
+  float *du_ = du.data_ptr<float>(), *dd_ = ddelta.data_ptr<float>(), *dz_ = z.has_value() ? dz.data_ptr<float>() : nullptr;
+  float *pB_ = pB.data_ptr<float>(), *pC_ = pC.data_ptr<float>(), *pA_ = pA.data_ptr<float>(), *pD_ = pD.data_ptr<float>(), *pb_ = pbias.data_ptr<float>();
+  const int64_t LN = P.L * P.N;
+  for_tasks(nt, [&](int64_t i) {
+    if (P.N == 16) bwd_task<16>(P, i, go, gl, st, du_, dd_, dz_, pB_ + i * LN, pC_ + i * LN, pA_, pD_, pb_);
+    else bwd_task<0>(P, i, go, gl, st, du_, dd_, dz_, pB_ + i * LN, pC_ + i * LN, pA_, pD_, pb_);
+  });
+  // sums over channel blocks and over the batch, always in the same order: the result does not depend on the threads
+  auto dB = torch::empty_like(B), dC = torch::empty_like(C);
+  float *dB_ = dB.data_ptr<float>(), *dC_ = dC.data_ptr<float>();
+  const int64_t span = 1024, nspan = (LN + span - 1) / span;
+  at::parallel_for(0, P.b * P.G * nspan, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t bg = i / nspan, e0 = (i % nspan) * span, e1 = std::min(e0 + span, LN);
+      float* ob = dB_ + bg * LN; float* oc = dC_ + bg * LN;
+      for (int64_t e = e0; e < e1; ++e) { ob[e] = 0.0f; oc[e] = 0.0f; }
+      for (int64_t j = 0; j < P.nblk; ++j) {
+        const float* sb = pB_ + (bg * P.nblk + j) * LN; const float* sc = pC_ + (bg * P.nblk + j) * LN;
+#pragma omp simd
+        for (int64_t e = e0; e < e1; ++e) { ob[e] += sb[e]; oc[e] += sc[e]; }
+      }
+    }
+  });
+  auto dA = torch::zeros_like(A), dD = torch::zeros({P.d}, u.options()), dbias = torch::zeros({P.d}, u.options());
+  float *dA_ = dA.data_ptr<float>(), *dD_ = dD.data_ptr<float>(), *dbi_ = dbias.data_ptr<float>();
+  for (int64_t bi = 0; bi < P.b; ++bi) {
+    for (int64_t e = 0; e < P.d * P.N; ++e) dA_[e] += pA_[bi * P.d * P.N + e];
+    for (int64_t e = 0; e < P.d; ++e) { dD_[e] += pD_[bi * P.d + e]; dbi_[e] += pb_[bi * P.d + e]; }
+  }
+  return {du, ddelta, dA, dB, dC, dD, dz, dbias};
+}
+''')
+
+# %% ../../nbs/10_scan.ipynb #f67bf6ff
+CPU_SCAN_CHUNK = 64       # steps per chunk: forward saves the state entering each chunk, backward recomputes the rest
+CPU_SCAN_CHANNELS = 32    # channels per task; dB, dC are summed per task, then over tasks in a fixed order
+_CPU_ISA_FLAGS = {'AVX512': ['-mavx512f', '-mavx512dq', '-mavx512vl', '-mavx512bw', '-mavx2', '-mfma', '-mprefer-vector-width=512'],
+                  'AVX2': ['-mavx2', '-mfma']}
+_cpu_ext_state = {}       # the module, or why there is none: tried once per process
+
+def _cpu_ext_spec():
+    "Name and compiler flags of the kernel: one build per instruction set (as torch detects it) and torch version."
+    isa = torch.backends.cpu.get_cpu_capability()
+    name = f"longctx_scan_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}"
+    return name, ['-O3', '-fopenmp', '-ffp-contract=fast', *_CPU_ISA_FLAGS.get(isa, [])]
+
+def _build_cpu_scan_ext(name, flags):
+    "Build (or load from torch's cache) the kernel; prints one line when it compiles."
+    from torch.utils import cpp_extension
+    if shutil.which('ninja') is None:     # the pip package `ninja` puts its binary next to its module
+        with contextlib.suppress(ImportError):
+            import ninja; os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
+    cxx = os.environ.get('CXX', 'c++')
+    if shutil.which(cxx.split()[0] if cxx.split() else cxx) is None: raise RuntimeError(f"no C++ compiler: {cxx!r} is not found (set CXX)")
+    if shutil.which('ninja') is None: raise RuntimeError("ninja is not found (pip install ninja)")
+    src = '\n'.join(_CPU_SCAN_SRC)
+    folder = Path(cpp_extension._get_build_directory(name, verbose=False))
+    main = folder / 'main.cpp'
+    if not ((folder / f'{name}.so').exists() and main.exists() and src in main.read_text()):
+        print(f"selective_scan: compiling the CPU scan kernel into {folder} (once per machine and torch version, "
+              "about a minute)", flush=True)
+    return cpp_extension.load_inline(name, cpp_sources=[src], functions=['scan_fwd', 'scan_bwd'],
+                                     extra_cflags=flags, extra_ldflags=['-fopenmp'])
+
+def _load_cpu_scan_ext():
+    "The compiled CPU kernel: `(module, None)`, or `(None, why not)` after printing that once."
+    if not _cpu_ext_state:
+        try: _cpu_ext_state.update(ext=_build_cpu_scan_ext(*_cpu_ext_spec()), why=None)
+        except Exception as e:             # no compiler, no ninja, a compile error: say so once, never crash
+            why = ' '.join(str(e).split())[:300] or type(e).__name__
+            _cpu_ext_state.update(ext=None, why=f"the kernel could not be built ({why})")
+            print(f"selective_scan: {_cpu_ext_state['why']}. impl='auto' runs the pure-PyTorch scan ('torch') instead, "
+                  "several times slower; the kernel needs a C++ compiler with OpenMP (CXX, else c++) and ninja.", flush=True)
+    return _cpu_ext_state['ext'], _cpu_ext_state['why']
+
+def _cpu_scan_why_not(device):
+    "None where `impl='cpu'` runs (CPU tensors, the kernel built), else why not."
+    if torch.device(device).type != 'cpu': return 'it needs CPU tensors'
+    return _load_cpu_scan_ext()[1]
+
+# %% ../../nbs/10_scan.ipynb #dacecd5b
+class _CpuScan(torch.autograd.Function):
+    "The compiled scan on fp32 contiguous `u, delta (b, d, L)`, `A (d, N)`, `B, C (b, G, L, N)` and optional `D, z, delta_bias`."
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, softplus):
+        T, cb = CPU_SCAN_CHUNK, CPU_SCAN_CHANNELS
+        out, last, starts = _load_cpu_scan_ext()[0].scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, T, cb)
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, starts)
+        ctx.cfg = softplus, T, cb
+        ctx.set_materialize_grads(False)
+        return out, last
+
+    @staticmethod
+    def backward(ctx, dout, dlast):
+        u, delta, A, B, C, D, z, delta_bias, starts = ctx.saved_tensors
+        dout = torch.zeros_like(u) if dout is None else dout.float().contiguous()
+        dlast = None if dlast is None else dlast.float().contiguous()
+        du, dd, dA, dB, dC, dD, dz, dbias = _load_cpu_scan_ext()[0].scan_bwd(u, delta, A, B, C, D, z, delta_bias, *ctx.cfg,
+                                                                             dout, dlast, starts)
+        given = lambda g, t: g if t is not None else None
+        return du, dd, dA, dB, dC, given(dD, D), given(dz, z), given(dbias, delta_bias), None
+
+def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
+    "The compiled CPU kernel. B, C are `(batch, G, N, L)`."
+    scan_impls.require('cpu', u.device, arg='u')
+    if A.shape[1] > 256:
+        raise UsageError(f"impl='cpu' supports a state size N <= 256, got N = {A.shape[1]}; use impl='torch'.")
+    f = lambda t: None if t is None else t.float().contiguous()
+    rows = lambda t: None if t is None else t.float() if t.stride(-1) == 1 or t.shape[-1] == 1 else t.float().contiguous()
+    with _no_autocast(u.device):
+        out, last = _CpuScan.apply(rows(u), rows(delta), f(A), f(B.transpose(-1, -2)), f(C.transpose(-1, -2)),
+                                   f(D), rows(z), f(delta_bias), bool(delta_softplus))
+    out = out.to(u.dtype)
+    return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #b6ffa9ae
 def selective_state_update(state: torch.Tensor,                  # (batch, dim, N), updated in place (keep it fp32)
