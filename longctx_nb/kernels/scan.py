@@ -12,8 +12,8 @@ from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
-           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'selective_scan', 'scan_inputs', 'selective_state_update',
-           'bench_scan']
+           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'selective_scan', 'scan_inputs',
+           'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -881,24 +881,45 @@ def selective_state_update(state: torch.Tensor,                  # (batch, dim, 
     y = (h * grp(C)).sum(-1)
     return _finish(y[..., None], x[..., None], D, None if z is None else z[..., None], x.dtype)[..., 0]
 
+# %% ../../nbs/10_scan.ipynb #2ac130c1
+def _mambapy_scan(u, delta, A, B, C, D, z, delta_bias):
+    "The same scan (softplus step, skip, gate) as mambapy's `selective_scan`, on its parallel scan `pscan` (B, C `(batch, N, L)`)."
+    from mambapy.pscan import pscan
+    dt = F.softplus(delta + delta_bias[:, None]).mT                             # (b, L, d), mambapy's layout
+    hs = pscan(torch.exp(dt.unsqueeze(-1) * A), (dt * u.mT).unsqueeze(-1) * B.mT.unsqueeze(2))   # (b, L, d, N)
+    y = (hs @ C.mT.unsqueeze(-1)).squeeze(-1) + D * u.mT
+    return (y * F.silu(z.mT)).mT
+
+BENCH_SCAN_IMPLS = (*scan_impls.choices, 'mambapy')   # what bench_scan times: ours, and mambapy's parallel scan where installed
+
+def _bench_scan_skip(impl, L, max_ref_len, device) -> str | None:
+    "Why `impl` is not timed at length `L` on `device`, or None."
+    if impl in ('ref', 'mambapy') and max_ref_len is not None and L > max_ref_len: return f'skipped (L > max_ref_len={max_ref_len})'
+    if impl == 'mambapy': return None if try_import('mambapy.pscan')[0] else 'skipped: mambapy is not installed (pip install mambapy)'
+    opt = next((o for o in scan_impls.optional if o.name == impl), None)
+    return f'skipped: {why}' if opt is not None and (why := opt.why_not(device)) else None
+
 # %% ../../nbs/10_scan.ipynb #787b22fb
-def bench_scan(Ls=(1024, 4096, 16384),          # sequence lengths
-               impls=('ref', 'torch'),          # implementations to time
-               batch: int = 2,                  # batch size
-               dim: int = 256,                  # channels
-               N: int = 16,                     # state size per channel
-               device=None,                     # default: the GPU if any
-               reps: int = 3,                   # timed runs per case; the best is reported
-               max_ref_len: int | None = 4096,  # skip 'ref' above this length (it is slow); None: run it everywhere
-               verbose: bool = True,            # print the table
-              ) -> list[dict]:                  # one row per (L, impl)
-    "Forward+backward time and peak memory of `selective_scan` per impl and length; prints a table with ratios to 'ref'."
+def bench_scan(Ls=(1024, 4096, 16384),                       # sequence lengths
+               impls=('ref', 'torch', 'cpu', 'mambapy'),     # implementations to time ('mambapy': its parallel scan, if installed)
+               batch: int = 2,                               # batch size
+               dim: int = 256,                               # channels
+               N: int = 16,                                  # state size per channel
+               device=None,                                  # default: the GPU if any
+               reps: int = 3,                                # timed runs per case; the best is reported
+               max_ref_len: int | None = 4096,               # skip 'ref' and 'mambapy' above this length (slow, big); None: run them everywhere
+               verbose: bool = True,                         # print the table
+              ) -> list[dict]:                               # one row per (L, impl)
+    "Forward+backward time and peak memory of `selective_scan` per impl and length; prints a table with ratios to 'ref' and mambapy."
+    if bad := [i for i in impls if i not in BENCH_SCAN_IMPLS]:
+        raise UsageError(f"bench_scan: unknown impl {bad[0]!r}; valid choices: {', '.join(BENCH_SCAN_IMPLS)}.")
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
     def setup(L):
         x = scan_inputs(batch, dim, L, N, device=device, seed=L)
         g = torch.randn(batch, dim, L, generator=torch.Generator().manual_seed(L)).to(device)
         def step(impl):
-            if impl == 'ref' and max_ref_len is not None and L > max_ref_len: return f'skipped (L > max_ref_len={max_ref_len})'
+            if why := _bench_scan_skip(impl, L, max_ref_len, device): return why
+            if impl == 'mambapy': return lambda: _mambapy_scan(**x).backward(g)
             return lambda: selective_scan(**x, delta_softplus=True, impl=impl).backward(g)
         return step, list(x.values())
     rows = bench_impls(Ls, impls, setup, device, reps, tokens=batch,
@@ -910,14 +931,15 @@ def _print_scan_bench(rows):
     r0 = rows[0]
     print(f"selective_scan forward+backward, {r0['device']} ({torch.get_num_threads()} threads), "
           f"batch={r0['batch']} dim={r0['dim']} N={r0['N']}, fp32")
-    print(f"{'L':>7} {'impl':>6} {'ms':>10} {'us/token':>9} {'peak MiB':>9} {'speedup':>8} {'mem/ref':>8} {'tok-time/first':>15}")
+    print(f"{'L':>7} {'impl':>8} {'ms':>10} {'us/token':>9} {'peak MiB':>9} {'vs ref':>8} {'vs mambapy':>10} {'mem/ref':>8} {'tok-time/first':>15}")
     get = lambda L, impl: next((r for r in rows if r['L'] == L and r['impl'] == impl and r['ms'] is not None), None)
     first = {}
     for r in rows:
-        if r['ms'] is None: print(f"{r['L']:>7} {r['impl']:>6}   {r['note']}"); continue
-        ref = get(r['L'], 'ref')
+        if r['ms'] is None: print(f"{r['L']:>7} {r['impl']:>8}   {r['note']}"); continue
+        ref, mp = get(r['L'], 'ref'), get(r['L'], 'mambapy')
         first.setdefault(r['impl'], r['us_per_token'])
         sp = f"{ref['ms'] / r['ms']:.2f}x" if ref else '-'
+        spm = f"{mp['ms'] / r['ms']:.2f}x" if mp else '-'
         mem = f"{r['peak_mib'] / ref['peak_mib']:.3f}" if ref and ref['peak_mib'] else '-'
-        print(f"{r['L']:>7} {r['impl']:>6} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>9.1f} {sp:>8} {mem:>8} "
+        print(f"{r['L']:>7} {r['impl']:>8} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>9.1f} {sp:>8} {spm:>10} {mem:>8} "
               f"{r['us_per_token'] / first[r['impl']]:>15.2f}")
