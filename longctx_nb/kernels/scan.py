@@ -377,6 +377,7 @@ _CPU_SCAN_SRC.append(r'''
 #include <cstring>
 #include <vector>
 #include <initializer_list>
+#include <type_traits>
 
 // ---- branch-free math that the compiler vectorises ----
 static inline float exp2_(float x) {                    // 2^x, relative error ~2e-7 (Cephes' exp2f polynomial)
@@ -474,6 +475,7 @@ template <int NS> struct Chunk {
     for (int64_t t = 0; t < n_t; ++t) {
       const float* Bt = Bk + t * N; const float* Ct = Ck + t * N;
       float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
       for (int64_t n = 0; n < N; ++n) {
         float a = exp2_(dt[t] * a2[n]);
         h[n] = a * h[n] + dtu[t] * Bt[n];
@@ -492,6 +494,7 @@ template <int NS> struct Chunk {
       const float* Bt = Bk + t * N; const float* Ct = Ck + t * N; const float* at = aT + t * N; const float* ht = hT + t * N;
       const float* hp = t ? hT + (t - 1) * N : h0;
       float sB = 0.0f, sA = 0.0f;
+#pragma omp simd reduction(+ : sB, sA)
       for (int64_t n = 0; n < N; ++n) {
         float gn = g[n] + dy[t] * Ct[n];
         pC[t * N + n] += dy[t] * ht[n];
@@ -541,41 +544,56 @@ static void rowsums16(const float* S, int64_t n_t, float* y) {
 
 # %% ../../nbs/10_scan.ipynb #6fc69c72
 _CPU_SCAN_SRC.append(r'''
-template <> struct Chunk<16> {
+template <int NV> struct ChunkV {                      // N = 16 NV: the state is NV registers
+  static constexpr int N = 16 * NV;
   static void forward(int64_t, int64_t n_t, const float* a2, float* hp, const float* Bk, const float* Ck,
                       const float* dt, const float* dtu, float* y, float* aT, float* hT, float* S) {
-    const __m512 A2 = _mm512_loadu_ps(a2);
-    __m512 h = _mm512_loadu_ps(hp);
+    __m512 A2[NV], h[NV];
+    for (int v = 0; v < NV; ++v) { A2[v] = _mm512_loadu_ps(a2 + 16 * v); h[v] = _mm512_loadu_ps(hp + 16 * v); }
     for (int64_t t = 0; t < n_t; ++t) {
-      __m512 a = exp2v(_mm512_mul_ps(_mm512_set1_ps(dt[t]), A2));
-      h = _mm512_fmadd_ps(a, h, _mm512_mul_ps(_mm512_set1_ps(dtu[t]), _mm512_loadu_ps(Bk + t * 16)));
-      if (aT) { _mm512_storeu_ps(aT + t * 16, a); _mm512_storeu_ps(hT + t * 16, h); }
-      if (y) _mm512_storeu_ps(S + t * 16, _mm512_mul_ps(_mm512_loadu_ps(Ck + t * 16), h));
+      const __m512 dtt = _mm512_set1_ps(dt[t]), xt = _mm512_set1_ps(dtu[t]);
+      __m512 acc = _mm512_setzero_ps();
+      for (int v = 0; v < NV; ++v) {
+        const int64_t o = t * N + 16 * v;
+        __m512 a = exp2v(_mm512_mul_ps(dtt, A2[v]));
+        h[v] = _mm512_fmadd_ps(a, h[v], _mm512_mul_ps(xt, _mm512_loadu_ps(Bk + o)));
+        if (aT) { _mm512_storeu_ps(aT + o, a); _mm512_storeu_ps(hT + o, h[v]); }
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(Ck + o), h[v], acc);
+      }
+      if (y) _mm512_storeu_ps(S + t * 16, acc);        // 16 partial sums of C_t . h_t
     }
-    _mm512_storeu_ps(hp, h);
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(hp + 16 * v, h[v]);
     if (y) rowsums16(S, n_t, y);
   }
   static void backward(int64_t, int64_t n_t, const float* A, const float* h0, const float* Bk, const float* Ck,
                        const float* dt, const float* dtu, const float* dy, const float* aT, const float* hT,
                        float* gp, float* dap, float* pB, float* pC, float* gB, float* gA, float* SB, float* SA) {
-    const __m512 Av = _mm512_loadu_ps(A);
-    __m512 g = _mm512_loadu_ps(gp), da = _mm512_loadu_ps(dap);
+    __m512 Av[NV], g[NV], da[NV];
+    for (int v = 0; v < NV; ++v) { Av[v] = _mm512_loadu_ps(A + 16 * v); g[v] = _mm512_loadu_ps(gp + 16 * v); da[v] = _mm512_loadu_ps(dap + 16 * v); }
     for (int64_t t = n_t - 1; t >= 0; --t) {
-      const __m512 at = _mm512_loadu_ps(aT + t * 16), ht = _mm512_loadu_ps(hT + t * 16);
-      const __m512 hp = _mm512_loadu_ps(t ? hT + (t - 1) * 16 : h0), dyt = _mm512_set1_ps(dy[t]);
-      __m512 gn = _mm512_fmadd_ps(dyt, _mm512_loadu_ps(Ck + t * 16), g);
-      _mm512_storeu_ps(pC + t * 16, _mm512_fmadd_ps(dyt, ht, _mm512_loadu_ps(pC + t * 16)));
-      _mm512_storeu_ps(pB + t * 16, _mm512_fmadd_ps(_mm512_set1_ps(dtu[t]), gn, _mm512_loadu_ps(pB + t * 16)));
-      _mm512_storeu_ps(SB + t * 16, _mm512_mul_ps(gn, _mm512_loadu_ps(Bk + t * 16)));
-      __m512 q = _mm512_mul_ps(_mm512_mul_ps(gn, at), hp);
-      _mm512_storeu_ps(SA + t * 16, _mm512_mul_ps(q, Av));
-      da = _mm512_fmadd_ps(q, _mm512_set1_ps(dt[t]), da);
-      g = _mm512_mul_ps(gn, at);
+      const __m512 dyt = _mm512_set1_ps(dy[t]), xt = _mm512_set1_ps(dtu[t]), dtt = _mm512_set1_ps(dt[t]);
+      __m512 sB = _mm512_setzero_ps(), sA = _mm512_setzero_ps();
+      for (int v = 0; v < NV; ++v) {
+        const int64_t o = t * N + 16 * v;
+        const __m512 at = _mm512_loadu_ps(aT + o), hp = _mm512_loadu_ps(t ? hT + o - N : h0 + 16 * v);
+        const __m512 gn = _mm512_fmadd_ps(dyt, _mm512_loadu_ps(Ck + o), g[v]);
+        _mm512_storeu_ps(pC + o, _mm512_fmadd_ps(dyt, _mm512_loadu_ps(hT + o), _mm512_loadu_ps(pC + o)));
+        _mm512_storeu_ps(pB + o, _mm512_fmadd_ps(xt, gn, _mm512_loadu_ps(pB + o)));
+        sB = _mm512_fmadd_ps(gn, _mm512_loadu_ps(Bk + o), sB);
+        const __m512 q = _mm512_mul_ps(_mm512_mul_ps(gn, at), hp);
+        sA = _mm512_fmadd_ps(q, Av[v], sA);
+        da[v] = _mm512_fmadd_ps(q, dtt, da[v]);
+        g[v] = _mm512_mul_ps(gn, at);
+      }
+      _mm512_storeu_ps(SB + t * 16, sB); _mm512_storeu_ps(SA + t * 16, sA);
     }
-    _mm512_storeu_ps(gp, g); _mm512_storeu_ps(dap, da);
+    for (int v = 0; v < NV; ++v) { _mm512_storeu_ps(gp + 16 * v, g[v]); _mm512_storeu_ps(dap + 16 * v, da[v]); }
     rowsums16(SB, n_t, gB); rowsums16(SA, n_t, gA);
   }
 };
+template <> struct Chunk<16> : ChunkV<1> {};
+template <> struct Chunk<32> : ChunkV<2> {};
+template <> struct Chunk<64> : ChunkV<4> {};
 #endif
 ''')
 
@@ -693,6 +711,12 @@ _CPU_SCAN_SRC.append(r'''
 using OptT = std::optional<torch::Tensor>;
 static const float* ptr(const OptT& t) { return t.has_value() ? t->data_ptr<float>() : nullptr; }
 
+// Run f with N as a compile-time constant where a specialisation exists (0: any N).
+template <class F> static void by_N(int64_t N, const F& f) {
+  if (N == 16) f(std::integral_constant<int, 16>{}); else if (N == 32) f(std::integral_constant<int, 32>{});
+  else if (N == 64) f(std::integral_constant<int, 64>{}); else f(std::integral_constant<int, 0>{});
+}
+
 static Scan make(const torch::Tensor& u, const torch::Tensor& delta, const torch::Tensor& A, const torch::Tensor& B,
                  const torch::Tensor& C, const OptT& D, const OptT& z, const OptT& bias, bool softplus, int64_t T, int64_t cb) {
   for (auto* t : {&A, &B, &C})
@@ -718,7 +742,7 @@ std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch:
   auto starts = torch::empty({P.b, P.d, P.nc, P.N}, u.options());
   float *o = out.data_ptr<float>(), *l = last.data_ptr<float>(), *st = starts.data_ptr<float>();
   for_tasks(P.ntasks(), [&](int64_t i) {
-    if (P.N == 16) fwd_task<16>(P, i, o, l, st); else fwd_task<0>(P, i, o, l, st);
+    by_N(P.N, [&](auto ns) { fwd_task<decltype(ns)::value>(P, i, o, l, st); });
   });
   return {out, last, starts};
 }
@@ -740,8 +764,7 @@ std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch:
   float *pB_ = pB.data_ptr<float>(), *pC_ = pC.data_ptr<float>(), *pA_ = pA.data_ptr<float>(), *pD_ = pD.data_ptr<float>(), *pb_ = pbias.data_ptr<float>();
   const int64_t LN = P.L * P.N;
   for_tasks(nt, [&](int64_t i) {
-    if (P.N == 16) bwd_task<16>(P, i, go, gl, st, du_, dd_, dz_, pB_ + i * LN, pC_ + i * LN, pA_, pD_, pb_);
-    else bwd_task<0>(P, i, go, gl, st, du_, dd_, dz_, pB_ + i * LN, pC_ + i * LN, pA_, pD_, pb_);
+    by_N(P.N, [&](auto ns) { bwd_task<decltype(ns)::value>(P, i, go, gl, st, du_, dd_, dz_, pB_ + i * LN, pC_ + i * LN, pA_, pD_, pb_); });
   });
   // sums over channel blocks and over the batch, always in the same order: the result does not depend on the threads
   auto dB = torch::empty_like(B), dC = torch::empty_like(C);
