@@ -367,8 +367,8 @@ def scan_inputs(batch: int = 2,              # batch size
     return {k: v.requires_grad_(requires_grad) for k, v in x.items()}
 
 # %% ../../nbs/10_scan.ipynb #19405624
-_CPU_SCAN_SRC = []                                 # the kernel's C++ source, in pieces
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC = {}                                 # the kernel's C++ source, in named pieces (re-running a cell replaces its piece)
+_CPU_SCAN_SRC['math'] = r'''
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
@@ -402,10 +402,10 @@ static inline float sigmoid_(float x) {
   float e = exp_(-std::fabs(x)), r = 1.0f / (1.0f + e);
   return x >= 0 ? r : e * r;
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #97c0e956
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['tasks'] = r'''
 // ---- the problem, flattened ----
 struct Scan {
   int64_t b, d, L, N, G, H, T, nc, cb, nblk;            // H = d / G channels per group; nblk = channel blocks per (batch, group)
@@ -430,10 +430,10 @@ template <class F> static void for_tasks(int64_t n, const F& f) {
     for (int64_t i; (i = next.fetch_add(1)) < n;) f(i);
   });
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #523a407c
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['steps'] = r'''
 // Step sizes of one channel over steps [s, s + n): dt = softplus(delta + bias) (or without softplus), and dt * u.
 static inline void step_sizes(const Scan& P, int64_t bi, int64_t ch, int64_t s, int64_t n, float* dt, float* dtu, float* sig) {
   const float* de = P.De(bi, ch) + s; const float* u = P.U(bi, ch) + s;
@@ -463,10 +463,10 @@ static inline void prefetch_seg(std::initializer_list<const float*> rows, int64_
         if (write) __builtin_prefetch(r + off + t, 1, 3); else __builtin_prefetch(r + off + t, 0, 3);
       }
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #1f03c9b1
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['chunk'] = r'''
 // ---- the sequential part of one channel over one chunk of n_t steps: generic N ----
 // forward: h <- exp(dt A) h + dt u B, y_t = C_t . h_t; h (N) carries the state in and out.
 template <int NS> struct Chunk {
@@ -509,10 +509,10 @@ template <int NS> struct Chunk {
     }
   }
 };
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #2f653ebd
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['avx512_math'] = r'''
 #if defined(__AVX512F__)
 #include <immintrin.h>
 static inline __m512 exp2v(__m512 x) {                  // 2^x: the same polynomial, scaled by 2^round(x) with vscalefps
@@ -540,10 +540,10 @@ static void rowsums16(const float* S, int64_t n_t, float* y) {
   }
   for (; t < n_t; ++t) y[t] = _mm512_reduce_add_ps(_mm512_loadu_ps(S + t * 16));
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #6fc69c72
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['avx512_chunk'] = r'''
 template <int NV> struct ChunkV {                      // N = 16 NV: the state is NV registers
   static constexpr int N = 16 * NV;
   static void forward(int64_t, int64_t n_t, const float* a2, float* hp, const float* Bk, const float* Ck,
@@ -595,10 +595,10 @@ template <> struct Chunk<16> : ChunkV<1> {};
 template <> struct Chunk<32> : ChunkV<2> {};
 template <> struct Chunk<64> : ChunkV<4> {};
 #endif
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #ce2cd30a
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['forward'] = r'''
 template <int NS>
 static void fwd_task(const Scan& P, int64_t i, float* out, float* last, float* starts) {
   const int64_t N = NS ? NS : P.N, T = P.T, L = P.L;
@@ -638,10 +638,10 @@ static void fwd_task(const Scan& P, int64_t i, float* out, float* last, float* s
   for (int64_t ch = c0; ch < c1; ++ch)
     std::memcpy(last + (bi * P.d + ch) * N, hs.data() + (ch - c0) * N, N * sizeof(float));
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #00783a61
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['backward'] = r'''
 template <int NS>
 static void bwd_task(const Scan& P, int64_t i, const float* dout, const float* dlast, const float* starts, float* du,
                      float* ddelta, float* dz, float* pB, float* pC, float* pA, float* pD, float* pbias) {
@@ -704,10 +704,10 @@ static void bwd_task(const Scan& P, int64_t i, const float* dout, const float* d
     pD[bi * P.d + ch] = dD[ch - c0]; pbias[bi * P.d + ch] = dbias[ch - c0];
   }
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #24d4fd79
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['api_forward'] = r'''
 using OptT = std::optional<torch::Tensor>;
 static const float* ptr(const OptT& t) { return t.has_value() ? t->data_ptr<float>() : nullptr; }
 
@@ -746,10 +746,10 @@ std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch:
   });
   return {out, last, starts};
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #1577975a
-_CPU_SCAN_SRC.append(r'''
+_CPU_SCAN_SRC['api_backward'] = r'''
 std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B, torch::Tensor C,
                                     OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb,
                                     torch::Tensor dout, OptT dlast, torch::Tensor starts) {
@@ -790,7 +790,7 @@ std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch:
   }
   return {du, ddelta, dA, dB, dC, dD, dz, dbias};
 }
-''')
+'''
 
 # %% ../../nbs/10_scan.ipynb #f67bf6ff
 CPU_SCAN_CHUNK = 64       # steps per chunk: forward saves the state entering each chunk, backward recomputes the rest
@@ -814,7 +814,7 @@ def _build_cpu_scan_ext(name, flags):
     cxx = os.environ.get('CXX', 'c++')
     if shutil.which(cxx.split()[0] if cxx.split() else cxx) is None: raise RuntimeError(f"no C++ compiler: {cxx!r} is not found (set CXX)")
     if shutil.which('ninja') is None: raise RuntimeError("ninja is not found (pip install ninja)")
-    src = '\n'.join(_CPU_SCAN_SRC)
+    src = '\n'.join(_CPU_SCAN_SRC.values())
     folder = Path(cpp_extension._get_build_directory(name, verbose=False))
     main = folder / 'main.cpp'
     if not ((folder / f'{name}.so').exists() and main.exists() and src in main.read_text()):
