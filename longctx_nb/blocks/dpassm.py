@@ -12,9 +12,9 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_
+from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, selective_scan, selective_state_update
+from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update
 from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
@@ -151,12 +151,12 @@ def _attn_path(self, x, attn_impl):
 def _ssm_path(self, x, scan_impl, conv_impl, want_last=False):
     "The SSM path, channel-first: `s` `(B, D, L)`, the conv's input `xs` `(B, D, L)`, and the last state if `want_last`."
     N, R = self.ssm_state_dim, self.dt_rank
-    xs = self.in_proj.weight @ x.mT                     # W @ x^T: the matmul and the transpose at once
+    xs = cf_mm(self.in_proj.weight, x.mT)               # W @ x^T: the matmul and the transpose at once
     if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
     u = causal_conv1d(xs, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
-    dt_low, Bm, Cm = (self.x_proj.weight @ u).split([R, N, N], dim=1)
+    dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([R, N, N], dim=1)
     A = -torch.exp(self.A_log.float())
-    s = selective_scan(u, self.dt_proj.weight @ dt_low, A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
+    s = selective_scan(u, cf_mm(self.dt_proj.weight, dt_low), A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
                        delta_softplus=True, return_last_state=want_last, impl=scan_impl)
     return (s[0], xs, s[1]) if want_last else (s, xs, None)
 
@@ -275,12 +275,16 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     # attention path
     if attn in ('blocked', 'flex'): per += 2 * D * a + 3 * D * a + D * a + 4 * H   # rotated q, k; qkv output; output; lse
     else: per += 3 * D * a; const += L * L + batch_size * H * L * L * (a + 4 if a < 4 and dev == 'cuda' else a)
-    # SSM path: in_proj output (the conv's input), the conv's padded output, x_proj's and dt_proj's inputs
-    per += D * a + D * a + D * a + R * a
+    # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads and
+    # x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)
+    per += D * a + D * a + (0 if f32 else D * a + (R + 2 * N) * a)
     const += batch_size * D * (K - 1) * a + (0 if f32 else 2 * D * K)   # conv padding; the conv weight's bf16 copy
     if scan == 'torch':      # softplus input, dt, u in fp32 (twice under autocast), B and C fp32, chunk-start states
         per += 2 * D * 4 + (D * 4 if f32 else 2 * D * 4) + ((R + 2 * N) * 4 if f32 else 2 * N * 4)
         const += batch_size * -(-L // TORCH_SCAN_CHUNK.get(dev, TORCH_SCAN_CHUNK['cpu'])) * D * N * 4
+    elif scan == 'cpu':      # u and delta in fp32, B and C transposed fp32 copies, x_proj's output (fp32), chunk-start states
+        per += 2 * D * 4 + 2 * N * 4 + ((R + 2 * N) * 4 if f32 else 0)
+        const += batch_size * -(-L // CPU_SCAN_CHUNK) * D * N * 4
     elif scan == 'cuda':     # mamba-ssm: u, delta, x_proj's output (B, C are views), states every 2048 steps (not measured here)
         per += (0 if f32 else D * a) + D * a + (R + 2 * N) * a
         const += batch_size * -(-L // 2048) * D * 2 * N * 4

@@ -16,7 +16,7 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'kernel_backends', 'mamba_mixer_bytes']
+__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm', 'kernel_backends', 'mamba_mixer_bytes']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
@@ -122,7 +122,7 @@ class Mamba(KeepFp32, Mixer):
                  dt_init_floor: float = 1e-4,         # floor of the initial step sizes
                  conv_bias: bool = True,              # bias in the causal conv
                  bias: bool = False,                  # biases in in_proj and out_proj
-                 scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                 scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                  conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
                  layer_idx: int | None = None,        # the layer's index in the model
                 ):
@@ -159,6 +159,17 @@ def extra_repr(self) -> str:
     return (f'd_model={self.d_model}, d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, '
             f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
 
+# %% ../../nbs/23_mamba.ipynb #c7f3a1d1
+def cf_mm(W: torch.Tensor,              # (O, K) weight
+          x: torch.Tensor,              # (B, K, L) channel-first activations, any strides
+          token_major: bool = False,    # return (B, L, O) instead of (B, O, L)
+         ) -> torch.Tensor:             # W @ x, contiguous in the layout asked for
+    "`W @ x` per batch element as one batched matmul: `(B, O, L)` (or `(B, L, O)`), contiguous, no transposed copy."
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev): W = W.to(torch.get_autocast_dtype(dev))   # cast once, before it is broadcast
+    if token_major: return torch.bmm(x.mT, W.mT.expand(x.shape[0], -1, -1))
+    return torch.bmm(W.expand(x.shape[0], -1, -1), x)
+
 # %% ../../nbs/23_mamba.ipynb #2cea7f04
 @patch_to(Mamba)
 def _ssm_params(self):
@@ -170,18 +181,18 @@ def _mix(self, x: torch.Tensor, return_state: bool = False):
     if x.dim() != 3 or x.shape[-1] != self.d_model:
         raise UsageError(f"Mamba expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
     L, W = x.shape[1], self.in_proj
-    # channel-first (B, C, L) activations, the layout the kernels read: W @ x does the matmul and the transpose at once
-    xz = W.weight @ x.mT                                                     # (B, 2 d_inner, L), contiguous
+    # channel-first (B, C, L) activations, the layout the kernels read
+    xz = cf_mm(W.weight, x.mT)                                               # (B, 2 d_inner, L), contiguous
     if W.bias is not None: xz = xz + W.bias[:, None].to(xz.dtype)
     x_in, z = xz.chunk(2, dim=1)
     u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
-    dt_low, Bm, Cm = (self.x_proj.weight @ u).split([self.dt_rank, self.d_state, self.d_state], dim=1)
-    delta = self.dt_proj.weight @ dt_low                                     # its bias goes to the scan, in fp32
+    dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, self.d_state, self.d_state], dim=1)
+    delta = cf_mm(self.dt_proj.weight, dt_low)                               # its bias goes to the scan, in fp32
     A, D, dt_bias = self._ssm_params()
     y = selective_scan(u, delta, A, Bm, Cm, D, z=z, delta_bias=dt_bias, delta_softplus=True,
                        return_last_state=return_state, impl=self.scan_impl)
     if return_state: y, last = y
-    out = (self.out_proj.weight @ y).mT                                      # (B, L, D)
+    out = cf_mm(self.out_proj.weight, y, token_major=True)                   # (B, L, D)
     if self.out_proj.bias is not None: out = out + self.out_proj.bias.to(out.dtype)
     if not return_state: return out
     conv_state = F.pad(x_in, (self.d_conv - L, 0)).to(self.conv1d.weight.dtype)  # the last d_conv inputs, zeros before t=0
@@ -233,7 +244,7 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
 
 # %% ../../nbs/23_mamba.ipynb #d591c4f0
 def kernel_backends(device='cpu',             # where Mamba runs
-                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                     conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
                    ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
@@ -256,7 +267,8 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     di, R = int(cfg.expand * D), cfg.dt_rank or math.ceil(D / 16)
     impls = kernel_backends(device, cfg.scan_impl, cfg.conv_impl)
     scan, conv = impls['selective_scan'], impls['causal_conv1d']
-    per = a * (D + 2 * di + R)                                    # in_proj input; x_proj, out_proj, dt_proj input copies
+    per = a * (D + di + R + 2 * N)                                # in_proj's and out_proj's inputs; x_proj's output (dt_proj reads a view)
+    if a < 4: per += a * di                                       # autocast's copy of x_proj's input
     const = 2 * 4 * di * N                                        # A = -exp(A_log), twice
     if conv == 'cuda' or scan == 'cuda' or a == 4: per += 2 * di * a      # xz, kept through views of it
     states = 0
@@ -264,11 +276,14 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
         per += di * a * (L + dc - 1) / L                          # conv output, silu's input
         if a < 4: per += di * a; const += 2 * di * dc              # autocast's copies of x_in and of the conv weight
     if scan == 'cuda':
-        per += a * (3 * di + R + 2 * N)                           # u, delta, ungated output; B, C (views of x_proj's output)
+        per += a * 3 * di                                         # u, delta, ungated output (B, C: views of x_proj's output)
         states = 4 * di * 2 * N * math.ceil(L / 2048)
+    elif scan == 'cpu':                                           # u, delta (and z under autocast) in fp32; B, C transposed copies
+        per += 4 * di * (2 if a == 4 else 3) + 4 * 2 * N
+        states = 4 * di * N * math.ceil(L / kscan.CPU_SCAN_CHUNK)
     else:
         per += 4 * di * 5                                         # u, softplus in and out, the gate's two factors
-        per += 4 * (R + 2 * N) if a == 4 else 4 * 2 * N + 4 * di * 2  # B, C: views of x_proj's output, or fp32 copies; u, z copies
+        if a < 4: per += 4 * 2 * N + 4 * di * 2                   # fp32 copies of B, C, u, z (in fp32, views)
         if scan == 'torch':
             T = kscan.TORCH_SCAN_CHUNK['cuda' if torch.device(device).type == 'cuda' else 'cpu']
             states = 4 * di * N * math.ceil(L / T)
