@@ -366,10 +366,12 @@ def coerce(key: str,    # canonical dotted key, for messages
           ):
     "Convert `value` to type `tp` for setting `key` and check it against the field's constraints (finite numbers only)."
     args = typing.get_args(tp)
-    if type(None) in args:  # Optional[X]
-        if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', '', 'auto')): return None
-        tp = next(a for a in args if a is not type(None))
     def bad(what): raise UsageError(f"{key}={value!r} is not valid: {what}.")
+    if isinstance(value, str) and not value.strip():
+        bad('the value is empty; give one, or leave the setting out for its default' + ('' if type(None) not in args else ' (none: no value)'))
+    if type(None) in args:  # Optional[X]
+        if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
+        tp = next(a for a in args if a is not type(None))
     if tp is bool:
         if isinstance(value, bool): v = value
         elif isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE: v = True
@@ -380,8 +382,10 @@ def coerce(key: str,    # canonical dotted key, for messages
         else:
             try: f = int(value.strip()) if isinstance(value, str) else _number(value, bad, 'an integer')   # exact, however long
             except ValueError: f = _number(value, bad, 'an integer')
-            if isinstance(f, float) and not f.is_integer(): bad('expected an integer')
-            v = int(f)
+            if isinstance(f, float):   # 2.5, and 1e3 or 3.0 too: a count is written as an integer, never reinterpreted
+                bad('expected an integer' + (', written without a decimal point or exponent' + (f' ({int(f)})' if abs(f) < 1e15 else '')
+                                            if f.is_integer() else ''))
+            v = f
     elif tp is float: v = _number(value, bad, 'a number')
     elif key == 'trainer.curriculum' and isinstance(value, (list, tuple)):  # JSON: [{"seq_len": 512, "steps": 100}, ...]
         try: v = ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
@@ -405,9 +409,9 @@ def coerce(key: str,    # canonical dotted key, for messages
 # %% ../nbs/01_config.ipynb #faafad6b
 def _run_name(key, v: str, bad) -> str:
     "A plain folder name: the run directory stays inside default_root_dir."
-    if not v.strip() or v in ('.', '..') or re.search(r'[/\\\0]', v) or Path(v).is_absolute() or v != v.strip():
-        bad("a run name is one plain folder name under trainer.default_root_dir: no '/', '\\', '..', leading or "
-            "trailing spaces, and not an absolute path (put the folder in --trainer.default_root_dir instead)")
+    if not v.strip() or v in ('.', '..') or re.search(r'[/\\\0\n\r\t]', v) or Path(v).is_absolute() or v != v.strip() or v[0] in '~-':
+        bad("a run name is one plain folder name under trainer.default_root_dir: no '/', '\\', '..', line breaks, leading "
+            "'~' or '-', leading or trailing spaces, and not an absolute path (put the folder in --trainer.default_root_dir instead)")
     return v
 
 _LIGHTNING_DEVICES = ('tpu', 'hpu', 'ipu', 'xla', 'mlu', 'npu', 'xpu')
@@ -675,6 +679,21 @@ def _read_json(p: Path) -> dict:
             raise UsageError(f"in {where}: section {s!r} must be a JSON object of settings, not {d[s]!r}.")
     return d
 
+_JSON_NUMBER_TEXT = ('trainer.precision', 'trainer.profile_steps', 'model.size', 'model.num_params')  # text settings a number may spell
+
+def _json_type(key: str, v):
+    "A JSON value has its setting's type: a count is a JSON integer, a number a JSON number, a switch true/false, a text a string."
+    cls, f = _field_of(key)
+    tp = _hints(cls)[f.name]
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    tp = args[0] if args else tp
+    if v is None or key == 'trainer.curriculum' and isinstance(v, list): return
+    want = {int: 'a JSON integer, e.g. 8', float: 'a JSON number, e.g. 0.1', bool: 'true or false'}.get(tp, 'a JSON string')
+    ok = {int: isinstance(v, int) and not isinstance(v, bool), float: isinstance(v, (int, float)) and not isinstance(v, bool),
+          bool: isinstance(v, bool)}.get(tp, isinstance(v, str) or key in _JSON_NUMBER_TEXT and isinstance(v, (int, float))
+                                          and not isinstance(v, bool))
+    if not ok: raise UsageError(f"{key}={json.dumps(v)} has the wrong JSON type: expected {want}")
+
 def read_config_file(path,      # a JSON file with sections model, data, trainer
                     ) -> dict:  # dotted key -> value
     "The dotted overrides in a JSON config file, each key and value checked (the error names the file and the key)."
@@ -685,6 +704,7 @@ def read_config_file(path,      # a JSON file with sections model, data, trainer
             key = canonical_key(k)
             if isinstance(v, dict): raise UsageError(f"{key} must be a value, not a JSON object")
             _value_checked(key, v)
+            _json_type(key, v)
         except UsageError as e: raise UsageError(f"in config file {str(p)!r}, key {k!r}: {e}") from None
     return flat
 

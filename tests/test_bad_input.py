@@ -75,7 +75,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('seed_negative', T, ['--trainer.seed=-1'], 'must be >= 0'),
     ('workers_absurd', T, ['--data.num_workers=100000'], 'must be <= 256'),
     ('passkey_depth_two', T, ['--data.passkey_depth=2'], 'must be <= 1'),
-    ('dist_timeout_absurd', T, ['--trainer.dist_timeout=1e30'], 'must be <='),
+    ('dist_timeout_absurd', T, ['--trainer.dist_timeout=1000000000000000000000000000000'], 'must be <='),
     ('precision_64', T, ['--trainer.precision=64'], 'unknown precision'),
     ('strategy_unknown', T, ['--trainer.strategy=horovod'], 'valid choices'),
     ('curriculum_text', T, ['--trainer.curriculum=abc'], 'SEQ_LEN:STEPS'),
