@@ -12,11 +12,12 @@ from .core import UsageError, parse_precision
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values', 'check_before_run', 'run_checks',
-           'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'pick_precision', 'Config', 'coerce',
-           'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir', 'validate',
-           'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'guide_keys', 'build_config',
-           'config_settings', 'load_config', 'setting_sources', 'field_help', 'option_specs', 'key_type', 'key_meta']
+           'LIGHTNING_ONLY', 'SYNTHETIC_KEYS', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values', 'check_before_run',
+           'run_checks', 'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'pick_precision', 'Config',
+           'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir',
+           'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'guide_keys',
+           'build_config', 'config_settings', 'load_config', 'setting_sources', 'field_help', 'option_specs',
+           'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -194,7 +195,7 @@ class DataConfig:
     train_data: str | None = opt(None, 'pre-tokenized training tokens (.bin or .npy)')
     val_data: str | None = opt(None, 'pre-tokenized validation tokens (.bin or .npy)')
     tokenizer: str = opt('byte', 'tokenizer for text corpora', choices=['byte', 'bpe'])
-    bpe_vocab_size: int = opt(4096, 'vocabulary size when training a BPE tokenizer', gt=256)
+    bpe_vocab_size: int = opt(4096, 'vocabulary size when training a BPE tokenizer', gt=256, le=1_000_000)
     seq_len: int = opt(256, 'training sequence length in tokens', gt=0)
     batch_size: int = opt(16, 'sequences per micro-batch (per process)', gt=0)
     global_batch_size: int | None = opt(None, 'sequences per optimizer step over all processes; if set, the gradient '
@@ -636,10 +637,21 @@ def resolve_model(m: ModelConfig,  # the model section
     return m
 
 # %% ../nbs/01_config.ipynb #1cc53b78
+SYNTHETIC_KEYS = ('data.task', 'data.task_vocab_size', 'data.num_pairs', 'data.passkey_depth', 'data.copy_len')
+
 def check_read(cfg: Config,  # the resolved config
                keys,         # canonical keys the user gave explicitly (defaults and presets are fine)
               ):
-    "Refuse an explicitly given `model` setting that the run's block does not read, naming the blocks that read it."
+    "Refuse an explicitly given setting the run does not read: a `model` one its block does not read (naming the blocks that do), a synthetic task's without the synthetic data, BPE's without BPE."
+    d = cfg.data
+    for k in keys:
+        if k in SYNTHETIC_KEYS and d.dataset_name != 'synthetic':
+            raise UsageError(f"{k} is read only by the synthetic tasks, and this run reads data.dataset_name={d.dataset_name!r}"
+                             + (" (its --data.train_data token ids)" if d.train_data else '') + f"; leave {k} out, or give "
+                             "--data.dataset_name=synthetic.")
+        if k == 'data.bpe_vocab_size' and d.tokenizer != 'bpe' and not (d.data_dir or d.train_data):
+            raise UsageError(f"data.bpe_vocab_size is read only with --data.tokenizer=bpe, and this run's tokenizer is "
+                             f"{d.tokenizer!r}; leave it out, or give --data.tokenizer=bpe.")
     readers = _OWNED.get('model.block', (None, None, None))[2]
     if readers is None: return
     for k in keys:
@@ -743,6 +755,7 @@ def build_config(levels,                       # [(where or None, {key: value}),
 def config_settings(name,  # the value of --config: a JSON file, or a size preset's name
                    ) -> tuple[str, dict]:  # (where the settings come from, dotted key -> value): a level of `build_config`
     "The settings `--config NAME` gives: a JSON file's, or `{'model.size': NAME}` for a size preset such as small_32k."
+    if not str(name).strip(): raise UsageError("--config is empty; give a JSON file or a preset name such as small_32k.")
     p = Path(name).expanduser()
     if not p.exists() and str(name) in SIZE_PRESETS: return f"--config {name}", {'model.size': str(name)}
     if not p.exists():

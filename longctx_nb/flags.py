@@ -304,7 +304,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     if unknown: _unknown(unknown, parser.prog)
     notes = []
     flags = {where: v for where, v in _merge(_sources(parser, ns, argv), notes).values()}
-    levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) else []) + [(None, flags)]
+    levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
     ns.origins = {}
     cfg = build_config(levels, notes, ns.origins)
     check_read(cfg, _explicit(levels))
