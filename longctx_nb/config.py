@@ -477,10 +477,15 @@ LIGHTNING_ONLY = {  # LightningCLI keys with no meaning here -> what to use inst
     'trainer.overfit_batches': "not supported", 'trainer.reload_dataloaders_every_n_epochs': "not supported",
     'trainer.use_distributed_sampler': "every step's batch comes from the step's own random stream; nothing to set",
     'trainer.barebones': "not supported", 'trainer.inference_mode': "not supported",
+    'seed_everything': "runs are seeded by --trainer.seed", 'trainer.seed_everything': "runs are seeded by --trainer.seed",
+    'trainer.enable_model_summary': "the model's one-line summary is always printed; nothing to set",
+    'trainer.limit_test_batches': "there is no test stage: evaluate with longctx_eval",
+    'trainer.limit_predict_batches': "there is no predict stage: evaluate with longctx_eval",
 }
 
 def _close(key: str, pool: list[str]) -> str:
-    "' Did you mean ...?' for a really close key (difflib ratio >= 0.8), else ''."
+    "' Did you mean ...?' for a really close key (difflib ratio >= 0.8), else '' (and for a key with an empty part)."
+    if '' in key.split('.'): return ''
     close = difflib.get_close_matches(key, pool, n=1, cutoff=0.8)
     return f" Did you mean {close[0]!r}?" if close else ''
 
@@ -491,8 +496,15 @@ def canonical_key(key: str,  # dotted key, alias or '--flag'
     key = ALIASES.get(key, key)
     keys = all_keys()
     if key in keys: return key
-    if key in LIGHTNING_ONLY:
-        raise UsageError(f"{key!r} is a LightningCLI setting with no meaning in longctx_nb: {LIGHTNING_ONLY[key]}.")
+    if key.endswith('+') and key[:-1] in LIGHTNING_ONLY: key = key[:-1]   # jsonargparse's append: --trainer.callbacks+=X
+    top = next((k for k in LIGHTNING_ONLY if key == k or key.startswith(k + '.')), None)   # also its class_path, init_args.*
+    if top is not None:
+        raise UsageError(f"{key!r} is a LightningCLI setting with no meaning in longctx_nb: {LIGHTNING_ONLY[top]}.")
+    parts = key.split('.')
+    if 'class_path' in parts or 'init_args' in parts:
+        inner = '.'.join(p for p in parts if p not in ('class_path', 'init_args'))
+        raise UsageError(f"{key!r} is LightningCLI's way to pick a class and its arguments; here each section is one set of settings"
+                         + (f": give --{inner}=VALUE." if inner in keys else ": give its settings directly, e.g. --model.d_model=512."))
     section = key.split('.')[0] if '.' in key else None
     pool = [k for k in keys if k.startswith(f'{section}.')]
     hint = _close(key, keys + list(ALIASES))

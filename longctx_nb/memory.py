@@ -19,7 +19,7 @@ from .model import LM, count_params
 # %% auto #0
 __all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes',
            'MemoryEstimate', 'estimate_memory', 'param_count', 'available_memory', 'check_fits', 'check_config_fits',
-           'fits_when_parsed', 'check_positive', 'check_seed', 'check_lengths']
+           'task_vocab', 'fits_when_parsed', 'check_positive', 'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -254,6 +254,12 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
 
 
 # %% ../nbs/31_memory.ipynb #ed425dde
+def task_vocab(d,  # a `DataConfig` naming a synthetic task
+              ) -> int:
+    "The vocabulary of `d`'s synthetic task, from its settings alone: no sequence is generated (whatever the length)."
+    knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
+    return task_params(d.task, **knobs)['vocab_size']
+
 @check_before_run
 def fits_when_parsed(cfg,  # a training `Config` straight from the command line
                     ) -> int | None:  # bytes needed (None: skipped)
@@ -263,9 +269,7 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
     dev = get_device(t.accelerator)
     p = pick_precision(t, dev)[0]   # the precision the run will use (auto, use_fp16, or the one given)
     vocab = cfg.model.vocab_size
-    if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None:
-        knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
-        vocab = task_params(d.task, **knobs)['vocab_size']   # the task's vocabulary, without generating a sequence
+    if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None: vocab = task_vocab(d)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
     return check_config_fits(cfg, dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
 

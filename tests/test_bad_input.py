@@ -134,6 +134,13 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('lightning_num_nodes', T, ['--trainer.num_nodes=2'], 'torchrun'),
     ('lightning_ckpt_path', T, ['--ckpt_path=x.ckpt'], '--trainer.resume'),
     ('far_name_no_suggestion', T, ['--foo_bar_baz=x'], 'unknown config key'),
+    ('empty_key_no_suggestion', T, ['--trainer.=3'], "unknown config key 'trainer.'"),
+    ('lightning_seed_everything', T, ['--seed_everything=1'], 'runs are seeded by --trainer.seed'),
+    ('lightning_class_path', T, ['--model.class_path=MyModel'], "LightningCLI's way to pick a class"),
+    ('lightning_init_args', T, ['--model.init_args.d_model=64'], 'give --model.d_model=VALUE'),
+    ('lightning_optimizer_init_args', T, ['--optimizer.init_args.lr=0.1'], 'the optimizer is AdamW'),
+    ('lightning_callbacks_append', T, ['--trainer.callbacks+=ModelCheckpoint'], 'no callbacks'),
+    ('lightning_model_summary', T, ['--trainer.enable_model_summary=false'], 'nothing to set'),
     ('close_name_suggested', T, ['--trainer.max_step=3'], "Did you mean 'trainer.max_steps'"),
     # data
     ('npy_pickle', T, ['--train_data', '{d}/obj.npy'], 'pickled Python objects'),
@@ -264,6 +271,19 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('bench_window_no_block_reads', B, ['blocks', '--blocks', 'vanilla', 'mamba', '--window_size', '64'], '--window_size is read only by the blocks'),
     ('bench_dpassm_L_huge', B, ['dpassm', '--L', '1000000000', '--device', 'cpu'], 'needs about'),
     ('bench_dpassm_d_model_huge', B, ['dpassm', '--d_model', '1000000000', '--device', 'cpu'], 'needs about'),
+    # longctx_compare and longctx_report: the same checks before the first run; what the comparison sets is not overridden
+    ('compare_output_dir_empty', C, ['--output_dir', ''], '--output_dir is empty'),
+    ('compare_seeds_absurd', C, ['--seeds', '1000000'], '--seeds 1000000: at most 100'),
+    ('compare_n_samples_absurd', C, ['--n_samples', '100000000'], 'at most 100,000'),
+    ('compare_vocab_override', C, ['--blocks', 'vanilla', '--model.vocab_size=1000'], "the model's vocabulary is the task's"),
+    ('compare_window_no_block_reads', C, ['--blocks', 'vanilla', 'mamba', '--model.window_size=32'], 'read by none of --blocks vanilla mamba'),
+    ('compare_d_model_huge', C, ['--blocks', 'vanilla', '--model.d_model=1000000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('compare_seq_len_huge', C, ['--blocks', 'vanilla', '--seq_len', '1000000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('compare_task_vocab_huge', C, ['--blocks', 'vanilla', '--data.task_vocab_size=1000000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('compare_empty_setting', C, ['--blocks', 'vanilla', '--trainer.learning_rate='], 'the value is empty'),
+    ('report_n_samples_absurd', R, ['--checkpoint_path', '{run}', '--n_samples', '100000000'], 'at most 100,000'),
+    ('report_output_dir_empty', R, ['--checkpoint_path', '{run}', '--output_dir', ''], "leave it out for 'reports'"),
+    ('report_checkpoint_empty', R, ['--checkpoint_path', ''], '--checkpoint_path is empty'),
     # longctx_export: SOURCE, OUT_DIR and the flags, before any model is read
     ('export_out_empty', X, ['{run}', ''], 'OUT_DIR is empty'),
     ('export_source_empty', X, ['', 'out'], 'SOURCE is empty'),
@@ -329,7 +349,7 @@ def check(case, data, tmp_path):
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case, data, tmp_path):
     msg = check(case, data, tmp_path)
-    if case[0] == 'far_name_no_suggestion': assert 'Did you mean' not in msg, msg
+    if case[0] in ('far_name_no_suggestion', 'empty_key_no_suggestion'): assert 'Did you mean' not in msg, msg
     if case[0].startswith(('eval_', 'bench_')) and 'cuda' in case[0]: assert '--trainer.accelerator' not in msg, msg
     if case[0] == 'compare_batch_huge': assert '--data.batch_size' not in msg, msg
 
