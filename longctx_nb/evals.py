@@ -524,6 +524,8 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
     _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, vocab_size=vocab_size,
                 passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
     _check(data_dir is None or str(data_dir).strip() != '', "--data_dir is empty; give a folder, or leave it out for the training corpus.")
+    _check(checkpoint_path is None or str(checkpoint_path).strip() != '', "--checkpoint_path is empty; give a checkpoint (.pt), a run "
+           "directory or an exported model folder, or leave it out to evaluate an untrained model.")
     if block is not None: block = canonical_block(block)
     dev = get_device(device)
     precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)

@@ -440,7 +440,8 @@ def export(source,                                     # a checkpoint .pt, a run
     return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite)
 
 # %% ../nbs/44_hf.ipynb #7394f5c4
-def check_export_args(source, out_dir,             # SOURCE and OUT_DIR as given
+def check_export_args(source,                       # SOURCE as given
+                      out_dir,                      # OUT_DIR as given
                       tokenizer: str = 'auto',      # --tokenizer
                       max_position_embeddings=None, # --max_position_embeddings
                       overwrite: bool = False,      # --overwrite

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from .core import UsageError, get_device, parse_precision, saved_tensor_bytes
 from .config import ModelConfig, check_before_run, pick_precision, resolve_model
-from .synthetic import CONFIG_KNOBS, get_task, task_params
+from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block
 from .model import LM, count_params
@@ -19,7 +19,7 @@ from .model import LM, count_params
 # %% auto #0
 __all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes',
            'MemoryEstimate', 'estimate_memory', 'param_count', 'available_memory', 'check_fits', 'check_config_fits',
-           'task_vocab', 'fits_when_parsed', 'check_positive', 'check_seed', 'check_lengths']
+           'task_vocab', 'fits_when_parsed', 'task_settings_read', 'check_positive', 'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -272,6 +272,21 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
     if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None: vocab = task_vocab(d)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
     return check_config_fits(cfg, dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
+
+# %% ../nbs/31_memory.ipynb #a9f3c1d1
+@check_before_run
+def task_settings_read(cfg,  # a training `Config` straight from the command line
+                      ):
+    "Refuse a synthetic task's setting (not at its default) that the run's task does not read, naming the tasks that do."
+    d = cfg.data
+    if d.dataset_name != 'synthetic': return
+    reads, defaults = get_task(d.task).defaults, {f.name: f.default for f in dataclasses.fields(d)}
+    for knob, field in CONFIG_KNOBS.items():
+        if knob not in reads and getattr(d, field) != defaults[field]:
+            readers = [t for t in TASKS if knob in get_task(t).defaults]
+            raise UsageError(f"data.{field}={getattr(d, field)} is read only by the synthetic tasks {', '.join(readers)}, and this "
+                             f"run's data.task={d.task!r} would ignore it; leave it out, or choose one of those tasks.")
+
 
 # %% ../nbs/31_memory.ipynb #8d4f3cc7
 MAX_COUNTS = {'n_samples': 100_000, 'seeds': 100}   # the most an evaluation or benchmark count may ask for

@@ -1,7 +1,7 @@
 """Bad input against every console script: exit code 2, one paragraph naming the problem, no traceback, nothing
 written, and quick. The table runs in-process through each script's `*_main` (SystemExit caught, stderr captured);
 a few cases run the installed console scripts themselves."""
-import contextlib, io, json, os, subprocess, time
+import contextlib, io, json, os, resource, subprocess, time
 from pathlib import Path
 import numpy as np
 import pytest
@@ -237,6 +237,8 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('bpe_vocab_with_byte', T, ['--data.bpe_vocab_size=5000'], 'read only with --data.tokenizer=bpe'),
     ('bpe_vocab_absurd', T, ['--data.tokenizer=bpe', '--data.bpe_vocab_size=1000000000000'], 'must be <= 1000000'),
     ('task_setting_without_synthetic', T, ['--data.copy_len=5'], 'read only by the synthetic tasks'),
+    ('task_setting_of_another_task', T, ['--data.dataset_name=synthetic', '--data.task=copy', '--data.num_pairs=4'],
+     'data.num_pairs=4 is read only by the synthetic tasks associative_recall'),
     # what a run starts from, checked before any data is prepared
     ('resume_junk_file', T, ['--trainer.resume={d}/garbage.npy'], 'is not a checkpoint'),
     ('resume_empty_folder', T, ['--trainer.resume={d}/emptydir'], 'holds no run'),
@@ -256,6 +258,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('eval_task_vocab_text_passkey', E, ['--task_vocab_size', '1000', '--device', 'cpu'], 'not read by the passkey in text'),
     ('eval_num_pairs_with_passkey', E, ['--num_pairs', '4', '--device', 'cpu'], 'read only by --task copy_recall'),
     ('eval_output_dir_empty', E, ['--output_dir', '', '--device', 'cpu'], '--output_dir is empty'),
+    ('eval_checkpoint_empty', E, ['--checkpoint_path=', '--device', 'cpu'], '--checkpoint_path is empty'),
     ('eval_data_dir_empty', E, ['--task', 'perplexity', '--data_dir', '', '--device', 'cpu'], '--data_dir is empty'),
     # longctx_bench: every flag checked before the first case is timed
     ('bench_scan_impl_unknown_after_ref', B, ['scan', '--L', '4096', '--impls', 'ref', 'mambapy'], "'mambapy' is not one of selective_scan's"),
@@ -356,6 +359,33 @@ def test_bad_input(case, data, tmp_path):
 @pytest.mark.parametrize('case', SIZES, ids=[c[0] for c in SIZES])
 def test_absurd_sizes(case, data, tmp_path):
     check(case, data, tmp_path)
+
+def _status(key: str) -> int:
+    "A size from /proc/self/status, in bytes."
+    return next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith(key + ':'))
+
+HUGE = SIZES + [c for c in CASES if 'huge' in c[0] or 'absurd' in c[0]]
+
+@pytest.mark.parametrize('case', HUGE, ids=[c[0] for c in HUGE])
+def test_absurd_sizes_allocate_little(case, data, tmp_path):
+    "Each absurd size, in a forked process whose address space may grow by 1 GiB only: exit 2, and under 300 MiB more resident memory."
+    out = tmp_path / 'result.json'
+    rss, pid = _status('VmRSS'), os.fork()
+    if pid == 0:   # the child: cap the address space, run the case, report, and leave without pytest's cleanup
+        try:
+            cap = _status('VmSize') + 2**30
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            (tmp_path / 'cwd').mkdir()
+            argv = [a.replace('{d}', str(data)).replace('{run}', str(data / 'runs' / 'tiny')) for a in case[2]]
+            if case[1] == T: argv += [f'--trainer.default_root_dir={tmp_path / "runs"}']
+            code, err, _ = run_case(case[1], argv, tmp_path / 'cwd')
+            out.write_text(json.dumps([code, err]))
+        except BaseException as e: out.write_text(json.dumps(['raised', repr(e)]))
+        os._exit(0)
+    _, status, usage = os.wait4(pid, 0)
+    code, err = json.loads(out.read_text()) if out.exists() else (f'died ({status})', '')
+    assert code == 2 and 'Traceback' not in err, f'{case[0]}: exit {code}\n{err}'
+    assert usage.ru_maxrss * 1024 - rss < 300 * 2**20, f'{case[0]}: {(usage.ru_maxrss * 1024 - rss) / 2**20:.0f} MiB more'
 
 def test_the_table_is_large():
     assert len(CASES) + len(SIZES) >= 100, len(CASES) + len(SIZES)

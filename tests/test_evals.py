@@ -97,8 +97,7 @@ def test_bad_input(bindir, copy_run, tmp_path, case):
     assert 'Traceback' not in p.stderr and p.stderr.startswith('longctx_eval: error:')
     assert not out.exists()
 
-SMALL_MODEL = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--model.window_size=16',
-               '--model.chunk_size=16', '--data.copy_len=4']
+SMALL_MODEL = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--data.copy_len=4']
 
 def test_compare_and_report(bindir, tmp_path):
     "longctx_compare: two blocks, the same budget, one report; then longctx_report on one of its runs."
