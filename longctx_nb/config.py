@@ -688,13 +688,18 @@ def _read_json(p: Path) -> dict:
     "The JSON object in file `p`; `UsageError` naming the file for anything else."
     where = f"config file {str(p)!r}"
     if p.is_dir(): raise UsageError(f"{where} is a folder; give a JSON file (sections model, data, trainer).")
-    if not p.is_file(): raise UsageError(f"{where} does not exist.")
+    if not p.is_file(): raise UsageError(f"{where} " + ("is not a regular file; give a JSON file." if p.exists() else "does not exist."))
     try: text = p.read_bytes().decode('utf-8-sig')
     except OSError as e: raise UsageError(f"{where} cannot be read: {e.strerror}.") from None
     except UnicodeDecodeError as e:
         raise UsageError(f"{where} is not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); "
                          "a config file is JSON, saved as UTF-8.") from None
-    try: d = json.loads(text)
+    def once(pairs):   # a key written twice in one object: which one was meant?
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) < len(keys):
+            raise UsageError(f"{where} gives {next(k for k in keys if keys.count(k) > 1)!r} twice in one object; keep one of them.")
+        return dict(pairs)
+    try: d = json.loads(text, object_pairs_hook=once)
     except json.JSONDecodeError as e: raise UsageError(f"{where} is not valid JSON: {e}.") from None
     except RecursionError: raise UsageError(f"{where} is nested too deeply to be a config.") from None
     if not isinstance(d, dict): raise UsageError(f"{where} must hold a JSON object with sections, not a {type(d).__name__}.")
@@ -772,7 +777,9 @@ def config_settings(name,  # the value of --config: a JSON file, or a size prese
     if not p.exists() and str(name) in SIZE_PRESETS: return f"--config {name}", {'model.size': str(name)}
     if not p.exists():
         long = [k for k in SIZE_PRESETS if k.endswith('_32k')]
-        raise UsageError(f"config file {str(p)!r} does not exist, and {str(name)!r} is not a preset; --config takes a JSON "
+        close = difflib.get_close_matches(str(name), list(SIZE_PRESETS), n=1, cutoff=0.8)
+        raise UsageError(f"config file {str(p)!r} does not exist, and {str(name)!r} is not a preset"
+                         + (f" (did you mean {close[0]}?)" if close else '') + "; --config takes a JSON "
                          f"file or a preset name: {', '.join(long)} (or any size preset: {', '.join(k for k in SIZE_PRESETS if k not in long)}).")
     return f"config {p}", read_config_file(p)
 

@@ -37,7 +37,8 @@ def data(tmp_path_factory):
                'section': '{"model": 5}', 'unknown': '{"trainer": {"max_step": 3}}', 'dict_value': '{"trainer": {"max_steps": {"a": 1}}}',
                'inf_int': '{"model": {"d_model": Infinity}}', 'string_for_int': '{"data": {"seq_len": "64"}}',
                'int_for_text': '{"trainer": {"run_name": 5}}', 'float_for_int': '{"trainer": {"max_steps": 3.0}}',
-               'text_for_bool': '{"model": {"compile": "yes"}}', 'bool_for_number': '{"trainer": {"learning_rate": true}}'}
+               'text_for_bool': '{"model": {"compile": "yes"}}', 'bool_for_number': '{"trainer": {"learning_rate": true}}',
+               'twice': '{"trainer": {"max_steps": 3, "max_steps": 5}}'}
     for k, v in configs.items(): (d / f'{k}.json').write_text(v)
     from longctx_nb.config import Config, apply_overrides
     from longctx_nb.train import train
@@ -232,6 +233,9 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('config_int_for_text', T, ['--config', '{d}/int_for_text.json'], 'trainer.run_name=5 has the wrong JSON type'),
     ('config_float_for_int', T, ['--config', '{d}/float_for_int.json'], 'without a decimal point or exponent (3)'),
     ('config_text_for_bool', T, ['--config', '{d}/text_for_bool.json'], 'model.compile="yes" has the wrong JSON type'),
+    ('config_key_twice', T, ['--config', '{d}/twice.json'], "gives 'max_steps' twice in one object"),
+    ('config_not_a_file', T, ['--config', '/dev/null'], 'is not a regular file'),
+    ('config_preset_typo', T, ['--config', 'small_32kk'], 'did you mean small_32k?'),
     ('config_bool_for_number', T, ['--config', '{d}/bool_for_number.json'], 'expected a number'),
     # settings nothing reads
     ('bpe_vocab_with_byte', T, ['--data.bpe_vocab_size=5000'], 'read only with --data.tokenizer=bpe'),
