@@ -778,9 +778,9 @@ def config_settings(name,  # the value of --config: a JSON file, or a size prese
     if not p.exists():
         long = [k for k in SIZE_PRESETS if k.endswith('_32k')]
         close = difflib.get_close_matches(str(name), list(SIZE_PRESETS), n=1, cutoff=0.8)
-        raise UsageError(f"config file {str(p)!r} does not exist, and {str(name)!r} is not a preset"
-                         + (f" (did you mean {close[0]}?)" if close else '') + "; --config takes a JSON "
-                         f"file or a preset name: {', '.join(long)} (or any size preset: {', '.join(k for k in SIZE_PRESETS if k not in long)}).")
+        raise UsageError(f"config file {str(p)!r} does not exist, and {str(name)!r} is not a preset; --config takes a JSON "
+                         f"file or a preset name: {', '.join(long)} (or any size preset: {', '.join(k for k in SIZE_PRESETS if k not in long)})."
+                         + (f" Did you mean {close[0]}?" if close else ''))
     return f"config {p}", read_config_file(p)
 
 # %% ../nbs/01_config.ipynb #e6ff2849

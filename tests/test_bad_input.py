@@ -235,7 +235,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('config_text_for_bool', T, ['--config', '{d}/text_for_bool.json'], 'model.compile="yes" has the wrong JSON type'),
     ('config_key_twice', T, ['--config', '{d}/twice.json'], "gives 'max_steps' twice in one object"),
     ('config_not_a_file', T, ['--config', '/dev/null'], 'is not a regular file'),
-    ('config_preset_typo', T, ['--config', 'small_32kk'], 'did you mean small_32k?'),
+    ('config_preset_typo', T, ['--config', 'small_32kk'], 'Did you mean small_32k?'),
     ('config_bool_for_number', T, ['--config', '{d}/bool_for_number.json'], 'expected a number'),
     # settings nothing reads
     ('bpe_vocab_with_byte', T, ['--data.bpe_vocab_size=5000'], 'read only with --data.tokenizer=bpe'),
