@@ -109,7 +109,7 @@ def test_compare_and_report(bindir, tmp_path):
     layers = {b: int(n) for b, n in re.findall(r'^\| (vanilla|mamba) \| (\d+) \|', md, flags=re.M)}
     assert layers['vanilla'] == 2 and layers['mamba'] > 2, layers   # parameters matched by default: Mamba has no MLP
     settings = json.loads((out / 'report.json').read_text())['settings']
-    assert settings['overrides']['model.window_size'] == '16' and settings['max_steps'] == 5
+    assert settings['overrides']['model.d_model'] == '64' and settings['max_steps'] == 5
     assert all((out / f).stat().st_size > 5000 for f in ('loss.png', 'lengths.png'))
     assert 'wrote' in p.stdout
     p = run([bindir / 'longctx_report'], f'--checkpoint_path={out / "runs" / "mamba"}', '--output_dir', tmp_path / 'one',
