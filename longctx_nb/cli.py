@@ -176,6 +176,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
     from longctx_nb.train import new_run_dir
     t = cfg.trainer
     if init_from is not None:
+        if t.resume: raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
         if not str(init_from).strip():
             raise UsageError("--init_from is empty; give a checkpoint (.pt), a run directory, an exported folder or a transformers folder.")
         if not Path(init_from).expanduser().exists():
@@ -198,7 +199,8 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
         if p.is_file() and not zipfile.is_zipfile(p):
             raise UsageError(f"{flag}={src!r} is not a checkpoint: not a file torch.save wrote (it is {p.stat().st_size:,} bytes "
                              "of something else).")
-    if not t.resume and t.run_name and not t.fast_dev_run: new_run_dir(t.default_root_dir, t.run_name)   # refuses a used one
+    if not t.resume and t.run_name and not t.fast_dev_run and int(os.environ.get('RANK', 0)) == 0:   # rank 0 makes it
+        new_run_dir(t.default_root_dir, t.run_name)   # refuses a used one
 
 
 # %% ../nbs/70_cli.ipynb #6b63386f
