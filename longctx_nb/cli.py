@@ -4,7 +4,7 @@
 
 # %% ../nbs/70_cli.ipynb #62a778ea
 from __future__ import annotations
-import argparse, json, os, sys, zipfile
+import argparse, json, os, sys
 from pathlib import Path
 from .core import UsageError
 from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir, read_config_file, resolve_model
@@ -196,9 +196,6 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
         if p.is_dir() and not list_checkpoints(p) and not (flag == '--trainer.resume' and (p / 'config.json').is_file()):
             raise UsageError(f"{flag}={src!r}: that folder holds no run (no checkpoints/step_N.pt"
                              + (" and no config.json" if flag == '--trainer.resume' else '') + ").")
-        if p.is_file() and not zipfile.is_zipfile(p):
-            raise UsageError(f"{flag}={src!r} is not a checkpoint: not a file torch.save wrote (it is {p.stat().st_size:,} bytes "
-                             "of something else).")
     if not t.resume and t.run_name and not t.fast_dev_run and int(os.environ.get('RANK', 0)) == 0:   # rank 0 makes it
         new_run_dir(t.default_root_dir, t.run_name)   # refuses a used one
 

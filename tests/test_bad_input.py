@@ -244,7 +244,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('task_setting_of_another_task', T, ['--data.dataset_name=synthetic', '--data.task=copy', '--data.num_pairs=4'],
      'data.num_pairs=4 is read only by the synthetic tasks associative_recall'),
     # what a run starts from, checked before any data is prepared
-    ('resume_junk_file', T, ['--trainer.resume={d}/garbage.npy'], 'is not a checkpoint'),
+    ('resume_junk_file', T, ['--trainer.resume={d}/garbage.npy'], 'not a readable checkpoint'),
     ('resume_empty_folder', T, ['--trainer.resume={d}/emptydir'], 'holds no run'),
     ('resume_last_of_nothing', T, ['--trainer.resume=last', '--trainer.run_name=nosuch'], 'nothing to resume'),
     ('fork_from_empty_folder', T, ['--trainer.fork_from={d}/emptydir'], 'holds no run'),
