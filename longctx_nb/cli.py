@@ -182,7 +182,8 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
         if not Path(init_from).expanduser().exists():
             raise UsageError(f"--init_from {str(init_from)!r} does not exist; give a checkpoint (.pt), a run directory, an "
                              "exported folder or a transformers folder.")
-    for flag, src in (('--trainer.resume', t.resume), ('--trainer.fork_from', t.fork_from)):
+    resume = t.resume if not t.fork_from else None   # a fork starts a new run: the trainer reads no resume then
+    for flag, src in (('--trainer.resume', resume), ('--trainer.fork_from', t.fork_from)):
         if src is None or t.fast_dev_run: continue
         if src.lower() in _LAST and flag == '--trainer.resume':
             root = Path(t.default_root_dir)
@@ -196,7 +197,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
         if p.is_dir() and not list_checkpoints(p) and not (flag == '--trainer.resume' and (p / 'config.json').is_file()):
             raise UsageError(f"{flag}={src!r}: that folder holds no run (no checkpoints/step_N.pt"
                              + (" and no config.json" if flag == '--trainer.resume' else '') + ").")
-    if not t.resume and t.run_name and not t.fast_dev_run and int(os.environ.get('RANK', 0)) == 0:   # rank 0 makes it
+    if not resume and t.run_name and not t.fast_dev_run and int(os.environ.get('RANK', 0)) == 0:   # rank 0 makes it
         new_run_dir(t.default_root_dir, t.run_name)   # refuses a used one
 
 
