@@ -12,12 +12,13 @@ from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
 from .model import block_names
+from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
-__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS', 'get_bench', 'bench_parser', 'check_args',
-           'pinned_threads', 'timing_table', 'write_csv', 'run_bench', 'bench_main', 'train_step_timing',
-           'train_step_cost', 'print_block_bench', 'plot_bench', 'bench_blocks', 'require_cuda', 'rel_err',
-           'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
+__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS', 'get_bench',
+           'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench', 'bench_main',
+           'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench', 'bench_blocks', 'require_cuda',
+           'rel_err', 'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
            'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
@@ -61,17 +62,50 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #e6902acc
+BENCH_IMPLS = {'scan': ('longctx_nb.kernels.scan:scan_impls', ()),             # bench -> (its kernel's `KernelImpls`,
+               'attention': ('longctx_nb.kernels.attention:attention_impls', ('sdpa',))}  # names only the bench adds)
+BENCH_READS = {'window_size': 'window_size', 'chunk_size': 'chunk_size'}   # blocks benchmark: flag -> the model field it sets
+
 def _bench_bytes(name: str, ns: dict) -> int | None:
     "A rough upper estimate of the bytes of the largest case of the kernel benchmarks (inputs, outputs, gradients)."
     L = max(ns.get('Ls') or [0])
     if name == 'scan': return 4 * ns['batch'] * ns['dim'] * L * (ns['N'] + 8)
     if name == 'attention': return 4 * ns['batch_size'] * ns['H'] * L * ns['Dh'] * 16
+    if name == 'dpassm': return 4 * (16 * ns['d_model'] ** 2 + ns['batch'] * L * ns['d_model'] * (ns['ssm_state_dim'] + 32))
     return None
 
-def check_args(fn,       # the benchmark function
-               ns: dict, # its parsed flags (argument name -> value)
+def _check_impls(name: str, impls, device):
+    "Every `--impls` name is valid and runs on `device`, before the first one is timed."
+    if name not in BENCH_IMPLS: return
+    mod, obj = BENCH_IMPLS[name][0].split(':')
+    ki, extra = getattr(importlib.import_module(mod), obj), BENCH_IMPLS[name][1]
+    for impl in impls:
+        if impl in extra: continue
+        if impl not in ki.choices:
+            raise UsageError(f"--impls {' '.join(impls)}: {impl!r} is not one of {ki.op}'s implementations; valid choices: "
+                             f"{', '.join((*ki.choices, *extra))}.")
+        why = next((o.why_not(device) for o in ki.optional if o.name == impl), None)
+        if why: raise UsageError(f"--impls {impl} cannot run on {device}: {why}; valid here: {', '.join((*ki.available(device), *extra))}.")
+        if name == 'attention' and impl == 'flex' and device.type != 'cuda':
+            raise UsageError(f"--impls flex: FlexAttention has no backward pass on {device.type}, and the benchmark times "
+                             "forward+backward; use --impls ref sdpa blocked here, or run it on a CUDA GPU.")
+
+def _check_files(ns: dict):
+    "Output files (--csv, --png) are file names whose folder can be written."
+    for k in ('csv', 'png'):
+        if ns.get(k) is None: continue
+        p = Path(ns[k]).expanduser()
+        if str(ns[k]).strip() == '' or p.is_dir():
+            raise UsageError(f"--{k} {str(ns[k])!r} is {'empty' if not str(ns[k]).strip() else 'a folder'}; give a file name, "
+                             f"e.g. --{k} bench.{k}.")
+        check_writable_dir(p.parent, f'the folder of --{k}')
+
+# %% ../nbs/50_bench.ipynb #b550be55
+def check_args(fn,         # the benchmark function
+               ns: dict,   # its parsed flags (argument name -> value); a `device` is replaced by the device it names
+               given=(),   # the flags given on the command line (without '--'): a setting no chosen block reads is refused
               ):
-    "Refuse counts and lengths that are not positive, output files without a folder, and a largest case that cannot fit."
+    "Refuse bad counts, devices, impls, dtypes and output files, settings no benchmarked block reads, and a largest case that cannot fit."
     sig = inspect.signature(fn).parameters
     for k, v in ns.items():
         d = sig[k].default if k in sig else None
@@ -81,12 +115,23 @@ def check_args(fn,       # the benchmark function
         if isinstance(one, float) and v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"--{flag}={v} must be a positive finite number.")
     if ns.get('reps', 1) > 1000: raise UsageError(f"--reps={ns['reps']}: at most 1000 timed repetitions.")
-    for k in ('csv', 'png'):
-        if ns.get(k): check_writable_dir(Path(ns[k]).expanduser().parent, f'the folder of --{k}')
+    if 'device' in ns: ns['device'] = str(device := get_device('auto' if ns['device'] is None else ns['device']))
+    else: device = get_device('auto')
     name = next((n for n, f in BENCHES.items() if f.endswith(':' + fn.__name__)), None)
+    if 'impls' in ns: _check_impls(name, ns['impls'], device)
+    if isinstance(ns.get('dtype'), torch.dtype) and not ns['dtype'].is_floating_point:
+        raise UsageError(f"--dtype {str(ns['dtype']).removeprefix('torch.')}: the benchmark times floating-point tensors; "
+                         "valid choices: float32, bfloat16, float16, float64.")
+    if 'blocks' in ns and 'size' in ns:
+        for flag, field in BENCH_READS.items():
+            readers = blocks_reading(field)
+            if flag in given and not set(readers) & {canonical_block(b) for b in ns['blocks']}:
+                raise UsageError(f"--{flag} is read only by the blocks {', '.join(readers)}, and none of --blocks "
+                                 f"{' '.join(ns['blocks'])} reads it; leave it out, or add one of those blocks.")
+    _check_files(ns)
     need = _bench_bytes(name, ns)
     if need is not None:
-        avail = available_memory(get_device(ns.get('device') or 'auto'))
+        avail = available_memory(device)
         if avail is not None and need > avail[0]:
             raise UsageError(f"the longest case (--L {max(ns['Ls'])}) needs about {format_bytes(need)}, but {avail[1]}; "
                              "lower --L or the batch.")
@@ -148,7 +193,8 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     ns = vars(bench_parser(argv[0]).parse_args(argv[1:]))
     if argv[0] == 'gpu': require_cuda()   # before anything is checked, allocated or written
     threads = ns.pop('threads'); check_positive(threads=threads)
-    check_args(fn, ns)
+    if threads is not None and threads > 256: raise UsageError(f"--threads {threads}: at most 256 (this machine has {os.cpu_count()} cores).")
+    check_args(fn, ns, given={a[2:].split('=')[0] for a in argv[1:] if a.startswith('--')})
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
     clock = ns.pop('clock')
     if argv[0] == 'gpu' and clock == 'cpu': raise UsageError("--clock cpu measures CPU work; longctx_bench gpu needs --clock wall.")
@@ -158,7 +204,7 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
         rows = fn(**ns)
     key, ref = BENCH_REFS.get(argv[0], ('impl', None))
     if rows and 'ms_median' in rows[0]: print(timing_table(rows, key, ref))
-    if out: print(f'wrote {write_csv(rows, out)}')
+    if out is not None: print(f'wrote {write_csv(rows, out)}')
     return rows
 
 def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])

@@ -12,8 +12,8 @@ from .flags import Parser, arg, make_parser, parse_config, main
 import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'print_config', 'train_main',
-           'prepare_parser', 'prepare_main']
+__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'print_config', 'check_sources',
+           'train_main', 'prepare_parser', 'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
@@ -141,7 +141,7 @@ from .config import build_config, config_settings, setting_sources
 def _given(ns: argparse.Namespace) -> list:
     "The settings a command line gave, as `build_config` levels: its --config file's, then its flags."
     flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
-    return ([config_settings(ns.config)] if getattr(ns, 'config', None) else []) + [(None, flags)]
+    return ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
 
 # %% ../nbs/70_cli.ipynb #00888d7b
 def print_config(cfg: Config,     # the config the run would use
@@ -160,6 +160,42 @@ def print_config(cfg: Config,     # the config the run would use
     lines += [f"  {k:<{w}}  {json.dumps(v):<24} {s if then[k][0] == v else later}" for k, (v, s) in now.items()]
     print('\n'.join(lines), file=err or sys.stderr)
 
+# %% ../nbs/70_cli.ipynb #c5c0f3a17
+_LAST = ('last', 'true', 'latest')
+
+def check_sources(cfg: Config,    # the run's config, after `run_config`
+                  init_from=None, # --init_from, if given
+                 ):
+    "Before any data is prepared: a --resume, --trainer.fork_from or --init_from must name something, and a new named run's directory must be free."
+    from longctx_nb.checkpoint import list_checkpoints
+    from longctx_nb.train import new_run_dir
+    t = cfg.trainer
+    if init_from is not None:
+        if t.resume: raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
+        if not str(init_from).strip():
+            raise UsageError("--init_from is empty; give a checkpoint (.pt), a run directory, an exported folder or a transformers folder.")
+        if not Path(init_from).expanduser().exists():
+            raise UsageError(f"--init_from {str(init_from)!r} does not exist; give a checkpoint (.pt), a run directory, an "
+                             "exported folder or a transformers folder.")
+    resume = t.resume if not t.fork_from else None   # a fork starts a new run: the trainer reads no resume then
+    for flag, src in (('--trainer.resume', resume), ('--trainer.fork_from', t.fork_from)):
+        if src is None or t.fast_dev_run: continue
+        if src.lower() in _LAST and flag == '--trainer.resume':
+            root = Path(t.default_root_dir)
+            runs = [root / t.run_name] if t.run_name else [p for p in root.glob('version_*') if p.name[8:].isdigit()]
+            if not any((d / 'config.json').is_file() or list_checkpoints(d) for d in runs):
+                raise UsageError(f"nothing to resume: no run under {str(root)!r}" + (f" named {t.run_name!r}" if t.run_name else '')
+                                 + "; leave --resume out to start a new run, or give the run directory.")
+            continue
+        p = Path(src).expanduser()
+        if not p.exists(): raise UsageError(f"{flag}={src!r}: no such run directory or checkpoint file.")
+        if p.is_dir() and not list_checkpoints(p) and not (flag == '--trainer.resume' and (p / 'config.json').is_file()):
+            raise UsageError(f"{flag}={src!r}: that folder holds no run (no checkpoints/step_N.pt"
+                             + (" and no config.json" if flag == '--trainer.resume' else '') + ").")
+    if not resume and t.run_name and not t.fast_dev_run and int(os.environ.get('RANK', 0)) == 0:   # rank 0 makes it
+        new_run_dir(t.default_root_dir, t.run_name)   # refuses a used one
+
+
 # %% ../nbs/70_cli.ipynb #6b63386f
 def _train(argv=None) -> int:
     from longctx_nb.train import train, Stopped  # heavy imports only when training
@@ -169,6 +205,7 @@ def _train(argv=None) -> int:
     say = print if int(os.environ.get('RANK', 0)) == 0 else (lambda *a: None)
     parsed = cfg
     cfg = run_config(cfg, _given(ns), say=say)
+    if not ns.print_config: check_sources(cfg, ns.init_from)
     model = None
     if ns.init_from: cfg, model = init_model(cfg, ns.init_from, say=say)
     if ns.print_config:
@@ -219,7 +256,8 @@ def _prepare(argv=None) -> int:
     out = Path(ns.out)
     if ns.chunk_size is not None and ns.chunk_size < 2: raise UsageError(f"--chunk_size={ns.chunk_size} must be at least 2 tokens, e.g. 32768.")
     if not 1 <= ns.workers <= 256: raise UsageError(f"--workers={ns.workers} must be from 1 to 256 (1: tokenize in this process).")
-    if not ns.resume_every > 0: raise UsageError(f"--resume_every={ns.resume_every} must be a positive number of MB, e.g. 64.")
+    if not 0 < ns.resume_every < float('inf'): raise UsageError(f"--resume_every={ns.resume_every} must be a positive number of MB, e.g. 64.")
+    if not str(ns.out).strip(): raise UsageError("--out is empty; give the folder to write, e.g. --out prepared.")
     check_writable_dir(out, '--out')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"output folder {str(out)!r} is not empty; choose a new --out folder.")

@@ -12,11 +12,12 @@ from .core import UsageError, parse_precision
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values', 'check_before_run', 'run_checks',
-           'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'pick_precision', 'Config', 'coerce',
-           'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir', 'validate',
-           'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'guide_keys', 'build_config',
-           'config_settings', 'load_config', 'setting_sources', 'field_help', 'option_specs', 'key_type', 'key_meta']
+           'LIGHTNING_ONLY', 'SYNTHETIC_KEYS', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values', 'check_before_run',
+           'run_checks', 'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'pick_precision', 'Config',
+           'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir',
+           'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'guide_keys',
+           'build_config', 'config_settings', 'load_config', 'setting_sources', 'field_help', 'option_specs',
+           'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -194,7 +195,7 @@ class DataConfig:
     train_data: str | None = opt(None, 'pre-tokenized training tokens (.bin or .npy)')
     val_data: str | None = opt(None, 'pre-tokenized validation tokens (.bin or .npy)')
     tokenizer: str = opt('byte', 'tokenizer for text corpora', choices=['byte', 'bpe'])
-    bpe_vocab_size: int = opt(4096, 'vocabulary size when training a BPE tokenizer', gt=256)
+    bpe_vocab_size: int = opt(4096, 'vocabulary size when training a BPE tokenizer', gt=256, le=1_000_000)
     seq_len: int = opt(256, 'training sequence length in tokens', gt=0)
     batch_size: int = opt(16, 'sequences per micro-batch (per process)', gt=0)
     global_batch_size: int | None = opt(None, 'sequences per optimizer step over all processes; if set, the gradient '
@@ -366,10 +367,12 @@ def coerce(key: str,    # canonical dotted key, for messages
           ):
     "Convert `value` to type `tp` for setting `key` and check it against the field's constraints (finite numbers only)."
     args = typing.get_args(tp)
-    if type(None) in args:  # Optional[X]
-        if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', '', 'auto')): return None
-        tp = next(a for a in args if a is not type(None))
     def bad(what): raise UsageError(f"{key}={value!r} is not valid: {what}.")
+    if isinstance(value, str) and not value.strip():
+        bad('the value is empty; give one, or leave the setting out for its default' + ('' if type(None) not in args else ' (none: no value)'))
+    if type(None) in args:  # Optional[X]
+        if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
+        tp = next(a for a in args if a is not type(None))
     if tp is bool:
         if isinstance(value, bool): v = value
         elif isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE: v = True
@@ -380,8 +383,10 @@ def coerce(key: str,    # canonical dotted key, for messages
         else:
             try: f = int(value.strip()) if isinstance(value, str) else _number(value, bad, 'an integer')   # exact, however long
             except ValueError: f = _number(value, bad, 'an integer')
-            if isinstance(f, float) and not f.is_integer(): bad('expected an integer')
-            v = int(f)
+            if isinstance(f, float):   # 2.5, and 1e3 or 3.0 too: a count is written as an integer, never reinterpreted
+                bad('expected an integer' + (', written without a decimal point or exponent' + (f' ({int(f)})' if abs(f) < 1e15 else '')
+                                            if f.is_integer() else ''))
+            v = f
     elif tp is float: v = _number(value, bad, 'a number')
     elif key == 'trainer.curriculum' and isinstance(value, (list, tuple)):  # JSON: [{"seq_len": 512, "steps": 100}, ...]
         try: v = ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
@@ -405,9 +410,9 @@ def coerce(key: str,    # canonical dotted key, for messages
 # %% ../nbs/01_config.ipynb #faafad6b
 def _run_name(key, v: str, bad) -> str:
     "A plain folder name: the run directory stays inside default_root_dir."
-    if not v.strip() or v in ('.', '..') or re.search(r'[/\\\0]', v) or Path(v).is_absolute() or v != v.strip():
-        bad("a run name is one plain folder name under trainer.default_root_dir: no '/', '\\', '..', leading or "
-            "trailing spaces, and not an absolute path (put the folder in --trainer.default_root_dir instead)")
+    if not v.strip() or v in ('.', '..') or re.search(r'[/\\\0\n\r\t]', v) or Path(v).is_absolute() or v != v.strip() or v[0] in '~-':
+        bad("a run name is one plain folder name under trainer.default_root_dir: no '/', '\\', '..', line breaks, leading "
+            "'~' or '-', leading or trailing spaces, and not an absolute path (put the folder in --trainer.default_root_dir instead)")
     return v
 
 _LIGHTNING_DEVICES = ('tpu', 'hpu', 'ipu', 'xla', 'mlu', 'npu', 'xpu')
@@ -472,10 +477,15 @@ LIGHTNING_ONLY = {  # LightningCLI keys with no meaning here -> what to use inst
     'trainer.overfit_batches': "not supported", 'trainer.reload_dataloaders_every_n_epochs': "not supported",
     'trainer.use_distributed_sampler': "every step's batch comes from the step's own random stream; nothing to set",
     'trainer.barebones': "not supported", 'trainer.inference_mode': "not supported",
+    'seed_everything': "runs are seeded by --trainer.seed", 'trainer.seed_everything': "runs are seeded by --trainer.seed",
+    'trainer.enable_model_summary': "the model's one-line summary is always printed; nothing to set",
+    'trainer.limit_test_batches': "there is no test stage: evaluate with longctx_eval",
+    'trainer.limit_predict_batches': "there is no predict stage: evaluate with longctx_eval",
 }
 
 def _close(key: str, pool: list[str]) -> str:
-    "' Did you mean ...?' for a really close key (difflib ratio >= 0.8), else ''."
+    "' Did you mean ...?' for a really close key (difflib ratio >= 0.8), else '' (and for a key with an empty part)."
+    if '' in key.split('.'): return ''
     close = difflib.get_close_matches(key, pool, n=1, cutoff=0.8)
     return f" Did you mean {close[0]!r}?" if close else ''
 
@@ -486,8 +496,15 @@ def canonical_key(key: str,  # dotted key, alias or '--flag'
     key = ALIASES.get(key, key)
     keys = all_keys()
     if key in keys: return key
-    if key in LIGHTNING_ONLY:
-        raise UsageError(f"{key!r} is a LightningCLI setting with no meaning in longctx_nb: {LIGHTNING_ONLY[key]}.")
+    if key.endswith('+') and key[:-1] in LIGHTNING_ONLY: key = key[:-1]   # jsonargparse's append: --trainer.callbacks+=X
+    top = next((k for k in LIGHTNING_ONLY if key == k or key.startswith(k + '.')), None)   # also its class_path, init_args.*
+    if top is not None:
+        raise UsageError(f"{key!r} is a LightningCLI setting with no meaning in longctx_nb: {LIGHTNING_ONLY[top]}.")
+    parts = key.split('.')
+    if 'class_path' in parts or 'init_args' in parts:
+        inner = '.'.join(p for p in parts if p not in ('class_path', 'init_args'))
+        raise UsageError(f"{key!r} is LightningCLI's way to pick a class and its arguments; here each section is one set of settings"
+                         + (f": give --{inner}=VALUE." if inner in keys else ": give its settings directly, e.g. --model.d_model=512."))
     section = key.split('.')[0] if '.' in key else None
     pool = [k for k in keys if k.startswith(f'{section}.')]
     hint = _close(key, keys + list(ALIASES))
@@ -632,10 +649,21 @@ def resolve_model(m: ModelConfig,  # the model section
     return m
 
 # %% ../nbs/01_config.ipynb #1cc53b78
+SYNTHETIC_KEYS = ('data.task', 'data.task_vocab_size', 'data.num_pairs', 'data.passkey_depth', 'data.copy_len')
+
 def check_read(cfg: Config,  # the resolved config
                keys,         # canonical keys the user gave explicitly (defaults and presets are fine)
               ):
-    "Refuse an explicitly given `model` setting that the run's block does not read, naming the blocks that read it."
+    "Refuse an explicitly given setting the run does not read: a `model` one its block does not read (naming the blocks that do), a synthetic task's without the synthetic data, BPE's without BPE."
+    d = cfg.data
+    for k in keys:
+        if k in SYNTHETIC_KEYS and d.dataset_name != 'synthetic':
+            raise UsageError(f"{k} is read only by the synthetic tasks, and this run reads data.dataset_name={d.dataset_name!r}"
+                             + (" (its --data.train_data token ids)" if d.train_data else '') + f"; leave {k} out, or give "
+                             "--data.dataset_name=synthetic.")
+        if k == 'data.bpe_vocab_size' and d.tokenizer != 'bpe' and not (d.data_dir or d.train_data):
+            raise UsageError(f"data.bpe_vocab_size is read only with --data.tokenizer=bpe, and this run's tokenizer is "
+                             f"{d.tokenizer!r}; leave it out, or give --data.tokenizer=bpe.")
     readers = _OWNED.get('model.block', (None, None, None))[2]
     if readers is None: return
     for k in keys:
@@ -660,13 +688,18 @@ def _read_json(p: Path) -> dict:
     "The JSON object in file `p`; `UsageError` naming the file for anything else."
     where = f"config file {str(p)!r}"
     if p.is_dir(): raise UsageError(f"{where} is a folder; give a JSON file (sections model, data, trainer).")
-    if not p.is_file(): raise UsageError(f"{where} does not exist.")
+    if not p.is_file(): raise UsageError(f"{where} " + ("is not a regular file; give a JSON file." if p.exists() else "does not exist."))
     try: text = p.read_bytes().decode('utf-8-sig')
     except OSError as e: raise UsageError(f"{where} cannot be read: {e.strerror}.") from None
     except UnicodeDecodeError as e:
         raise UsageError(f"{where} is not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); "
                          "a config file is JSON, saved as UTF-8.") from None
-    try: d = json.loads(text)
+    def once(pairs):   # a key written twice in one object: which one was meant?
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) < len(keys):
+            raise UsageError(f"{where} gives {next(k for k in keys if keys.count(k) > 1)!r} twice in one object; keep one of them.")
+        return dict(pairs)
+    try: d = json.loads(text, object_pairs_hook=once)
     except json.JSONDecodeError as e: raise UsageError(f"{where} is not valid JSON: {e}.") from None
     except RecursionError: raise UsageError(f"{where} is nested too deeply to be a config.") from None
     if not isinstance(d, dict): raise UsageError(f"{where} must hold a JSON object with sections, not a {type(d).__name__}.")
@@ -674,6 +707,21 @@ def _read_json(p: Path) -> dict:
         if s in d and not isinstance(d[s], dict):
             raise UsageError(f"in {where}: section {s!r} must be a JSON object of settings, not {d[s]!r}.")
     return d
+
+_JSON_NUMBER_TEXT = ('trainer.precision', 'trainer.profile_steps', 'model.size', 'model.num_params')  # text settings a number may spell
+
+def _json_type(key: str, v):
+    "A JSON value has its setting's type: a count is a JSON integer, a number a JSON number, a switch true/false, a text a string."
+    cls, f = _field_of(key)
+    tp = _hints(cls)[f.name]
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    tp = args[0] if args else tp
+    if v is None or key == 'trainer.curriculum' and isinstance(v, list): return
+    want = {int: 'a JSON integer, e.g. 8', float: 'a JSON number, e.g. 0.1', bool: 'true or false'}.get(tp, 'a JSON string')
+    ok = {int: isinstance(v, int) and not isinstance(v, bool), float: isinstance(v, (int, float)) and not isinstance(v, bool),
+          bool: isinstance(v, bool)}.get(tp, isinstance(v, str) or key in _JSON_NUMBER_TEXT and isinstance(v, (int, float))
+                                          and not isinstance(v, bool))
+    if not ok: raise UsageError(f"{key}={json.dumps(v)} has the wrong JSON type: expected {want}")
 
 def read_config_file(path,      # a JSON file with sections model, data, trainer
                     ) -> dict:  # dotted key -> value
@@ -685,6 +733,7 @@ def read_config_file(path,      # a JSON file with sections model, data, trainer
             key = canonical_key(k)
             if isinstance(v, dict): raise UsageError(f"{key} must be a value, not a JSON object")
             _value_checked(key, v)
+            _json_type(key, v)
         except UsageError as e: raise UsageError(f"in config file {str(p)!r}, key {k!r}: {e}") from None
     return flat
 
@@ -723,12 +772,15 @@ def build_config(levels,                       # [(where or None, {key: value}),
 def config_settings(name,  # the value of --config: a JSON file, or a size preset's name
                    ) -> tuple[str, dict]:  # (where the settings come from, dotted key -> value): a level of `build_config`
     "The settings `--config NAME` gives: a JSON file's, or `{'model.size': NAME}` for a size preset such as small_32k."
+    if not str(name).strip(): raise UsageError("--config is empty; give a JSON file or a preset name such as small_32k.")
     p = Path(name).expanduser()
     if not p.exists() and str(name) in SIZE_PRESETS: return f"--config {name}", {'model.size': str(name)}
     if not p.exists():
         long = [k for k in SIZE_PRESETS if k.endswith('_32k')]
+        close = difflib.get_close_matches(str(name), list(SIZE_PRESETS), n=1, cutoff=0.8)
         raise UsageError(f"config file {str(p)!r} does not exist, and {str(name)!r} is not a preset; --config takes a JSON "
-                         f"file or a preset name: {', '.join(long)} (or any size preset: {', '.join(k for k in SIZE_PRESETS if k not in long)}).")
+                         f"file or a preset name: {', '.join(long)} (or any size preset: {', '.join(k for k in SIZE_PRESETS if k not in long)})."
+                         + (f" Did you mean {close[0]}?" if close else ''))
     return f"config {p}", read_config_file(p)
 
 # %% ../nbs/01_config.ipynb #e6ff2849

@@ -11,7 +11,7 @@ import numpy as np
 import torch, torch.nn.functional as F
 from .core import UsageError, get_device, autocast, check_precision, seed_everything
 from .config import Config, DataConfig, ModelConfig, apply_overrides, flatten_sections, check_writable_dir
-from .memory import check_fits, check_positive
+from .memory import check_fits, check_positive, check_seed
 from .blocks.base import canonical_block
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
@@ -22,11 +22,11 @@ from .plots import plot_heatmap, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
-__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'EVAL_FLAGS', 'Evaluated', 'load_for_eval',
-           'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey', 'passkey_generator',
-           'answer_accuracy', 'passkey_grid', 'recall_params', 'chance_level', 'task_accuracy', 'loss_by_position',
-           'drift_curve', 'text_data', 'eval_lengths', 'fit_passkey', 'run_eval', 'format_result', 'plot_result',
-           'expand_checkpoints', 'short_names', 'format_table', 'run_evals', 'eval_parser', 'eval_main']
+__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'EVAL_FLAGS', 'Evaluated',
+           'load_for_eval', 'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey',
+           'passkey_generator', 'answer_accuracy', 'passkey_grid', 'recall_params', 'chance_level', 'task_accuracy',
+           'loss_by_position', 'drift_curve', 'text_data', 'eval_lengths', 'fit_passkey', 'run_eval', 'format_result',
+           'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals', 'eval_parser', 'eval_main']
 
 # %% ../nbs/60_evals.ipynb #ded02c88
 @dataclass
@@ -379,6 +379,7 @@ def _check(ok: bool, msg: str):
 
 # %% ../nbs/60_evals.ipynb #5f429af6
 EVAL_HINT = "--max_len (or --lengths) or --batch_size"
+TASK_FLAGS = {'passkey': ('passkey_len',), 'copy_recall': ('num_pairs', 'copy_len')}   # settings only that task reads
 
 def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, **positive):
     "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
@@ -386,10 +387,19 @@ def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, 
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
     check_positive(lengths=lengths, **positive)
-    _check(seed >= 0, f"--seed={seed} must be >= 0.")
-    if output_dir is not None: check_writable_dir(output_dir, '--output_dir')
+    check_seed(seed)
+    for flag, v in positive.items():   # each task's own settings: one that the task does not read is refused
+        reads = [t for t, fs in TASK_FLAGS.items() if flag in fs]
+        _check(v is None or not reads or task in reads, f"--{flag} is read only by --task {' or '.join(reads)}, not by {task}; "
+               "leave it out.")
+    _check(positive.get('passkey_len') is None or positive['passkey_len'] <= 1000, f"--passkey_len={positive.get('passkey_len')}: "
+           "at most 1000 digits.")
+    if output_dir is not None:
+        _check(str(output_dir).strip() != '', "--output_dir is empty; give a folder, or leave it out to write nothing.")
+        check_writable_dir(output_dir, '--output_dir')
     _check(n_samples > 0 or (n_samples == 0 and task in ('perplexity', 'drift_curve')), f"--n_samples={n_samples} must be > 0 "
            "(0, the whole validation split, only for perplexity and drift_curve).")
+    if n_samples: check_positive(n_samples=n_samples)   # and not more than a run can finish
     _check(all(0 <= d <= 1 for d in depths) and len(depths) > 0, f"--depths {' '.join(map(str, depths))}: each depth must be in [0, 1].")
     _check(lengths is None or (len(lengths) > 0 and min(lengths) > 0), f"--lengths {lengths}: give positive lengths.")
 
@@ -466,6 +476,8 @@ def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, bat
     _check(task != 'drift_curve' or n_buckets <= max_len, f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
     if task == 'passkey':
         gen, mode, chance = _passkey_gen(ev, passkey_len, task_vocab_size, data_dir)
+        _check(mode != 'text' or task_vocab_size is None, f"--task_vocab_size is not read by the passkey in text, which "
+               f"{ev.source} is tested with (its vocabulary is the tokenizer's); leave it out.")
         if not given:
             lengths, max_len, msg = fit_passkey(gen, lengths, max_len, ev.train_len)
             if msg: note(msg)
@@ -511,12 +523,20 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
     say = print if verbose else (lambda *a, **k: None)
     _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, vocab_size=vocab_size,
                 passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
+    _check(data_dir is None or str(data_dir).strip() != '', "--data_dir is empty; give a folder, or leave it out for the training corpus.")
+    _check(checkpoint_path is None or str(checkpoint_path).strip() != '', "--checkpoint_path is empty; give a checkpoint (.pt), a run "
+           "directory or an exported model folder, or leave it out to evaluate an untrained model.")
     if block is not None: block = canonical_block(block)
     dev = get_device(device)
     precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)
     if checkpoint_path is not None:
         ev = load_for_eval(checkpoint_path, dev); check_flags(ev, block, vocab_size)
-    else: ev = fresh_model(block or 'vanilla', vocab_size or 256, seed=seed, device=dev)
+    else:
+        if not skip_memory_check:   # the untrained model itself fits, before it is built
+            m = apply_overrides(Config(), {'model.block': block or 'vanilla', 'model.vocab_size': vocab_size or 256}).model
+            check_fits(m, batch_size, max(max_len or 0, max(lengths or [0]), seq_len or 128), precision, dev, training=False,
+                       hint=EVAL_HINT + ' or --vocab_size', override='--skip_memory_check')
+        ev = fresh_model(block or 'vanilla', vocab_size or 256, seed=seed, device=dev)
     out, work = _plan(ev, task, seq_len, max_len, lengths, depths, n_samples, batch_size, dev, precision, seed, passkey_len,
                       task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check, checkpoint_path, say)
     if not ev.trained:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_flags.ipynb #04433236
 from __future__ import annotations
-import argparse, dataclasses, difflib, importlib, inspect, io, os, shutil, sys, tokenize
+import argparse, dataclasses, difflib, importlib, itertools, inspect, io, os, shutil, sys, tokenize
 import longctx_nb
 from .core import UsageError, TrainingError
 from .config import (Config, ALIASES, SECTIONS, option_specs, key_type, key_meta, canonical_key, config_settings,
@@ -51,6 +51,25 @@ class Parser(argparse.ArgumentParser):
         "The argument group titled `title`, made the first time it is asked for."
         if title not in self.groups: self.groups[title] = self.add_argument_group(title, description)
         return self.groups[title]
+
+    def parse_known_args(self, args=None,   # the command-line arguments (default: sys.argv[1:])
+                         namespace=None,    # argparse's namespace to fill
+                        ):
+        "argparse's, with a note on stderr for a flag given twice with different values: the later one is used."
+        args = list(sys.argv[1:] if args is None else args)
+        seen = {}
+        for i, tok in enumerate(args):
+            if tok == '--': break
+            flag = tok.split('=', 1)[0]
+            a = self._option_string_actions.get(flag) if tok.startswith('--') else None
+            if a is None or a.nargs == 0: continue
+            rest = list(itertools.takewhile(lambda t: not t.startswith('--'), args[i + 1:]))
+            val = tok.split('=', 1)[1] if '=' in tok else ' '.join(rest if a.nargs in ('+', '*') else rest[:1])
+            if a.dest in seen and seen[a.dest][1] != val and int(os.environ.get('RANK', 0)) == 0:
+                print(f"{self.prog}: note: {flag} is set twice: {seen[a.dest][0]} {seen[a.dest][1]!r}, then {flag} {val!r}; "
+                      "the later one is used.", file=sys.stderr)
+            seen[a.dest] = (flag, val)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str,  # argparse's message
              ):
@@ -285,7 +304,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     if unknown: _unknown(unknown, parser.prog)
     notes = []
     flags = {where: v for where, v in _merge(_sources(parser, ns, argv), notes).values()}
-    levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) else []) + [(None, flags)]
+    levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
     ns.origins = {}
     cfg = build_config(levels, notes, ns.origins)
     check_read(cfg, _explicit(levels))

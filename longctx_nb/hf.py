@@ -15,13 +15,15 @@ from .checkpoint import read_checkpoint, latest_checkpoint, load_model, export_m
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
 from .corpus import FORMAT_VERSION, _corpus, cache_root, prepare
 from .flags import make_parser, arg, main
+from .config import check_writable_dir
+from .memory import check_positive
 
 # %% auto #0
 __all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'quiet_transformers', 'hf_config', 'hf_name',
            'hf_state_dict', 'to_hf', 'byte_tokenizer_json', 'is_byte_tokenizer', 'hf_tokenizer', 'tokenizer_from_json',
            'logit_gap', 'save_pretrained', 'model_config_from_hf', 'read_hf_weights', 'state_dict_from_hf',
            'is_hf_checkpoint', 'HFTokenizer', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source',
-           'run_tokenizer', 'init_data', 'init_from', 'export_parser', 'export', 'export_main']
+           'run_tokenizer', 'init_data', 'init_from', 'export_parser', 'export', 'check_export_args', 'export_main']
 
 # %% ../nbs/44_hf.ipynb #7a0ab927
 HF_INSTALL = "pip install 'longctx_nb[hf]'  (or: pip install 'transformers>=4.46')"
@@ -589,8 +591,33 @@ def export(source,                                     # a checkpoint .pt, a run
     return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite, say=say)
 
 # %% ../nbs/44_hf.ipynb #7394f5c4
+def check_export_args(source,                       # SOURCE as given
+                      out_dir,                      # OUT_DIR as given
+                      tokenizer: str = 'auto',      # --tokenizer
+                      max_position_embeddings=None, # --max_position_embeddings
+                      overwrite: bool = False,      # --overwrite
+                      **_,                          # the other flags (nothing to check)
+                     ):
+    "Refuse, before any model is read, an empty or missing SOURCE, an OUT_DIR that is a file, in use (without --overwrite) or holding SOURCE, and bad flags."
+    for what, v in (('SOURCE', source), ('OUT_DIR', out_dir)):
+        if not str(v).strip(): raise UsageError(f"{what} is empty; longctx_export SOURCE OUT_DIR (see the examples).")
+    src = Path(source).expanduser()
+    if not src.exists(): raise UsageError(f"{str(src)!r} does not exist; give a checkpoint (.pt), a run directory or an exported folder.")
+    out = check_writable_dir(out_dir, 'OUT_DIR')
+    if out.resolve() == src.resolve() or out.resolve() in src.resolve().parents:
+        raise UsageError(f"OUT_DIR {str(out)!r} holds SOURCE {str(source)!r}; writing there (--overwrite replaces the folder) "
+                         "would destroy the source: choose another folder.")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UsageError(f"{str(out)!r} exists and is not empty; choose a new folder or pass --overwrite.")
+    if max_position_embeddings is not None: check_positive(max_position_embeddings=max_position_embeddings)
+    if tokenizer not in ('auto', 'byte', 'none') and not (str(tokenizer).strip() and Path(tokenizer).expanduser().exists()):
+        raise UsageError(f"--tokenizer {tokenizer!r}: valid choices: auto (the run's), byte, none, or a tokenizer.json or "
+                         "prepared folder that exists.")
+
 def _export(argv=None) -> int:
-    out = export(**vars(export_parser().parse_args(sys.argv[1:] if argv is None else argv)))
+    args = vars(export_parser().parse_args(sys.argv[1:] if argv is None else argv))
+    check_export_args(**args)
+    out = export(**args)
     print(f"wrote {out}")
     return 0
 

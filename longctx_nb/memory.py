@@ -11,15 +11,15 @@ import torch
 from torch import nn
 from .core import UsageError, get_device, parse_precision, saved_tensor_bytes
 from .config import ModelConfig, check_before_run, pick_precision, resolve_model
-from .synthetic import CONFIG_KNOBS, get_task, task_params
+from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block
 from .model import LM, count_params
 
 # %% auto #0
-__all__ = ['TRAIN_HINT', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes', 'MemoryEstimate', 'estimate_memory',
-           'param_count', 'available_memory', 'check_fits', 'check_config_fits', 'fits_when_parsed', 'check_positive',
-           'check_lengths']
+__all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes',
+           'MemoryEstimate', 'estimate_memory', 'param_count', 'available_memory', 'check_fits', 'check_config_fits',
+           'task_vocab', 'fits_when_parsed', 'task_settings_read', 'check_positive', 'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -235,14 +235,31 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
                       world_size: int = 1,  # ranks of the run
                       hint: str = TRAIN_HINT,  # the settings to lower, in the tool's own flags
                      ) -> int | None:       # bytes needed (None: skipped)
-    "`check_fits` for a training run: its batch, its longest sequence, FSDP's sharding; skipped by trainer.skip_memory_check."
+    "`check_fits` for a training run: its batch, its longest sequence, FSDP's sharding, and a step's batch in RAM; skipped by trainer.skip_memory_check."
     if getattr(cfg.trainer, 'skip_memory_check', False): return None
     dev = torch.device(device)
     sharded = world_size > 1 and (cfg.trainer.strategy == 'fsdp' or cfg.trainer.strategy.startswith('deepspeed'))
-    return check_fits(cfg.model, cfg.data.batch_size, cfg.data.seq_len, precision, dev, shards=world_size if sharded else 1,
+    need = check_fits(cfg.model, cfg.data.batch_size, cfg.data.seq_len, precision, dev, shards=world_size if sharded else 1,
                       processes=world_size if dev.type == 'cpu' else 1, hint=hint)
+    d, t = cfg.data, cfg.trainer
+    seqs = d.global_batch_size // max(world_size, 1) if d.global_batch_size else d.batch_size * t.accumulate_grad_batches
+    step = 3 * 8 * seqs * (d.seq_len + 1)   # a step's whole batch (every micro-batch) is sampled at once: inputs, targets, documents
+    avail = available_memory('cpu')
+    if avail is not None and step > avail[0]:
+        raise UsageError(f"one training step's batch cannot fit in memory: {seqs:,} sequences of {d.seq_len:,} tokens "
+                         f"(data.batch_size x trainer.accumulate_grad_batches, or data.global_batch_size per rank) need "
+                         f"{format_bytes(step)}, but {avail[1]}. Lower " + ("--data.global_batch_size or --trainer.accumulate_grad_batches (or "
+                         "--trainer.skip_memory_check to start anyway)." if hint == TRAIN_HINT else f"{hint}."))
+    return need
+
 
 # %% ../nbs/31_memory.ipynb #ed425dde
+def task_vocab(d,  # a `DataConfig` naming a synthetic task
+              ) -> int:
+    "The vocabulary of `d`'s synthetic task, from its settings alone: no sequence is generated (whatever the length)."
+    knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
+    return task_params(d.task, **knobs)['vocab_size']
+
 @check_before_run
 def fits_when_parsed(cfg,  # a training `Config` straight from the command line
                     ) -> int | None:  # bytes needed (None: skipped)
@@ -252,22 +269,47 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
     dev = get_device(t.accelerator)
     p = pick_precision(t, dev)[0]   # the precision the run will use (auto, use_fp16, or the one given)
     vocab = cfg.model.vocab_size
-    if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None:
-        knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
-        vocab = task_params(d.task, **knobs)['vocab_size']   # the task's vocabulary, without generating a sequence
+    if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None: vocab = task_vocab(d)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
     return check_config_fits(cfg, dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
 
+# %% ../nbs/31_memory.ipynb #a9f3c1d1
+@check_before_run
+def task_settings_read(cfg,  # a training `Config` straight from the command line
+                      ):
+    "Refuse a synthetic task's setting (not at its default) that the run's task does not read, naming the tasks that do."
+    d = cfg.data
+    if d.dataset_name != 'synthetic': return
+    reads, defaults = get_task(d.task).defaults, {f.name: f.default for f in dataclasses.fields(d)}
+    for knob, field in CONFIG_KNOBS.items():
+        if knob not in reads and getattr(d, field) != defaults[field]:
+            readers = [t for t in TASKS if knob in get_task(t).defaults]
+            raise UsageError(f"data.{field}={getattr(d, field)} is read only by the synthetic tasks {', '.join(readers)}, and this "
+                             f"run's data.task={d.task!r} would ignore it; leave it out, or choose one of those tasks.")
+
+
 # %% ../nbs/31_memory.ipynb #8d4f3cc7
+MAX_COUNTS = {'n_samples': 100_000, 'seeds': 100}   # the most an evaluation or benchmark count may ask for
+MAX_SEED = 2**32 - 1   # the largest seed every generator takes (numpy's)
+
 def check_positive(**flags,  # flag name (without '--') -> a value, or a list of values, each must be a positive integer (None: not given)
                   ):
-    "Refuse a count or length that is not a positive integer, naming its flag."
+    "Refuse a count or length that is not a positive integer, or a count above `MAX_COUNTS`, naming its flag."
     for name, v in flags.items():
+        shown = ' '.join(map(str, v)) if isinstance(v, (list, tuple)) else v
         for x in (v if isinstance(v, (list, tuple)) else [v]):
             if x is None: continue
             if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
-                shown = ' '.join(map(str, v)) if isinstance(v, (list, tuple)) else v
                 raise UsageError(f"--{name} {shown}: must be a positive integer" + (' (each of them)' if isinstance(v, (list, tuple)) else '') + '.')
+            if x > MAX_COUNTS.get(name, x):
+                raise UsageError(f"--{name} {shown}: at most {MAX_COUNTS[name]:,}; a count this large would run for days.")
+
+def check_seed(seed,            # the seed given
+               flag: str = '--seed',  # its flag
+              ):
+    "A seed is an integer from 0 to `MAX_SEED`."
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"{flag}={seed} must be " + (">= 0." if isinstance(seed, int) and seed < 0 else f"an integer from 0 to {MAX_SEED:,}."))
 
 def check_lengths(lengths,              # the lengths to evaluate
                   flag: str,            # their flag, e.g. '--eval_lengths'

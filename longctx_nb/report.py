@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, get_device
-from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir, pick_precision, resolve_model
-from .memory import check_fits, check_config_fits, check_positive, check_lengths
+from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_read, check_writable_dir, pick_precision, resolve_model
+from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
 from .blocks.base import canonical_block, get_block
 from .blocks.bigbird import random_block_size
 from .model import LM, count_params, flops_per_token
@@ -73,9 +73,19 @@ def block_configs(blocks,                                     # block names (any
     for k in overrides or {}:
         if canonical_key(k) in ('model.block', 'trainer.run_name', 'trainer.default_root_dir'):
             raise UsageError(f"{k} is set by the comparison itself; it cannot be overridden.")
+        if canonical_key(k) == 'model.vocab_size' and task != 'text':
+            raise UsageError(f"{k} is set by the comparison itself: the model's vocabulary is the task's (--data.task_vocab_size sets it).")
     cfgs = {b: apply_overrides(Config(), {**base, 'model.block': b, 'trainer.run_name': b}) for b in blocks}
+    for k in overrides or {}:   # a model setting that none of the blocks reads is refused
+        if canonical_key(k).startswith('model.'):
+            why = []
+            for c in cfgs.values():
+                try: check_read(c, [canonical_key(k)])
+                except UsageError as e: why.append(str(e))
+            if len(why) == len(cfgs):
+                raise UsageError(f"--{k} is read by none of --blocks {' '.join(blocks)}: " + why[0].split(', and this run')[0] + '.')
     if task != 'text':  # the model's vocabulary is the task's
-        cfgs = {b: apply_overrides(c, {'model.vocab_size': task_from_config(c.data).vocab_size}) for b, c in cfgs.items()}
+        cfgs = {b: apply_overrides(c, {'model.vocab_size': task_vocab(c.data)}) for b, c in cfgs.items()}  # no sequence made
     else: cfgs = {b: apply_overrides(c, {'model.vocab_size': c.model.vocab_size or 256}) for b, c in cfgs.items()}
     if match_params:
         cfgs = {b: apply_overrides(cfgs[b], {'model.n_layers': n}) for b, n in match_layers(cfgs).items()}
@@ -229,6 +239,7 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
                    allow_dense: bool = False,              # train blocks whose settings are dense at seq_len (marked)
                   ) -> list[dict]:  # one row per block (its best learning rate)
     "Train each block on `task` with the same budget (per learning rate and seed), evaluate each at `eval_lengths`, write a report."
+    if not str(output_dir).strip(): raise UsageError("--output_dir is empty; give a new or empty folder for the report and the runs.")
     out = check_writable_dir(output_dir, '--output_dir')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--output_dir {str(out)!r} is not empty; choose a new folder for the report.")
@@ -236,6 +247,8 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
     overrides = dict(overrides or {})
     lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
     lrs = sweep_lrs(lr_sweep, overrides)
+    _check_compare_fits(block_configs(blocks, task, max_steps, seq_len, batch_size, size, seed, device, out / 'runs', False,
+                                      overrides), lengths, device)   # before a model is built to match the depths
     cfgs = block_configs(blocks, task, max_steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, overrides)
     _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
@@ -399,6 +412,8 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
                    ) -> Path:  # the path of report.md
     "Every evaluation that fits the model at `checkpoint_path`, as JSON, PNG and one report.md in `output_dir`; what it leaves out, and why."
     check_positive(n_samples=n_samples, max_len=max_len)
+    if not str(output_dir).strip(): raise UsageError("--output_dir is empty; give the folder for report.md, or leave it out for 'reports'.")
+    if not str(checkpoint_path).strip(): raise UsageError("--checkpoint_path is empty; give a checkpoint (.pt), a run directory or an exported model folder.")
     check_writable_dir(output_dir, '--output_dir')
     dev = get_device(device)
     ev = load_for_eval(checkpoint_path)

@@ -1,16 +1,17 @@
 """Bad input against every console script: exit code 2, one paragraph naming the problem, no traceback, nothing
 written, and quick. The table runs in-process through each script's `*_main` (SystemExit caught, stderr captured);
 a few cases run the installed console scripts themselves."""
-import contextlib, io, json, os, subprocess, time
+import contextlib, io, json, os, resource, subprocess, time
 from pathlib import Path
 import numpy as np
 import pytest
 import torch
 
 def _mains():
-    from longctx_nb import cli, evals, report, bench
+    from longctx_nb import cli, evals, report, bench, hf
     return {'longctx_train': cli.train_main, 'longctx_prepare': cli.prepare_main, 'longctx_eval': evals.eval_main,
-            'longctx_compare': report.compare_main, 'longctx_report': report.report_main, 'longctx_bench': bench.bench_main}
+            'longctx_compare': report.compare_main, 'longctx_report': report.report_main, 'longctx_bench': bench.bench_main,
+            'longctx_export': hf.export_main}
 
 @pytest.fixture(scope='module')
 def data(tmp_path_factory):
@@ -29,11 +30,15 @@ def data(tmp_path_factory):
         (d / name).mkdir(); ids.tofile(d / name / 'tokens.bin')
         (d / name / 'meta.json').write_text(json.dumps({'dtype': 'uint16', 'vocab_size': 300, 'tokenizer': tok}))
     (d / 'afile').write_text('not a folder\n')
+    (d / 'emptydir').mkdir()
     (d / 'latin1.json').write_bytes('{"trainer": {"run_name": "caf\xe9"}}'.encode('latin-1'))
     configs = {'bad_json': '{"trainer": {"max_steps": 5', 'list': '[1, 2, 3]', 'ten': '{"trainer": {"max_steps": "ten"}}',
                'nan': '{"trainer": {"learning_rate": NaN}}', 'optimizer': '{"model": {"optimizer": "adam"}}',
                'section': '{"model": 5}', 'unknown': '{"trainer": {"max_step": 3}}', 'dict_value': '{"trainer": {"max_steps": {"a": 1}}}',
-               'inf_int': '{"model": {"d_model": Infinity}}'}
+               'inf_int': '{"model": {"d_model": Infinity}}', 'string_for_int': '{"data": {"seq_len": "64"}}',
+               'int_for_text': '{"trainer": {"run_name": 5}}', 'float_for_int': '{"trainer": {"max_steps": 3.0}}',
+               'text_for_bool': '{"model": {"compile": "yes"}}', 'bool_for_number': '{"trainer": {"learning_rate": true}}',
+               'twice': '{"trainer": {"max_steps": 3, "max_steps": 5}}'}
     for k, v in configs.items(): (d / f'{k}.json').write_text(v)
     from longctx_nb.config import Config, apply_overrides
     from longctx_nb.train import train
@@ -47,7 +52,7 @@ def data(tmp_path_factory):
 
 NO_GPU = not torch.cuda.is_available()
 
-T, P, E, C, R, B = 'longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench'
+T, P, E, C, R, B, X = 'longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench', 'longctx_export'
 CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data folder, {run}: the tiny run
     # values: type, finiteness, range, whichever spelling
     ('nan_steps', T, ['--trainer.max_steps=nan'], 'finite'),
@@ -75,7 +80,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('seed_negative', T, ['--trainer.seed=-1'], 'must be >= 0'),
     ('workers_absurd', T, ['--data.num_workers=100000'], 'must be <= 256'),
     ('passkey_depth_two', T, ['--data.passkey_depth=2'], 'must be <= 1'),
-    ('dist_timeout_absurd', T, ['--trainer.dist_timeout=1e30'], 'must be <='),
+    ('dist_timeout_absurd', T, ['--trainer.dist_timeout=1000000000000000000000000000000'], 'must be <='),
     ('precision_64', T, ['--trainer.precision=64'], 'unknown precision'),
     ('strategy_unknown', T, ['--trainer.strategy=horovod'], 'valid choices'),
     ('curriculum_text', T, ['--trainer.curriculum=abc'], 'SEQ_LEN:STEPS'),
@@ -130,6 +135,13 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('lightning_num_nodes', T, ['--trainer.num_nodes=2'], 'torchrun'),
     ('lightning_ckpt_path', T, ['--ckpt_path=x.ckpt'], '--trainer.resume'),
     ('far_name_no_suggestion', T, ['--foo_bar_baz=x'], 'unknown config key'),
+    ('empty_key_no_suggestion', T, ['--trainer.=3'], "unknown config key 'trainer.'"),
+    ('lightning_seed_everything', T, ['--seed_everything=1'], 'runs are seeded by --trainer.seed'),
+    ('lightning_class_path', T, ['--model.class_path=MyModel'], "LightningCLI's way to pick a class"),
+    ('lightning_init_args', T, ['--model.init_args.d_model=64'], 'give --model.d_model=VALUE'),
+    ('lightning_optimizer_init_args', T, ['--optimizer.init_args.lr=0.1'], 'the optimizer is AdamW'),
+    ('lightning_callbacks_append', T, ['--trainer.callbacks+=ModelCheckpoint'], 'no callbacks'),
+    ('lightning_model_summary', T, ['--trainer.enable_model_summary=false'], 'nothing to set'),
     ('close_name_suggested', T, ['--trainer.max_step=3'], "Did you mean 'trainer.max_steps'"),
     # data
     ('npy_pickle', T, ['--train_data', '{d}/obj.npy'], 'pickled Python objects'),
@@ -208,6 +220,91 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('bench_dtype_unknown', B, ['attention', '--dtype', 'float99'], "invalid dtype value: 'float99'"),
     ('bench_L_text', B, ['scan', '--L', 'long'], "invalid int value: 'long'"),
     ('bench_blocks_unknown_block', B, ['blocks', '--blocks', 'hyena', '--L', '64'], "unknown block 'hyena'"),
+    # counts are integers as written, empty values are refused, JSON values have their setting's type
+    ('int_exponent', T, ['--trainer.max_steps=1e3'], 'without a decimal point or exponent (1000)'),
+    ('int_point_zero_flat', T, ['--batch_size', '8.0'], 'without a decimal point or exponent (8)'),
+    ('empty_run_name', T, ['--trainer.run_name='], 'the value is empty'),
+    ('empty_root_dir', T, ['--trainer.default_root_dir='], 'the value is empty'),
+    ('empty_config', T, ['--config', ''], '--config is empty'),
+    ('empty_vram', T, ['--vram', ''], 'the value is empty'),
+    ('empty_curriculum', T, ['--trainer.curriculum', ''], 'the value is empty'),
+    ('run_name_tilde', T, ['--trainer.run_name=~'], 'one plain folder name'),
+    ('config_string_for_int', T, ['--config', '{d}/string_for_int.json'], 'data.seq_len="64" has the wrong JSON type'),
+    ('config_int_for_text', T, ['--config', '{d}/int_for_text.json'], 'trainer.run_name=5 has the wrong JSON type'),
+    ('config_float_for_int', T, ['--config', '{d}/float_for_int.json'], 'without a decimal point or exponent (3)'),
+    ('config_text_for_bool', T, ['--config', '{d}/text_for_bool.json'], 'model.compile="yes" has the wrong JSON type'),
+    ('config_key_twice', T, ['--config', '{d}/twice.json'], "gives 'max_steps' twice in one object"),
+    ('config_not_a_file', T, ['--config', '/dev/null'], 'is not a regular file'),
+    ('config_preset_typo', T, ['--config', 'small_32kk'], 'Did you mean small_32k?'),
+    ('config_bool_for_number', T, ['--config', '{d}/bool_for_number.json'], 'expected a number'),
+    # settings nothing reads
+    ('bpe_vocab_with_byte', T, ['--data.bpe_vocab_size=5000'], 'read only with --data.tokenizer=bpe'),
+    ('bpe_vocab_absurd', T, ['--data.tokenizer=bpe', '--data.bpe_vocab_size=1000000000000'], 'must be <= 1000000'),
+    ('task_setting_without_synthetic', T, ['--data.copy_len=5'], 'read only by the synthetic tasks'),
+    ('task_setting_of_another_task', T, ['--data.dataset_name=synthetic', '--data.task=copy', '--data.num_pairs=4'],
+     'data.num_pairs=4 is read only by the synthetic tasks associative_recall'),
+    # what a run starts from, checked before any data is prepared
+    ('resume_junk_file', T, ['--trainer.resume={d}/garbage.npy'], 'not a readable checkpoint'),
+    ('resume_empty_folder', T, ['--trainer.resume={d}/emptydir'], 'holds no run'),
+    ('resume_last_of_nothing', T, ['--trainer.resume=last', '--trainer.run_name=nosuch'], 'nothing to resume'),
+    ('fork_from_empty_folder', T, ['--trainer.fork_from={d}/emptydir'], 'holds no run'),
+    ('run_dir_in_use', T, ['--trainer.default_root_dir={d}/runs', '--trainer.run_name=tiny'], 'already holds a run'),
+    ('init_from_empty', T, ['--init_from', ''], '--init_from is empty'),
+    ('init_from_missing', T, ['--init_from', '{d}/nowhere'], 'does not exist'),
+    ('prepare_out_empty', P, ['--out', ''], '--out is empty'),
+    ('prepare_resume_every_inf', P, ['--out', 'prep', '--resume_every', 'inf'], 'must be a positive number of MB'),
+    ('prepare_bpe_vocab_with_byte', P, ['--out', 'prep', '--data.bpe_vocab_size=5000'], 'read only with --data.tokenizer=bpe'),
+    ('prepare_bpe_vocab_absurd', P, ['--out', 'prep', '--data.tokenizer=bpe', '--data.bpe_vocab_size=1000000000'], 'must be <= 1000000'),
+    ('eval_n_samples_huge', E, ['--n_samples', '100000000', '--device', 'cpu'], '--n_samples 100000000: at most 100,000'),
+    ('eval_vocab_huge_untrained', E, ['--vocab_size', '1000000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('eval_seed_huge', E, ['--seed', '100000000000000000000', '--device', 'cpu'], 'must be an integer from 0 to 4,294,967,295'),
+    ('eval_passkey_len_huge', E, ['--passkey_len', '1000000000', '--device', 'cpu'], 'at most 1000 digits'),
+    ('eval_task_vocab_text_passkey', E, ['--task_vocab_size', '1000', '--device', 'cpu'], 'not read by the passkey in text'),
+    ('eval_num_pairs_with_passkey', E, ['--num_pairs', '4', '--device', 'cpu'], 'read only by --task copy_recall'),
+    ('eval_output_dir_empty', E, ['--output_dir', '', '--device', 'cpu'], '--output_dir is empty'),
+    ('eval_checkpoint_empty', E, ['--checkpoint_path=', '--device', 'cpu'], '--checkpoint_path is empty'),
+    ('eval_data_dir_empty', E, ['--task', 'perplexity', '--data_dir', '', '--device', 'cpu'], '--data_dir is empty'),
+    # longctx_bench: every flag checked before the first case is timed
+    ('bench_scan_impl_unknown_after_ref', B, ['scan', '--L', '4096', '--impls', 'ref', 'mambapy'], "'mambapy' is not one of selective_scan's"),
+    ('bench_scan_impl_cuda_on_cpu', B, ['scan', '--impls', 'torch', 'cuda', '--device', 'cpu'], '--impls cuda cannot run on cpu'),
+    ('bench_attention_impl_unknown', B, ['attention', '--impls', 'sdpa', 'bogus'], "'bogus' is not one of local_attention's"),
+    ('bench_attention_flex_on_cpu', B, ['attention', '--impls', 'ref', 'flex', '--device', 'cpu'], 'FlexAttention has no backward pass on cpu'),
+    ('bench_attention_dtype_int', B, ['attention', '--dtype', 'int64'], 'floating-point'),
+    ('bench_device_empty', B, ['scan', '--device', ''], "unknown device ''"),
+    ('bench_csv_folder', B, ['scan', '--L', '64', '--csv', '{d}'], 'is a folder'),
+    ('bench_blocks_csv_empty', B, ['blocks', '--csv', ''], "--csv '' is empty"),
+    ('bench_png_folder', B, ['blocks', '--png', '{d}'], 'is a folder'),
+    ('bench_threads_absurd', B, ['scan', '--threads', '100000'], 'at most 256'),
+    ('bench_window_no_block_reads', B, ['blocks', '--blocks', 'vanilla', 'mamba', '--window_size', '64'], '--window_size is read only by the blocks'),
+    ('bench_dpassm_L_huge', B, ['dpassm', '--L', '1000000000', '--device', 'cpu'], 'needs about'),
+    ('bench_dpassm_d_model_huge', B, ['dpassm', '--d_model', '1000000000', '--device', 'cpu'], 'needs about'),
+    # longctx_compare and longctx_report: the same checks before the first run; what the comparison sets is not overridden
+    ('compare_output_dir_empty', C, ['--output_dir', ''], '--output_dir is empty'),
+    ('compare_seeds_absurd', C, ['--seeds', '1000000'], '--seeds 1000000: at most 100'),
+    ('compare_n_samples_absurd', C, ['--n_samples', '100000000'], 'at most 100,000'),
+    ('compare_vocab_override', C, ['--blocks', 'vanilla', '--model.vocab_size=1000'], "the model's vocabulary is the task's"),
+    ('compare_window_no_block_reads', C, ['--blocks', 'vanilla', 'mamba', '--model.window_size=32'], 'read by none of --blocks vanilla mamba'),
+    ('compare_d_model_huge', C, ['--blocks', 'vanilla', '--model.d_model=1000000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('compare_seq_len_huge', C, ['--blocks', 'vanilla', '--seq_len', '1000000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('compare_task_vocab_huge', C, ['--blocks', 'vanilla', '--data.task_vocab_size=1000000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('compare_empty_setting', C, ['--blocks', 'vanilla', '--trainer.learning_rate='], 'the value is empty'),
+    ('report_n_samples_absurd', R, ['--checkpoint_path', '{run}', '--n_samples', '100000000'], 'at most 100,000'),
+    ('report_output_dir_empty', R, ['--checkpoint_path', '{run}', '--output_dir', ''], "leave it out for 'reports'"),
+    ('report_checkpoint_empty', R, ['--checkpoint_path', ''], '--checkpoint_path is empty'),
+    # longctx_export: SOURCE, OUT_DIR and the flags, before any model is read
+    ('export_out_empty', X, ['{run}', ''], 'OUT_DIR is empty'),
+    ('export_source_empty', X, ['', 'out'], 'SOURCE is empty'),
+    ('export_source_missing', X, ['{d}/nowhere', 'out'], 'does not exist'),
+    ('export_out_is_file', X, ['{run}', '{d}/afile'], "OUT_DIR '{d}/afile' is a file"),
+    ('export_out_under_file', X, ['{run}', '{d}/afile/sub'], 'cannot be created'),
+    ('export_out_in_use', X, ['{run}', '{d}/m1'], 'exists and is not empty'),
+    ('export_out_is_source', X, ['{run}', '{run}', '--overwrite'], 'would destroy the source'),
+    ('export_out_holds_source', X, ['{run}', '{d}/runs', '--overwrite'], 'would destroy the source'),
+    ('export_tokenizer_missing', X, ['{run}', 'out', '--tokenizer', '{d}/nowhere.json'], '--tokenizer'),
+    ('export_tokenizer_empty', X, ['{run}', 'out', '--tokenizer', ''], '--tokenizer'),
+    ('export_max_positions_zero', X, ['{run}', 'out', '--max_position_embeddings', '0'], 'must be a positive integer'),
+    ('export_format_unknown', X, ['{run}', 'out', '--format', 'onnx'], "invalid choice: 'onnx'"),
+    ('export_stray_flag', X, ['{run}', 'out', '--trainer.max_steps=3'], 'unrecognized arguments'),
 ]
 if NO_GPU:
     CASES += [('train_cuda_without_gpu', T, ['--device', 'cuda', '--trainer.max_steps=1'], 'no CUDA GPU'),
@@ -222,6 +319,8 @@ SIZES = [  # refused by the memory estimate as soon as the flags are read (and b
     ('train_task_vocab_huge', T, ['--data.dataset_name=synthetic', '--data.task_vocab_size=1000000000'], 'vocabulary 1,000,000,000'),
     ('train_vocab_2_31', T, ['--vocab_size', '2147483648'], 'cannot fit in memory'),
     ('train_mamba_state_huge', T, ['--model.block=mamba', '--model.d_state=10000000'], 'cannot fit in memory'),
+    ('train_accumulate_huge', T, ['--trainer.accumulate_grad_batches=1000000000'], "one training step's batch cannot fit in memory"),
+    ('train_global_batch_huge', T, ['--data.global_batch_size=1000000000000'], "one training step's batch cannot fit in memory"),
 ]
 
 def tree(*dirs) -> set:
@@ -248,6 +347,7 @@ def check(case, data, tmp_path):
     assert 'Traceback' not in err, err
     errors = [l for l in err.splitlines() if ': error: ' in l]
     assert len(errors) == 1 and errors[0].startswith(f'{script}: error: '), err   # one paragraph, one line
+    phrase = phrase.replace('{d}', str(data))
     assert phrase in errors[0], f'{name}: {phrase!r} not in\n{err}'
     assert tree(tmp_path, data) == before, f'{name} wrote files'
     assert secs < 30, f'{name} took {secs:.1f} s'
@@ -256,13 +356,40 @@ def check(case, data, tmp_path):
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case, data, tmp_path):
     msg = check(case, data, tmp_path)
-    if case[0] == 'far_name_no_suggestion': assert 'Did you mean' not in msg, msg
+    if case[0] in ('far_name_no_suggestion', 'empty_key_no_suggestion'): assert 'Did you mean' not in msg, msg
     if case[0].startswith(('eval_', 'bench_')) and 'cuda' in case[0]: assert '--trainer.accelerator' not in msg, msg
     if case[0] == 'compare_batch_huge': assert '--data.batch_size' not in msg, msg
 
 @pytest.mark.parametrize('case', SIZES, ids=[c[0] for c in SIZES])
 def test_absurd_sizes(case, data, tmp_path):
     check(case, data, tmp_path)
+
+def _status(key: str) -> int:
+    "A size from /proc/self/status, in bytes."
+    return next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith(key + ':'))
+
+HUGE = SIZES + [c for c in CASES if 'huge' in c[0] or 'absurd' in c[0]]
+
+@pytest.mark.parametrize('case', HUGE, ids=[c[0] for c in HUGE])
+def test_absurd_sizes_allocate_little(case, data, tmp_path):
+    "Each absurd size, in a forked process whose address space may grow by 1 GiB only: exit 2, and under 300 MiB more resident memory."
+    out = tmp_path / 'result.json'
+    rss, pid = _status('VmRSS'), os.fork()
+    if pid == 0:   # the child: cap the address space, run the case, report, and leave without pytest's cleanup
+        try:
+            cap = _status('VmSize') + 2**30
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            (tmp_path / 'cwd').mkdir()
+            argv = [a.replace('{d}', str(data)).replace('{run}', str(data / 'runs' / 'tiny')) for a in case[2]]
+            if case[1] == T: argv += [f'--trainer.default_root_dir={tmp_path / "runs"}']
+            code, err, _ = run_case(case[1], argv, tmp_path / 'cwd')
+            out.write_text(json.dumps([code, err]))
+        except BaseException as e: out.write_text(json.dumps(['raised', repr(e)]))
+        os._exit(0)
+    _, status, usage = os.wait4(pid, 0)
+    code, err = json.loads(out.read_text()) if out.exists() else (f'died ({status})', '')
+    assert code == 2 and 'Traceback' not in err, f'{case[0]}: exit {code}\n{err}'
+    assert usage.ru_maxrss * 1024 - rss < 300 * 2**20, f'{case[0]}: {(usage.ru_maxrss * 1024 - rss) / 2**20:.0f} MiB more'
 
 def test_the_table_is_large():
     assert len(CASES) + len(SIZES) >= 100, len(CASES) + len(SIZES)
@@ -272,6 +399,8 @@ def test_notes_say_which_value_wins(tmp_path):
     code, err, _ = run_case(T, ['--batch_size', '2', '--data.batch_size', '8', '--vram', '8gb', '--print_config'], tmp_path)
     assert code == 0 and "data.batch_size is set twice: --batch_size='2', then --data.batch_size='8'" in err, err
     assert "replaces 1 from the vram preset '8gb'" in err, err
+    code, err, _ = run_case(T, ['--trainer.max_steps=3', '--trainer.max_steps', '5', '--print_config'], tmp_path)
+    assert code == 0 and "note: --trainer.max_steps is set twice: --trainer.max_steps '3', then --trainer.max_steps '5'" in err, err
     code, err, _ = run_case(T, ['--trainer.strategy=deepspeed_stage_3', '--print_config'], tmp_path)
     assert code == 0 and 'runs as fsdp' in err, err
     assert list(tmp_path.iterdir()) == []

@@ -97,8 +97,7 @@ def test_bad_input(bindir, copy_run, tmp_path, case):
     assert 'Traceback' not in p.stderr and p.stderr.startswith('longctx_eval: error:')
     assert not out.exists()
 
-SMALL_MODEL = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--model.window_size=16',
-               '--model.chunk_size=16', '--data.copy_len=4']
+SMALL_MODEL = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--data.copy_len=4']
 
 def test_compare_and_report(bindir, tmp_path):
     "longctx_compare: two blocks, the same budget, one report; then longctx_report on one of its runs."
@@ -110,7 +109,7 @@ def test_compare_and_report(bindir, tmp_path):
     layers = {b: int(n) for b, n in re.findall(r'^\| (vanilla|mamba) \| (\d+) \|', md, flags=re.M)}
     assert layers['vanilla'] == 2 and layers['mamba'] > 2, layers   # parameters matched by default: Mamba has no MLP
     settings = json.loads((out / 'report.json').read_text())['settings']
-    assert settings['overrides']['model.window_size'] == '16' and settings['max_steps'] == 5
+    assert settings['overrides']['model.d_model'] == '64' and settings['max_steps'] == 5
     assert all((out / f).stat().st_size > 5000 for f in ('loss.png', 'lengths.png'))
     assert 'wrote' in p.stdout
     p = run([bindir / 'longctx_report'], f'--checkpoint_path={out / "runs" / "mamba"}', '--output_dir', tmp_path / 'one',
