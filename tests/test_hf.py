@@ -112,14 +112,18 @@ def test_sharded_mamba_with_bpe_tokenizer(tmp_path):
     assert x.shape[1] >= 4   # transformers 4.x's Mamba cache mishandles prompts shorter than conv_kernel (its own no-cache run differs)
     assert torch.equal(generate(m, x, 10, temperature=0), hf.generate(x, max_new_tokens=10, do_sample=False, eos_token_id=None))
 
+def train_init_from(src, steps, runs, tmp_path, bindir):
+    "`longctx_train --init_from src` for `steps` steps at 32 tokens on the text the runs trained on; the finished process."
+    return subprocess.run([bindir / 'longctx_train', '--init_from', src, f'--trainer.max_steps={steps}', '--data.seq_len=32',
+                           '--data.batch_size=2', '--trainer.default_root_dir', tmp_path / 'runs', '--trainer.enable_progress_bar=false',
+                           '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0', '--data.dataset_name=local',
+                           '--data.data_dir', runs['vanilla'].parent.parent / 'text', '--data.cache_dir', tmp_path / 'cache'],
+                          capture_output=True, text=True)
+
 def test_train_init_from_transformers(runs, tmp_path, bindir):
     "longctx_train --init_from a transformers Mamba folder: the model's settings come from it (each printed) and training starts from its weights."
     assert export(runs['mamba'], tmp_path / 'hf') == 0
-    p = subprocess.run([bindir / 'longctx_train', '--init_from', tmp_path / 'hf', '--trainer.max_steps=2', '--data.seq_len=32',
-                        '--data.batch_size=2', '--trainer.default_root_dir', tmp_path / 'runs', '--trainer.enable_progress_bar=false',
-                        '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0', '--data.dataset_name=local',
-                        '--data.data_dir', runs['vanilla'].parent.parent / 'text', '--data.cache_dir', tmp_path / 'cache'],
-                       capture_output=True, text=True)
+    p = train_init_from(tmp_path / 'hf', 2, runs, tmp_path, bindir)
     assert p.returncode == 0, p.stderr
     assert "init_from: model.block 'vanilla' -> 'mamba'" in p.stdout and 'model.d_model 128 -> 64' in p.stdout, p.stdout
     trained = load_model(next((tmp_path / 'runs').iterdir()))
@@ -227,11 +231,7 @@ def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindi
     tf.AutoModelForCausalLM.from_config(tf.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
         num_attention_heads=2, rms_norm_eps=1e-5, max_position_embeddings=16, eos_token_id=1)).save_pretrained(tmp_path / 'llama')
     tf.PreTrainedTokenizerFast(tokenizer_object=t, eos_token='</s>').save_pretrained(tmp_path / 'llama')
-    p = subprocess.run([bindir / 'longctx_train', '--init_from', tmp_path / 'llama', '--trainer.max_steps=1', '--data.seq_len=32',
-                        '--data.batch_size=2', '--trainer.default_root_dir', tmp_path / 'runs', '--trainer.enable_progress_bar=false',
-                        '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0', '--data.dataset_name=local',
-                        '--data.data_dir', runs['vanilla'].parent.parent / 'text', '--data.cache_dir', tmp_path / 'cache'],
-                       capture_output=True, text=True)
+    p = train_init_from(tmp_path / 'llama', 1, runs, tmp_path, bindir)
     assert p.returncode == 0, p.stderr
     assert "checked: the imported model's logits equal LlamaForCausalLM's" in p.stdout, p.stdout
     assert 'data.seq_len=32 is longer than the 16 tokens its config.json allows (max_position_embeddings)' in p.stdout, p.stdout
