@@ -62,7 +62,7 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #e6902acc
-BENCH_IMPLS = {'scan': ('longctx_nb.kernels.scan:scan_impls', ()),             # bench -> (its kernel's `KernelImpls`,
+BENCH_IMPLS = {'scan': ('longctx_nb.kernels.scan:scan_impls', ('mambapy',)),             # bench -> (its kernel's `KernelImpls`,
                'attention': ('longctx_nb.kernels.attention:attention_impls', ('sdpa',))}  # names only the bench adds)
 BENCH_READS = {'window_size': 'window_size', 'chunk_size': 'chunk_size'}   # blocks benchmark: flag -> the model field it sets
 

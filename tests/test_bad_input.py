@@ -265,7 +265,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('eval_checkpoint_empty', E, ['--checkpoint_path=', '--device', 'cpu'], '--checkpoint_path is empty'),
     ('eval_data_dir_empty', E, ['--task', 'perplexity', '--data_dir', '', '--device', 'cpu'], '--data_dir is empty'),
     # longctx_bench: every flag checked before the first case is timed
-    ('bench_scan_impl_unknown_after_ref', B, ['scan', '--L', '4096', '--impls', 'ref', 'mambapy'], "'mambapy' is not one of selective_scan's"),
+    ('bench_scan_impl_unknown_after_ref', B, ['scan', '--L', '4096', '--impls', 'ref', 'pscan'], "'pscan' is not one of selective_scan's"),
     ('bench_scan_impl_cuda_on_cpu', B, ['scan', '--impls', 'torch', 'cuda', '--device', 'cpu'], '--impls cuda cannot run on cpu'),
     ('bench_attention_impl_unknown', B, ['attention', '--impls', 'sdpa', 'bogus'], "'bogus' is not one of local_attention's"),
     ('bench_attention_flex_on_cpu', B, ['attention', '--impls', 'ref', 'flex', '--device', 'cpu'], 'FlexAttention has no backward pass on cpu'),
