@@ -485,9 +485,14 @@ def compare_parser() -> argparse.ArgumentParser:
 def _compare(argv=None) -> int:
     p = compare_parser()
     ns, extra = p.parse_known_args(sys.argv[1:] if argv is None else argv)
-    compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
-                   ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions),
-                   lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense)
+    from longctx_nb.train import Stopped
+    try: compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
+                        ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions),
+                        lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense)
+    except Stopped as e:   # a signal stopped one block's training: say so, without the trainer's resume hint (a comparison restarts)
+        print(f"longctx_compare: {str(e).split('. Continue with:')[0].split('. Start it again')[0]}. The comparison does not "
+              f"resume: run it again with a new --output_dir (the runs finished so far stay in {ns.output_dir}/runs).", file=sys.stderr)
+        return e.code
     return 0
 
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])

@@ -89,3 +89,19 @@ def test_bigbird_random_keys_at_two_blocks(capsys):
     m(torch.zeros(1, 64, dtype=torch.long))
     out = capsys.readouterr().out
     assert out.count('baseline_bigbird: at seq_len 64') == 1 and 'query block of 32 tokens' in out, out
+
+def test_sigterm_stops_with_a_message(bindir, tmp_path):
+    "SIGTERM while a block trains: exit 143 and one line naming the checkpoint and how to run again (a comparison does not resume); no traceback."
+    import signal, time
+    out = tmp_path / 'cmp'
+    p = subprocess.Popen([bindir / 'longctx_compare', '--blocks', 'vanilla', '--task', 'copy', '--seq_len', '32', '--max_steps', '100000', '--trainer.checkpoint_interval=5',
+                          '--output_dir', out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ckpts = out / 'runs' / 'vanilla' / 'checkpoints'
+    t0 = time.time()
+    while not (ckpts.exists() and any(ckpts.iterdir())) and time.time() - t0 < 120 and p.poll() is None: time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143 and 'Traceback' not in err, err
+    assert err.startswith('longctx_compare: stopped by SIGTERM after step '), err
+    assert f'The comparison does not resume: run it again with a new --output_dir (the runs finished so far stay in {out}/runs).' in err, err
+    assert 'Continue with' not in err, err
