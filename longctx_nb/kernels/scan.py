@@ -854,7 +854,7 @@ class _CpuScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlast):
         u, delta, A, B, C, D, z, delta_bias, starts = ctx.saved_tensors
-        dout = torch.zeros_like(u) if dout is None else dout.float().contiguous()
+        dout = u.new_zeros(u.shape) if dout is None else dout.float().contiguous()   # contiguous, whatever u's strides
         dlast = None if dlast is None else dlast.float().contiguous()
         du, dd, dA, dB, dC, dD, dz, dbias = _load_cpu_scan_ext()[0].scan_bwd(u, delta, A, B, C, D, z, delta_bias, *ctx.cfg,
                                                                              dout, dlast, starts)
