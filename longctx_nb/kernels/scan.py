@@ -340,6 +340,7 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
     if impl == 'auto':
         impl = scan_impls.auto(u.device)
         if impl in ('cuda', 'cpu') and A.shape[1] > 256: impl = 'torch'   # the kernels' limit
+        if impl == 'cpu' and _cpu_scan_why_not(u.device, build=True): impl = 'torch'   # the build failed (said once)
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
     fn = _scan_cpu if impl == 'cpu' else {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]   # '_scan_cpu' comes below
     return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
@@ -805,15 +806,19 @@ def _cpu_ext_spec():
     name = f"longctx_scan_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}"
     return name, ['-O3', '-fopenmp', '-ffp-contract=fast', *_CPU_ISA_FLAGS.get(isa, [])]
 
-def _build_cpu_scan_ext(name, flags):
-    "Build (or load from torch's cache) the kernel; prints one line when it compiles."
-    from torch.utils import cpp_extension
+def _cpu_ext_tools_missing() -> str | None:
+    "What the build lacks (a C++ compiler, ninja), else None: a cheap check, nothing is compiled."
     if shutil.which('ninja') is None:     # the pip package `ninja` puts its binary next to its module
         with contextlib.suppress(ImportError):
             import ninja; os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
     cxx = os.environ.get('CXX', 'c++')
-    if shutil.which(cxx.split()[0] if cxx.split() else cxx) is None: raise RuntimeError(f"no C++ compiler: {cxx!r} is not found (set CXX)")
-    if shutil.which('ninja') is None: raise RuntimeError("ninja is not found (pip install ninja)")
+    if shutil.which(cxx.split()[0] if cxx.split() else cxx) is None: return f"no C++ compiler: {cxx!r} is not found (set CXX)"
+    if shutil.which('ninja') is None: return "ninja is not found (pip install ninja)"
+
+def _build_cpu_scan_ext(name, flags):
+    "Build (or load from torch's cache) the kernel; prints one line when it compiles."
+    from torch.utils import cpp_extension
+    if (why := _cpu_ext_tools_missing()): raise RuntimeError(why)
     src = '\n'.join(_CPU_SCAN_SRC.values())
     folder = Path(cpp_extension._get_build_directory(name, verbose=False))
     main = folder / 'main.cpp'
@@ -834,10 +839,12 @@ def _load_cpu_scan_ext():
                   "several times slower; the kernel needs a C++ compiler with OpenMP (CXX, else c++) and ninja.", flush=True)
     return _cpu_ext_state['ext'], _cpu_ext_state['why']
 
-def _cpu_scan_why_not(device):
-    "None where `impl='cpu'` runs (CPU tensors, the kernel built), else why not."
+def _cpu_scan_why_not(device,            # where the scan would run
+                      build: bool = False, # build the kernel now if it is not built yet (else: only check the tools)
+                     ) -> str | None:
+    "None where `impl='cpu'` runs (CPU tensors, a compiler and ninja; with `build`, the kernel built), else why not."
     if torch.device(device).type != 'cpu': return 'it needs CPU tensors'
-    return _load_cpu_scan_ext()[1]
+    if build or _cpu_ext_state or _cpu_ext_tools_missing(): return _load_cpu_scan_ext()[1]
 
 # %% ../../nbs/10_scan.ipynb #dacecd5b
 class _CpuScan(torch.autograd.Function):
@@ -863,7 +870,7 @@ class _CpuScan(torch.autograd.Function):
 
 def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
     "The compiled CPU kernel. B, C are `(batch, G, N, L)`."
-    scan_impls.require('cpu', u.device, arg='u')
+    if (why := _cpu_scan_why_not(u.device, build=True)): raise UsageError(f"impl='cpu' cannot run on {u.device}: {why}")
     if A.shape[1] > 256:
         raise UsageError(f"impl='cpu' supports a state size N <= 256, got N = {A.shape[1]}; use impl='torch'.")
     f = lambda t: None if t is None else t.float().contiguous()
