@@ -89,11 +89,8 @@ def _flat(cfg: Config) -> dict:
 
 def _source_run(src: str, t) -> Path | None:
     "The run directory that a --resume or --trainer.fork_from value names (None: none found)."
-    root = Path(t.default_root_dir)
-    if src.lower() in ('last', 'true', 'latest'):
-        if t.run_name: return root / t.run_name
-        runs = sorted((p for p in root.glob('version_*') if p.name[8:].isdigit()), key=lambda p: int(p.name[8:]))
-        return runs[-1] if runs else None
+    from longctx_nb.train import RESUME_LAST, resume_runs
+    if src.lower() in RESUME_LAST: return next(iter(resume_runs(t)), None)
     p = Path(src)
     return p.parent.parent if p.is_file() else p if p.is_dir() else None
 
@@ -161,14 +158,12 @@ def print_config(cfg: Config,     # the config the run would use
     print('\n'.join(lines), file=err or sys.stderr)
 
 # %% ../nbs/70_cli.ipynb #c5c0f3a17
-_LAST = ('last', 'true', 'latest')
-
 def check_sources(cfg: Config,    # the run's config, after `run_config`
                   init_from=None, # --init_from, if given
                  ):
     "Before any data is prepared: a --resume, --trainer.fork_from or --init_from must name something, and a new named run's directory must be free."
     from longctx_nb.checkpoint import list_checkpoints
-    from longctx_nb.train import new_run_dir
+    from longctx_nb.train import RESUME_LAST, new_run_dir, resume_runs
     t = cfg.trainer
     if init_from is not None:
         if t.resume: raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
@@ -180,11 +175,9 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
     resume = t.resume if not t.fork_from else None   # a fork starts a new run: the trainer reads no resume then
     for flag, src in (('--trainer.resume', resume), ('--trainer.fork_from', t.fork_from)):
         if src is None or t.fast_dev_run: continue
-        if src.lower() in _LAST and flag == '--trainer.resume':
-            root = Path(t.default_root_dir)
-            runs = [root / t.run_name] if t.run_name else [p for p in root.glob('version_*') if p.name[8:].isdigit()]
-            if not any((d / 'config.json').is_file() or list_checkpoints(d) for d in runs):
-                raise UsageError(f"nothing to resume: no run under {str(root)!r}" + (f" named {t.run_name!r}" if t.run_name else '')
+        if src.lower() in RESUME_LAST and flag == '--trainer.resume':
+            if not any((d / 'config.json').is_file() or list_checkpoints(d) for d in resume_runs(t)):
+                raise UsageError(f"nothing to resume: no run under {str(Path(t.default_root_dir))!r}" + (f" named {t.run_name!r}" if t.run_name else '')
                                  + "; leave --resume out to start a new run, or give the run directory.")
             continue
         p = Path(src).expanduser()

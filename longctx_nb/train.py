@@ -25,11 +25,11 @@ from .distributed import (Dist, init_distributed, grad_accumulation, global_batc
                                     clip_grad_norm, STOP_CODES)
 
 # %% auto #0
-__all__ = ['TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again', 'new_run_dir',
-           'resume_point', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision',
-           'setup', 'stages', 'run_length', 'kernel_report', 'profile_range', 'StepProfiler', 'Run', 'open_run',
-           'announce', 'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork',
-           'restore', 'finish', 'Stopped', 'train']
+__all__ = ['RESUME_LAST', 'TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again',
+           'new_run_dir', 'resume_runs', 'resume_point', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses',
+           'TrainResult', 'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report', 'profile_range',
+           'StepProfiler', 'Run', 'open_run', 'announce', 'start_loop', 'step_seed', 'train_step', 'log_window',
+           'validate', 'save_state', 'fork', 'restore', 'finish', 'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -134,9 +134,15 @@ def new_run_dir(root,                     # folder of run directories
     return root / f'version_{n}'
 
 # %% ../nbs/42_train.ipynb #7a9bcca4
-def _versions(root: Path) -> list[Path]:
+RESUME_LAST = ('last', 'true', 'latest')   # the --resume values that mean "the newest run"
+
+def resume_runs(t: TrainerConfig,  # default_root_dir and run_name
+               ) -> list[Path]:    # newest first
+    "The run directories `--resume last` considers: the named run, else every `version_N` under the root, newest first."
+    root = Path(t.default_root_dir)
+    if t.run_name: return [root / t.run_name]
     found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
-    return [p for _, p in sorted(found)]
+    return [p for _, p in sorted(found, reverse=True)]
 
 def resume_point(t: TrainerConfig,             # resume, default_root_dir and run_name
                  m: ModelConfig | None = None,  # this run's model: a checkpoint of another model is skipped
@@ -146,8 +152,8 @@ def resume_point(t: TrainerConfig,             # resume, default_root_dir and ru
     this model, saying why each newer one was skipped; a `UsageError` if none is, or if a file named directly is not."""
     same = (lambda ck: check_same_model(ck['config'], m)) if m is not None else None
     root, r = Path(t.default_root_dir), t.resume
-    if r.lower() in ('last', 'true', 'latest'):
-        runs = [root / t.run_name] if t.run_name else _versions(root)[::-1]
+    if r.lower() in RESUME_LAST:
+        runs = resume_runs(t)
         started = [d for d in runs if (d / 'config.json').is_file()]
         runs = [d for d in runs if list_checkpoints(d)]
         if not runs and t.run_name and started: return started[0], None, None   # killed before its first checkpoint
