@@ -633,15 +633,17 @@ def cache_root(cache_dir: str | None = None,  # data.cache_dir; it comes first
     return Path(cache_dir or os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
 
 def corpus_cache_dir(cfg: DataConfig,  # names the corpus and the tokenizer
+                     tok=None,         # a trained tokenizer to use instead of `cfg.tokenizer` (a checkpoint's own)
                     ) -> Path:
     "The cache folder of the text corpus `cfg` names, keyed by everything its tokens depend on."
     _, source, extra = _corpus(cfg)
-    key = dict(source=source, tokenizer=cfg.tokenizer, val_fraction=cfg.val_fraction, version=FORMAT_VERSION, **extra)
-    if cfg.tokenizer == 'bpe': key['bpe_vocab_size'] = cfg.bpe_vocab_size
+    if tok is not None: by, label = dict(tokenizer=tok.tok.to_str(), eot=tok.eot_id), f'tok{tok.vocab_size}'
+    elif cfg.tokenizer == 'bpe': by, label = dict(tokenizer='bpe', bpe_vocab_size=cfg.bpe_vocab_size), f'bpe{cfg.bpe_vocab_size}'
+    else: by, label = dict(tokenizer=cfg.tokenizer), cfg.tokenizer
+    key = dict(source=source, val_fraction=cfg.val_fraction, version=FORMAT_VERSION, **extra, **by)
     digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
     slug = re.sub(r'[^A-Za-z0-9.]+', '_', source.split('/')[-1] if source.startswith('local:') else source).strip('_')[:48]
-    tok = 'byte' if cfg.tokenizer == 'byte' else f'bpe{cfg.bpe_vocab_size}'
-    return cache_root(cfg.cache_dir) / f'{slug}-{tok}-{digest}'
+    return cache_root(cfg.cache_dir) / f'{slug}-{label}-{digest}'
 
 # %% ../nbs/04_corpus.ipynb #1587037d
 MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size

@@ -4,7 +4,7 @@
 
 # %% ../nbs/44_hf.ipynb #e06061c2
 from __future__ import annotations
-import contextlib, hashlib, json, os, shutil, sys, tempfile
+import contextlib, json, os, shutil, sys, tempfile
 from pathlib import Path
 import torch
 from .core import UsageError
@@ -13,7 +13,7 @@ from .blocks.base import canonical_block
 from .model import LM
 from .checkpoint import read_checkpoint, latest_checkpoint, load_model, export_model
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
-from .corpus import FORMAT_VERSION, _corpus, cache_root, prepare
+from .corpus import _corpus, prepare
 from .flags import make_parser, arg, main
 from .config import check_writable_dir
 from .memory import check_positive
@@ -504,10 +504,8 @@ def init_data(cfg: Config,          # the new run's config
     if tok.eot_id is None:
         raise UsageError(f"the tokenizer of {src} has no end-of-text token (no <|endoftext|>, no eos_token) to put between "
                          "documents, so a text corpus cannot be tokenized with it here: give ids made with it (--data.train_data).")
-    documents, source, extra = _corpus(d)
-    key = dict(source=source, val_fraction=d.val_fraction, version=FORMAT_VERSION, tokenizer=tok.tok.to_str(), eot=tok.eot_id, **extra)
-    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
-    out = cache_root(d.cache_dir) / f"{source.split('/')[-1].replace(':', '_')[:40]}-tok{tok.vocab_size}-{digest}"
+    documents, source, _ = _corpus(d)
+    out = corpus_cache_dir(d, tok)
     if not is_prepared(out):
         say(f"init_from: tokenizing {source} with the tokenizer of {src} into {out} (once; later runs reuse it)")
         prepare(documents(), out, tok, val_fraction=d.val_fraction, source=source, exists='reuse')
