@@ -14,10 +14,10 @@ from .core import UsageError, parse_precision
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
            'LIGHTNING_ONLY', 'SYNTHETIC_KEYS', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values', 'check_before_run',
            'run_checks', 'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'pick_precision', 'Config',
-           'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'apply_overrides', 'check_writable_dir',
-           'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file', 'guide_keys',
-           'build_config', 'config_settings', 'load_config', 'setting_sources', 'field_help', 'option_specs',
-           'key_type', 'key_meta']
+           'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice', 'merge_settings', 'apply_overrides',
+           'check_writable_dir', 'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file',
+           'guide_keys', 'build_config', 'config_settings', 'load_config', 'setting_sources', 'field_help',
+           'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -546,6 +546,24 @@ def _value(key, v):
     try: cls, f = _field_of(key); return coerce(key, v, _hints(cls)[f.name], f.metadata)
     except (UsageError, StopIteration): return v
 
+def set_twice(key: str,    # the setting or flag
+              first: str,  # where and how it was set first
+              then: str,   # where and how it was set again
+             ) -> str:
+    "The note for a setting given twice with different values: the later one wins."
+    return f"{key} is set twice: {first}, then {then}; the later one is used."
+
+def merge_settings(sources,                  # (canonical key, where it was given, value), in the order given
+                   notes: list | None = None, # if a list: a `set_twice` note for each value a later one replaces
+                  ) -> dict:                  # canonical key -> (where, value) of the one that wins
+    "One value per setting: the later source wins."
+    final = {}
+    for key, where, v in sources:
+        if key in final and notes is not None and _value(key, final[key][1]) != _value(key, v):
+            notes.append(set_twice(key, f"{final[key][0]}={final[key][1]!r}", f"{where}={v!r}"))
+        final[key] = (where, v)
+    return final
+
 def _note(notes, origin: dict, key: str, value, source: str, kind: str):
     "Remember who set `key` (`kind`: 'preset' or 'set'); note it when a later source replaces another's different value."
     if notes is not None and key in origin and _value(key, origin[key][0]) != _value(key, value):
@@ -570,13 +588,8 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
                     where: str | None = None,  # where `overrides` come from, for notes and origins (e.g. 'config FILE')
                    ) -> Config:
     "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
-    cfg, canon = copy.deepcopy(cfg), {}
+    cfg, canon = copy.deepcopy(cfg), merge_settings(((canonical_key(k), k, v) for k, v in overrides.items()), notes)
     origin, d_model = ({} if origins is None else origins), cfg.model.d_model
-    for k, v in overrides.items():
-        c = canonical_key(k)
-        if c in canon and notes is not None and _value(c, canon[c][1]) != _value(c, v):
-            notes.append(f"{c} was given twice: {canon[c][0]}={canon[c][1]!r}, then {k}={v!r}; the later one is used.")
-        canon[c] = (k, v)
     for pkey, table in PRESETS.items():
         if pkey in canon:
             _note(notes, origin, pkey, canon[pkey][1], _where(canon[pkey][0], where), 'set'); _set(cfg, pkey, canon[pkey][1])

@@ -8,7 +8,7 @@ import argparse, dataclasses, difflib, importlib, itertools, inspect, io, os, sh
 import longctx_nb
 from .core import UsageError, TrainingError
 from .config import (Config, ALIASES, SECTIONS, option_specs, key_type, key_meta, canonical_key, config_settings,
-                               build_config, check_read, run_checks, _value, _field_of)
+                               build_config, check_read, run_checks, merge_settings, set_twice, _value, _field_of)
 
 # %% auto #0
 __all__ = ['MAMBA_GUIDE', 'GPU_NATIVE', 'HelpFormatter', 'Parser', 'arg', 'add_args', 'arg_comments', 'args_from', 'setting_help',
@@ -66,8 +66,8 @@ class Parser(argparse.ArgumentParser):
             rest = list(itertools.takewhile(lambda t: not t.startswith('--'), args[i + 1:]))
             val = tok.split('=', 1)[1] if '=' in tok else ' '.join(rest if a.nargs in ('+', '*') else rest[:1])
             if a.dest in seen and seen[a.dest][1] != val and int(os.environ.get('RANK', 0)) == 0:
-                print(f"{self.prog}: note: {flag} is set twice: {seen[a.dest][0]} {seen[a.dest][1]!r}, then {flag} {val!r}; "
-                      "the later one is used.", file=sys.stderr)
+                print(f"{self.prog}: note: " + set_twice(flag, f"{seen[a.dest][0]} {seen[a.dest][1]!r}", f"{flag} {val!r}"),
+                      file=sys.stderr)
             seen[a.dest] = (flag, val)
         return super().parse_known_args(args, namespace)
 
@@ -275,15 +275,6 @@ def _sources(parser: Parser, ns: argparse.Namespace, argv: list[str]) -> list[tu
     flags = sorted((k for k in vars(ns) if '.' in k or k in ALIASES or k in ('vram', 'training_preset')), key=lambda k: order.get(k, -1))
     return [(canonical_key(k), f'--{k}', getattr(ns, k)) for k in flags]
 
-def _merge(sources, notes: list) -> dict:
-    "One value per setting: the later source wins, and a note names the value it replaced."
-    final = {}
-    for key, where, v in sources:
-        if key in final and _value(key, final[key][1]) != _value(key, v):
-            notes.append(f"{key} is set twice: {final[key][0]}={final[key][1]!r}, then {where}={v!r}; the later one is used.")
-        final[key] = (where, v)
-    return final
-
 # %% ../nbs/02_flags.ipynb #c36ba6b5
 def _explicit(levels: list) -> list[str]:
     "The keys the user set: every flag, and the config file's keys whose value is not the default."
@@ -303,7 +294,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     ns, unknown = parser.parse_known_args(argv)
     if unknown: _unknown(unknown, parser.prog)
     notes = []
-    flags = {where: v for where, v in _merge(_sources(parser, ns, argv), notes).values()}
+    flags = {where: v for where, v in merge_settings(_sources(parser, ns, argv), notes).values()}
     levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
     ns.origins = {}
     cfg = build_config(levels, notes, ns.origins)
