@@ -662,7 +662,7 @@ def resolve_model(m: ModelConfig,  # the model section
     return m
 
 # %% ../nbs/01_config.ipynb #1cc53b78
-SYNTHETIC_KEYS = ('data.task', 'data.task_vocab_size', 'data.num_pairs', 'data.passkey_depth', 'data.copy_len')
+SYNTHETIC_KEYS = ('data.task', 'data.task_vocab_size', 'data.num_pairs', 'data.passkey_depth', 'data.copy_len')   # = synthetic.CONFIG_KNOBS (tested there)
 
 def check_read(cfg: Config,  # the resolved config
                keys,         # canonical keys the user gave explicitly (defaults and presets are fine)
