@@ -370,6 +370,10 @@ def coerce(key: str,    # canonical dotted key, for messages
     def bad(what): raise UsageError(f"{key}={value!r} is not valid: {what}.")
     if isinstance(value, str) and not value.strip():
         bad('the value is empty; give one, or leave the setting out for its default' + ('' if type(None) not in args else ' (none: no value)'))
+    if key == 'trainer.devices' and (isinstance(value, (list, tuple)) or str(value).strip().lower() in ('auto', '-1')
+                                     or re.search(r'[\[,]', str(value))):
+        bad("Lightning's devices='auto', -1 and lists of device indices are not read here: --trainer.devices is the number "
+            "of processes on this machine, one per GPU (a positive integer); choose the GPUs with CUDA_VISIBLE_DEVICES")
     if type(None) in args:  # Optional[X]
         if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
         tp = next(a for a in args if a is not type(None))

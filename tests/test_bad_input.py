@@ -132,6 +132,8 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('lightning_callbacks', T, ['--trainer.callbacks=ModelCheckpoint'], 'no callbacks'),
     ('lightning_logger', T, ['--trainer.logger=tensorboard'], 'metrics.jsonl'),
     ('lightning_tpu', T, ['--trainer.accelerator=tpu'], "Lightning's 'tpu' accelerator"),
+    ('lightning_devices_auto', T, ['--trainer.devices=auto'], "Lightning's devices='auto', -1 and lists of device indices"),
+    ('lightning_devices_list', T, ['--trainer.devices=[0,1]'], 'choose the GPUs with CUDA_VISIBLE_DEVICES'),
     ('lightning_num_nodes', T, ['--trainer.num_nodes=2'], 'torchrun'),
     ('lightning_ckpt_path', T, ['--ckpt_path=x.ckpt'], '--trainer.resume'),
     ('far_name_no_suggestion', T, ['--foo_bar_baz=x'], 'unknown config key'),
