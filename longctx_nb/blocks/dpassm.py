@@ -148,8 +148,8 @@ def _attn_path(self, x, attn_impl):
     return a.transpose(1, 2).reshape(B, L, D), k, v
 
 @patch_to(DPASSM)
-def _ssm_path(self, x, scan_impl, conv_impl, want_last=False):
-    "The SSM path, channel-first: `s` `(B, D, L)`, the conv's input `xs` `(B, D, L)`, and the last state if `want_last`."
+def _ssm_path(self, x, scan_impl, conv_impl, want_last=False, merge=None, merge_gate=None):
+    "The SSM path, channel-first: `s` `(B, D, L)`, the conv's input `xs` `(B, D, L)`, the last state if `want_last`; `merge`: see `_forward`."
     N, R = self.ssm_state_dim, self.dt_rank
     xs = cf_mm(self.in_proj.weight, x.mT)               # W @ x^T: the matmul and the transpose at once
     if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
@@ -157,7 +157,7 @@ def _ssm_path(self, x, scan_impl, conv_impl, want_last=False):
     dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([R, N, N], dim=1)
     A = -torch.exp(self.A_log.float())
     s = selective_scan(u, cf_mm(self.dt_proj.weight, dt_low), A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
-                       delta_softplus=True, return_last_state=want_last, impl=scan_impl)
+                       delta_softplus=True, return_last_state=want_last, impl=scan_impl, merge=merge, merge_gate=merge_gate)
     return (s[0], xs, s[1]) if want_last else (s, xs, None)
 
 # %% ../../nbs/27_dpassm.ipynb #1bda9d2e
@@ -168,10 +168,9 @@ def _forward(self, x, impl=None, want_cache=False):
     attn_impl, scan_impl, conv_impl = self._impls(impl)
     B, L, D = x.shape
     a, k, v = self._attn_path(x, attn_impl)
-    s, xs, last = self._ssm_path(x, scan_impl, conv_impl, want_cache)
-    # merge: h = g * attn + (1 - g) * ssm, per channel; s made token-major once (lerp on its transposed view is slower)
-    g = torch.sigmoid(self.gate(x))
-    h = torch.lerp(s.mT.contiguous().to(a.dtype), a, g.to(a.dtype))
+    # merge: h = g * attn + (1 - g) * ssm per channel, g = sigmoid(gate(x)), in the scan's output stage (token-major)
+    h, xs, last = self._ssm_path(x, scan_impl, conv_impl, want_cache, merge=a.mT, merge_gate=self.gate(x).mT)
+    h = h.mT.to(a.dtype)                                                         # (B, L, D); contiguous from the CPU kernel
     if self.dropout and self.training: h = F.dropout(h, self.dropout)
     y = self.out_proj(h)
     if not want_cache: return y
@@ -268,8 +267,8 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     scan = cfg.scan_impl
     if scan == 'auto': scan = scan_impls.auto(dev)
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
-    # the merge (SSM output, attention output, gate) and out_proj's input; dropout's mask
-    per = (D * 4 if f32 else 3 * D * a) + 3 * D * a + D * a
+    # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps no SSM output) and out_proj's input; dropout's mask
+    per = (D * 4 if f32 else 3 * D * a) + (2 if scan == 'cpu' and f32 else 3) * D * a + D * a
     if cfg.dropout: per += D * (1 if dev == 'cuda' else a)
     const = 2 * L * Dh * 4 + 2 * D * N * 4               # RoPE's fp32 cos and sin; A = -exp(A_log), twice
     # attention path
