@@ -14,11 +14,11 @@ from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update
+from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update, cpu_scan_workspace_bytes
 from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
-__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes', 'bench_dpassm']
+__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes', 'dpassm_backward_workspace_bytes', 'bench_dpassm']
 
 # %% ../../nbs/27_dpassm.ipynb #e022d913
 @dataclass
@@ -292,6 +292,20 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     return BL * per + const
 
 DPASSM.activation_bytes = staticmethod(dpassm_mixer_bytes)
+
+# %% ../../nbs/27_dpassm.ipynb #dc3a5fa5
+def dpassm_backward_workspace_bytes(cfg,                    # a resolved `ModelConfig`
+                                    batch_size: int,        # sequences per micro-batch
+                                    seq_len: int,           # tokens per sequence
+                                    precision: str = '32',  # '32', 'bf16' or '16' (the CPU scan works in fp32 whatever it is)
+                                    device: str = 'cuda',   # picks the kernels (CUDA or not)
+                                   ) -> int:                # bytes
+    "Bytes `DPASSM`'s backward holds beyond what it saved and the gradients: the CPU scan's partial sums (0 with the other scans)."
+    scan = cfg.scan_impl if cfg.scan_impl != 'auto' else scan_impls.auto(torch.device(device).type)
+    if scan != 'cpu' or cfg.ssm_state_dim > 256: return 0          # 'auto' runs the chunked scan above N = 256
+    return cpu_scan_workspace_bytes(batch_size, cfg.d_model, seq_len, cfg.ssm_state_dim)
+
+DPASSM.backward_workspace_bytes = staticmethod(dpassm_backward_workspace_bytes)
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _dp_row(impl, L, tmin, tmed, disturbed, batch):

@@ -13,7 +13,7 @@ from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
            'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'selective_scan', 'scan_inputs',
-           'selective_state_update', 'bench_scan']
+           'cpu_scan_workspace_bytes', 'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -956,7 +956,7 @@ def _build_cpu_scan_ext(name, flags):
     folder = Path(cpp_extension._get_build_directory(name, verbose=False))
     main = folder / 'main.cpp'
     if not ((folder / f'{name}.so').exists() and main.exists() and src in main.read_text()):
-        print(f"selective_scan: compiling the CPU scan kernel into {folder} (once per machine and torch version, "
+        print(f"selective_scan: compiling the CPU scan kernel into {folder} (once per machine, torch version and kernel source, "
               "about a minute)", flush=True)
     return cpp_extension.load_inline(name, cpp_sources=[src], functions=['scan_fwd', 'scan_bwd'],
                                      extra_cflags=flags, extra_ldflags=['-fopenmp'])
@@ -1018,6 +1018,18 @@ def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_s
                                    f(D), rows(z), f(delta_bias), merge, merge_gate, bool(delta_softplus))
     out = out.to(u.dtype)
     return (out, last) if return_last_state else out
+
+# %% ../../nbs/10_scan.ipynb #6fda8bbe
+def cpu_scan_workspace_bytes(batch: int,       # sequences
+                             dim: int,         # channels
+                             seq_len: int,     # L
+                             N: int,           # state size per channel
+                             groups: int = 1,  # groups of B and C
+                            ) -> int:          # bytes
+    "Bytes the CPU kernel's backward holds beyond its inputs and gradients: the per-task `dB`, `dC` partial sums."
+    per_group = dim // groups
+    tasks = batch * groups * -(-per_group // min(CPU_SCAN_CHANNELS, per_group))
+    return 2 * tasks * seq_len * N * 4
 
 # %% ../../nbs/10_scan.ipynb #b6ffa9ae
 def selective_state_update(state: torch.Tensor,                  # (batch, dim, N), updated in place (keep it fp32)
