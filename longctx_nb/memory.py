@@ -18,8 +18,9 @@ from .model import LM, count_params
 
 # %% auto #0
 __all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes',
-           'MemoryEstimate', 'estimate_memory', 'param_count', 'available_memory', 'check_fits', 'check_config_fits',
-           'task_vocab', 'fits_when_parsed', 'task_settings_read', 'check_positive', 'check_seed', 'check_lengths']
+           'block_workspace_bytes', 'MemoryEstimate', 'estimate_memory', 'param_count', 'available_memory',
+           'check_fits', 'check_config_fits', 'task_vocab', 'fits_when_parsed', 'task_settings_read', 'check_positive',
+           'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -66,6 +67,17 @@ def block_activation_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
         n = get_block('vanilla').activation_bytes(cfg, batch_size, seq_len, precision, device)
     return block_shell_bytes(cfg, batch_size, seq_len, precision, device) + n
 
+def block_workspace_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
+                          batch_size: int,        # sequences per micro-batch
+                          seq_len: int,           # tokens per sequence
+                          precision: str = '32',  # '32', 'bf16' or '16'
+                          device: str = 'cuda',   # picks the kernels (CUDA or not)
+                         ) -> int:                # bytes
+    "Bytes one block's backward holds for a moment beyond what it saved and the gradients: its mixer's `backward_workspace_bytes` (0 if none)."
+    cfg = resolve_model(cfg)
+    f = getattr(get_block(cfg.block), 'backward_workspace_bytes', None)
+    return 0 if f is None else f(cfg, batch_size, seq_len, precision, device)
+
 # %% ../nbs/31_memory.ipynb #8e409b92
 _PARTS = [('weights', 'weights (fp32)'), ('grads', 'gradients (fp32)'), ('optimizer', 'AdamW moments (2 x fp32)'),
           ('weight_casts', 'autocast weight copies'), ('activations', 'activations'), ('logits', 'logits and loss')]
@@ -78,7 +90,7 @@ class MemoryEstimate:
     grads: int          # bytes of their gradients
     optimizer: int      # bytes of AdamW's two moments
     weight_casts: int   # bytes of autocast's low-precision weight copies
-    activations: int    # bytes kept for backward (and one recomputed block)
+    activations: int    # bytes kept for backward (and one recomputed block, and one block's backward workspace)
     logits: int         # bytes of the logits, the loss and their gradients
     saved: int          # held for backward at the end of the forward pass (what `saved_tensor_bytes` measures)
     desc: str = ''      # what was estimated
@@ -126,7 +138,8 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
     outside = BL * (8 + rmsnorm_bytes(D, dev) + D * a)   # token ids, final norm, head input
     if cfg.dropout: outside += BL * D * (1 if dev == 'cuda' else 4)   # embedding dropout
     kept = cfg.n_layers * (4 * BL * D if ckpt else block)          # block inputs, or all of every block
-    activations = kept + outside + (block if ckpt else 0)          # + one block during recompute
+    ws = block_workspace_bytes(cfg, batch_size, seq_len, p, dev)  # one block's backward workspace (e.g. the CPU scan's sums)
+    activations = kept + outside + (block if ckpt else 0) + ws     # + one block during recompute
     head_cast = model.head.weight.numel()
     casts_saved = 0 if a == 4 else 2 * (head_cast + (0 if ckpt else sum(lin)))
     casts = casts_saved + (2 * max(lin) if ckpt and a != 4 else 0)

@@ -14,11 +14,11 @@ from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update
+from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update, cpu_scan_workspace_bytes
 from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
-__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes', 'bench_dpassm']
+__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes', 'dpassm_backward_workspace_bytes', 'bench_dpassm']
 
 # %% ../../nbs/27_dpassm.ipynb #e022d913
 @dataclass
@@ -148,8 +148,8 @@ def _attn_path(self, x, attn_impl):
     return a.transpose(1, 2).reshape(B, L, D), k, v
 
 @patch_to(DPASSM)
-def _ssm_path(self, x, scan_impl, conv_impl, want_last=False):
-    "The SSM path, channel-first: `s` `(B, D, L)`, the conv's input `xs` `(B, D, L)`, and the last state if `want_last`."
+def _ssm_path(self, x, scan_impl, conv_impl, want_last=False, merge=None, merge_gate=None):
+    "The SSM path, channel-first: `s` `(B, D, L)`, the conv's input `xs` `(B, D, L)`, the last state if `want_last`; `merge`: see `_forward`."
     N, R = self.ssm_state_dim, self.dt_rank
     xs = cf_mm(self.in_proj.weight, x.mT)               # W @ x^T: the matmul and the transpose at once
     if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
@@ -157,7 +157,7 @@ def _ssm_path(self, x, scan_impl, conv_impl, want_last=False):
     dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([R, N, N], dim=1)
     A = -torch.exp(self.A_log.float())
     s = selective_scan(u, cf_mm(self.dt_proj.weight, dt_low), A, Bm, Cm, self.D.float(), delta_bias=self.dt_proj.bias.float(),
-                       delta_softplus=True, return_last_state=want_last, impl=scan_impl)
+                       delta_softplus=True, return_last_state=want_last, impl=scan_impl, merge=merge, merge_gate=merge_gate)
     return (s[0], xs, s[1]) if want_last else (s, xs, None)
 
 # %% ../../nbs/27_dpassm.ipynb #1bda9d2e
@@ -168,10 +168,9 @@ def _forward(self, x, impl=None, want_cache=False):
     attn_impl, scan_impl, conv_impl = self._impls(impl)
     B, L, D = x.shape
     a, k, v = self._attn_path(x, attn_impl)
-    s, xs, last = self._ssm_path(x, scan_impl, conv_impl, want_cache)
-    # merge: h = g * attn + (1 - g) * ssm, per channel; s made token-major once (lerp on its transposed view is slower)
-    g = torch.sigmoid(self.gate(x))
-    h = torch.lerp(s.mT.contiguous().to(a.dtype), a, g.to(a.dtype))
+    # merge: h = g * attn + (1 - g) * ssm per channel, g = sigmoid(gate(x)), in the scan's output stage (token-major)
+    h, xs, last = self._ssm_path(x, scan_impl, conv_impl, want_cache, merge=a.mT, merge_gate=self.gate(x).mT)
+    h = h.mT.to(a.dtype)                                                         # (B, L, D); contiguous from the CPU kernel
     if self.dropout and self.training: h = F.dropout(h, self.dropout)
     y = self.out_proj(h)
     if not want_cache: return y
@@ -268,8 +267,8 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     scan = cfg.scan_impl
     if scan == 'auto': scan = scan_impls.auto(dev)
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
-    # the merge (SSM output, attention output, gate) and out_proj's input; dropout's mask
-    per = (D * 4 if f32 else 3 * D * a) + 3 * D * a + D * a
+    # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps no SSM output) and out_proj's input; dropout's mask
+    per = (D * 4 if f32 else 3 * D * a) + (2 if scan == 'cpu' and f32 else 3) * D * a + D * a
     if cfg.dropout: per += D * (1 if dev == 'cuda' else a)
     const = 2 * L * Dh * 4 + 2 * D * N * 4               # RoPE's fp32 cos and sin; A = -exp(A_log), twice
     # attention path
@@ -293,6 +292,20 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     return BL * per + const
 
 DPASSM.activation_bytes = staticmethod(dpassm_mixer_bytes)
+
+# %% ../../nbs/27_dpassm.ipynb #dc3a5fa5
+def dpassm_backward_workspace_bytes(cfg,                    # a resolved `ModelConfig`
+                                    batch_size: int,        # sequences per micro-batch
+                                    seq_len: int,           # tokens per sequence
+                                    precision: str = '32',  # '32', 'bf16' or '16' (the CPU scan works in fp32 whatever it is)
+                                    device: str = 'cuda',   # picks the kernels (CUDA or not)
+                                   ) -> int:                # bytes
+    "Bytes `DPASSM`'s backward holds beyond what it saved and the gradients: the CPU scan's partial sums (0 with the other scans)."
+    scan = cfg.scan_impl if cfg.scan_impl != 'auto' else scan_impls.auto(torch.device(device).type)
+    if scan != 'cpu' or cfg.ssm_state_dim > 256: return 0          # 'auto' runs the chunked scan above N = 256
+    return cpu_scan_workspace_bytes(batch_size, cfg.d_model, seq_len, cfg.ssm_state_dim)
+
+DPASSM.backward_workspace_bytes = staticmethod(dpassm_backward_workspace_bytes)
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _dp_row(impl, L, tmin, tmed, disturbed, batch):

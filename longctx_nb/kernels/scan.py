@@ -4,7 +4,7 @@
 
 # %% ../../nbs/10_scan.ipynb #117e5eb3
 from __future__ import annotations
-import contextlib, math, os, re, shutil
+import contextlib, hashlib, math, os, re, shutil
 import torch
 import torch.nn.functional as F
 from pathlib import Path
@@ -13,7 +13,7 @@ from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
            'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'selective_scan', 'scan_inputs',
-           'selective_state_update', 'bench_scan']
+           'cpu_scan_workspace_bytes', 'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -44,11 +44,15 @@ def _check_scan_tensor(name, t, u):
         raise UsageError(f"selective_scan: {name} is on {t.device} but u is on {u.device}; put every tensor on one device.")
 
 # %% ../../nbs/10_scan.ipynb #ca450366
-def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl='auto'):
+def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl='auto', merge=None, merge_gate=None):
     "Validate `selective_scan`'s arguments; returns `(batch, dim, L, N, G)`."
     scan_impls.check_name(impl)
-    for name, t in dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias).items():
-        if t is not None or name not in ('D', 'z', 'delta_bias'): _check_scan_tensor(name, t, u)
+    opt = ('D', 'z', 'delta_bias', 'merge', 'merge_gate')
+    for name, t in dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, merge=merge, merge_gate=merge_gate).items():
+        if t is not None or name not in opt: _check_scan_tensor(name, t, u)
+    if (merge is None) != (merge_gate is None):
+        raise UsageError("selective_scan: merge and merge_gate go together (out = lerp(out, merge, sigmoid(merge_gate))); "
+                         f"got merge={'a tensor' if merge is not None else None}, merge_gate={'a tensor' if merge_gate is not None else None}.")
     if u.dim() != 3 or u.shape[-1] == 0:
         raise UsageError(f"selective_scan: u must have shape (batch, dim, L) with L >= 1, got {_shape(u)}.")
     b, d, L = u.shape
@@ -68,7 +72,8 @@ def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl=
         if G is not None and g != G:
             raise UsageError(f"selective_scan: B has {G} group(s) but C has {g}; they must have the same number of groups.")
         G = g
-    for name, t, shape in (('D', D, (d,)), ('delta_bias', delta_bias, (d,)), ('z', z, (b, d, L))):
+    for name, t, shape in (('D', D, (d,)), ('delta_bias', delta_bias, (d,)), ('z', z, (b, d, L)), ('merge', merge, (b, d, L)),
+                           ('merge_gate', merge_gate, (b, d, L))):
         if t is not None and _shape(t) != shape:
             raise UsageError(f"selective_scan: {name} must have shape {shape}, got {_shape(t)}.")
     return b, d, L, N, G
@@ -323,6 +328,14 @@ def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #79c67820
+def _merge_after(out, merge, gate, return_last_state=False):
+    "`lerp(out, merge, sigmoid(gate))` in `out`'s dtype, laid out as `merge` (`out` copied into that layout first)."
+    y = out[0] if return_last_state else out
+    m = merge.to(y.dtype)
+    if y.stride() != m.stride(): y = torch.empty_like(m).copy_(y)
+    y = torch.lerp(y, m, torch.sigmoid(gate).to(y.dtype))
+    return (y, out[1]) if return_last_state else y
+
 def selective_scan(u: torch.Tensor,                         # (batch, dim, L) input
                    delta: torch.Tensor,                     # (batch, dim, L) step size, before delta_bias and softplus
                    A: torch.Tensor,                         # (dim, N) real, usually -exp(A_log)
@@ -334,16 +347,21 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
                    delta_softplus: bool = False,            # step size softplus(delta + delta_bias)
                    return_last_state: bool = False,         # also return the final state (batch, dim, N), fp32
                    impl: str = 'auto',                      # 'auto', 'ref', 'torch', 'cuda' or 'cpu'
+                   merge: torch.Tensor | None = None,       # (batch, dim, L) another path's output: out = lerp(out, merge, sigmoid(merge_gate))
+                   merge_gate: torch.Tensor | None = None,  # (batch, dim, L) the merge's gate logits (given with merge)
                   ):
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
-    _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl)
+    _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl, merge, merge_gate)
     if impl == 'auto':
         impl = scan_impls.auto(u.device)
         if impl in ('cuda', 'cpu') and A.shape[1] > 256: impl = 'torch'   # the kernels' limit
         if impl == 'cpu' and _cpu_scan_why_not(u.device, build=True): impl = 'torch'   # the build failed (said once)
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
-    fn = _scan_cpu if impl == 'cpu' else {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]   # '_scan_cpu' comes below
-    return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    if impl == 'cpu':                                 # '_scan_cpu' comes below; it fuses the merge
+        return _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge, merge_gate)
+    fn = {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]
+    out = fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    return out if merge is None else _merge_after(out, merge, merge_gate, return_last_state)
 
 # %% ../../nbs/10_scan.ipynb #9f761a13
 def scan_inputs(batch: int = 2,              # batch size
@@ -408,10 +426,15 @@ static inline float sigmoid_(float x) {
 # %% ../../nbs/10_scan.ipynb #97c0e956
 _CPU_SCAN_SRC['tasks'] = r'''
 // ---- the problem, flattened ----
+struct V3 {                                            // a (b, d, L) array with any strides (a token-major one: time stride d)
+  float* p = nullptr; int64_t s[3] = {0, 0, 0};
+  float* at(int64_t bi, int64_t ch, int64_t t) const { return p + bi * s[0] + ch * s[1] + t * s[2]; }
+};
 struct Scan {
   int64_t b, d, L, N, G, H, T, nc, cb, nblk;            // H = d / G channels per group; nblk = channel blocks per (batch, group)
   const float *u, *delta, *A, *B, *C, *D, *z, *bias;    // u, delta, z: (b, d, L); A: (d, N); B, C: (b, G, L, N)
   int64_t su[2], sde[2], sz[2];                         // batch and channel strides of u, delta, z (time is contiguous)
+  V3 ma, mw;                                            // the merge (p null without): out = lerp(y + D u, ma, sigmoid(mw))
   bool softplus;
   const float* U(int64_t bi, int64_t ch) const { return u + bi * su[0] + ch * su[1]; }       // a channel's series
   const float* De(int64_t bi, int64_t ch) const { return delta + bi * sde[0] + ch * sde[1]; }
@@ -422,6 +445,22 @@ struct Scan {
     c0 = g * H + j * cb; c1 = std::min(c0 + cb, (g + 1) * H);
   }
 };
+
+// The merge's arrays are often token-major (a step's channels adjacent; the output and the gradients then too): such arrays
+// are handled a chunk at a time, step by step over the task's channels (one contiguous, vectorised run per step), and the
+// scan reads or writes its channel's column of a small tile, tile[t * CP + (ch - c0)]. CP = channels + 16: a row a power
+// of two long would make the tile's rows alias in the cache, as the arrays' rows do. Other layouts go a column at a time.
+static inline bool token_major(const V3& v) { return v.s[1] == 1 && v.s[2] != 1; }
+static inline void gather(const float* p, int64_t st, int64_t n, float* col) { for (int64_t t = 0; t < n; ++t) col[t] = p[t * st]; }
+static inline void scatter(const float* col, int64_t n, float* p, int64_t st) { for (int64_t t = 0; t < n; ++t) p[t * st] = col[t]; }
+// Prefetch steps [s, s + n) of such an array over channels [c0, c1) (a share of the next chunk's, while this one runs): the
+// hardware prefetchers do not follow the rows' stride.
+static void rows_prefetch(const V3& v, int64_t bi, int64_t c0, int64_t c1, int64_t s, int64_t n, bool write) {
+  for (int64_t t = 0; t < n; ++t)   // n <= 0: nothing
+    for (const char *a = (const char*)v.at(bi, c0, s + t), *e = (const char*)v.at(bi, c1, s + t); a < e; a += 64) {
+      if (write) __builtin_prefetch(a, 1, 3); else __builtin_prefetch(a, 0, 3);
+    }
+}
 
 // Run f(task) for every task, handing tasks out one at a time to torch's intra-op threads (a late thread takes fewer).
 template <class F> static void for_tasks(int64_t n, const F& f) {
@@ -601,40 +640,62 @@ template <> struct Chunk<64> : ChunkV<4> {};
 # %% ../../nbs/10_scan.ipynb #ce2cd30a
 _CPU_SCAN_SRC['forward'] = r'''
 template <int NS>
-static void fwd_task(const Scan& P, int64_t i, float* out, float* last, float* starts) {
+static void fwd_task(const Scan& P, int64_t i, const V3& out, float* last, float* starts) {
   const int64_t N = NS ? NS : P.N, T = P.T, L = P.L;
   int64_t bi, g, c0, c1; P.task(i, bi, g, c0, c1);
-  std::vector<float> hs((c1 - c0) * N, 0.0f), A2((c1 - c0) * N), buf(3 * T + T * N);
+  std::vector<float> hs((c1 - c0) * N, 0.0f), A2((c1 - c0) * N), buf(5 * T + T * N);
+  const bool merge = P.ma.p, rows = merge && token_major(P.ma) && token_major(P.mw) && token_major(out);
+  const int64_t CP = P.cb + 16;
+  std::vector<float> tV(rows ? T * CP : 0);             // y + D u of the task's channels over a chunk, token-major
   for (int64_t ch = c0; ch < c1; ++ch)
     for (int64_t n = 0; n < N; ++n) A2[(ch - c0) * N + n] = P.A[ch * N + n] * LOG2E;
-  float *dt = buf.data(), *dtu = dt + T, *y = dtu + T, *S = y + T;
+  float *dt = buf.data(), *dtu = dt + T, *y = dtu + T, *ca = y + T, *cw = ca + T, *S = cw + T;
   for (int64_t k = 0; k < P.nc; ++k) {
     const int64_t s = k * T, n_t = std::min(T, L - s);
     const float* Bk = P.B + ((bi * P.G + g) * L + s) * N; const float* Ck = P.C + ((bi * P.G + g) * L + s) * N;
     for (int64_t ch = c0; ch < c1; ++ch) {
-      const int64_t row = (bi * P.d + ch) * L;
       float* hp = hs.data() + (ch - c0) * N;
       std::memcpy(starts + ((bi * P.d + ch) * P.nc + k) * N, hp, N * sizeof(float));   // the state entering chunk k
       {                                                   // the next channel's (or the next chunk's) inputs
         const int64_t nch = ch + 1 < c1 ? ch + 1 : c0, ns = ch + 1 < c1 ? s : s + T;
         if (ns < L) {
-          const int64_t nrow = (bi * P.d + nch) * L, nn = std::min(T, L - ns);
+          const int64_t nn = std::min(T, L - ns);
           prefetch_seg({P.De(bi, nch), P.U(bi, nch), P.Z(bi, nch)}, ns, nn);
-          prefetch_seg({out + nrow}, ns, nn, true);
+          if (out.s[2] == 1) prefetch_seg({out.at(bi, nch, 0)}, ns, nn, true);
         }
+      }
+      if (rows && k + 1 < P.nc) {                        // a share of the next chunk's rows, a few steps per channel
+        const int64_t per = (T + (c1 - c0) - 1) / (c1 - c0), t0 = s + T + (ch - c0) * per, nn = std::min(per, std::min(L, s + 2 * T) - t0);
+        rows_prefetch(P.ma, bi, c0, c1, t0, nn, false); rows_prefetch(P.mw, bi, c0, c1, t0, nn, false);
+        rows_prefetch(out, bi, c0, c1, t0, nn, true);
       }
       step_sizes(P, bi, ch, s, n_t, dt, dtu, nullptr);
       Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hp, Bk, Ck, dt, dtu, y, nullptr, nullptr, S);
-      const float* u = P.U(bi, ch) + s; float* o = out + row + s;
+      const float* u = P.U(bi, ch) + s;
       const float Dc = P.D ? P.D[ch] : 0.0f; const float* z = P.z ? P.Z(bi, ch) + s : nullptr;
       if (z) {
 #pragma omp simd
-        for (int64_t t = 0; t < n_t; ++t) o[t] = (y[t] + Dc * u[t]) * z[t] * sigmoid_(z[t]);
+        for (int64_t t = 0; t < n_t; ++t) y[t] = (y[t] + Dc * u[t]) * z[t] * sigmoid_(z[t]);
       } else {
 #pragma omp simd
-        for (int64_t t = 0; t < n_t; ++t) o[t] = y[t] + Dc * u[t];
+        for (int64_t t = 0; t < n_t; ++t) y[t] = y[t] + Dc * u[t];
       }
+      if (rows) { scatter(y, n_t, tV.data() + (ch - c0), CP); continue; }   // merged below, a step at a time
+      if (merge) {                                       // other layouts: lerp(y + D u, a, sigmoid(w)), a column at a time
+        gather(P.ma.at(bi, ch, s), P.ma.s[2], n_t, ca); gather(P.mw.at(bi, ch, s), P.mw.s[2], n_t, cw);
+#pragma omp simd
+        for (int64_t t = 0; t < n_t; ++t) y[t] = y[t] + sigmoid_(cw[t]) * (ca[t] - y[t]);
+      }
+      if (out.s[2] == 1) std::memcpy(out.at(bi, ch, s), y, n_t * sizeof(float));
+      else scatter(y, n_t, out.at(bi, ch, s), out.s[2]);
     }
+    if (rows)                                            // the merge, token-major: lerp(y + D u, a, sigmoid(w)) a step at a time
+      for (int64_t t = 0; t < n_t; ++t) {
+        const float* a = P.ma.at(bi, c0, s + t); const float* w = P.mw.at(bi, c0, s + t); const float* v = tV.data() + t * CP;
+        float* o = out.at(bi, c0, s + t);
+#pragma omp simd
+        for (int64_t c = 0; c < c1 - c0; ++c) o[c] = v[c] + sigmoid_(w[c]) * (a[c] - v[c]);
+      }
   }
   for (int64_t ch = c0; ch < c1; ++ch)
     std::memcpy(last + (bi * P.d + ch) * N, hs.data() + (ch - c0) * N, N * sizeof(float));
@@ -644,15 +705,21 @@ static void fwd_task(const Scan& P, int64_t i, float* out, float* last, float* s
 # %% ../../nbs/10_scan.ipynb #00783a61
 _CPU_SCAN_SRC['backward'] = r'''
 template <int NS>
-static void bwd_task(const Scan& P, int64_t i, const float* dout, const float* dlast, const float* starts, float* du,
-                     float* ddelta, float* dz, float* pB, float* pC, float* pA, float* pD, float* pbias) {
+static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlast, const float* starts, float* du,
+                     float* ddelta, float* dz, const V3& dma, const V3& dmw, float* pB, float* pC, float* pA, float* pD, float* pbias) {
   const int64_t N = NS ? NS : P.N, T = P.T, L = P.L;
   int64_t bi, g, c0, c1; P.task(i, bi, g, c0, c1);
   const int64_t nch = c1 - c0;
   std::vector<float> gs(nch * N, 0.0f), dA(nch * N, 0.0f), dD(nch, 0.0f), dbias(nch, 0.0f), A2(nch * N), hw(N);
-  std::vector<float> buf(7 * T + 4 * T * N);
+  std::vector<float> buf(10 * T + 4 * T * N);
   float *dt = buf.data(), *dtu = dt + T, *sig = dtu + T, *dy = sig + T, *gB = dy + T, *gA = gB + T, *y = gA + T;
-  float *aT = y + T, *hT = aT + T * N, *SB = hT + T * N, *SA = SB + T * N, *S = SB;
+  float *cg = y + T, *ca = cg + T, *cw = ca + T, *aT = cw + T, *hT = aT + T * N, *SB = hT + T * N, *SA = SB + T * N, *S = SB;
+  const bool merge = P.ma.p;
+  const bool rows = merge && token_major(dout) && token_major(P.ma) && token_major(P.mw) && token_major(dma) && token_major(dmw);
+  const bool gtile = !rows && token_major(dout);        // a token-major dout without that: copied a tile per chunk
+  const int64_t CP = P.cb + 16;
+  std::vector<float> tiles((rows ? 3 : gtile ? 1 : 0) * T * CP);
+  float *tG = tiles.data(), *tP = tG + T * CP, *tV = tP + T * CP;   // dy (dout with gtile); d g (1 - g); y + D u
   for (int64_t ch = c0; ch < c1; ++ch)
     for (int64_t n = 0; n < N; ++n) {
       A2[(ch - c0) * N + n] = P.A[ch * N + n] * LOG2E;
@@ -663,29 +730,65 @@ static void bwd_task(const Scan& P, int64_t i, const float* dout, const float* d
     const float* Bk = P.B + ((bi * P.G + g) * L + s) * N; const float* Ck = P.C + ((bi * P.G + g) * L + s) * N;
     float* pBk = pB + s * N; float* pCk = pC + s * N;
     std::fill(pBk, pBk + n_t * N, 0.0f); std::fill(pCk, pCk + n_t * N, 0.0f);
+    if (rows)                                            // through the merge, a step at a time: da, and dy = d (1 - g)
+      for (int64_t t = 0; t < n_t; ++t) {
+        const float* d = dout.at(bi, c0, s + t); const float* w = P.mw.at(bi, c0, s + t); float* da = dma.at(bi, c0, s + t);
+        float* gy = tG + t * CP; float* gp = tP + t * CP;
+#pragma omp simd
+        for (int64_t c = 0; c < nch; ++c) { float gt = sigmoid_(w[c]); da[c] = d[c] * gt; gy[c] = d[c] * (1.0f - gt); gp[c] = da[c] * (1.0f - gt); }
+      }
+    else if (gtile)
+      for (int64_t t = 0; t < n_t; ++t) std::memcpy(tG + t * CP, dout.at(bi, c0, s + t), nch * sizeof(float));
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t row = (bi * P.d + ch) * L;
       const float* h0 = starts + ((bi * P.d + ch) * P.nc + k) * N;
-      const float* u = P.U(bi, ch) + s; const float* zz = P.z ? P.Z(bi, ch) + s : nullptr; const float* go = dout + row + s;
+      const float* u = P.U(bi, ch) + s; const float* zz = P.z ? P.Z(bi, ch) + s : nullptr;
       const float Dc = P.D ? P.D[ch] : 0.0f;
       {                                                   // the next channel's (or the previous chunk's) inputs
         const int64_t nch = ch + 1 < c1 ? ch + 1 : c0, ns = ch + 1 < c1 ? s : s - T;
         if (ns >= 0) {
           const int64_t nrow = (bi * P.d + nch) * L, nn = std::min(T, L - ns);
-          prefetch_seg({P.De(bi, nch), P.U(bi, nch), P.Z(bi, nch), dout + nrow}, ns, nn);
+          prefetch_seg({P.De(bi, nch), P.U(bi, nch), P.Z(bi, nch), dout.s[2] == 1 ? dout.at(bi, nch, 0) : nullptr}, ns, nn);
           prefetch_seg({du + nrow, ddelta + nrow, dz ? dz + nrow : nullptr}, ns, nn, true);
+        }
+      }
+      if ((rows || gtile) && k > 0) {                    // a share of the previous chunk's rows, a few steps per channel
+        const int64_t per = (T + nch - 1) / nch, t0 = s - T + (ch - c0) * per, nn = std::min(per, s - t0);
+        rows_prefetch(dout, bi, c0, c1, t0, nn, false);
+        if (rows) {
+          rows_prefetch(P.ma, bi, c0, c1, t0, nn, false); rows_prefetch(P.mw, bi, c0, c1, t0, nn, false);
+          rows_prefetch(dma, bi, c0, c1, t0, nn, true); rows_prefetch(dmw, bi, c0, c1, t0, nn, true);
         }
       }
       step_sizes(P, bi, ch, s, n_t, dt, dtu, sig);
       std::memcpy(hw.data(), h0, N * sizeof(float));     // the chunk's states again, from the saved one entering it
-      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hw.data(), Bk, Ck, dt, dtu, zz ? y : nullptr, aT, hT, S);
-      if (zz) {                                          // through the gate and the skip connection
+      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hw.data(), Bk, Ck, dt, dtu, zz || merge ? y : nullptr, aT, hT, S);
+      // dy: the gradient reaching y + D u (dout's column made contiguous where it is not)
+      const float* go = dout.s[2] == 1 ? dout.at(bi, ch, s) : cg;
+      if (rows) gather(tG + (ch - c0), CP, n_t, dy);
+      else if (gtile) gather(tG + (ch - c0), CP, n_t, cg);
+      else if (dout.s[2] != 1) gather(dout.at(bi, ch, s), dout.s[2], n_t, cg);
+      if (rows) {                                        // y + D u for dw, computed below a step at a time
+#pragma omp simd
+        for (int64_t t = 0; t < n_t; ++t) ca[t] = y[t] + Dc * u[t];
+        scatter(ca, n_t, tV + (ch - c0), CP);
+      } else if (zz) {                                   // through the gate and the skip connection
 #pragma omp simd
         for (int64_t t = 0; t < n_t; ++t) {
           float sz = sigmoid_(zz[t]), v = y[t] + Dc * u[t];
           dz[row + s + t] = go[t] * v * sz * (1.0f + zz[t] * (1.0f - sz));
           dy[t] = go[t] * zz[t] * sz;
         }
+      } else if (merge) {                                // other layouts: through the merge a column at a time
+        gather(P.ma.at(bi, ch, s), P.ma.s[2], n_t, ca); gather(P.mw.at(bi, ch, s), P.mw.s[2], n_t, cw);
+#pragma omp simd
+        for (int64_t t = 0; t < n_t; ++t) {
+          float gt = sigmoid_(cw[t]), v = y[t] + Dc * u[t], d = go[t];
+          cw[t] = d * (ca[t] - v) * gt * (1.0f - gt);    // dw
+          ca[t] = d * gt;                                // da
+          dy[t] = d * (1.0f - gt);
+        }
+        scatter(ca, n_t, dma.at(bi, ch, s), dma.s[2]); scatter(cw, n_t, dmw.at(bi, ch, s), dmw.s[2]);
       } else std::memcpy(dy, go, n_t * sizeof(float));
       Chunk<NS>::backward(N, n_t, P.A + ch * N, h0, Bk, Ck, dt, dtu, dy, aT, hT, gs.data() + (ch - c0) * N,
                           dA.data() + (ch - c0) * N, pBk, pCk, gB, gA, SB, SA);
@@ -699,6 +802,13 @@ static void bwd_task(const Scan& P, int64_t i, const float* dout, const float* d
       }
       dD[ch - c0] += sD; dbias[ch - c0] += sb;
     }
+    if (rows)                                            // dw = d g (1 - g) (a - y - D u), a step at a time
+      for (int64_t t = 0; t < n_t; ++t) {
+        const float* a = P.ma.at(bi, c0, s + t); const float* gp = tP + t * CP; const float* v = tV + t * CP;
+        float* dw = dmw.at(bi, c0, s + t);
+#pragma omp simd
+        for (int64_t c = 0; c < nch; ++c) dw[c] = gp[c] * (a[c] - v[c]);
+      }
   }
   for (int64_t ch = c0; ch < c1; ++ch) {
     std::memcpy(pA + (bi * P.d + ch) * N, dA.data() + (ch - c0) * N, N * sizeof(float));
@@ -711,6 +821,16 @@ static void bwd_task(const Scan& P, int64_t i, const float* dout, const float* d
 _CPU_SCAN_SRC['api_forward'] = r'''
 using OptT = std::optional<torch::Tensor>;
 static const float* ptr(const OptT& t) { return t.has_value() ? t->data_ptr<float>() : nullptr; }
+static V3 v3(const torch::Tensor& t) {                 // an fp32 (b, d, L) array, strides as they are
+  TORCH_CHECK(t.dtype() == torch::kFloat32 && t.dim() == 3 && t.device().is_cpu(), "scan: fp32 (b, d, L) arrays");
+  V3 v; v.p = t.data_ptr<float>(); for (int k = 0; k < 3; ++k) v.s[k] = t.stride(k);
+  return v;
+}
+// A new (b, d, L) array laid out as t: token-major where t is (even a view of a wider array), else as empty_like makes it.
+static torch::Tensor like(const torch::Tensor& t) {
+  if (t.stride(1) == 1 && t.stride(2) != 1) return torch::empty({t.size(0), t.size(2), t.size(1)}, t.options()).transpose(1, 2);
+  return torch::empty_like(t);
+}
 
 // Run f with N as a compile-time constant where a specialisation exists (0: any N).
 template <class F> static void by_N(int64_t N, const F& f) {
@@ -719,7 +839,8 @@ template <class F> static void by_N(int64_t N, const F& f) {
 }
 
 static Scan make(const torch::Tensor& u, const torch::Tensor& delta, const torch::Tensor& A, const torch::Tensor& B,
-                 const torch::Tensor& C, const OptT& D, const OptT& z, const OptT& bias, bool softplus, int64_t T, int64_t cb) {
+                 const torch::Tensor& C, const OptT& D, const OptT& z, const OptT& bias, bool softplus, int64_t T, int64_t cb,
+                 const OptT& ma, const OptT& mw) {
   for (auto* t : {&A, &B, &C})
     TORCH_CHECK(t->dtype() == torch::kFloat32 && t->is_contiguous() && t->device().is_cpu(), "scan: fp32 contiguous A, B, C");
   for (const torch::Tensor* t : {&u, &delta, z.has_value() ? &*z : &u})
@@ -731,17 +852,24 @@ static Scan make(const torch::Tensor& u, const torch::Tensor& delta, const torch
   P.u = u.data_ptr<float>(); P.delta = delta.data_ptr<float>(); P.A = A.data_ptr<float>();
   P.B = B.data_ptr<float>(); P.C = C.data_ptr<float>(); P.D = ptr(D); P.z = ptr(z); P.bias = ptr(bias);
   P.softplus = softplus;
+  TORCH_CHECK(ma.has_value() == mw.has_value() && !(ma.has_value() && z.has_value()), "scan: the merge takes both tensors, and no z");
+  if (ma.has_value()) {
+    P.ma = v3(*ma); P.mw = v3(*mw);
+    for (auto* t : {&*ma, &*mw}) TORCH_CHECK(t->sizes() == u.sizes(), "scan: the merge's tensors have u's shape");
+  }
   P.su[0] = u.stride(0); P.su[1] = u.stride(1); P.sde[0] = delta.stride(0); P.sde[1] = delta.stride(1);
   P.sz[0] = z.has_value() ? z->stride(0) : 0; P.sz[1] = z.has_value() ? z->stride(1) : 0;
   return P;
 }
 
 std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B, torch::Tensor C,
-                                    OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb) {
-  Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb);
-  auto out = torch::empty({P.b, P.d, P.L}, u.options()), last = torch::empty({P.b, P.d, P.N}, u.options());
+                                    OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb, OptT ma, OptT mw) {
+  Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb, ma, mw);
+  // with the merge, the output takes the other path's layout (a token-major one stays token-major)
+  auto out = ma.has_value() ? like(*ma) : torch::empty({P.b, P.d, P.L}, u.options());
+  auto last = torch::empty({P.b, P.d, P.N}, u.options());
   auto starts = torch::empty({P.b, P.d, P.nc, P.N}, u.options());
-  float *o = out.data_ptr<float>(), *l = last.data_ptr<float>(), *st = starts.data_ptr<float>();
+  const V3 o = v3(out); float *l = last.data_ptr<float>(), *st = starts.data_ptr<float>();
   for_tasks(P.ntasks(), [&](int64_t i) {
     by_N(P.N, [&](auto ns) { fwd_task<decltype(ns)::value>(P, i, o, l, st); });
   });
@@ -753,19 +881,23 @@ std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch:
 _CPU_SCAN_SRC['api_backward'] = r'''
 std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B, torch::Tensor C,
                                     OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb,
-                                    torch::Tensor dout, OptT dlast, torch::Tensor starts) {
-  Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb);
-  TORCH_CHECK(dout.is_contiguous() && starts.is_contiguous() && (!dlast.has_value() || dlast->is_contiguous()), "scan: contiguous");
+                                    torch::Tensor dout, OptT dlast, torch::Tensor starts, OptT ma, OptT mw) {
+  Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb, ma, mw);
+  TORCH_CHECK(starts.is_contiguous() && (!dlast.has_value() || dlast->is_contiguous()), "scan: contiguous");
+  TORCH_CHECK(dout.sizes() == u.sizes(), "scan: dout has u's shape");    // any strides (a token-major one is read as it is)
   auto du = torch::empty({P.b, P.d, P.L}, u.options()), ddelta = torch::empty_like(du), dz = torch::empty(z.has_value() ? du.sizes() : at::IntArrayRef{0}, u.options());
   const int64_t nt = P.ntasks();
   auto pB = torch::empty({nt, P.L, P.N}, u.options()), pC = torch::empty({nt, P.L, P.N}, u.options());
   auto pA = torch::empty({P.b, P.d, P.N}, u.options()), pD = torch::empty({P.b, P.d}, u.options()), pbias = torch::empty({P.b, P.d}, u.options());
-  const float *go = dout.data_ptr<float>(), *gl = ptr(dlast), *st = starts.data_ptr<float>();
+  auto dma = ma.has_value() ? like(*ma) : torch::empty({0}, u.options());   // gradients in their inputs' layouts
+  auto dmw = mw.has_value() ? like(*mw) : torch::empty({0}, u.options());
+  const V3 go = v3(dout), gma = ma.has_value() ? v3(dma) : V3(), gmw = mw.has_value() ? v3(dmw) : V3();
+  const float *gl = ptr(dlast), *st = starts.data_ptr<float>();
   float *du_ = du.data_ptr<float>(), *dd_ = ddelta.data_ptr<float>(), *dz_ = z.has_value() ? dz.data_ptr<float>() : nullptr;
   float *pB_ = pB.data_ptr<float>(), *pC_ = pC.data_ptr<float>(), *pA_ = pA.data_ptr<float>(), *pD_ = pD.data_ptr<float>(), *pb_ = pbias.data_ptr<float>();
   const int64_t LN = P.L * P.N;
   for_tasks(nt, [&](int64_t i) {
-    by_N(P.N, [&](auto ns) { bwd_task<decltype(ns)::value>(P, i, go, gl, st, du_, dd_, dz_, pB_ + i * LN, pC_ + i * LN, pA_, pD_, pb_); });
+    by_N(P.N, [&](auto ns) { bwd_task<decltype(ns)::value>(P, i, go, gl, st, du_, dd_, dz_, gma, gmw, pB_ + i * LN, pC_ + i * LN, pA_, pD_, pb_); });
   });
   // sums over channel blocks and over the batch, always in the same order: the result does not depend on the threads
   auto dB = torch::empty_like(B), dC = torch::empty_like(C);
@@ -789,7 +921,7 @@ std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch:
     for (int64_t e = 0; e < P.d * P.N; ++e) dA_[e] += pA_[bi * P.d * P.N + e];
     for (int64_t e = 0; e < P.d; ++e) { dD_[e] += pD_[bi * P.d + e]; dbi_[e] += pb_[bi * P.d + e]; }
   }
-  return {du, ddelta, dA, dB, dC, dD, dz, dbias};
+  return {du, ddelta, dA, dB, dC, dD, dz, dbias, dma, dmw};
 }
 '''
 
@@ -801,9 +933,10 @@ _CPU_ISA_FLAGS = {'AVX512': ['-mavx512f', '-mavx512dq', '-mavx512vl', '-mavx512b
 _cpu_ext_state = {}       # the module, or why there is none: tried once per process
 
 def _cpu_ext_spec():
-    "Name and compiler flags of the kernel: one build per instruction set (as torch detects it) and torch version."
+    "Name and compiler flags of the kernel: one build per instruction set (as torch detects it), torch version and source."
     isa = torch.backends.cpu.get_cpu_capability()
-    name = f"longctx_scan_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}"
+    digest = hashlib.sha1('\n'.join(_CPU_SCAN_SRC.values()).encode()).hexdigest()[:10]   # two versions of the package never share a build
+    name = f"longctx_scan_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}_{digest}"
     return name, ['-O3', '-fopenmp', '-ffp-contract=fast', *_CPU_ISA_FLAGS.get(isa, [])]
 
 def _cpu_ext_tools_missing() -> str | None:
@@ -823,7 +956,7 @@ def _build_cpu_scan_ext(name, flags):
     folder = Path(cpp_extension._get_build_directory(name, verbose=False))
     main = folder / 'main.cpp'
     if not ((folder / f'{name}.so').exists() and main.exists() and src in main.read_text()):
-        print(f"selective_scan: compiling the CPU scan kernel into {folder} (once per machine and torch version, "
+        print(f"selective_scan: compiling the CPU scan kernel into {folder} (once per machine, torch version and kernel source, "
               "about a minute)", flush=True)
     return cpp_extension.load_inline(name, cpp_sources=[src], functions=['scan_fwd', 'scan_bwd'],
                                      extra_cflags=flags, extra_ldflags=['-fopenmp'])
@@ -848,38 +981,55 @@ def _cpu_scan_why_not(device,            # where the scan would run
 
 # %% ../../nbs/10_scan.ipynb #dacecd5b
 class _CpuScan(torch.autograd.Function):
-    "The compiled scan on fp32 contiguous `u, delta (b, d, L)`, `A (d, N)`, `B, C (b, G, L, N)` and optional `D, z, delta_bias`."
+    "The compiled scan on fp32 `u, delta (b, d, L)` (time contiguous), `A (d, N)`, `B, C (b, G, L, N)` and optional `D, z, delta_bias` and merge."
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, softplus):
+    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, softplus):
         T, cb = CPU_SCAN_CHUNK, CPU_SCAN_CHANNELS
-        out, last, starts = _load_cpu_scan_ext()[0].scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, T, cb)
-        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, starts)
+        out, last, starts = _load_cpu_scan_ext()[0].scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, T, cb, merge, merge_gate)
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts)
         ctx.cfg = softplus, T, cb
         ctx.set_materialize_grads(False)
         return out, last
 
     @staticmethod
     def backward(ctx, dout, dlast):
-        u, delta, A, B, C, D, z, delta_bias, starts = ctx.saved_tensors
-        dout = u.new_zeros(u.shape) if dout is None else dout.float().contiguous()   # contiguous, whatever u's strides
+        u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts = ctx.saved_tensors
+        dout = u.new_zeros(u.shape) if dout is None else dout.float()   # read at its own strides (token-major: no copy)
         dlast = None if dlast is None else dlast.float().contiguous()
-        du, dd, dA, dB, dC, dD, dz, dbias = _load_cpu_scan_ext()[0].scan_bwd(u, delta, A, B, C, D, z, delta_bias, *ctx.cfg,
-                                                                             dout, dlast, starts)
+        du, dd, dA, dB, dC, dD, dz, dbias, dm, dmg = _load_cpu_scan_ext()[0].scan_bwd(
+            u, delta, A, B, C, D, z, delta_bias, *ctx.cfg, dout, dlast, starts, merge, merge_gate)
         given = lambda g, t: g if t is not None else None
-        return du, dd, dA, dB, dC, given(dD, D), given(dz, z), given(dbias, delta_bias), None
+        return du, dd, dA, dB, dC, given(dD, D), given(dz, z), given(dbias, delta_bias), given(dm, merge), given(dmg, merge_gate), None
 
-def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
-    "The compiled CPU kernel. B, C are `(batch, G, N, L)`."
+# %% ../../nbs/10_scan.ipynb #b35cc6dd
+def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge=None, merge_gate=None):
+    "The compiled CPU kernel. B, C are `(batch, G, N, L)`; an fp32 merge without `z` is fused into its output stage."
     if (why := _cpu_scan_why_not(u.device, build=True)): raise UsageError(f"impl='cpu' cannot run on {u.device}: {why}")
     if A.shape[1] > 256:
         raise UsageError(f"impl='cpu' supports a state size N <= 256, got N = {A.shape[1]}; use impl='torch'.")
+    fused = merge is not None and z is None and merge.dtype == merge_gate.dtype == torch.float32
+    if merge is not None and not fused:                  # with z, or in low precision: the merge runs after the scan
+        out = _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+        return _merge_after(out, merge, merge_gate, return_last_state)
     f = lambda t: None if t is None else t.float().contiguous()
     rows = lambda t: None if t is None else t.float() if t.stride(-1) == 1 or t.shape[-1] == 1 else t.float().contiguous()
     with _no_autocast(u.device):
         out, last = _CpuScan.apply(rows(u), rows(delta), f(A), f(B.transpose(-1, -2)), f(C.transpose(-1, -2)),
-                                   f(D), rows(z), f(delta_bias), bool(delta_softplus))
+                                   f(D), rows(z), f(delta_bias), merge, merge_gate, bool(delta_softplus))
     out = out.to(u.dtype)
     return (out, last) if return_last_state else out
+
+# %% ../../nbs/10_scan.ipynb #6fda8bbe
+def cpu_scan_workspace_bytes(batch: int,       # sequences
+                             dim: int,         # channels
+                             seq_len: int,     # L
+                             N: int,           # state size per channel
+                             groups: int = 1,  # groups of B and C
+                            ) -> int:          # bytes
+    "Bytes the CPU kernel's backward holds beyond its inputs and gradients: the per-task `dB`, `dC` partial sums."
+    per_group = dim // groups
+    tasks = batch * groups * -(-per_group // min(CPU_SCAN_CHANNELS, per_group))
+    return 2 * tasks * seq_len * N * 4
 
 # %% ../../nbs/10_scan.ipynb #b6ffa9ae
 def selective_state_update(state: torch.Tensor,                  # (batch, dim, N), updated in place (keep it fp32)
