@@ -16,7 +16,8 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm', 'kernel_backends', 'mamba_mixer_bytes']
+__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm', 'kernel_backends', 'mamba_mixer_bytes',
+           'mamba_backward_workspace_bytes']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
@@ -292,3 +293,16 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     return int(batch_size * (L * per + states) + const)
 
 Mamba.activation_bytes = staticmethod(mamba_mixer_bytes)
+
+# %% ../../nbs/23_mamba.ipynb #a4092b3f
+def mamba_backward_workspace_bytes(cfg,                    # a resolved `ModelConfig`
+                                   batch_size: int,        # sequences per micro-batch
+                                   seq_len: int,           # tokens per sequence
+                                   precision: str = '32',  # '32', 'bf16' or '16' (the CPU scan works in fp32 whatever it is)
+                                   device: str = 'cuda',   # picks the kernels, as `kernel_backends`
+                                  ) -> int:                # bytes
+    "Bytes `Mamba`'s backward holds beyond what it saved and the gradients: the CPU scan's partial sums (0 with the other scans)."
+    if kernel_backends(device, cfg.scan_impl, cfg.conv_impl)['selective_scan'] != 'cpu' or cfg.d_state > 256: return 0
+    return kscan.cpu_scan_workspace_bytes(batch_size, int(cfg.expand * cfg.d_model), seq_len, cfg.d_state)
+
+Mamba.backward_workspace_bytes = staticmethod(mamba_backward_workspace_bytes)
