@@ -22,6 +22,10 @@ def directives(src: str) -> dict:
         out[m.group(1)] = m.group(2)
     return out
 
+def local_paths(text: str) -> str:
+    "`text` with the repository's folder written relative to it and the home folder as `~`."
+    return text.replace(f'{ROOT}{os.sep}', '').replace(str(ROOT), '.').replace(str(Path.home()), '~')
+
 def run(path: Path, flags: set, timeout: int = 900):
     "Execute `path` in a Jupyter kernel in its own folder, writing the outputs back into it (see the module's docstring)."
     import nbformat
@@ -43,6 +47,15 @@ def run(path: Path, flags: set, timeout: int = 900):
             if not cell.metadata.tags: del cell.metadata['tags']
         d = directives(cell.source)
         if 'hide' in d or d.get('output', '').lower() == 'false': cell.outputs = []
+        merged = []                # one stream output where the kernel sent several in a row
+        for out in cell.outputs:
+            if merged and out.output_type == 'stream' == merged[-1].output_type and out.name == merged[-1].name:
+                merged[-1].text += out.text
+            else: merged.append(out)
+        cell.outputs = merged
+        for out in cell.outputs:   # no path of the machine that ran them: the repository's own paths become relative
+            if 'text' in out: out.text = local_paths(out.text)
+            if 'text/plain' in out.get('data', {}): out.data['text/plain'] = local_paths(out.data['text/plain'])
     nb.metadata.pop('widgets', None)  # the state of widgets whose output is not kept
     nbformat.write(nb, path)
 

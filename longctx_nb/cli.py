@@ -231,7 +231,7 @@ def prepare_parser() -> Parser:
            arg('--workers', type=int, default=1, metavar='N', help='tokenizing processes'),
            arg('--resume_every', type=float, default=64.0, metavar='MB',
                help='write a resume marker every this many MB of text (an interrupted run continues from the last one)'),
-           arg('--no_progress', action='store_true', help='no progress bar')]
+           arg('--no_progress', action='store_true', help='no progress bar (it shows only when stderr is a terminal)')]
     return make_parser('longctx_prepare', 'Tokenize a corpus once into train.bin, val.bin, their document offsets '
                        '(train.docs.npy, val.docs.npy) and meta.json. Interrupted, the same command continues it. '
                        '--dataset NAME is --data.dataset_name=NAME.', own, sections=('data',),
@@ -254,7 +254,7 @@ def _prepare(argv=None) -> int:
     check_writable_dir(out, '--out')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"output folder {str(out)!r} is not empty; choose a new --out folder.")
-    meta = prepare_corpus(cfg.data, out, chunk_size=ns.chunk_size, workers=ns.workers, progress=not ns.no_progress,
+    meta = prepare_corpus(cfg.data, out, chunk_size=ns.chunk_size, workers=ns.workers, progress=not ns.no_progress and sys.stderr.isatty(),
                           resume_every=max(1, int(ns.resume_every * 2**20)))
     print(json.dumps(meta, indent=2))
     print(f"wrote {out}/train.bin, val.bin, their document offsets (train.docs.npy, val.docs.npy) and meta.json; "
