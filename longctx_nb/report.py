@@ -149,19 +149,17 @@ def curriculum_overrides(cfgs: dict[str, Config],  # block -> its training confi
                          overrides: dict,          # the user's training settings
                          max_steps: int | None,    # --max_steps as given (None: the default)
                          seq_len: int,             # --seq_len as given
-                        ) -> tuple[dict, bool]:    # (the training settings, whether the default curriculum was added)
-    "`overrides` with the default curriculum where it applies; a curriculum the user gave wins. Each change is printed as a note."
+                        ) -> tuple[dict, bool, list[str]]:  # (the training settings, whether the default curriculum was added, notes)
+    "`overrides` with the default curriculum where it applies; a curriculum the user gave wins. Notes say what either changes."
     c = next(iter(cfgs.values()))
     if any(canonical_key(k) == 'trainer.curriculum' for k in overrides):
         what = ([f"the training length to {c.data.seq_len} tokens (its longest stage) in place of --seq_len {seq_len}"]
                 if c.trainer.curriculum and c.data.seq_len != seq_len else []) + \
                ([f"the steps to {c.trainer.max_steps} (its sum) in place of --max_steps {max_steps}"]
                 if c.trainer.curriculum and max_steps not in (None, c.trainer.max_steps) else [])
-        if what: print(f"note: --trainer.curriculum={c.trainer.curriculum} sets {' and '.join(what)}.", file=sys.stderr, flush=True)
-        return overrides, False
+        return overrides, False, [f"--trainer.curriculum={c.trainer.curriculum} sets {' and '.join(what)}."] if what else []
     cur, note = default_curriculum(c)
-    if note: print(f"note: {note}", file=sys.stderr, flush=True)
-    return ({**overrides, 'trainer.curriculum': cur}, True) if cur else (overrides, False)
+    return ({**overrides, 'trainer.curriculum': cur} if cur else overrides), cur is not None, [note] if note else []
 
 # %% ../nbs/61_report.ipynb #5f2f2aac
 def step_stats(model,          # the model to time
@@ -188,7 +186,7 @@ def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
         nb = -(-n_samples // cfg.data.batch_size)
         return dict(loss_at={L: round(perplexity(ev.model, tokens, L, cfg.data.batch_size, dev, max_batches=nb)['loss'], 4) for L in lengths},
                     drift=drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, cfg.data.batch_size, dev),
-                    chance_loss=round(unigram_loss(tokens), 4))
+                    chance_loss=None if tokens.val is None else round(unigram_loss(tokens), 4))
     params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
     r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, cfg.data.batch_size, dev, seed=cfg.trainer.seed, **params)
     n_seqs = -(-n_samples // cfg.data.batch_size) * cfg.data.batch_size     # task_accuracy scores whole batches
@@ -299,7 +297,7 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
     check_positive(max_steps=steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths, seeds=seeds)
     overrides = dict(overrides or {})
     lrs = sweep_lrs(lr_sweep, overrides)
-    train_over, cur_default = curriculum_overrides(block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device,
+    train_over, cur_default, notes = curriculum_overrides(block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device,
                                                                  out / 'runs', False, overrides), overrides, max_steps, seq_len)
     probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, train_over)
     c0 = next(iter(probe.values()))
@@ -312,6 +310,7 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
     check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
     dense = check_sparse(cfgs, allow_dense)
+    for note in notes: print(f"note: {note}", file=sys.stderr, flush=True)   # every check passed: what the curriculum changes
     runs = {b: {lr: [] for lr in lrs} for b in cfgs}
     n = len(cfgs) * len(lrs) * seeds
     if verbose: print(f"{n} training runs: {len(cfgs)} blocks x {len(lrs)} learning rates x {seeds} seeds, {steps} steps each", flush=True)
@@ -362,7 +361,8 @@ def report_table(rows: list[dict],  # one `summarize` (or `train_and_eval`) row 
     return '\n'.join(lines)
 
 # %% ../nbs/61_report.ipynb #12a29c24
-def chance_length(settings: dict) -> int:
+def chance_length(settings: dict,  # the comparison settings (seq_len, eval_lengths)
+                 ) -> int:
     "The length a row is judged at: the training length, or the shortest evaluated one when it was not evaluated."
     return settings['seq_len'] if settings['seq_len'] in settings['eval_lengths'] else min(settings['eval_lengths'])
 

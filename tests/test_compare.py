@@ -1,5 +1,5 @@
 """`longctx_compare` compares sparse blocks in their sparse regime, at fair budgets, with its noise; BigBird's random keys act at short lengths."""
-import contextlib, io, json, subprocess
+import contextlib, io, json, math, subprocess
 import torch
 from longctx_nb.blocks.base import check_causal
 from longctx_nb.blocks.bigbird import BigBirdAttention, random_block_size
@@ -50,7 +50,7 @@ def test_dense_rows_are_equal_and_marked(tmp_path):
     assert rows[0]['val_loss'] == rows[1]['val_loss'] and rows[0]['acc'] == rows[1]['acc']
     assert rows[1]['dense'] and not rows[0]['dense']
     md = (tmp_path / 'c' / 'report.md').read_text()
-    assert '| baseline_longformer (dense) |' in md and '**Dense rows**' in md
+    assert '| baseline_longformer (dense) (at chance) |' in md and '**Dense rows**' in md   # 3 steps: at chance too
 
 def test_lr_sweep_flags(tmp_path):
     "--lr_sweep and --trainer.learning_rate both set the rate: refused; a bad rate is named."
@@ -155,3 +155,12 @@ def test_rows_at_chance(tmp_path, capsys):
     assert [at_chance(r, st) for r in (learned, guessing)] == [False, True]
     assert '| blade | 2 |' in report_table([learned], st) and chance_note([learned], st) == []
     assert chance_note([learned, guessing], st)[0].startswith('At chance at 32 tokens: mamba (accuracy at most 13.4%,')
+
+def test_text_rows_at_chance(tmp_path):
+    "On text the baseline is the unigram loss (each token by its frequency): 3 steps stay above it, and the row says so."
+    rows = compare_blocks(['vanilla'], 'text', max_steps=3, seq_len=32, eval_lengths=[32], output_dir=tmp_path / 'c', n_samples=8,
+                          device='cpu', overrides=TINY_PK, verbose=False, match_params=False)
+    (r,) = rows
+    assert 2.0 < r['chance_loss'] < math.log(256) and r['val_loss'] > r['chance_loss'] and r['at_chance'] is True
+    md = (tmp_path / 'c' / 'report.md').read_text()
+    assert '| vanilla (at chance) |' in md and f"At chance: vanilla (validation loss not 1% below the unigram loss {r['chance_loss']:.3f}" in md
