@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, get_device
-from .config import Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_read, check_writable_dir, pick_precision, resolve_model
+from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_read, check_writable_dir, parse_curriculum,
+                               pick_precision, resolve_model)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
 from .blocks.base import canonical_block, get_block
 from .blocks.bigbird import random_block_size
 from .model import LM, count_params, flops_per_token
-from .synthetic import from_config as task_from_config
+from .synthetic import from_config as task_from_config, make_batch
 from .train import train
 from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator, fit_passkey,
@@ -23,10 +24,11 @@ from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
-__all__ = ['SPARSE_DEFAULTS', 'EVAL_CAPTIONS', 'COMPARE_FLAGS', 'match_layers', 'block_configs', 'dense_settings', 'check_sparse',
-           'step_stats', 'train_and_eval', 'sweep_lrs', 'summarize', 'compare_blocks', 'report_table', 'noise_notes',
-           'report_plots', 'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser',
-           'report_main']
+__all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'EVAL_CAPTIONS', 'COMPARE_FLAGS', 'match_layers',
+           'block_configs', 'dense_settings', 'check_sparse', 'default_curriculum', 'curriculum_overrides',
+           'step_stats', 'unigram_loss', 'train_and_eval', 'sweep_lrs', 'summarize', 'compare_blocks', 'report_table',
+           'chance_length', 'chance_bound', 'at_chance', 'chance_note', 'noise_notes', 'report_plots', 'budget_text',
+           'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
 
 # %% ../nbs/61_report.ipynb #85387b09
 def _probe_params(cfg: Config, n_layers: int) -> int:
@@ -120,6 +122,45 @@ def check_sparse(cfgs: dict[str, Config],  # block -> its training config
                          "or pass --allow_dense to train them anyway, marked in the table.")
     return dense
 
+# %% ../nbs/61_report.ipynb #75e94f0a
+CURRICULUM_TASKS = ('passkey',)   # tasks a comparison trains with a length curriculum by default
+DEFAULT_STEPS = {'passkey': 600}  # default steps by task (300 for the others)
+
+def _task_fits(cfg: Config, L: int) -> bool:
+    try: task_from_config(apply_overrides(cfg, {'data.seq_len': L}).data); return True
+    except UsageError: return False
+
+def default_curriculum(cfg: Config,  # a block's training config: task, seq_len, max_steps, window and chunk
+                      ) -> tuple[str | None, str | None]:  # (the curriculum or None, the note that says so or why not)
+    "The comparison's default length curriculum for `cfg`: half the steps inside one window and chunk, the rest at seq_len."
+    d, m, L, n = cfg.data, resolve_model(cfg.model), cfg.data.seq_len, cfg.trainer.max_steps
+    if d.dataset_name != 'synthetic' or d.task not in CURRICULUM_TASKS: return None, None
+    short = min(L // 4, m.window_size, m.chunk_size)
+    while short < L and not _task_fits(cfg, short): short += 1   # at least what the task needs
+    if short >= L or n < 2:
+        return None, (f"{d.task} trains at {L} tokens from the first step, without the default length curriculum: "
+                      + (f"a {d.task} sequence needs {short} tokens or more" if short >= L else f"{n} step cannot be split in two stages"))
+    cur = f'{short}:{n // 2},{L}:{n - n // 2}'
+    return cur, (f"{d.task} trains with a length curriculum by default, --trainer.curriculum={cur}: {n // 2} steps at {short} tokens "
+                 f"(inside one window and chunk: the copy is learned first), then {n - n // 2} at {L}. "
+                 "--trainer.curriculum=none trains at --seq_len throughout; --trainer.curriculum=SEQ_LEN:STEPS,... sets other stages.")
+
+def curriculum_overrides(cfgs: dict[str, Config],  # block -> its training config, from `overrides`
+                         overrides: dict,          # the user's training settings
+                         max_steps: int | None,    # --max_steps as given (None: the default)
+                         seq_len: int,             # --seq_len as given
+                        ) -> tuple[dict, bool, list[str]]:  # (the training settings, whether the default curriculum was added, notes)
+    "`overrides` with the default curriculum where it applies; a curriculum the user gave wins. Notes say what either changes."
+    c = next(iter(cfgs.values()))
+    if any(canonical_key(k) == 'trainer.curriculum' for k in overrides):
+        what = ([f"the training length to {c.data.seq_len} tokens (its longest stage) in place of --seq_len {seq_len}"]
+                if c.trainer.curriculum and c.data.seq_len != seq_len else []) + \
+               ([f"the steps to {c.trainer.max_steps} (its sum) in place of --max_steps {max_steps}"]
+                if c.trainer.curriculum and max_steps not in (None, c.trainer.max_steps) else [])
+        return overrides, False, [f"--trainer.curriculum={c.trainer.curriculum} sets {' and '.join(what)}."] if what else []
+    cur, note = default_curriculum(c)
+    return ({**overrides, 'trainer.curriculum': cur} if cur else overrides), cur is not None, [note] if note else []
+
 # %% ../nbs/61_report.ipynb #5f2f2aac
 def step_stats(model,          # the model to time
                cfg: Config,    # gives the batch and the length
@@ -131,6 +172,12 @@ def step_stats(model,          # the model to time
     model.eval()
     return cfg.data.batch_size * cfg.data.seq_len / secs, peak / 2**20
 
+def unigram_loss(tokens,  # a `TokenData` with its validation split
+                ) -> float:  # nats per token
+    "The loss of predicting every validation token by its frequency in the training split (add-one smoothed): text's chance level."
+    counts = np.bincount(np.asarray(tokens.train), minlength=tokens.vocab_size)[:tokens.vocab_size] + 1.0
+    return float(-np.log(counts / counts.sum())[np.asarray(tokens.val)].mean())
+
 def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
     "The task (or the text loss and drift) at each length, for a trained model."
     dev, L0 = next(ev.model.parameters()).device, cfg.data.seq_len
@@ -138,10 +185,13 @@ def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
         tokens = text_data(ev)
         nb = -(-n_samples // cfg.data.batch_size)
         return dict(loss_at={L: round(perplexity(ev.model, tokens, L, cfg.data.batch_size, dev, max_batches=nb)['loss'], 4) for L in lengths},
-                    drift=drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, cfg.data.batch_size, dev))
+                    drift=drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, cfg.data.batch_size, dev),
+                    chance_loss=None if tokens.val is None else round(unigram_loss(tokens), 4))
     params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
     r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, cfg.data.batch_size, dev, seed=cfg.trainer.seed, **params)
-    row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'])
+    n_seqs = -(-n_samples // cfg.data.batch_size) * cfg.data.batch_size     # task_accuracy scores whole batches
+    scored = {L: n_seqs * int((make_batch(ev.synthetic_task, 1, L, 0, **params)[1] != -100).sum()) for L in lengths}
+    row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'], scored=scored)
     if ev.synthetic_task == 'passkey' and passkey_depths:
         gen, _, _ = passkey_generator(ev)
         row['passkey'] = passkey_grid(ev.model, gen, lengths, list(passkey_depths), max(4, n_samples // 4),
@@ -222,7 +272,7 @@ def summarize(runs: dict,             # block -> learning rate -> the rows of it
 # %% ../nbs/61_report.ipynb #204dab75
 def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `canonical_block` accepts)
                    task: str = 'passkey',                  # a synthetic task, or 'text' (the default corpus)
-                   max_steps: int = 300,                   # training steps of every block
+                   max_steps: int | None = None,           # training steps of every block (None: 600 on passkey, 300 otherwise)
                    seq_len: int = 256,                     # the training length
                    eval_lengths: list[int] | None = None,  # default: seq_len, 2 seq_len, 4 seq_len
                    output_dir='reports/compare',           # a new or empty folder for the report and the runs
@@ -243,21 +293,27 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
     out = check_writable_dir(output_dir, '--output_dir')
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--output_dir {str(out)!r} is not empty; choose a new folder for the report.")
-    check_positive(max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths, seeds=seeds)
+    steps = DEFAULT_STEPS.get(task, 300) if max_steps is None else max_steps
+    check_positive(max_steps=steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths, seeds=seeds)
     overrides = dict(overrides or {})
-    lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
     lrs = sweep_lrs(lr_sweep, overrides)
-    _check_compare_fits(block_configs(blocks, task, max_steps, seq_len, batch_size, size, seed, device, out / 'runs', False,
-                                      overrides), lengths, device)   # before a model is built to match the depths
-    cfgs = block_configs(blocks, task, max_steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, overrides)
+    train_over, cur_default, notes = curriculum_overrides(block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device,
+                                                                 out / 'runs', False, overrides), overrides, max_steps, seq_len)
+    probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, train_over)
+    c0 = next(iter(probe.values()))
+    steps, seq_len = c0.trainer.max_steps, c0.data.seq_len     # a curriculum's total steps, and its last length
+    lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
+    _check_compare_fits(probe, lengths, device)   # before a model is built to match the depths
+    cfgs = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, train_over)
     _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
     check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
     dense = check_sparse(cfgs, allow_dense)
+    for note in notes: print(f"note: {note}", file=sys.stderr, flush=True)   # every check passed: what the curriculum changes
     runs = {b: {lr: [] for lr in lrs} for b in cfgs}
     n = len(cfgs) * len(lrs) * seeds
-    if verbose: print(f"{n} training runs: {len(cfgs)} blocks x {len(lrs)} learning rates x {seeds} seeds, {max_steps} steps each", flush=True)
+    if verbose: print(f"{n} training runs: {len(cfgs)} blocks x {len(lrs)} learning rates x {seeds} seeds, {steps} steps each", flush=True)
     for b, cfg in cfgs.items():
         for lr in lrs:
             for s in range(seed, seed + seeds):
@@ -268,13 +324,16 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
                 runs[b][lr].append(r)
                 if verbose: print(f"{name}: {r['params']:,} params, val loss {r['val_loss']:.4f}, {r['seconds']:.0f} s", flush=True)
     rows = summarize(runs, lengths, dense)
-    settings = dict(task=task, max_steps=max_steps, seq_len=seq_len, batch_size=batch_size, size=size, seed=seed, seeds=seeds,
+    settings = dict(task=task, max_steps=steps, seq_len=seq_len, curriculum=c0.trainer.curriculum, curriculum_default=cur_default,
+                    batch_size=batch_size, size=size, seed=seed, seeds=seeds,
                     lr_sweep=lrs if lr_sweep is not None else None, device=str(get_device(device)), match_params=match_params,
                     eval_lengths=lengths, n_samples=n_samples, overrides=overrides, torch=torch.__version__,
                     model={k: getattr(next(iter(cfgs.values())).model, k.split('.')[1]) for k in
                            ('model.window_size', 'model.chunk_size', 'model.n_random_tokens', 'model.n_global_tokens', 'model.attn_block_size')})
+    for r in rows: r['at_chance'] = at_chance(r, settings)
     path = write_report(rows, settings, out)
-    if verbose: print(report_table(rows, settings) + '\n\n' + '\n'.join(noise_notes(rows, settings)) + f"\n\nwrote {path}")
+    if verbose: print(report_table(rows, settings) + '\n\n' + '\n'.join([*chance_note(rows, settings)[:1], *noise_notes(rows, settings)])
+                      + f"\n\nwrote {path}")
     return rows
 
 # %% ../nbs/61_report.ipynb #effe00bc
@@ -292,13 +351,57 @@ def report_table(rows: list[dict],  # one `summarize` (or `train_and_eval`) row 
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for r in rows:
         sds = r.get(key + '_sd') or {}
-        cells = [r['block'] + (' (dense)' if r.get('dense') else ''), str(r['n_layers']), f"{r['params']:,}",
+        cells = [r['block'] + (' (dense)' if r.get('dense') else '') + (' (at chance)' if at_chance(r, settings) else ''),
+                 str(r['n_layers']), f"{r['params']:,}",
                  f"{r['tokens_per_sec']:,.0f}", f"{r['peak_mib']:,.1f}", _pm(r['val_loss'], r.get('val_loss_sd'), '{:.3f}')]
         cells += [_pm(r[key][L], sds.get(L), '{:.3f}' if text else '{:.1%}') for L in Ls]
         cells += [f"{r.get('flops_per_token', float('nan')) / 1e6:.2f}", f"{r.get('train_seconds', float('nan')):.0f}",
                   f"{r.get('lr', float('nan')):.3g}"]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
+
+# %% ../nbs/61_report.ipynb #12a29c24
+def chance_length(settings: dict,  # the comparison settings (seq_len, eval_lengths)
+                 ) -> int:
+    "The length a row is judged at: the training length, or the shortest evaluated one when it was not evaluated."
+    return settings['seq_len'] if settings['seq_len'] in settings['eval_lengths'] else min(settings['eval_lengths'])
+
+def chance_bound(chance: float,  # accuracy of guessing
+                 n: int,         # answers scored
+                ) -> float:      # the highest accuracy within noise of chance
+    "Chance plus two binomial standard errors over `n` answers."
+    return chance + 2 * float(np.sqrt(chance * (1 - chance) / n))
+
+def at_chance(row: dict,       # a `summarize` (or `train_and_eval`) row
+              settings: dict,  # the comparison settings
+             ) -> bool | None:  # None: no baseline to judge by
+    "Whether `row`'s block is within noise of chance: its accuracy at the training length (text: its validation loss against the unigram loss)."
+    if settings['task'] == 'text':
+        base = row.get('chance_loss')
+        return None if base is None else bool(row['val_loss'] >= 0.99 * base)
+    L = chance_length(settings)
+    n = (row.get('scored') or {}).get(L)
+    if n is None or row.get('chance') is None: return None
+    return bool(row['acc'][L] <= chance_bound(row['chance'], n * len(row.get('seeds') or [0])))
+
+def chance_note(rows: list[dict],  # `summarize` rows
+                settings: dict,    # the comparison settings
+               ) -> list[str]:     # one sentence, or none when no row is at chance
+    "The note after the table: which blocks are at chance, by what test, and what budget to raise."
+    low = [r for r in rows if at_chance(r, settings)]
+    if not low: return []
+    names = ', '.join(r['block'] for r in low)
+    more = ("give them more steps (--max_steps; the default curriculum gives half of them to the short stage) or a wider model "
+            "(--size, --model.d_model)") if settings.get('curriculum_default') else \
+        "give them more steps (--max_steps) or a wider model (--size, --model.d_model)"
+    if settings['task'] == 'text':
+        return [f"At chance: {names} (validation loss not 1% below the unigram loss {low[0]['chance_loss']:.3f}, the loss of predicting "
+                f"each token by its frequency); at this budget they learned nothing to compare: {more}."]
+    L, r = chance_length(settings), low[0]
+    n = r['scored'][L] * len(r.get('seeds') or [0])
+    return [f"At chance at {L} tokens: {names} (accuracy at most {chance_bound(r['chance'], n):.1%}, chance {r['chance']:.1%} plus two "
+            f"binomial standard errors over {n:,} scored answers); at this budget they did not learn the task, and their rows compare "
+            f"nothing about it: {more}."]
 
 # %% ../nbs/61_report.ipynb #468ab292
 def noise_notes(rows: list[dict],  # `summarize` rows
@@ -330,7 +433,7 @@ def report_plots(rows: list[dict],  # `summarize` rows
     plot_curves({r['block']: r['curve'] for r in rows}, 'training loss' + ('' if text else ' (answer tokens)'),
                 f"{s['task']}, {s['size']}, seq_len {s['seq_len']}", out / 'loss.png')
     figs.append(('loss.png', f"Training loss against step of each block at its best learning rate{seeds}: the same "
-                 f"{s['max_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens, in the same order."))
+                 f"{budget_text(s)}, in the same order."))
     key = 'loss_at' if text else 'acc'
     has_sd = any((r.get(key + '_sd') or {}).get(Ls[0]) is not None for r in rows)
     plot_lengths({r['block']: [r[key][L] for L in Ls] for r in rows}, Ls, s['seq_len'],
@@ -352,6 +455,16 @@ def report_plots(rows: list[dict],  # `summarize` rows
     return figs
 
 # %% ../nbs/61_report.ipynb #2211f921
+def budget_text(s: dict,  # the comparison settings
+               ) -> str:
+    "The training budget in words, its tokens counted stage by stage when a length curriculum ran."
+    if not s.get('curriculum'):
+        return f"{s['max_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens ({s['max_steps'] * s['batch_size'] * s['seq_len']:,} tokens)"
+    stages = parse_curriculum(s['curriculum'])
+    how = 'the default on passkey' if s.get('curriculum_default') else f"--trainer.curriculum={s['curriculum']}"
+    return (f"{s['max_steps']} steps of {s['batch_size']} sequences in a length curriculum ({how}): "
+            + ', then '.join(f'{n} at {L} tokens' for L, n in stages) + f" ({sum(n * s['batch_size'] * L for L, n in stages):,} tokens)")
+
 def write_report(rows: list[dict],  # one `summarize` row per block
                  settings: dict,    # the comparison settings
                  out,               # the folder to write into
@@ -363,12 +476,11 @@ def write_report(rows: list[dict],  # one `summarize` row per block
     (out / 'report.json').write_text(json.dumps(dict(settings=s, rows=rows), indent=1, default=str) + '\n')
     what = 'loss@L: validation loss (nats/token) at length L' if text else \
         f"acc@L: accuracy on the answer tokens of {s['n_samples']} fresh sequences at length L (chance {rows[0]['chance']:.1%})"
-    m, tokens = s.get('model', {}), s['max_steps'] * s['batch_size'] * s['seq_len']
+    m = s.get('model', {})
     lrs, n = s.get('lr_sweep'), s.get('seeds', 1)
     seed_txt = f"data seed {s['seed']}" if n == 1 else f"data seeds {s['seed']} to {s['seed'] + n - 1}, one run of every block per seed"
     md = [f"# Block comparison: {s['task']}", '',
-          f"**Budget, the same for every block:** {s['max_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens "
-          f"({tokens:,} tokens), in the same order ({seed_txt}), "
+          f"**Budget, the same for every block:** {budget_text(s)}, in the same order ({seed_txt}), "
           f"size preset `{s['size']}`, " + ("parameters matched (each block's depth chosen to come closest to the largest model)"
                                            if s['match_params'] else "parameters not matched (--no_match_params)") +
           f"; on {s['device']} (torch {s['torch']}).", '',
@@ -380,7 +492,7 @@ def write_report(rows: list[dict],  # one `summarize` row per block
           "parameters + the mixer's attention or scan) at the training length. train s: wall-clock seconds of the training run. "
           "tokens/s: the fastest of 5 training steps at the training shape; peak MiB: the memory of one such step above the weights. "
           "Throughput on a shared machine is noisy; for time and memory against length use `longctx_bench blocks`.", '']
-    for note in noise_notes(rows, s): md += [note, '']
+    for note in chance_note(rows, s) + noise_notes(rows, s): md += [note, '']
     dense = {r['block']: r['dense'] for r in rows if r.get('dense')}
     if dense: md += ["**Dense rows** (trained with --allow_dense; they are not in their sparse regime): " +
                      '; '.join(f'{b}: {d}' for b, d in dense.items()) + '.', '']
@@ -462,7 +574,10 @@ def compare_parser() -> argparse.ArgumentParser:
                        'report. Extra --SECTION.KEY=VALUE flags are training settings applied to every block.', [
         arg('--blocks', nargs='+', default=list(ALL_BLOCKS), help='the blocks to compare'),
         arg('--task', default='passkey', help=f"text, or one of {', '.join(SYNTHETIC_TASKS)}"),
-        arg('--max_steps', type=int, default=300, help='training steps of every block'),
+        arg('--max_steps', type=int, help='training steps of every block (default: 600 on passkey, 300 on the other tasks). '
+            'On passkey the steps are split by a length curriculum: half at a quarter of --seq_len (inside one window and chunk), '
+            'then half at --seq_len; --trainer.curriculum=none turns it off, --trainer.curriculum=SEQ_LEN:STEPS,... sets other '
+            'stages. The other tasks train at --seq_len throughout'),
         arg('--seq_len', type=int, default=256, help='the training length (window and chunk default to 64: every block sparse)'),
         arg('--eval_lengths', type=int, nargs='+', help='lengths to evaluate at (default: seq_len, 2 seq_len, 4 seq_len)'),
         arg('--output_dir', default='reports/compare', help='a new or empty folder for the report and the runs'),

@@ -1,14 +1,15 @@
 """`longctx_compare` compares sparse blocks in their sparse regime, at fair budgets, with its noise; BigBird's random keys act at short lengths."""
-import contextlib, io, json, subprocess
+import contextlib, io, json, math, subprocess
 import torch
 from longctx_nb.blocks.base import check_causal
 from longctx_nb.blocks.bigbird import BigBirdAttention, random_block_size
 from longctx_nb.config import ModelConfig
 from longctx_nb.flags import main
 from longctx_nb.model import LM
-from longctx_nb.report import COMPARE_FLAGS, _compare, compare_blocks, compare_parser
+from longctx_nb.report import COMPARE_FLAGS, _compare, at_chance, chance_note, compare_blocks, compare_parser, report_table
 
 SMALL = {'model.n_layers': 2, 'model.d_model': 64, 'model.n_heads': 4, 'model.d_ff': 128, 'data.copy_len': 4}
+TINY_PK = {'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2, 'model.d_ff': 64}
 
 def run(cmd, *args):
     return subprocess.run([*map(str, cmd), *map(str, args)], capture_output=True, text=True, timeout=600)
@@ -23,6 +24,8 @@ def test_defaults_are_sparse():
     "The defaults train every block at 256 tokens with window and chunk 64, parameters matched, one run per block."
     ns, extra = compare_parser().parse_known_args([])
     assert (ns.seq_len, ns.match_params, ns.lr_sweep, ns.seeds, ns.allow_dense) == (256, True, None, 1, False) and not extra
+    assert ns.max_steps is None and ns.task == 'passkey'   # 600 steps on passkey (a curriculum), 300 on the other tasks
+    assert 'default: 600 on passkey, 300 on the other tasks' in ' '.join(compare_parser().format_help().split())
     assert compare_parser().parse_known_args(['--no_match_params'])[0].match_params is False
 
 def test_dense_settings_refused(bindir, tmp_path):
@@ -47,7 +50,7 @@ def test_dense_rows_are_equal_and_marked(tmp_path):
     assert rows[0]['val_loss'] == rows[1]['val_loss'] and rows[0]['acc'] == rows[1]['acc']
     assert rows[1]['dense'] and not rows[0]['dense']
     md = (tmp_path / 'c' / 'report.md').read_text()
-    assert '| baseline_longformer (dense) |' in md and '**Dense rows**' in md
+    assert '| baseline_longformer (dense) (at chance) |' in md and '**Dense rows**' in md   # 3 steps: at chance too
 
 def test_lr_sweep_flags(tmp_path):
     "--lr_sweep and --trainer.learning_rate both set the rate: refused; a bad rate is named."
@@ -105,3 +108,59 @@ def test_sigterm_stops_with_a_message(bindir, tmp_path):
     assert err.startswith('longctx_compare: stopped by SIGTERM after step '), err
     assert f'The comparison does not resume: run it again with a new --output_dir (the runs finished so far stay in {out}/runs).' in err, err
     assert 'Continue with' not in err, err
+
+def pk_compare(tmp_path, capsys, **over):
+    "A one-block passkey comparison of 4 steps at 32 tokens: (report.json, report.md, what it printed to stderr)."
+    compare_blocks(['vanilla'], 'passkey', max_steps=4, seq_len=32, eval_lengths=[32], output_dir=tmp_path / 'c', n_samples=8,
+                   device='cpu', overrides={**TINY_PK, **over}, verbose=False, match_params=False)
+    return json.loads((tmp_path / 'c' / 'report.json').read_text()), (tmp_path / 'c' / 'report.md').read_text(), capsys.readouterr().err
+
+def test_passkey_default_curriculum(tmp_path, capsys):
+    "On passkey the default is a length curriculum: half the steps at a quarter of seq_len (at least a key's 11 tokens), printed, in the budget."
+    rep, md, err = pk_compare(tmp_path, capsys)
+    assert err.splitlines()[0] == ('note: passkey trains with a length curriculum by default, --trainer.curriculum=11:2,32:2: 2 steps at '
+                                   '11 tokens (inside one window and chunk: the copy is learned first), then 2 at 32. --trainer.curriculum=none '
+                                   'trains at --seq_len throughout; --trainer.curriculum=SEQ_LEN:STEPS,... sets other stages.'), err
+    s = rep['settings']
+    assert (s['curriculum'], s['curriculum_default'], s['max_steps'], s['seq_len'], s['overrides']) == ('11:2,32:2', True, 4, 32, TINY_PK)
+    assert ('**Budget, the same for every block:** 4 steps of 16 sequences in a length curriculum (the default on passkey): 2 at 11 tokens, '
+            'then 2 at 32 tokens (1,376 tokens), in the same order') in md, md
+    run_cfg = json.loads((tmp_path / 'c' / 'runs' / 'vanilla' / 'config.json').read_text())
+    assert run_cfg['trainer']['curriculum'] == '11:2,32:2' and run_cfg['data']['seq_len'] == 32   # the trainer ran the stages
+
+def test_curriculum_off_and_given(tmp_path, capsys):
+    "--trainer.curriculum=none trains at seq_len from the first step; a curriculum the user gives wins, and what it changes is printed."
+    rep, md, err = pk_compare(tmp_path / 'off', capsys, **{'trainer.curriculum': 'none'})
+    assert 'length curriculum' not in err and rep['settings']['curriculum'] is None, err
+    assert '4 steps of 16 x 32 tokens (2,048 tokens)' in md
+    rep, md, err = pk_compare(tmp_path / 'mine', capsys, **{'trainer.curriculum': '16:1,32:2'})
+    assert err.splitlines()[0] == 'note: --trainer.curriculum=16:1,32:2 sets the steps to 3 (its sum) in place of --max_steps 4.', err
+    s = rep['settings']
+    assert (s['curriculum'], s['curriculum_default'], s['max_steps'], s['seq_len']) == ('16:1,32:2', False, 3, 32)
+    assert '3 steps of 16 sequences in a length curriculum (--trainer.curriculum=16:1,32:2): 1 at 16 tokens, then 2 at 32 tokens (1,280 tokens)' in md
+
+def test_rows_at_chance(tmp_path, capsys):
+    "A block within two binomial standard errors of chance is flagged in the table, the JSON and a note naming what to raise; a learned one is not."
+    rep, md, _ = pk_compare(tmp_path, capsys)      # 4 steps: nothing learned
+    (row,) = rep['rows']
+    assert row['at_chance'] is True and row['scored'] == {'32': 80}        # one batch of 16 sequences x 5 digits
+    assert '| vanilla (at chance) | 1 |' in md
+    assert ('At chance at 32 tokens: vanilla (accuracy at most 16.7%, chance 10.0% plus two binomial standard errors over 80 scored '
+            'answers); at this budget they did not learn the task, and their rows compare nothing about it: give them more steps '
+            '(--max_steps; the default curriculum gives half of them to the short stage) or a wider model (--size, --model.d_model).') in md
+    st = dict(task='passkey', seq_len=32, eval_lengths=[32, 64])
+    learned = dict(block='blade', acc={32: 0.25, 64: 0.1}, chance=0.1, scored={32: 320, 64: 320}, seeds=[0], n_layers=2, params=1,
+                   tokens_per_sec=1.0, peak_mib=1.0, val_loss=2.0)
+    guessing = dict(learned, block='mamba', acc={32: 0.12, 64: 0.1})
+    assert [at_chance(r, st) for r in (learned, guessing)] == [False, True]
+    assert '| blade | 2 |' in report_table([learned], st) and chance_note([learned], st) == []
+    assert chance_note([learned, guessing], st)[0].startswith('At chance at 32 tokens: mamba (accuracy at most 13.4%,')
+
+def test_text_rows_at_chance(tmp_path):
+    "On text the baseline is the unigram loss (each token by its frequency): 3 steps stay above it, and the row says so."
+    rows = compare_blocks(['vanilla'], 'text', max_steps=3, seq_len=32, eval_lengths=[32], output_dir=tmp_path / 'c', n_samples=8,
+                          device='cpu', overrides=TINY_PK, verbose=False, match_params=False)
+    (r,) = rows
+    assert 2.0 < r['chance_loss'] < math.log(256) and r['val_loss'] > r['chance_loss'] and r['at_chance'] is True
+    md = (tmp_path / 'c' / 'report.md').read_text()
+    assert '| vanilla (at chance) |' in md and f"At chance: vanilla (validation loss not 1% below the unigram loss {r['chance_loss']:.3f}" in md
