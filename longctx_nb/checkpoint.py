@@ -14,8 +14,8 @@ from .config import ModelConfig, resolve_model
 # %% auto #0
 __all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError', 'rng_state',
            'set_rng_state', 'StorageError', 'sidecar', 'atomic_write', 'save_checkpoint', 'file_sha256',
-           'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint', 'latest_checkpoint',
-           'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model']
+           'verify_digest', 'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint',
+           'latest_checkpoint', 'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model']
 
 # %% ../nbs/40_checkpoint.ipynb #56b00df8
 FORMAT = 'longctx_nb.checkpoint/2'      # /2: written with a SHA-256 sidecar
@@ -153,11 +153,9 @@ def _expected(side: Path) -> str:
     return parts[0]
 
 # %% ../nbs/40_checkpoint.ipynb #3f0507b7
-def read_checkpoint(path,                       # a checkpoint file
-                    map_location='cpu',         # device to load tensors onto
-                    required: tuple = REQUIRED,  # keys it must hold
-                   ) -> dict:
-    "Verify and load a checkpoint (`weights_only=True`); `CheckpointError` naming the file and the reason if it fails."
+def verify_digest(path,   # a checkpoint file
+                 ) -> bool: # whether it has a SHA-256 sidecar (and matches it)
+    "Check a checkpoint file against its SHA-256 sidecar, without loading it: a `CheckpointError` if it is missing, unreadable or damaged."
     path = Path(path); side = sidecar(path); name = repr(str(path))
     if not path.is_file(): raise CheckpointError(f"checkpoint {name} does not exist.")
     try:
@@ -167,6 +165,15 @@ def read_checkpoint(path,                       # a checkpoint file
         raise CheckpointError(f"{name} cannot be verified: {e.strerror if isinstance(e, OSError) else e}.") from None
     if want and got != want:
         raise CheckpointError(f"{name} is damaged: its SHA-256 does not match {side.name} (the file changed after it was written).")
+    return bool(want)
+
+def read_checkpoint(path,                       # a checkpoint file
+                    map_location='cpu',         # device to load tensors onto
+                    required: tuple = REQUIRED,  # keys it must hold
+                   ) -> dict:
+    "Verify and load a checkpoint (`weights_only=True`); `CheckpointError` naming the file and the reason if it fails."
+    path = Path(path); side = sidecar(path); name = repr(str(path))
+    want = verify_digest(path)
     try: ck = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
         msg = re.split(r'\s*(?:\(\d\)\s*)?In PyTorch 2\.6|\s*Please file an issue|\s*WeightsUnpickler error',

@@ -162,7 +162,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
                   init_from=None, # --init_from, if given
                  ):
     "Before any data is prepared: a --resume, --trainer.fork_from or --init_from must name something, and a new named run's directory must be free."
-    from longctx_nb.checkpoint import list_checkpoints
+    from longctx_nb.checkpoint import list_checkpoints, verify_digest
     from longctx_nb.train import RESUME_LAST, new_run_dir, resume_runs
     t = cfg.trainer
     if init_from is not None:
@@ -182,6 +182,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
             continue
         p = Path(src).expanduser()
         if not p.exists(): raise UsageError(f"{flag}={src!r}: no such run directory or checkpoint file.")
+        if p.is_file(): verify_digest(p)   # a damaged file named directly is refused now, before any data is prepared
         if p.is_dir() and not list_checkpoints(p) and not (flag == '--trainer.resume' and (p / 'config.json').is_file()):
             raise UsageError(f"{flag}={src!r}: that folder holds no run (no checkpoints/step_N.pt"
                              + (" and no config.json" if flag == '--trainer.resume' else '') + ").")

@@ -12,10 +12,11 @@ ARGS = ['--data.seq_len=32', '--data.batch_size=2', '--model.n_layers=1', '--mod
         '--model.d_ff=64', '--trainer.log_every_n_steps=1', '--trainer.checkpoint_interval=2', '--trainer.eval_interval=0',
         '--trainer.enable_progress_bar=false', '--trainer.plot=false', '--trainer.tensorboard=false']
 
-def run(bindir, root, *extra, prog='longctx_train'):
+def run(bindir, root, *extra, prog='longctx_train', cache=None):
+    "Run `prog` (the trainer: with ARGS, under `root`); `cache`: its corpus cache folder (default: the usual one)."
     args = [*ARGS, f'--trainer.default_root_dir={root}'] if prog == 'longctx_train' else []
-    return subprocess.run([str(bindir / prog), *args, *map(str, extra)], capture_output=True, text=True,
-                          env={**os.environ, 'OMP_NUM_THREADS': '1'}, timeout=600)
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', **({'LONGCTX_CACHE': str(cache)} if cache else {})}
+    return subprocess.run([str(bindir / prog), *args, *map(str, extra)], capture_output=True, text=True, env=env, timeout=600)
 
 def flip(path: Path, at: int):
     "Flip one bit of byte `at` (negative: from the end)."
@@ -42,8 +43,9 @@ def test_resume_falls_back_past_a_flipped_bit(bindir, runs, tmp_path, where):
     newest = list_checkpoints(run_dir)[-1]
     size = newest.stat().st_size
     flip(newest, {'header': 40, 'middle': size // 2, 'tensor data': size - 2000, 'end': -30}[where])
-    p = run(bindir, tmp_path, f'--resume={newest}')            # named directly, the damaged file is refused
+    p = run(bindir, tmp_path, f'--resume={newest}', cache=tmp_path / 'cache')   # named directly, the damaged file is refused
     assert p.returncode == 2 and 'is damaged' in p.stderr, p.stderr
+    assert not (tmp_path / 'cache').exists()                   # before any data is prepared: no corpus cache written
     clean(p)
     p = run(bindir, tmp_path, '--resume', run_dir, '--trainer.max_steps=6')   # the run directory: the newest good one
     assert p.returncode == 0, p.stderr
