@@ -26,10 +26,10 @@ from .distributed import (Dist, init_distributed, grad_accumulation, global_batc
 
 # %% auto #0
 __all__ = ['RESUME_LAST', 'TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again',
-           'new_run_dir', 'resume_runs', 'resume_point', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses',
-           'TrainResult', 'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report', 'profile_range',
-           'StepProfiler', 'Run', 'open_run', 'announce', 'start_loop', 'step_seed', 'train_step', 'log_window',
-           'validate', 'save_state', 'fork', 'restore', 'finish', 'Stopped', 'train']
+           'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'strict_json', 'EventFile', 'MetricsLog',
+           'plot_losses', 'TrainResult', 'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report',
+           'profile_range', 'StepProfiler', 'Run', 'open_run', 'announce', 'start_loop', 'step_seed', 'train_step',
+           'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish', 'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -144,6 +144,14 @@ def resume_runs(t: TrainerConfig,  # default_root_dir and run_name
     found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
     return [p for _, p in sorted(found, reverse=True)]
 
+def resume_pick(t: TrainerConfig,  # default_root_dir and run_name
+               ) -> Path | None:   # None: nothing to resume
+    "The run `--resume last` continues: the newest with a checkpoint, or a named run killed before its first checkpoint."
+    runs = resume_runs(t)
+    with_ck = [d for d in runs if list_checkpoints(d)]
+    if with_ck: return with_ck[0]
+    return runs[0] if t.run_name and (runs[0] / 'config.json').is_file() else None
+
 def resume_point(t: TrainerConfig,             # resume, default_root_dir and run_name
                  m: ModelConfig | None = None,  # this run's model: a checkpoint of another model is skipped
                  warn=None,                     # told which checkpoints were skipped, and why (default: stderr)
@@ -153,13 +161,10 @@ def resume_point(t: TrainerConfig,             # resume, default_root_dir and ru
     same = (lambda ck: check_same_model(ck['config'], m)) if m is not None else None
     root, r = Path(t.default_root_dir), t.resume
     if r.lower() in RESUME_LAST:
-        runs = resume_runs(t)
-        started = [d for d in runs if (d / 'config.json').is_file()]
-        runs = [d for d in runs if list_checkpoints(d)]
-        if not runs and t.run_name and started: return started[0], None, None   # killed before its first checkpoint
-        if not runs: raise UsageError(f"nothing to resume: no run with checkpoints under {str(root)!r}"
-                                      + (f" named {t.run_name!r}" if t.run_name else '') + '.')
-        run_dir = runs[0]
+        run_dir = resume_pick(t)
+        if run_dir is None: raise UsageError(f"nothing to resume: no run with checkpoints under {str(root)!r}"
+                                             + (f" named {t.run_name!r}" if t.run_name else '') + '.')
+        if not list_checkpoints(run_dir): return run_dir, None, None   # killed before its first checkpoint
     elif Path(r).is_file():
         ck = read_checkpoint(r)
         if same: same(ck)
