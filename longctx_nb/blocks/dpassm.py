@@ -14,7 +14,7 @@ from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update, cpu_scan_workspace_bytes
+from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update, resolved_scan_impl, scan_backward_workspace_bytes
 from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
@@ -264,8 +264,7 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     dev = torch.device(device).type
     BL, Dh, f32 = batch_size * L, D // H, a == 4
     attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
-    scan = cfg.scan_impl
-    if scan == 'auto': scan = scan_impls.auto(dev)
+    scan = resolved_scan_impl(cfg.scan_impl, dev, N)
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
     # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps no SSM output) and out_proj's input; dropout's mask
     per = (D * 4 if f32 else 3 * D * a) + (2 if scan == 'cpu' and f32 else 3) * D * a + D * a
@@ -301,9 +300,7 @@ def dpassm_backward_workspace_bytes(cfg,                    # a resolved `ModelC
                                     device: str = 'cuda',   # picks the kernels (CUDA or not)
                                    ) -> int:                # bytes
     "Bytes `DPASSM`'s backward holds beyond what it saved and the gradients: the CPU scan's partial sums (0 with the other scans)."
-    scan = cfg.scan_impl if cfg.scan_impl != 'auto' else scan_impls.auto(torch.device(device).type)
-    if scan != 'cpu' or cfg.ssm_state_dim > 256: return 0          # 'auto' runs the chunked scan above N = 256
-    return cpu_scan_workspace_bytes(batch_size, cfg.d_model, seq_len, cfg.ssm_state_dim)
+    return scan_backward_workspace_bytes(cfg.scan_impl, device, batch_size, cfg.d_model, seq_len, cfg.ssm_state_dim)
 
 DPASSM.backward_workspace_bytes = staticmethod(dpassm_backward_workspace_bytes)
 

@@ -302,7 +302,6 @@ def mamba_backward_workspace_bytes(cfg,                    # a resolved `ModelCo
                                    device: str = 'cuda',   # picks the kernels, as `kernel_backends`
                                   ) -> int:                # bytes
     "Bytes `Mamba`'s backward holds beyond what it saved and the gradients: the CPU scan's partial sums (0 with the other scans)."
-    if kernel_backends(device, cfg.scan_impl, cfg.conv_impl)['selective_scan'] != 'cpu' or cfg.d_state > 256: return 0
-    return kscan.cpu_scan_workspace_bytes(batch_size, int(cfg.expand * cfg.d_model), seq_len, cfg.d_state)
+    return kscan.scan_backward_workspace_bytes(cfg.scan_impl, device, batch_size, int(cfg.expand * cfg.d_model), seq_len, cfg.d_state)
 
 Mamba.backward_workspace_bytes = staticmethod(mamba_backward_workspace_bytes)

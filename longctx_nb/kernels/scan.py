@@ -12,8 +12,9 @@ from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
-           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'selective_scan', 'scan_inputs',
-           'cpu_scan_workspace_bytes', 'selective_state_update', 'bench_scan']
+           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'resolved_scan_impl', 'selective_scan',
+           'scan_inputs', 'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes', 'selective_state_update',
+           'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -328,6 +329,15 @@ def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #79c67820
+def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
+                       device,     # where the scan runs
+                       N: int,     # the state size per channel
+                      ) -> str:    # what runs: 'ref', 'torch', 'cuda' or 'cpu'
+    "What `selective_scan(impl=impl)` runs on `device` at state size `N`: 'auto' resolved (the kernels take N <= 256)."
+    if impl != 'auto': return impl
+    impl = scan_impls.auto(device)
+    return 'torch' if impl in ('cuda', 'cpu') and N > 256 else impl
+
 def _merge_after(out, merge, gate, return_last_state=False):
     "`lerp(out, merge, sigmoid(gate))` in `out`'s dtype, laid out as `merge` (`out` copied into that layout first)."
     y = out[0] if return_last_state else out
@@ -353,8 +363,7 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
     _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl, merge, merge_gate)
     if impl == 'auto':
-        impl = scan_impls.auto(u.device)
-        if impl in ('cuda', 'cpu') and A.shape[1] > 256: impl = 'torch'   # the kernels' limit
+        impl = resolved_scan_impl(impl, u.device, A.shape[1])
         if impl == 'cpu' and _cpu_scan_why_not(u.device, build=True): impl = 'torch'   # the build failed (said once)
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
     if impl == 'cpu':                                 # '_scan_cpu' comes below; it fuses the merge
@@ -1030,6 +1039,16 @@ def cpu_scan_workspace_bytes(batch: int,       # sequences
     per_group = dim // groups
     tasks = batch * groups * -(-per_group // min(CPU_SCAN_CHANNELS, per_group))
     return 2 * tasks * seq_len * N * 4
+
+def scan_backward_workspace_bytes(impl: str,     # `selective_scan`'s impl= value
+                                  device,        # where the scan runs
+                                  batch: int,    # sequences
+                                  dim: int,      # channels
+                                  seq_len: int,  # L
+                                  N: int,        # state size per channel
+                                 ) -> int:       # bytes
+    "Bytes the scan's backward holds beyond its inputs and gradients: the CPU kernel's partial sums where it runs, else 0."
+    return cpu_scan_workspace_bytes(batch, dim, seq_len, N) if resolved_scan_impl(impl, device, N) == 'cpu' else 0
 
 # %% ../../nbs/10_scan.ipynb #b6ffa9ae
 def selective_state_update(state: torch.Tensor,                  # (batch, dim, N), updated in place (keep it fp32)
