@@ -24,7 +24,8 @@ def directives(src: str) -> dict:
 
 def local_paths(text: str) -> str:
     "`text` with the repository's folder written relative to it and the home folder as `~`."
-    return text.replace(f'{ROOT}{os.sep}', '').replace(str(ROOT), '.').replace(str(Path.home()), '~')
+    text = re.sub(re.escape(str(ROOT)) + r'(?:/|(?![\w.-]))', lambda m: '' if m.group().endswith('/') else '.', text)
+    return re.sub(re.escape(str(Path.home())) + r'(?![\w.-])', '~', text)
 
 def run(path: Path, flags: set, timeout: int = 900):
     "Execute `path` in a Jupyter kernel in its own folder, writing the outputs back into it (see the module's docstring)."

@@ -154,8 +154,8 @@ def _expected(side: Path) -> str:
 
 # %% ../nbs/40_checkpoint.ipynb #3f0507b7
 def verify_digest(path,   # a checkpoint file
-                 ) -> bool: # whether it has a SHA-256 sidecar (and matches it)
-    "Check a checkpoint file against its SHA-256 sidecar, without loading it: a `CheckpointError` if it is missing, unreadable or damaged."
+                 ) -> bool: # whether it has a SHA-256 sidecar that it matches (False: none, which `read_checkpoint` judges)
+    "Check a checkpoint file against its SHA-256 sidecar without loading it: a `CheckpointError` if it is absent, unreadable or damaged."
     path = Path(path); side = sidecar(path); name = repr(str(path))
     if not path.is_file(): raise CheckpointError(f"checkpoint {name} does not exist.")
     try:

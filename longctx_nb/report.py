@@ -141,8 +141,10 @@ def default_curriculum(cfg: Config,  # a block's training config: task, seq_len,
         return None, (f"{d.task} trains at {L} tokens from the first step, without the default length curriculum: "
                       + (f"a {d.task} sequence needs {short} tokens or more" if short >= L else f"{n} step cannot be split in two stages"))
     cur = f'{short}:{n // 2},{L}:{n - n // 2}'
+    where = ("inside one window and chunk: the copy is learned first" if short <= min(m.window_size, m.chunk_size) else
+             f"the shortest a {d.task} sequence can be, longer than the window or chunk")
     return cur, (f"{d.task} trains with a length curriculum by default, --trainer.curriculum={cur}: {n // 2} steps at {short} tokens "
-                 f"(inside one window and chunk: the copy is learned first), then {n - n // 2} at {L}. "
+                 f"({where}), then {n - n // 2} at {L}. "
                  "--trainer.curriculum=none trains at --seq_len throughout; --trainer.curriculum=SEQ_LEN:STEPS,... sets other stages.")
 
 def curriculum_overrides(cfgs: dict[str, Config],  # block -> its training config, from `overrides`
@@ -175,7 +177,9 @@ def step_stats(model,          # the model to time
 def unigram_loss(tokens,  # a `TokenData` with its validation split
                 ) -> float:  # nats per token
     "The loss of predicting every validation token by its frequency in the training split (add-one smoothed): text's chance level."
-    counts = np.bincount(np.asarray(tokens.train), minlength=tokens.vocab_size)[:tokens.vocab_size] + 1.0
+    V, step, counts = tokens.vocab_size, 1 << 24, np.ones(tokens.vocab_size)
+    for i in range(0, len(tokens.train), step):   # a slice at a time: a large corpus is never copied whole
+        counts += np.bincount(np.asarray(tokens.train[i:i + step]), minlength=V)[:V]
     return float(-np.log(counts / counts.sum())[np.asarray(tokens.val)].mean())
 
 def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
