@@ -21,7 +21,7 @@ except ImportError: fcntl = None
 __all__ = ['STDLIB_SKIP', 'HF_SHORT_NAMES', 'FORMAT_VERSION', 'MAX_INFERRED_VOCAB', 'stdlib_root', 'stdlib_documents',
            'text_documents', 'hf_documents', 'token_dtype', 'is_prepared', 'prepare', 'load_tokenizer',
            'prepare_corpus', 'load_tokens', 'check_tokens', 'TokenFile', 'TokenData', 'cache_root', 'corpus_cache_dir',
-           'load_corpus']
+           'load_corpus', 'cached_corpus']
 
 # %% ../nbs/04_corpus.ipynb #678831c3
 STDLIB_SKIP = frozenset({'site-packages', 'dist-packages', 'test', 'tests', 'idle_test', '__pycache__'})
@@ -721,12 +721,20 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
     "The tokens of pre-tokenized files, a prepared folder, or a text corpus prepared into the cache (once)."
     if cfg.train_data is not None: return _load_pretokenized(cfg.train_data, cfg.val_data, cfg.val_fraction, vocab_size)
     if cfg.data_dir is not None and is_prepared(cfg.data_dir): return _load_prepared(Path(cfg.data_dir).expanduser(), vocab_size)
-    out = corpus_cache_dir(cfg)
+    return _load_prepared(cached_corpus(cfg), vocab_size)
+
+def cached_corpus(cfg: DataConfig,  # names the text corpus and the tokenizer
+                  tok=None,         # a trained tokenizer to use instead of `cfg.tokenizer` (a checkpoint's own)
+                  note=None,        # note(source, folder): says that it is prepared now (default: one line on stderr)
+                 ) -> Path:         # the prepared folder in the cache
+    "The cache folder of the text corpus `cfg` names, prepared into it first (once) if it is not there."
+    out = corpus_cache_dir(cfg, tok)
     if not is_prepared(out):
         documents, source, _ = _corpus(cfg)
         docs = documents()   # a source that cannot be read is refused here, before anything is said or written
-        print(f"preparing {source} with the {cfg.tokenizer} tokenizer into {out} (once; later runs reuse it)",
-              file=sys.stderr, flush=True)
-        prepare(docs, out, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse',
+        if note: note(source, out)
+        else: print(f"preparing {source} with the {cfg.tokenizer} tokenizer into {out} (once; later runs reuse it)",
+                    file=sys.stderr, flush=True)
+        prepare(docs, out, cfg.tokenizer if tok is None else tok, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse',
                 progress=sys.stderr.isatty())
-    return _load_prepared(out, vocab_size)
+    return out

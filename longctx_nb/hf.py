@@ -13,7 +13,7 @@ from .blocks.base import canonical_block
 from .model import LM
 from .checkpoint import read_checkpoint, latest_checkpoint, load_model, export_model
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
-from .corpus import _corpus, prepare
+from .corpus import cached_corpus
 from .flags import make_parser, arg, main
 from .config import check_writable_dir
 from .memory import check_positive
@@ -504,11 +504,8 @@ def init_data(cfg: Config,          # the new run's config
     if tok.eot_id is None:
         raise UsageError(f"the tokenizer of {src} has no end-of-text token (no <|endoftext|>, no eos_token) to put between "
                          "documents, so a text corpus cannot be tokenized with it here: give ids made with it (--data.train_data).")
-    documents, source, _ = _corpus(d)
-    out = corpus_cache_dir(d, tok)
-    if not is_prepared(out):
-        say(f"init_from: tokenizing {source} with the tokenizer of {src} into {out} (once; later runs reuse it)")
-        prepare(documents(), out, tok, val_fraction=d.val_fraction, source=source, exists='reuse')
+    out = cached_corpus(d, tok, note=lambda source, out: say(f"init_from: tokenizing {source} with the tokenizer of {src} into "
+                                                             f"{out} (once; later runs reuse it)"))
     return {'data.data_dir': str(out)}
 
 # %% ../nbs/44_hf.ipynb #8fe212ce
