@@ -370,10 +370,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     def bad(what): raise UsageError(f"{key}={value!r} is not valid: {what}.")
     if isinstance(value, str) and not value.strip():
         bad('the value is empty; give one, or leave the setting out for its default' + ('' if type(None) not in args else ' (none: no value)'))
-    if key == 'trainer.devices' and (isinstance(value, (list, tuple)) or str(value).strip().lower() in ('auto', '-1')
-                                     or re.search(r'[\[,]', str(value))):
-        bad("Lightning's devices='auto', -1 and lists of device indices are not read here: --trainer.devices is the number "
-            "of processes on this machine, one per GPU (a positive integer); choose the GPUs with CUDA_VISIBLE_DEVICES")
+    if key in _RAW_CHECKS: _RAW_CHECKS[key](key, value, bad)   # spellings of other tools, before conversion
     if type(None) in args:  # Optional[X]
         if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
         tp = next(a for a in args if a is not type(None))
@@ -434,6 +431,13 @@ def _no_nul(key, v: str, bad) -> str:
     if '\0' in v: bad('a path cannot hold a NUL character')
     return v
 
+def _devices(key, value, bad):
+    "LightningCLI's devices spellings ('auto', -1, a list of indices) are refused with what devices means here."
+    if isinstance(value, (list, tuple)) or str(value).strip().lower() in ('auto', '-1') or re.search(r'[\[,]', str(value)):
+        bad("Lightning's devices='auto', -1 and lists of device indices are not read here: --trainer.devices is the number "
+            "of processes on this machine, one per GPU (a positive integer); choose the GPUs with CUDA_VISIBLE_DEVICES")
+
+_RAW_CHECKS: dict[str, Callable] = {'trainer.devices': _devices}   # checks of the value as given, before conversion
 _CHECKS: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelerator': _accelerator,
                                 **{k: _no_nul for k in ('trainer.default_root_dir', 'data.cache_dir', 'data.data_dir',
                                                         'data.train_data', 'data.val_data', 'data.dataset_config', 'trainer.resume')}}
