@@ -266,9 +266,11 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
     scan = resolved_scan_impl(cfg.scan_impl, dev, N)
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
-    # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps no SSM output) and out_proj's input; dropout's mask
-    per = (D * 4 if f32 else 3 * D * a) + (2 if scan == 'cpu' and f32 else 3) * D * a + D * a
-    if cfg.dropout: per += D * (1 if dev == 'cuda' else a)
+    # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps its output instead, which is out_proj's
+    # input unless dropout comes between) and out_proj's input; dropout's mask
+    fused = scan == 'cpu' and f32
+    per = (D * 4 if f32 else 3 * D * a) + (2 if fused else 3) * D * a + D * a
+    if cfg.dropout: per += D * (1 if dev == 'cuda' else a) + (D * 4 if fused else 0)
     const = 2 * L * Dh * 4 + 2 * D * N * 4               # RoPE's fp32 cos and sin; A = -exp(A_log), twice
     # attention path
     if attn in ('blocked', 'flex'): per += 2 * D * a + 3 * D * a + D * a + 4 * H   # rotated q, k; qkv output; output; lse

@@ -443,7 +443,7 @@ struct Scan {
   int64_t b, d, L, N, G, H, T, nc, cb, nblk;            // H = d / G channels per group; nblk = channel blocks per (batch, group)
   const float *u, *delta, *A, *B, *C, *D, *z, *bias;    // u, delta, z: (b, d, L); A: (d, N); B, C: (b, G, L, N)
   int64_t su[2], sde[2], sz[2];                         // batch and channel strides of u, delta, z (time is contiguous)
-  V3 ma, mw;                                            // the merge (p null without): out = lerp(y + D u, ma, sigmoid(mw))
+  V3 ma, mw, mo;                                        // the merge (p null without): out = lerp(y + D u, ma, sigmoid(mw)); mo: that out (backward)
   bool softplus;
   const float* U(int64_t bi, int64_t ch) const { return u + bi * su[0] + ch * su[1]; }       // a channel's series
   const float* De(int64_t bi, int64_t ch) const { return delta + bi * sde[0] + ch * sde[1]; }
@@ -724,11 +724,12 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
   float *dt = buf.data(), *dtu = dt + T, *sig = dtu + T, *dy = sig + T, *gB = dy + T, *gA = gB + T, *y = gA + T;
   float *cg = y + T, *ca = cg + T, *cw = ca + T, *aT = cw + T, *hT = aT + T * N, *SB = hT + T * N, *SA = SB + T * N, *S = SB;
   const bool merge = P.ma.p;
-  const bool rows = merge && token_major(dout) && token_major(P.ma) && token_major(P.mw) && token_major(dma) && token_major(dmw);
-  const bool gtile = !rows && token_major(dout);        // a token-major dout without that: copied a tile per chunk
+  const bool rows = merge && token_major(dout) && token_major(P.ma) && token_major(P.mw) && token_major(P.mo)
+                    && token_major(dma) && token_major(dmw);
+  const bool gtile = token_major(dout);                 // dy (the gradient reaching y + D u) is a tile, filled a chunk at a time
   const int64_t CP = P.cb + 16;
-  std::vector<float> tiles((rows ? 3 : gtile ? 1 : 0) * T * CP);
-  float *tG = tiles.data(), *tP = tG + T * CP, *tV = tP + T * CP;   // dy (dout with gtile); d g (1 - g); y + D u
+  std::vector<float> tiles(gtile ? T * CP : 0);
+  float *tG = tiles.data();
   for (int64_t ch = c0; ch < c1; ++ch)
     for (int64_t n = 0; n < N; ++n) {
       A2[(ch - c0) * N + n] = P.A[ch * N + n] * LOG2E;
@@ -739,12 +740,15 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
     const float* Bk = P.B + ((bi * P.G + g) * L + s) * N; const float* Ck = P.C + ((bi * P.G + g) * L + s) * N;
     float* pBk = pB + s * N; float* pCk = pC + s * N;
     std::fill(pBk, pBk + n_t * N, 0.0f); std::fill(pCk, pCk + n_t * N, 0.0f);
-    if (rows)                                            // through the merge, a step at a time: da, and dy = d (1 - g)
+    // Through the merge, a step at a time, from the output o it saved: with g = sigmoid(w), o = v + g (a - v) for v = y + D u,
+    // so da = d g, dv = d (1 - g), and dw = d g (1 - g) (a - v) = d g (a - o): no v needed, so the recomputed chunk skips y.
+    if (rows)
       for (int64_t t = 0; t < n_t; ++t) {
-        const float* d = dout.at(bi, c0, s + t); const float* w = P.mw.at(bi, c0, s + t); float* da = dma.at(bi, c0, s + t);
-        float* gy = tG + t * CP; float* gp = tP + t * CP;
+        const float* d = dout.at(bi, c0, s + t); const float* w = P.mw.at(bi, c0, s + t); const float* a = P.ma.at(bi, c0, s + t);
+        const float* o = P.mo.at(bi, c0, s + t); float* da = dma.at(bi, c0, s + t); float* dw = dmw.at(bi, c0, s + t);
+        float* gy = tG + t * CP;
 #pragma omp simd
-        for (int64_t c = 0; c < nch; ++c) { float gt = sigmoid_(w[c]); da[c] = d[c] * gt; gy[c] = d[c] * (1.0f - gt); gp[c] = da[c] * (1.0f - gt); }
+        for (int64_t c = 0; c < nch; ++c) { float gt = sigmoid_(w[c]); da[c] = d[c] * gt; gy[c] = d[c] - da[c]; dw[c] = da[c] * (a[c] - o[c]); }
       }
     else if (gtile)
       for (int64_t t = 0; t < n_t; ++t) std::memcpy(tG + t * CP, dout.at(bi, c0, s + t), nch * sizeof(float));
@@ -761,44 +765,42 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
           prefetch_seg({du + nrow, ddelta + nrow, dz ? dz + nrow : nullptr}, ns, nn, true);
         }
       }
-      if ((rows || gtile) && k > 0) {                    // a share of the previous chunk's rows, a few steps per channel
+      if (gtile && k > 0) {                              // a share of the previous chunk's rows, a few steps per channel
         const int64_t per = (T + nch - 1) / nch, t0 = s - T + (ch - c0) * per, nn = std::min(per, s - t0);
         rows_prefetch(dout, bi, c0, c1, t0, nn, false);
         if (rows) {
-          rows_prefetch(P.ma, bi, c0, c1, t0, nn, false); rows_prefetch(P.mw, bi, c0, c1, t0, nn, false);
+          rows_prefetch(P.ma, bi, c0, c1, t0, nn, false); rows_prefetch(P.mw, bi, c0, c1, t0, nn, false); rows_prefetch(P.mo, bi, c0, c1, t0, nn, false);
           rows_prefetch(dma, bi, c0, c1, t0, nn, true); rows_prefetch(dmw, bi, c0, c1, t0, nn, true);
         }
       }
       step_sizes(P, bi, ch, s, n_t, dt, dtu, sig);
       std::memcpy(hw.data(), h0, N * sizeof(float));     // the chunk's states again, from the saved one entering it
-      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hw.data(), Bk, Ck, dt, dtu, zz || merge ? y : nullptr, aT, hT, S);
+      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hw.data(), Bk, Ck, dt, dtu, zz ? y : nullptr, aT, hT, S);
       // dy: the gradient reaching y + D u (dout's column made contiguous where it is not)
       const float* go = dout.s[2] == 1 ? dout.at(bi, ch, s) : cg;
       if (rows) gather(tG + (ch - c0), CP, n_t, dy);
       else if (gtile) gather(tG + (ch - c0), CP, n_t, cg);
       else if (dout.s[2] != 1) gather(dout.at(bi, ch, s), dout.s[2], n_t, cg);
-      if (rows) {                                        // y + D u for dw, computed below a step at a time
-#pragma omp simd
-        for (int64_t t = 0; t < n_t; ++t) ca[t] = y[t] + Dc * u[t];
-        scatter(ca, n_t, tV + (ch - c0), CP);
-      } else if (zz) {                                   // through the gate and the skip connection
+      if (zz) {                                          // through the gate and the skip connection
 #pragma omp simd
         for (int64_t t = 0; t < n_t; ++t) {
           float sz = sigmoid_(zz[t]), v = y[t] + Dc * u[t];
           dz[row + s + t] = go[t] * v * sz * (1.0f + zz[t] * (1.0f - sz));
           dy[t] = go[t] * zz[t] * sz;
         }
-      } else if (merge) {                                // other layouts: through the merge a column at a time
+      } else if (merge && !rows) {                       // other layouts: through the merge a column at a time, as above
         gather(P.ma.at(bi, ch, s), P.ma.s[2], n_t, ca); gather(P.mw.at(bi, ch, s), P.mw.s[2], n_t, cw);
+        gather(P.mo.at(bi, ch, s), P.mo.s[2], n_t, y);
 #pragma omp simd
         for (int64_t t = 0; t < n_t; ++t) {
-          float gt = sigmoid_(cw[t]), v = y[t] + Dc * u[t], d = go[t];
-          cw[t] = d * (ca[t] - v) * gt * (1.0f - gt);    // dw
+          float gt = sigmoid_(cw[t]), d = go[t];
+          float a = ca[t];
           ca[t] = d * gt;                                // da
-          dy[t] = d * (1.0f - gt);
+          cw[t] = ca[t] * (a - y[t]);                    // dw
+          dy[t] = d - ca[t];
         }
         scatter(ca, n_t, dma.at(bi, ch, s), dma.s[2]); scatter(cw, n_t, dmw.at(bi, ch, s), dmw.s[2]);
-      } else std::memcpy(dy, go, n_t * sizeof(float));
+      } else if (!rows) std::memcpy(dy, go, n_t * sizeof(float));   // (with rows, dy came from the tile)
       Chunk<NS>::backward(N, n_t, P.A + ch * N, h0, Bk, Ck, dt, dtu, dy, aT, hT, gs.data() + (ch - c0) * N,
                           dA.data() + (ch - c0) * N, pBk, pCk, gB, gA, SB, SA);
       float sD = 0.0f, sb = 0.0f;
@@ -811,13 +813,6 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
       }
       dD[ch - c0] += sD; dbias[ch - c0] += sb;
     }
-    if (rows)                                            // dw = d g (1 - g) (a - y - D u), a step at a time
-      for (int64_t t = 0; t < n_t; ++t) {
-        const float* a = P.ma.at(bi, c0, s + t); const float* gp = tP + t * CP; const float* v = tV + t * CP;
-        float* dw = dmw.at(bi, c0, s + t);
-#pragma omp simd
-        for (int64_t c = 0; c < nch; ++c) dw[c] = gp[c] * (a[c] - v[c]);
-      }
   }
   for (int64_t ch = c0; ch < c1; ++ch) {
     std::memcpy(pA + (bi * P.d + ch) * N, dA.data() + (ch - c0) * N, N * sizeof(float));
@@ -890,8 +885,10 @@ std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch:
 _CPU_SCAN_SRC['api_backward'] = r'''
 std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B, torch::Tensor C,
                                     OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb,
-                                    torch::Tensor dout, OptT dlast, torch::Tensor starts, OptT ma, OptT mw) {
+                                    torch::Tensor dout, OptT dlast, torch::Tensor starts, OptT ma, OptT mw, OptT mo) {
   Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb, ma, mw);
+  TORCH_CHECK(mo.has_value() == ma.has_value(), "scan: backward through the merge reads the merged output");
+  if (mo.has_value()) { TORCH_CHECK(mo->sizes() == u.sizes(), "scan: the merged output has u's shape"); P.mo = v3(*mo); }
   TORCH_CHECK(starts.is_contiguous() && (!dlast.has_value() || dlast->is_contiguous()), "scan: contiguous");
   TORCH_CHECK(dout.sizes() == u.sizes(), "scan: dout has u's shape");    // any strides (a token-major one is read as it is)
   auto du = torch::empty({P.b, P.d, P.L}, u.options()), ddelta = torch::empty_like(du), dz = torch::empty(z.has_value() ? du.sizes() : at::IntArrayRef{0}, u.options());
@@ -994,18 +991,18 @@ class _CpuScan(torch.autograd.Function):
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, softplus):
         T, cb = CPU_SCAN_CHUNK, CPU_SCAN_CHANNELS
         out, last, starts = _load_cpu_scan_ext()[0].scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, T, cb, merge, merge_gate)
-        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts)
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts, out if merge is not None else None)
         ctx.cfg = softplus, T, cb
         ctx.set_materialize_grads(False)
         return out, last
 
     @staticmethod
     def backward(ctx, dout, dlast):
-        u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts = ctx.saved_tensors
+        u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts, out = ctx.saved_tensors
         dout = u.new_zeros(u.shape) if dout is None else dout.float()   # read at its own strides (token-major: no copy)
         dlast = None if dlast is None else dlast.float().contiguous()
         du, dd, dA, dB, dC, dD, dz, dbias, dm, dmg = _load_cpu_scan_ext()[0].scan_bwd(
-            u, delta, A, B, C, D, z, delta_bias, *ctx.cfg, dout, dlast, starts, merge, merge_gate)
+            u, delta, A, B, C, D, z, delta_bias, *ctx.cfg, dout, dlast, starts, merge, merge_gate, out)
         given = lambda g, t: g if t is not None else None
         return du, dd, dA, dB, dC, given(dD, D), given(dz, z), given(dbias, delta_bias), given(dm, merge), given(dmg, merge_gate), None
 
