@@ -245,11 +245,13 @@ def _blocked_forward(q, k, v, lay, scale):
         c1 = min(nb, c0 + cb)
         s = (qb[:, :, c0:c1] * scale) @ _gather(k, lay, c0, c1).transpose(-2, -1)
         s = s.to(ct).masked_fill_(lay['masked_out'][c0:c1], float('-inf'))
-        m = torch.logsumexp(s, -1)
-        pr = s.sub_(m[..., None]).exp_()
+        m = s.amax(-1, keepdim=True)                                      # in place, one pass each: several times faster
+        pr = s.sub_(m).exp_()                                             # than torch.logsumexp and a second exp
+        l = pr.sum(-1, keepdim=True)
         torch.matmul(pr.to(v.dtype), _gather(v, lay, c0, c1), out=o[:, :, c0:c1])
-        lse[:, :, c0:c1] = m
-        del s, pr, m                                                      # free this chunk before the next
+        o[:, :, c0:c1].div_(l)
+        lse[:, :, c0:c1] = (m + l.log())[..., 0]
+        del s, pr, m, l                                                   # free this chunk before the next
     return o.view(B, H, nb * bs, Dv)[:, :, :L].contiguous(), lse.view(B, H, nb * bs)[:, :, :L].contiguous()
 
 # %% ../../nbs/12_attention.ipynb #45447fc9
