@@ -13,8 +13,8 @@ from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
            'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'resolved_scan_impl', 'selective_scan',
-           'scan_inputs', 'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes', 'selective_state_update',
-           'bench_scan']
+           'scan_inputs', 'CpuExtension', 'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes',
+           'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -936,14 +936,6 @@ CPU_SCAN_CHUNK = 64       # steps per chunk: forward saves the state entering ea
 CPU_SCAN_CHANNELS = 32    # channels per task; dB, dC are summed per task, then over tasks in a fixed order
 _CPU_ISA_FLAGS = {'AVX512': ['-mavx512f', '-mavx512dq', '-mavx512vl', '-mavx512bw', '-mavx2', '-mfma', '-mprefer-vector-width=512'],
                   'AVX2': ['-mavx2', '-mfma']}
-_cpu_ext_state = {}       # the module, or why there is none: tried once per process
-
-def _cpu_ext_spec():
-    "Name and compiler flags of the kernel: one build per instruction set (as torch detects it), torch version and source."
-    isa = torch.backends.cpu.get_cpu_capability()
-    digest = hashlib.sha1('\n'.join(_CPU_SCAN_SRC.values()).encode()).hexdigest()[:10]   # two versions of the package never share a build
-    name = f"longctx_scan_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}_{digest}"
-    return name, ['-O3', '-fopenmp', '-ffp-contract=fast', *_CPU_ISA_FLAGS.get(isa, [])]
 
 def _cpu_ext_tools_missing() -> str | None:
     "What the build lacks (a C++ compiler, ninja), else None: a cheap check, nothing is compiled."
@@ -954,35 +946,56 @@ def _cpu_ext_tools_missing() -> str | None:
     if shutil.which(cxx.split()[0] if cxx.split() else cxx) is None: return f"no C++ compiler: {cxx!r} is not found (set CXX)"
     if shutil.which('ninja') is None: return "ninja is not found (pip install ninja)"
 
-def _build_cpu_scan_ext(name, flags):
-    "Build (or load from torch's cache) the kernel; prints one line when it compiles."
-    from torch.utils import cpp_extension
-    if (why := _cpu_ext_tools_missing()): raise RuntimeError(why)
-    src = '\n'.join(_CPU_SCAN_SRC.values())
-    folder = Path(cpp_extension._get_build_directory(name, verbose=False))
-    if not (folder / f'{name}.so').exists():   # the name carries the source's digest: a built one is this source
-        print(f"selective_scan: compiling the CPU scan kernel into {folder} (once per machine, torch version and kernel source, "
-              "about a minute)", flush=True)
-    return cpp_extension.load_inline(name, cpp_sources=[src], functions=['scan_fwd', 'scan_bwd'],
-                                     extra_cflags=flags, extra_ldflags=['-fopenmp'])
+class CpuExtension:
+    "A C++ kernel built on first use with `torch.utils.cpp_extension`, or loaded from torch's cache; tried once per process."
+    def __init__(self, op: str,          # the op, for messages ('selective_scan')
+                 prefix: str,            # the build's name starts with it
+                 src: dict,              # the C++ source in named pieces
+                 functions: list,        # the functions Python calls
+                 fallback: str,          # what 'auto' runs where it cannot be built, for the message
+                ):
+        self.op, self.prefix, self.src, self.functions, self.fallback, self.state = op, prefix, src, functions, fallback, {}
 
-def _load_cpu_scan_ext():
-    "The compiled CPU kernel: `(module, None)`, or `(None, why not)` after printing that once."
-    if not _cpu_ext_state:
-        try: _cpu_ext_state.update(ext=_build_cpu_scan_ext(*_cpu_ext_spec()), why=None)
-        except Exception as e:             # no compiler, no ninja, a compile error: say so once, never crash
-            why = ' '.join(str(e).split())[:300] or type(e).__name__
-            _cpu_ext_state.update(ext=None, why=f"the kernel could not be built ({why})")
-            print(f"selective_scan: {_cpu_ext_state['why']}. impl='auto' runs the pure-PyTorch scan ('torch') instead, "
-                  "several times slower; the kernel needs a C++ compiler with OpenMP (CXX, else c++) and ninja.", flush=True)
-    return _cpu_ext_state['ext'], _cpu_ext_state['why']
+    def spec(self) -> tuple[str, list]:
+        "Name and compiler flags: one build per instruction set (as torch detects it), torch version and source."
+        isa = torch.backends.cpu.get_cpu_capability()
+        digest = hashlib.sha1('\n'.join(self.src.values()).encode()).hexdigest()[:10]   # two versions of the package never share a build
+        name = f"{self.prefix}_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}_{digest}"
+        return name, ['-O3', '-fopenmp', '-ffp-contract=fast', *_CPU_ISA_FLAGS.get(isa, [])]
 
-def _cpu_scan_why_not(device,            # where the scan would run
-                      build: bool = False, # build the kernel now if it is not built yet (else: only check the tools)
-                     ) -> str | None:
-    "None where `impl='cpu'` runs (CPU tensors, a compiler and ninja; with `build`, the kernel built), else why not."
-    if torch.device(device).type != 'cpu': return 'it needs CPU tensors'
-    if build or _cpu_ext_state or _cpu_ext_tools_missing(): return _load_cpu_scan_ext()[1]
+    def build(self):
+        "Build (or load from torch's cache) the module; prints one line when it compiles."
+        from torch.utils import cpp_extension
+        if (why := _cpu_ext_tools_missing()): raise RuntimeError(why)
+        name, flags = self.spec()
+        folder = Path(cpp_extension._get_build_directory(name, verbose=False))
+        if not (folder / f'{name}.so').exists():   # the name carries the source's digest: a built one is this source
+            print(f"{self.op}: compiling its CPU kernel into {folder} (once per machine, torch version and kernel source, "
+                  "about a minute)", flush=True)
+        return cpp_extension.load_inline(name, cpp_sources=['\n'.join(self.src.values())], functions=self.functions,
+                                         extra_cflags=flags, extra_ldflags=['-fopenmp'])
+
+    def load(self) -> tuple:
+        "`(module, None)`, or `(None, why not)` after printing that once."
+        if not self.state:
+            try: self.state.update(ext=self.build(), why=None)
+            except Exception as e:             # no compiler, no ninja, a compile error: say so once, never crash
+                why = ' '.join(str(e).split())[:300] or type(e).__name__
+                self.state.update(ext=None, why=f"the kernel could not be built ({why})")
+                print(f"{self.op}: {self.state['why']}. {self.fallback}; the kernel needs a C++ compiler with OpenMP "
+                      "(CXX, else c++) and ninja.", flush=True)
+        return self.state['ext'], self.state['why']
+
+    def why_not(self, device,              # where it would run
+                build: bool = False,       # build the kernel now if it is not built yet (else: only check the tools)
+               ) -> str | None:
+        "None where it runs (CPU tensors, a compiler and ninja; with `build`, the kernel built), else why not."
+        if torch.device(device).type != 'cpu': return 'it needs CPU tensors'
+        if build or self.state or _cpu_ext_tools_missing(): return self.load()[1]
+
+_CPU_SCAN = CpuExtension('selective_scan', 'longctx_scan', _CPU_SCAN_SRC, ['scan_fwd', 'scan_bwd'],
+                         "impl='auto' runs the pure-PyTorch scan ('torch') instead, several times slower")
+_load_cpu_scan_ext, _cpu_scan_why_not, _cpu_ext_spec = _CPU_SCAN.load, _CPU_SCAN.why_not, _CPU_SCAN.spec
 
 # %% ../../nbs/10_scan.ipynb #dacecd5b
 class _CpuScan(torch.autograd.Function):
