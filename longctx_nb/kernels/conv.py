@@ -6,7 +6,9 @@
 from __future__ import annotations
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from ..core import UsageError, Impl, KernelImpls, try_import
+from .scan import CpuExtension, _CPU_SCAN_SRC
 
 # %% auto #0
 __all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update']
@@ -18,7 +20,8 @@ _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh`
 
 conv_impls = KernelImpls('causal_conv1d', ('ref',), (
     Impl('cuda', module='causal_conv1d_cuda', cuda=True, install=_BUILD_HINT,
-         needs="causal-conv1d's compiled extension `causal_conv1d_cuda`"),),
+         needs="causal-conv1d's compiled extension `causal_conv1d_cuda`"),
+    Impl('cpu', check=lambda device: _CPU_CONV.why_not(device), auto=('cpu',)),),   # built on first use, below
     unknown="{fn}: unknown impl {impl!r}; valid choices: {quoted}.")
 
 # %% ../../nbs/11_conv.ipynb #4691b86f
@@ -108,17 +111,124 @@ def _conv_cuda(x, weight, bias, activation):
     bias = None if bias is None else bias.to(weight.dtype).contiguous()
     return _CausalConv1dCuda.apply(x, weight, bias, activation is not None)
 
+# %% ../../nbs/11_conv.ipynb #76ab25a3
+_CONV_SRC = {'math': _CPU_SCAN_SRC['math']}          # the scan's vectorisable exp and sigmoid
+_CONV_SRC['conv'] = r"""
+// x: (b, d, L) fp32, time contiguous, any batch and channel strides; w: (d, K) and bias (d): contiguous fp32.
+// pre[t] = bias + sum_k w[k] x[t - (K - 1) + k], inputs before t = 0 being zero.
+static void conv_row(const float* x, int64_t L, const float* w, int64_t K, float b, float* pre) {
+  for (int64_t t = 0; t < L; ++t) pre[t] = b;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t sh = K - 1 - k; const float wk = w[k];   // output t reads x[t - sh]
+#pragma omp simd
+    for (int64_t t = sh; t < L; ++t) pre[t] += wk * x[t - sh];
+  }
+}
+
+torch::Tensor conv_fwd(torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> bias, bool silu) {
+  const int64_t B = x.size(0), D = x.size(1), L = x.size(2), K = w.size(1), sb = x.stride(0), sd = x.stride(1);
+  auto y = torch::empty({B, D, L}, x.options());
+  const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, B * D, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t bi = i / D, c = i % D;
+      float* o = yp + i * L;
+      conv_row(xp + bi * sb + c * sd, L, wp + c * K, K, bp ? bp[c] : 0.0f, o);
+      if (silu) {
+#pragma omp simd
+        for (int64_t t = 0; t < L; ++t) o[t] = o[t] * sigmoid_(o[t]);
+      }
+    }
+  });
+  return y;
+}
+
+// dx[s] = sum_k w[k] g[s + K - 1 - k], dw[k] = sum_t g[t] x[t - (K - 1) + k], db = sum_t g[t], with g = gy * act'(pre).
+std::vector<torch::Tensor> conv_bwd(torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> bias, torch::Tensor gy, bool silu) {
+  const int64_t B = x.size(0), D = x.size(1), L = x.size(2), K = w.size(1), sb = x.stride(0), sd = x.stride(1);
+  const int64_t gb = gy.stride(0), gd = gy.stride(1);
+  auto dx = torch::empty({B, D, L}, x.options()), dw = torch::empty({D, K}, x.options()), db = torch::empty({D}, x.options());
+  const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  const float* gp = gy.data_ptr<float>();
+  float *dxp = dx.data_ptr<float>(), *dwp = dw.data_ptr<float>(), *dbp = db.data_ptr<float>();
+  at::parallel_for(0, D, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<float> g(L);
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* wc = wp + c * K;
+      float sbias = 0.0f; std::vector<float> sw(K, 0.0f);
+      for (int64_t bi = 0; bi < B; ++bi) {                 // the batch in order: sums independent of the threads
+        const float* xr = xp + bi * sb + c * sd; const float* gr = gp + bi * gb + c * gd;
+        if (silu) {
+          conv_row(xr, L, wc, K, bp ? bp[c] : 0.0f, g.data());
+#pragma omp simd
+          for (int64_t t = 0; t < L; ++t) { float s = sigmoid_(g[t]); g[t] = gr[t] * s * (1.0f + g[t] * (1.0f - s)); }
+        } else std::copy(gr, gr + L, g.begin());
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t t = 0; t < L; ++t) acc += g[t];
+        sbias += acc;
+        float* dxr = dxp + (bi * D + c) * L;
+        std::fill(dxr, dxr + L, 0.0f);
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t sh = K - 1 - k; const float wk = wc[k];
+          float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+          for (int64_t t = sh; t < L; ++t) a += g[t] * xr[t - sh];
+          sw[k] += a;
+#pragma omp simd
+          for (int64_t s = 0; s < L - sh; ++s) dxr[s] += wk * g[s + sh];
+        }
+      }
+      dbp[c] = sbias;
+      for (int64_t k = 0; k < K; ++k) dwp[c * K + k] = sw[k];
+    }
+  });
+  return {dx, dw, db};
+}
+"""
+
+_CPU_CONV = CpuExtension('causal_conv1d', 'longctx_conv', _CONV_SRC, ['conv_fwd', 'conv_bwd'],
+                         "impl='auto' runs the reference ('ref') instead")
+
+class _CpuConv(torch.autograd.Function):
+    "The compiled CPU conv on fp32 `x (b, d, L)` (time contiguous), `weight (d, K)`, `bias (d,)`: saves only its inputs."
+    @staticmethod
+    def forward(ctx, x, weight, bias, silu):
+        ctx.save_for_backward(x, weight, bias); ctx.silu = silu
+        return _CPU_CONV.load()[0].conv_fwd(x, weight, bias, silu)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        x, weight, bias = ctx.saved_tensors
+        gy = gy.float() if gy.stride(-1) == 1 else gy.float().contiguous()
+        dx, dw, db = _CPU_CONV.load()[0].conv_bwd(x, weight, bias, gy, ctx.silu)
+        return dx, dw, (None if bias is None else db), None
+
+def _conv_cpu(x, weight, bias, activation):
+    "The compiled kernel, in fp32 (the output in `x`'s dtype)."
+    if (why := _CPU_CONV.why_not(x.device, build=True)): raise UsageError(f"causal_conv1d: impl='cpu' cannot run on {x.device}: {why}")
+    f = lambda t: None if t is None else t.float().contiguous()
+    xf = x.float() if x.stride(-1) == 1 or x.shape[-1] == 1 else x.float().contiguous()
+    with torch.autocast('cpu', enabled=False):
+        y = _CpuConv.apply(xf, f(weight), f(bias), activation is not None)
+    return y.to(x.dtype)
+
 # %% ../../nbs/11_conv.ipynb #c7dd2d8f
 def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
                   weight: torch.Tensor,              # (dim, width), or nn.Conv1d's depthwise (dim, 1, width)
                   bias: torch.Tensor | None = None,  # (dim,)
                   activation: str | None = None,     # None, 'silu' or 'swish'
-                  impl: str = 'auto',                # 'auto', 'ref' or 'cuda'
+                  impl: str = 'auto',                # 'auto', 'ref', 'cuda' or 'cpu'
                  ) -> torch.Tensor:
     "Depthwise causal convolution: output `t` of channel `d` sees `x[d, t - width + 1 .. t]`; `(batch, dim, L)` in `x`'s dtype."
     weight = _check_conv_inputs(x, weight, bias, activation, impl)
-    if impl == 'auto': impl = conv_impls.auto(x.device) if 2 <= weight.shape[1] <= 4 else 'ref'
-    return (_conv_cuda if impl == 'cuda' else _conv_ref)(x, weight, bias, activation)
+    if impl == 'auto':
+        impl = conv_impls.auto(x.device)
+        if impl == 'cuda' and not 2 <= weight.shape[1] <= 4: impl = 'ref'
+        if impl == 'cpu' and _CPU_CONV.why_not(x.device, build=True): impl = 'ref'   # the build failed (said once)
+    return {'cuda': _conv_cuda, 'cpu': _conv_cpu}.get(impl, _conv_ref)(x, weight, bias, activation)
 
 # %% ../../nbs/11_conv.ipynb #85531019
 def _update_ref(x, conv_state, weight, bias, activation):
@@ -149,7 +259,7 @@ def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this
                          weight: torch.Tensor,              # (dim, width) or (dim, 1, width)
                          bias: torch.Tensor | None = None,  # (dim,)
                          activation: str | None = None,     # None, 'silu' or 'swish'
-                         impl: str = 'auto',                # 'auto', 'ref' or 'cuda'
+                         impl: str = 'auto',                # 'auto', 'ref', 'cuda' or 'cpu' (one step: the reference's arithmetic)
                         ) -> torch.Tensor:
     "One generation step of `causal_conv1d`: rolls `x` into `conv_state` (in place) and returns `(batch, dim)` in `x`'s dtype."
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
