@@ -15,7 +15,7 @@ from .memory import check_fits, check_config_fits, check_positive, check_lengths
 from .blocks.base import canonical_block, get_block
 from .blocks.bigbird import random_block_size
 from .model import LM, count_params, flops_per_token
-from .synthetic import from_config as task_from_config, make_batch
+from .synthetic import from_config as task_from_config
 from .train import train
 from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator, fit_passkey,
@@ -25,10 +25,11 @@ from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
 __all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'EVAL_CAPTIONS', 'COMPARE_FLAGS', 'match_layers',
-           'block_configs', 'dense_settings', 'check_sparse', 'default_curriculum', 'curriculum_overrides',
-           'step_stats', 'unigram_loss', 'train_and_eval', 'sweep_lrs', 'summarize', 'compare_blocks', 'report_table',
-           'chance_length', 'chance_bound', 'at_chance', 'chance_note', 'noise_notes', 'report_plots', 'budget_text',
-           'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
+           'block_configs', 'match_depths', 'dense_settings', 'check_sparse', 'default_curriculum',
+           'curriculum_overrides', 'step_stats', 'unigram_loss', 'train_and_eval', 'sweep_lrs', 'summarize',
+           'compare_blocks', 'report_table', 'chance_length', 'chance_bound', 'at_chance', 'chance_note', 'noise_notes',
+           'report_plots', 'budget_text', 'write_report', 'generate_report', 'compare_parser', 'compare_main',
+           'report_parser', 'report_main']
 
 # %% ../nbs/61_report.ipynb #85387b09
 def _probe_params(cfg: Config, n_layers: int) -> int:
@@ -89,9 +90,12 @@ def block_configs(blocks,                                     # block names (any
     if task != 'text':  # the model's vocabulary is the task's
         cfgs = {b: apply_overrides(c, {'model.vocab_size': task_vocab(c.data)}) for b, c in cfgs.items()}  # no sequence made
     else: cfgs = {b: apply_overrides(c, {'model.vocab_size': c.model.vocab_size or 256}) for b, c in cfgs.items()}
-    if match_params:
-        cfgs = {b: apply_overrides(cfgs[b], {'model.n_layers': n}) for b, n in match_layers(cfgs).items()}
-    return cfgs
+    return match_depths(cfgs) if match_params else cfgs
+
+def match_depths(cfgs: dict[str, Config],  # block -> its training config
+           ) -> dict[str, Config]:
+    "`cfgs` with each block's depth raised to bring its parameters closest to the largest model's (`match_layers`)."
+    return {b: apply_overrides(cfgs[b], {'model.n_layers': n}) for b, n in match_layers(cfgs).items()}
 
 # %% ../nbs/61_report.ipynb #dd947cea
 def dense_settings(cfg: Config,  # a block's training config
@@ -193,9 +197,7 @@ def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
                     chance_loss=None if tokens.val is None else round(unigram_loss(tokens), 4))
     params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
     r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, cfg.data.batch_size, dev, seed=cfg.trainer.seed, **params)
-    n_seqs = -(-n_samples // cfg.data.batch_size) * cfg.data.batch_size     # task_accuracy scores whole batches
-    scored = {L: n_seqs * int((make_batch(ev.synthetic_task, 1, L, 0, **params)[1] != -100).sum()) for L in lengths}
-    row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'], scored=scored)
+    row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'], scored=dict(zip(lengths, r['scored'])))
     if ev.synthetic_task == 'passkey' and passkey_depths:
         gen, _, _ = passkey_generator(ev)
         row['passkey'] = passkey_grid(ev.model, gen, lengths, list(passkey_depths), max(4, n_samples // 4),
@@ -301,14 +303,16 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
     check_positive(max_steps=steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths, seeds=seeds)
     overrides = dict(overrides or {})
     lrs = sweep_lrs(lr_sweep, overrides)
-    train_over, cur_default, notes = curriculum_overrides(block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device,
-                                                                 out / 'runs', False, overrides), overrides, max_steps, seq_len)
-    probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, train_over)
+    probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, overrides)
+    train_over, cur_default, notes = curriculum_overrides(probe, overrides, max_steps, seq_len)
     c0 = next(iter(probe.values()))
-    steps, seq_len = c0.trainer.max_steps, c0.data.seq_len     # a curriculum's total steps, and its last length
+    if train_over is not overrides or (c0.trainer.max_steps, c0.data.seq_len) != (steps, seq_len):
+        steps, seq_len = c0.trainer.max_steps, c0.data.seq_len   # a curriculum's total steps, and its last length
+        probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, train_over)
+        c0 = next(iter(probe.values()))
     lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
     _check_compare_fits(probe, lengths, device)   # before a model is built to match the depths
-    cfgs = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, train_over)
+    cfgs = match_depths(probe) if match_params else probe
     _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
@@ -355,7 +359,7 @@ def report_table(rows: list[dict],  # one `summarize` (or `train_and_eval`) row 
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for r in rows:
         sds = r.get(key + '_sd') or {}
-        cells = [r['block'] + (' (dense)' if r.get('dense') else '') + (' (at chance)' if at_chance(r, settings) else ''),
+        cells = [r['block'] + (' (dense)' if r.get('dense') else '') + (' (at chance)' if _at_chance(r, settings) else ''),
                  str(r['n_layers']), f"{r['params']:,}",
                  f"{r['tokens_per_sec']:,.0f}", f"{r['peak_mib']:,.1f}", _pm(r['val_loss'], r.get('val_loss_sd'), '{:.3f}')]
         cells += [_pm(r[key][L], sds.get(L), '{:.3f}' if text else '{:.1%}') for L in Ls]
@@ -388,11 +392,13 @@ def at_chance(row: dict,       # a `summarize` (or `train_and_eval`) row
     if n is None or row.get('chance') is None: return None
     return bool(row['acc'][L] <= chance_bound(row['chance'], n * len(row.get('seeds') or [0])))
 
+def _at_chance(row, settings): return row['at_chance'] if 'at_chance' in row else at_chance(row, settings)   # stored by compare_blocks
+
 def chance_note(rows: list[dict],  # `summarize` rows
                 settings: dict,    # the comparison settings
                ) -> list[str]:     # one sentence, or none when no row is at chance
     "The note after the table: which blocks are at chance, by what test, and what budget to raise."
-    low = [r for r in rows if at_chance(r, settings)]
+    low = [r for r in rows if _at_chance(r, settings)]
     if not low: return []
     names = ', '.join(r['block'] for r in low)
     more = ("give them more steps (--max_steps; the default curriculum gives half of them to the short stage) or a wider model "
