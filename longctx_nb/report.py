@@ -398,7 +398,7 @@ def run_comparison(cfgs: dict[str, Config],  # block -> its training config
         if resume and f.is_file(): kept[name(b, lr, s)] = read_row(f)
         else: todo[name(b, lr, s)] = _restart(out / 'runs' / name(b, lr, s), cfgs[b].trainer.max_steps)
     if resume:
-        print(f"resume: keeping {len(kept)} of {len(plan)} finished runs in {out}" + (f" ({', '.join(kept)})" if kept else '') + '; ' +
+        print(f"resume: {len(kept)} of {len(plan)} runs finished in {out}, kept" + (f" ({', '.join(kept)})" if kept else '') + '; ' +
               (f"training {len(todo)}: " + ', '.join(n + (f' ({how})' if how else '') for n, (_, how, _) in todo.items()) if todo
                else 'nothing to train: writing the report'), file=sys.stderr, flush=True)
     runs = {b: {lr: [] for lr in lrs} for b in cfgs}

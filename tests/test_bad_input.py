@@ -452,4 +452,4 @@ def test_compare_resume_other_settings(data, tmp_path):
     assert ("these differ: the seeds (--seed, --seeds) [0, 1] here, [0] there; --seq_len=16 here, 32 there. Give the same settings "
             f"(they are in '{cmp}/compare.json'), or start a new comparison in a new --output_dir.") in msg, msg
     code, err, _ = run_case(C, [*argv, '--seq_len', '32'], tmp_path)   # the same settings: nothing left to train, the report again
-    assert code == 0 and 'resume: keeping 1 of 1 finished runs' in err and 'nothing to train: writing the report' in err, err
+    assert code == 0 and 'resume: 1 of 1 runs finished in' in err and 'nothing to train: writing the report' in err, err

@@ -61,7 +61,7 @@ def test_resume_after_sigkill(tmp_path, reference):
     r = compare(*ARGS, '--output_dir', out, '--resume')
     assert r.returncode == 0, r.stderr
     line = [l for l in r.stderr.splitlines() if l.startswith('resume:')]
-    assert line and line[0].startswith(f'resume: keeping 1 of 2 finished runs in {out} (vanilla); training 1: blade'), r.stderr
+    assert line and line[0].startswith(f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade'), r.stderr
     assert 'vanilla: training' not in r.stdout and 'blade: training' in r.stdout, r.stdout
     assert {f: f.stat().st_mtime_ns for f in kept} == kept                # vanilla's row and run untouched
     assert same(rows(out), rows(reference)) and table(out) == table(reference)
@@ -80,6 +80,6 @@ def test_resume_after_sigterm_from_checkpoint(tmp_path, reference):
     r = compare(*cmd[1:])
     assert r.returncode == 0, r.stderr
     line = [l for l in r.stderr.splitlines() if l.startswith('resume:')]
-    assert line == [f'resume: keeping 1 of 2 finished runs in {out} (vanilla); training 1: blade (from its step {step} checkpoint)'], r.stderr
+    assert line == [f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade (from its step {step} checkpoint)'], r.stderr
     assert 'blade: training from its step' in r.stdout, r.stdout
     assert same(rows(out), rows(reference)) and table(out) == table(reference)
