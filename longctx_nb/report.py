@@ -369,12 +369,26 @@ def saved_comparison(out: Path,     # --output_dir
     return saved
 
 # %% ../nbs/61_report.ipynb #450125c0
+def _logged_at(run_dir: Path, step: int) -> bool:
+    "Whether the run's metrics.jsonl holds a training-loss row at `step`: its loss curve reaches its checkpoint."
+    try: lines = (run_dir / 'metrics.jsonl').read_text().splitlines()
+    except OSError: return False
+    for line in lines:
+        try: row = json.loads(line)
+        except ValueError: continue
+        if isinstance(row, dict) and row.get('step') == step and 'loss' in row: return True
+    return False
+
 def _restart(run_dir: Path, max_steps: int) -> tuple[dict, str, bool]:
     "How a run with no result starts: (training settings, how in words, clear its folder first)."
     if not run_dir.exists(): return {}, '', False
     ck = list_checkpoints(run_dir)
     step = int(re.search(r'step_(\d+)', ck[-1].name).group(1)) if ck else 0
-    if ck and step < max_steps: return {'trainer.resume': str(run_dir)}, f'from its step {step} checkpoint', False
+    if ck and step < max_steps and _logged_at(run_dir, step):   # a stop logs its window, then saves: the curve joins up
+        return {'trainer.resume': str(run_dir)}, f'from its step {step} checkpoint', False
+    if ck and step < max_steps:
+        return {}, (f'again from step 0: its step {step} checkpoint falls inside a logging window, and continuing from it would '
+                    'change its training-loss curve'), True
     if not ck and (run_dir / 'config.json').is_file():
         return {'trainer.resume': str(run_dir)}, 'again from step 0: stopped before its first checkpoint', False
     return {}, 'again from step 0: ' + ('trained, stopped before its evaluation' if ck else 'its folder holds no run'), True
