@@ -393,6 +393,7 @@ def _restart(run_dir: Path, max_steps: int) -> tuple[dict, str, bool]:
         return {'trainer.resume': str(run_dir)}, 'again from step 0: stopped before its first checkpoint', False
     return {}, 'again from step 0: ' + ('trained, stopped before its evaluation' if ck else 'its folder holds no run'), True
 
+# %% ../nbs/61_report.ipynb #3e91dd4c
 def run_comparison(cfgs: dict[str, Config],  # block -> its training config
                    lrs: list[float],         # the learning rates
                    seeds: list[int],         # the seeds
