@@ -16,7 +16,7 @@ from .blocks.base import canonical_block, get_block
 from .blocks.bigbird import random_block_size
 from .model import LM, count_params, flops_per_token
 from .synthetic import from_config as task_from_config
-from .train import train
+from .train import train, RESUME_LAST
 from .checkpoint import list_checkpoints
 from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator, fit_passkey,
@@ -744,9 +744,9 @@ def compare_parser() -> argparse.ArgumentParser:
         arg('--eval_lengths', type=int, nargs='+', help='lengths to evaluate at (default: seq_len, 2 seq_len, 4 seq_len)'),
         arg('--output_dir', default='reports/compare', help='a new or empty folder for the report and the runs (with --resume: the '
             'folder of a stopped comparison)'),
-        arg('--resume', action='store_true', help='continue the comparison stopped in --output_dir, given with the same settings: its '
-            'finished runs are kept, a stopped run continues from its checkpoint (or trains again), the others train; the report is '
-            'the one an uninterrupted comparison writes'),
+        arg('--resume', nargs='?', const='', metavar='DIR', help='continue the comparison stopped in --output_dir (or DIR), given with '
+            'the same settings: its finished runs are kept, a stopped run continues from its checkpoint (or trains again), the others '
+            'train; the report is the one an uninterrupted comparison writes'),
         arg('--batch_size', type=int, default=16, help='training batch'),
         arg('--size', default='tiny', help='size preset (model.num_params)'),
         arg('--seed', type=int, default=0, help='seed of the weights and the data (the first of --seeds)'),
@@ -763,17 +763,36 @@ def compare_parser() -> argparse.ArgumentParser:
         usage='longctx_compare [--blocks NAME ...] [--task NAME] [...] [--SECTION.KEY=VALUE ...]')
 
 # %% ../nbs/61_report.ipynb #606debb1
+def _resume_dir(ns, argv: list) -> str:
+    "The folder `--resume [DIR]` continues: DIR, else --output_dir; `UsageError` when both name one and differ."
+    if ns.resume in ('',) + RESUME_LAST: return ns.output_dir
+    given = any(a == '--output_dir' or a.startswith('--output_dir=') for a in argv)
+    if given and Path(ns.resume).expanduser() != Path(ns.output_dir).expanduser():
+        raise UsageError(f"--resume {ns.resume} and --output_dir {ns.output_dir} name two folders; the comparison continues in one: "
+                         "give it once (--resume alone continues --output_dir).")
+    return ns.resume
+
+def _resume_command(argv: list, out) -> str:
+    "`argv` as the command that continues the comparison in `out`: its --resume forms replaced by --output_dir OUT --resume."
+    args, skip = [], False
+    for i, a in enumerate(map(str, argv)):
+        if skip: skip = False; continue
+        if a in ('--resume', '--output_dir'): skip = a == '--output_dir' or (i + 1 < len(argv) and not str(argv[i + 1]).startswith('-')); continue
+        if not a.startswith(('--resume=', '--output_dir=')): args.append(a)
+    return shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
+
 def _compare(argv=None) -> int:
     p = compare_parser()
-    ns, extra = p.parse_known_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ns, extra = p.parse_known_args(argv)
     from longctx_nb.train import Stopped
+    if ns.resume is not None: ns.output_dir = _resume_dir(ns, argv)
     try: compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
                         ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions),
-                        lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense, resume=ns.resume)
+                        lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense, resume=ns.resume is not None)
     except Stopped as e:   # a signal stopped one block's training: say so, with the comparison's resume command (not the trainer's)
-        args = [a for a in (sys.argv[1:] if argv is None else argv) if a != '--resume']
         print(f"longctx_compare: {str(e).split('. Continue with:')[0].split('. Start it again')[0]}. The finished runs are kept in "
-              f"{ns.output_dir}; continue the comparison with: {shlex.join(['longctx_compare', *map(str, args), '--resume'])}", file=sys.stderr)
+              f"{ns.output_dir}; continue the comparison with: {_resume_command(argv, ns.output_dir)}", file=sys.stderr)
         return e.code
     return 0
 

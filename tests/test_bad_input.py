@@ -294,6 +294,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('compare_resume_not_a_comparison', C, ['--blocks', 'vanilla', '--resume', '--output_dir', '{d}'], "--output_dir '{d}' holds no comparison to continue"),
     ('compare_resume_missing_folder', C, ['--blocks', 'vanilla', '--resume', '--output_dir', '{d}/nowhere'], 'holds no comparison to continue'),
     ('compare_not_empty_names_resume', C, ['--blocks', 'vanilla', '--output_dir', '{d}'], '--resume continues a stopped comparison'),
+    ('compare_resume_two_folders', C, ['--blocks', 'vanilla', '--output_dir', '{d}/a', '--resume', '{d}/b'], 'name two folders; the comparison continues in one'),
     ('compare_trainer_resume', C, ['--blocks', 'vanilla', '--trainer.resume=last'], 'a comparison continues with --resume and its --output_dir'),
     ('report_n_samples_absurd', R, ['--checkpoint_path', '{run}', '--n_samples', '100000000'], 'at most 100,000'),
     ('report_output_dir_empty', R, ['--checkpoint_path', '{run}', '--output_dir', ''], "leave it out for 'reports'"),

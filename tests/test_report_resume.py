@@ -58,7 +58,7 @@ def test_resume_after_sigkill(tmp_path, reference):
     kept = {f: f.stat().st_mtime_ns for f in [out / 'results' / 'vanilla.json', *(out / 'runs' / 'vanilla').rglob('*')] if f.is_file()}
     refused = compare(*ARGS, '--output_dir', out)                    # without --resume: the folder is taken, and the flag is named
     assert refused.returncode == 2 and 'it holds a comparison: add --resume to continue it' in refused.stderr, refused.stderr
-    r = compare(*ARGS, '--output_dir', out, '--resume')
+    r = compare(*ARGS, '--resume', out)                                # --resume DIR, as longctx_train --resume RUN_DIR
     assert r.returncode == 0, r.stderr
     line = [l for l in r.stderr.splitlines() if l.startswith('resume:')]
     assert line and line[0].startswith(f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade'), r.stderr
