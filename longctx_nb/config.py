@@ -370,7 +370,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     def bad(what): raise UsageError(f"{key}={value!r} is not valid: {what}.")
     if isinstance(value, str) and not value.strip():
         bad('the value is empty; give one, or leave the setting out for its default' + ('' if type(None) not in args else ' (none: no value)'))
-    if key in _RAW_CHECKS: _RAW_CHECKS[key](key, value, bad)   # spellings of other tools, before conversion
+    if key in _RAW_CHECKS: value = _RAW_CHECKS[key](key, value, bad)   # other tools' spellings and JSON forms, before conversion
     if type(None) in args:  # Optional[X]
         if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
         tp = next(a for a in args if a is not type(None))
@@ -389,12 +389,8 @@ def coerce(key: str,    # canonical dotted key, for messages
                                             if f.is_integer() else ''))
             v = f
     elif tp is float: v = _number(value, bad, 'a number')
-    elif key == 'trainer.curriculum' and isinstance(value, (list, tuple)):  # JSON: [{"seq_len": 512, "steps": 100}, ...]
-        try: v = ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
-        except (KeyError, IndexError, TypeError): bad('expected SEQ_LEN:STEPS pairs, or a list of {"seq_len": N, "steps": N}')
     elif isinstance(value, (dict, list, tuple)): bad('expected a text value, not a JSON list or object')
     else: v = str(value)
-    if key == 'trainer.curriculum': parse_curriculum(v)
     if key in _CHECKS: v = _CHECKS[key](key, v, bad)
     choices = meta.get('choices')
     if callable(choices): choices = choices()
@@ -436,9 +432,21 @@ def _devices(key, value, bad):
     if isinstance(value, (list, tuple)) or str(value).strip().lower() in ('auto', '-1') or re.search(r'[\[,]', str(value)):
         bad("Lightning's devices='auto', -1 and lists of device indices are not read here: --trainer.devices is the number "
             "of processes on this machine, one per GPU (a positive integer); choose the GPUs with CUDA_VISIBLE_DEVICES")
+    return value
 
-_RAW_CHECKS: dict[str, Callable] = {'trainer.devices': _devices}   # checks of the value as given, before conversion
-_CHECKS: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelerator': _accelerator,
+def _curriculum_list(key, value, bad):
+    "A curriculum given as a list (JSON, or LightningCLI/YAML style: `[{seq_len: 512, steps: 100}, ...]` or `[[512, 100], ...]`), as 'SEQ_LEN:STEPS,...'."
+    if not isinstance(value, (list, tuple)): return value
+    try: return ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
+    except (KeyError, IndexError, TypeError): bad('expected SEQ_LEN:STEPS pairs, or a list of {"seq_len": N, "steps": N}')
+
+def _curriculum(key, v: str, bad) -> str:
+    parse_curriculum(v)   # positive SEQ_LEN:STEPS pairs, or its message
+    return v
+
+_RAW_CHECKS: dict[str, Callable] = {'trainer.devices': _devices,   # the value as given, before conversion: checked, or
+                                    'trainer.curriculum': _curriculum_list}   # turned into the text form (returned)
+_CHECKS: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelerator': _accelerator, 'trainer.curriculum': _curriculum,
                                 **{k: _no_nul for k in ('trainer.default_root_dir', 'data.cache_dir', 'data.data_dir',
                                                         'data.train_data', 'data.val_data', 'data.dataset_config', 'trainer.resume')}}
 

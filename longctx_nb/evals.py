@@ -281,6 +281,13 @@ def chance_level(task: str,        # a synthetic task
     n = {'associative_recall': vocab_size - vocab_size // 2, 'passkey': 10, 'induction_heads': vocab_size - 1}
     return 1 / n.get(task, vocab_size - 2)                     # copy, selective_copy: the data tokens
 
+class _Counted:
+    "A synthetic task whose validation batches count the answer tokens they hold, as they are scored."
+    def __init__(self, data): self.data, self.n = data, 0
+    def val_batches(self, *args):
+        for x, y in self.data.val_batches(*args):
+            self.n += int((y != -100).sum()); yield x, y
+
 def task_accuracy(model,                # the language model, in eval mode
                   task: str,            # a synthetic task
                   lengths: list[int],   # sequence lengths
@@ -290,14 +297,15 @@ def task_accuracy(model,                # the language model, in eval mode
                   precision='32',       # '32', 'bf16' or '16'
                   seed: int = 0,        # seed of the generated sequences
                   **params,             # the task's parameters (see `task_params`)
-                 ) -> dict:  # params, accuracy and loss by length, chance
-    "Answer-token accuracy and loss of synthetic `task` at each length (`n_samples` sequences each)."
+                 ) -> dict:  # params, accuracy, loss and answers scored by length, chance
+    "Answer-token accuracy and loss of synthetic `task` at each length (`n_samples` sequences each, in whole batches), and the answers scored."
     device = torch.device(device)
     data = [synthetic_data(task, L, **params) for L in lengths]      # checks every length first
     n_batches = math.ceil(n_samples / batch_size)
-    rows = [evaluate_task(model, sd, L, batch_size, device, precision, n_batches, seed) for sd, L in zip(data, lengths)]
+    counted = [_Counted(sd) for sd in data]
+    rows = [evaluate_task(model, c, L, batch_size, device, precision, n_batches, seed) for c, L in zip(counted, lengths)]
     return dict(params=data[0].params, accuracy=[round(a, 4) for _, a in rows], loss=[round(l, 4) for l, _ in rows],
-                chance=chance_level(task, **data[0].params))
+                scored=[c.n for c in counted], chance=chance_level(task, **data[0].params))
 
 # %% ../nbs/60_evals.ipynb #38a2e1ef
 @torch.no_grad()

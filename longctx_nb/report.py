@@ -4,7 +4,7 @@
 
 # %% ../nbs/61_report.ipynb #0dfe784c
 from __future__ import annotations
-import argparse, json, sys, time
+import argparse, json, os, re, shlex, shutil, sys, time
 from pathlib import Path
 import numpy as np
 import torch
@@ -15,8 +15,9 @@ from .memory import check_fits, check_config_fits, check_positive, check_lengths
 from .blocks.base import canonical_block, get_block
 from .blocks.bigbird import random_block_size
 from .model import LM, count_params, flops_per_token
-from .synthetic import from_config as task_from_config, make_batch
-from .train import train
+from .synthetic import from_config as task_from_config
+from .train import train, RESUME_LAST
+from .checkpoint import list_checkpoints
 from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator, fit_passkey,
                               text_data, perplexity, drift_curve, eval_lengths)
@@ -24,9 +25,11 @@ from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
-__all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'EVAL_CAPTIONS', 'COMPARE_FLAGS', 'match_layers',
-           'block_configs', 'dense_settings', 'check_sparse', 'default_curriculum', 'curriculum_overrides',
-           'step_stats', 'unigram_loss', 'train_and_eval', 'sweep_lrs', 'summarize', 'compare_blocks', 'report_table',
+__all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'COMPARE_FILE', 'RESULTS_DIR', 'EVAL_CAPTIONS',
+           'COMPARE_FLAGS', 'match_layers', 'block_configs', 'match_depths', 'dense_settings', 'check_sparse',
+           'default_curriculum', 'curriculum_overrides', 'join_stopped_windows', 'step_stats', 'unigram_loss',
+           'train_and_eval', 'sweep_lrs', 'summarize', 'write_json_atomic', 'read_row', 'compare_settings',
+           'settings_differences', 'saved_comparison', 'run_comparison', 'compare_blocks', 'report_table',
            'chance_length', 'chance_bound', 'at_chance', 'chance_note', 'noise_notes', 'report_plots', 'budget_text',
            'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
 
@@ -75,6 +78,8 @@ def block_configs(blocks,                                     # block names (any
     for k in overrides or {}:
         if canonical_key(k) in ('model.block', 'trainer.run_name', 'trainer.default_root_dir'):
             raise UsageError(f"{k} is set by the comparison itself; it cannot be overridden.")
+        if canonical_key(k) == 'trainer.resume':
+            raise UsageError(f"--{k} continues one training run; a comparison continues with --resume and its --output_dir.")
         if canonical_key(k) == 'model.vocab_size' and task != 'text':
             raise UsageError(f"{k} is set by the comparison itself: the model's vocabulary is the task's (--data.task_vocab_size sets it).")
     cfgs = {b: apply_overrides(Config(), {**base, 'model.block': b, 'trainer.run_name': b}) for b in blocks}
@@ -89,9 +94,12 @@ def block_configs(blocks,                                     # block names (any
     if task != 'text':  # the model's vocabulary is the task's
         cfgs = {b: apply_overrides(c, {'model.vocab_size': task_vocab(c.data)}) for b, c in cfgs.items()}  # no sequence made
     else: cfgs = {b: apply_overrides(c, {'model.vocab_size': c.model.vocab_size or 256}) for b, c in cfgs.items()}
-    if match_params:
-        cfgs = {b: apply_overrides(cfgs[b], {'model.n_layers': n}) for b, n in match_layers(cfgs).items()}
-    return cfgs
+    return match_depths(cfgs) if match_params else cfgs
+
+def match_depths(cfgs: dict[str, Config],  # block -> its training config
+           ) -> dict[str, Config]:
+    "`cfgs` with each block's depth raised to bring its parameters closest to the largest model's (`match_layers`)."
+    return {b: apply_overrides(cfgs[b], {'model.n_layers': n}) for b, n in match_layers(cfgs).items()}
 
 # %% ../nbs/61_report.ipynb #dd947cea
 def dense_settings(cfg: Config,  # a block's training config
@@ -163,6 +171,20 @@ def curriculum_overrides(cfgs: dict[str, Config],  # block -> its training confi
     cur, note = default_curriculum(c)
     return ({**overrides, 'trainer.curriculum': cur} if cur else overrides), cur is not None, [note] if note else []
 
+# %% ../nbs/61_report.ipynb #e642e9fc
+def join_stopped_windows(curve: list,  # (step, mean loss of the window ending there), in order
+                         every: int,   # trainer.log_every_n_steps
+                         last: int,    # the run's last step
+                        ) -> list[tuple[int, float]]:
+    "`curve` with each window cut short by a stop (ending off every `every` steps, before `last`) joined to the next."
+    out, cut, prev = [], None, 0
+    for s, loss in curve:
+        n, total, prev = s - prev, (s - prev) * loss, s
+        if cut: n, total = n + cut[0], total + cut[1]
+        if s % every and s != last: cut = (n, total); continue
+        out.append((s, total / n if cut else loss)); cut = None
+    return out + ([(prev, cut[1] / cut[0])] if cut else [])
+
 # %% ../nbs/61_report.ipynb #5f2f2aac
 def step_stats(model,          # the model to time
                cfg: Config,    # gives the batch and the length
@@ -193,9 +215,7 @@ def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
                     chance_loss=None if tokens.val is None else round(unigram_loss(tokens), 4))
     params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
     r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, cfg.data.batch_size, dev, seed=cfg.trainer.seed, **params)
-    n_seqs = -(-n_samples // cfg.data.batch_size) * cfg.data.batch_size     # task_accuracy scores whole batches
-    scored = {L: n_seqs * int((make_batch(ev.synthetic_task, 1, L, 0, **params)[1] != -100).sum()) for L in lengths}
-    row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'], scored=scored)
+    row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'], scored=dict(zip(lengths, r['scored'])))
     if ev.synthetic_task == 'passkey' and passkey_depths:
         gen, _, _ = passkey_generator(ev)
         row['passkey'] = passkey_grid(ev.model, gen, lengths, list(passkey_depths), max(4, n_samples // 4),
@@ -217,7 +237,8 @@ def train_and_eval(cfg: Config,          # the training config
                flops_per_token=flops_per_token(ev.model.cfg, cfg.data.seq_len), lr=cfg.trainer.learning_rate, seed=cfg.trainer.seed,
                train_seconds=round(train_s, 1), run_tokens_per_sec=round(res.tokens_per_sec, 1), val_loss=round(res.val_loss, 4),
                train_loss=round(res.train_loss, 4), val_acc=None if res.val_acc is None else round(res.val_acc, 4),
-               run_dir=str(res.run_dir), curve=[(r['step'], r['loss']) for r in res.metrics if 'loss' in r])
+               run_dir=str(res.run_dir),
+               curve=join_stopped_windows([(r['step'], r['loss']) for r in res.metrics if 'loss' in r], cfg.trainer.log_every_n_steps, res.steps))
     row.update(_eval_row(ev, cfg, lengths, n_samples, passkey_depths))
     tps, mib = step_stats(ev.model, cfg, next(ev.model.parameters()).device)
     row.update(tokens_per_sec=round(tps, 1), peak_mib=round(mib, 1), seconds=round(time.time() - t0, 1))
@@ -273,13 +294,149 @@ def summarize(runs: dict,             # block -> learning rate -> the rows of it
         rows.append(row)
     return rows
 
+# %% ../nbs/61_report.ipynb #e1951b59
+COMPARE_FILE, RESULTS_DIR = 'compare.json', 'results'   # in --output_dir: the settings a comparison started with; one row per finished run
+
+def write_json_atomic(path,  # the file to write
+                      obj,   # anything `json.dumps` takes
+                     ) -> Path:
+    "`obj` as JSON in `path`, through a temporary file and `os.replace`: a reader finds the old file or the new, never half of one."
+    path = Path(path); tmp = path.with_name(path.name + '.tmp')
+    tmp.write_text(json.dumps(obj, indent=1) + '\n')
+    os.replace(tmp, path)
+    return path
+
+def read_row(path,  # a result row written by `write_json_atomic`
+            ) -> dict:
+    "A run's result row read back: its per-length values keyed by length (an int) again."
+    row = json.loads(Path(path).read_text())
+    return {k: {int(L): v for L, v in x.items()} if k in ('acc', 'loss_at', 'scored') and isinstance(x, dict) else x for k, x in row.items()}
+
+_NOT_COMPARED = ('trainer.default_root_dir', 'trainer.accelerator', 'trainer.run_name')   # the folder, and the device once resolved
+
+def compare_settings(cfgs: dict[str, Config],  # block -> its training config (depths matched)
+                     lrs: list[float],         # the learning rates
+                     seeds: list[int],         # the seeds
+                     lengths: list[int],       # the evaluation lengths
+                     n_samples: int,           # evaluation sequences per length
+                     allow_dense: bool,        # dense blocks trained, marked
+                     device: str,              # the resolved device
+                    ) -> dict:
+    "What decides a comparison's results, as JSON values: saved in compare.json, and compared by --resume."
+    return json.loads(json.dumps(dict(
+        blocks=list(cfgs), learning_rates=lrs, seeds=seeds, eval_lengths=lengths, n_samples=n_samples, allow_dense=allow_dense,
+        device=device, configs={b: {k: v for k, v in c.flat().items() if k not in _NOT_COMPARED} for b, c in cfgs.items()}), default=str))
+
+# %% ../nbs/61_report.ipynb #a78e0476
+_SETTING_FLAGS = {'blocks': '--blocks', 'learning_rates': 'the learning rates (--lr_sweep, --trainer.learning_rate)',
+                  'seeds': 'the seeds (--seed, --seeds)', 'eval_lengths': '--eval_lengths', 'n_samples': '--n_samples',
+                  'allow_dense': '--allow_dense', 'device': '--device'}
+
+def settings_differences(saved: dict,  # `compare_settings` of the stopped comparison
+                         given: dict,  # `compare_settings` of this command
+                        ) -> list[str]:  # one phrase per difference (none: the same comparison)
+    "How `given` differs from `saved`: each comparison setting, then each training setting once (with its block when only some differ)."
+    out = [f"{f} {given[k]} here, {saved.get(k)} there" for k, f in _SETTING_FLAGS.items() if saved.get(k) != given[k]]
+    if saved.get('blocks') != given['blocks']: return out
+    seen = {}
+    for b in given['blocks']:
+        old, new = saved.get('configs', {}).get(b, {}), given['configs'][b]
+        for k in sorted(set(old) | set(new)):
+            if old.get(k) != new.get(k): seen.setdefault(k, []).append((b, new.get(k), old.get(k)))
+    for k, ds in seen.items():
+        b, new, old = ds[0]
+        out.append(f"--{k}={new} here, {old} there" + ('' if len(ds) == len(given['blocks']) else f" ({', '.join(d[0] for d in ds)})"))
+    return out
+
+def saved_comparison(out: Path,     # --output_dir
+                     resume: bool,  # --resume
+                    ) -> dict | None:  # the stopped comparison's `compare_settings` (None: a new comparison)
+    "With `resume`, the settings of the comparison stopped in `out`; without, check that `out` is new or empty. `UsageError` otherwise."
+    f = out / COMPARE_FILE
+    if not resume:
+        if out.exists() and any(out.iterdir()):
+            raise UsageError(f"--output_dir {str(out)!r} is not empty; " + (
+                "it holds a comparison: add --resume to continue it (its finished runs are kept), or choose a new folder." if f.is_file() else
+                "choose a new folder for the report (--resume continues a stopped comparison in the folder it was writing)."))
+        return None
+    if not f.is_file():
+        raise UsageError(f"--resume: --output_dir {str(out)!r} holds no comparison to continue (no {COMPARE_FILE}, which a comparison "
+                         "writes before its first run). Give the --output_dir of a stopped comparison, or leave out --resume to start "
+                         "one in a new or empty folder.")
+    try: saved = json.loads(f.read_text()); assert isinstance(saved, dict) and isinstance(saved.get('configs'), dict)
+    except (OSError, ValueError, AssertionError):
+        raise UsageError(f"--resume: {str(f)!r} cannot be read as a comparison's settings; start a new comparison in a new folder.") from None
+    return saved
+
+# %% ../nbs/61_report.ipynb #450125c0
+def _logged_at(run_dir: Path, step: int) -> bool:
+    "Whether the run's metrics.jsonl holds a training-loss row at `step`: its loss curve reaches its checkpoint."
+    try: lines = (run_dir / 'metrics.jsonl').read_text().splitlines()
+    except OSError: return False
+    for line in lines:
+        try: row = json.loads(line)
+        except ValueError: continue
+        if isinstance(row, dict) and row.get('step') == step and 'loss' in row: return True
+    return False
+
+def _restart(run_dir: Path, max_steps: int) -> tuple[dict, str, bool]:
+    "How a run with no result starts: (training settings, how in words, clear its folder first)."
+    if not run_dir.exists(): return {}, '', False
+    ck = list_checkpoints(run_dir)
+    step = int(re.search(r'step_(\d+)', ck[-1].name).group(1)) if ck else 0
+    if ck and step < max_steps and _logged_at(run_dir, step):   # a stop logs its window, then saves: the curve joins up
+        return {'trainer.resume': str(run_dir)}, f'from its step {step} checkpoint', False
+    if ck and step < max_steps:
+        return {}, (f'again from step 0: its step {step} checkpoint falls inside a logging window, and continuing from it would '
+                    'change its training-loss curve'), True
+    if not ck and (run_dir / 'config.json').is_file():
+        return {'trainer.resume': str(run_dir)}, 'again from step 0: stopped before its first checkpoint', False
+    return {}, 'again from step 0: ' + ('trained, stopped before its evaluation' if ck else 'its folder holds no run'), True
+
+# %% ../nbs/61_report.ipynb #3e91dd4c
+def run_comparison(cfgs: dict[str, Config],  # block -> its training config
+                   lrs: list[float],         # the learning rates
+                   seeds: list[int],         # the seeds
+                   lengths: list[int],       # the evaluation lengths
+                   n_samples: int,           # evaluation sequences per length
+                   out: Path,                # --output_dir: runs/ and results/ in it
+                   resume: bool = False,     # keep the rows in results/, continue or restart the runs without one
+                   verbose: bool = True,     # print progress
+                  ) -> dict:  # block -> learning rate -> the rows of its seeds
+    "Train and measure every (block, learning rate, seed), saving each row as it is measured; with `resume`, keep the saved ones."
+    plan = [(b, lr, s) for b in cfgs for lr in lrs for s in seeds]
+    name = lambda b, lr, s: b if len(plan) == len(cfgs) else f'{b}_lr{lr:.3g}_seed{s}'
+    res_dir = out / RESULTS_DIR; res_dir.mkdir(parents=True, exist_ok=True)
+    kept, todo = {}, {}
+    for b, lr, s in plan:
+        f = res_dir / f'{name(b, lr, s)}.json'
+        if resume and f.is_file(): kept[name(b, lr, s)] = read_row(f)
+        else: todo[name(b, lr, s)] = _restart(out / 'runs' / name(b, lr, s), cfgs[b].trainer.max_steps)
+    if resume:
+        print(f"resume: {len(kept)} of {len(plan)} runs finished in {out}, kept" + (f" ({', '.join(kept)})" if kept else '') + '; ' +
+              (f"training {len(todo)}: " + ', '.join(n + (f' ({how})' if how else '') for n, (_, how, _) in todo.items()) if todo
+               else 'nothing to train: writing the report'), file=sys.stderr, flush=True)
+    runs = {b: {lr: [] for lr in lrs} for b in cfgs}
+    for b, lr, s in plan:
+        n = name(b, lr, s)
+        if n not in kept:
+            more, how, clear = todo[n]
+            if clear: shutil.rmtree(out / 'runs' / n)
+            c = apply_overrides(cfgs[b], {'trainer.learning_rate': lr, 'trainer.seed': s, 'trainer.run_name': n, **more})
+            if verbose: print(f"{n}: training{' ' + how if how else ''} ...", flush=True)
+            r = train_and_eval(c, lengths, n_samples, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0))
+            kept[n] = read_row(write_json_atomic(res_dir / f'{n}.json', r))   # as a resumed comparison reads it
+            if verbose: print(f"{n}: {r['params']:,} params, val loss {r['val_loss']:.4f}, {r['seconds']:.0f} s", flush=True)
+        runs[b][lr].append(kept[n])
+    return runs
+
 # %% ../nbs/61_report.ipynb #204dab75
 def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `canonical_block` accepts)
                    task: str = 'passkey',                  # a synthetic task, or 'text' (the default corpus)
                    max_steps: int | None = None,           # training steps of every block (None: 600 on passkey, 300 otherwise)
                    seq_len: int = 256,                     # the training length
                    eval_lengths: list[int] | None = None,  # default: seq_len, 2 seq_len, 4 seq_len
-                   output_dir='reports/compare',           # a new or empty folder for the report and the runs
+                   output_dir='reports/compare',           # a new or empty folder for the report and the runs (with resume: a stopped comparison's)
                    batch_size: int = 16,                   # training batch
                    size: str = 'tiny',                     # size preset (model.num_params)
                    seed: int = 0,                          # seed of the weights and the data (the first, with seeds > 1)
@@ -291,42 +448,41 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
                    lr_sweep: list[float] | None = None,    # learning rates to try per block ([]: lr/3, lr, 3 lr); None: no sweep
                    seeds: int = 1,                         # runs per block and learning rate, seeds seed, seed+1, ...
                    allow_dense: bool = False,              # train blocks whose settings are dense at seq_len (marked)
+                   resume: bool = False,                   # continue the comparison stopped in output_dir: keep its finished runs
                   ) -> list[dict]:  # one row per block (its best learning rate)
     "Train each block on `task` with the same budget (per learning rate and seed), evaluate each at `eval_lengths`, write a report."
     if not str(output_dir).strip(): raise UsageError("--output_dir is empty; give a new or empty folder for the report and the runs.")
     out = check_writable_dir(output_dir, '--output_dir')
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--output_dir {str(out)!r} is not empty; choose a new folder for the report.")
+    saved = saved_comparison(out, resume)
     steps = DEFAULT_STEPS.get(task, 300) if max_steps is None else max_steps
     check_positive(max_steps=steps, seq_len=seq_len, batch_size=batch_size, n_samples=n_samples, eval_lengths=eval_lengths, seeds=seeds)
     overrides = dict(overrides or {})
     lrs = sweep_lrs(lr_sweep, overrides)
-    train_over, cur_default, notes = curriculum_overrides(block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device,
-                                                                 out / 'runs', False, overrides), overrides, max_steps, seq_len)
-    probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, train_over)
+    probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, overrides)
+    train_over, cur_default, notes = curriculum_overrides(probe, overrides, max_steps, seq_len)
     c0 = next(iter(probe.values()))
-    steps, seq_len = c0.trainer.max_steps, c0.data.seq_len     # a curriculum's total steps, and its last length
+    if train_over is not overrides or (c0.trainer.max_steps, c0.data.seq_len) != (steps, seq_len):
+        steps, seq_len = c0.trainer.max_steps, c0.data.seq_len   # a curriculum's total steps, and its last length
+        probe = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', False, train_over)
+        c0 = next(iter(probe.values()))
     lengths = sorted(set(eval_lengths or [seq_len, 2 * seq_len, 4 * seq_len]))
     _check_compare_fits(probe, lengths, device)   # before a model is built to match the depths
-    cfgs = block_configs(blocks, task, steps, seq_len, batch_size, size, seed, device, out / 'runs', match_params, train_over)
+    cfgs = match_depths(probe) if match_params else probe
     _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
     check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
     dense = check_sparse(cfgs, allow_dense)
+    given = compare_settings(cfgs, lrs, list(range(seed, seed + seeds)), lengths, n_samples, allow_dense, str(get_device(device)))
+    if saved is not None and (diff := settings_differences(saved, given)):
+        raise UsageError(f"--resume continues the comparison in {str(out)!r} with the settings it started with, and these differ: "
+                         + '; '.join(diff) + f". Give the same settings (they are in {str(out / COMPARE_FILE)!r}), or start a new "
+                         "comparison in a new --output_dir.")
     for note in notes: print(f"note: {note}", file=sys.stderr, flush=True)   # every check passed: what the curriculum changes
-    runs = {b: {lr: [] for lr in lrs} for b in cfgs}
+    if saved is None: out.mkdir(parents=True, exist_ok=True); write_json_atomic(out / COMPARE_FILE, given)
     n = len(cfgs) * len(lrs) * seeds
     if verbose: print(f"{n} training runs: {len(cfgs)} blocks x {len(lrs)} learning rates x {seeds} seeds, {steps} steps each", flush=True)
-    for b, cfg in cfgs.items():
-        for lr in lrs:
-            for s in range(seed, seed + seeds):
-                name = b if n == len(cfgs) else f'{b}_lr{lr:.3g}_seed{s}'
-                c = apply_overrides(cfg, {'trainer.learning_rate': lr, 'trainer.seed': s, 'trainer.run_name': name})
-                if verbose: print(f"{name}: training ...", flush=True)
-                r = train_and_eval(c, lengths, n_samples, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0))
-                runs[b][lr].append(r)
-                if verbose: print(f"{name}: {r['params']:,} params, val loss {r['val_loss']:.4f}, {r['seconds']:.0f} s", flush=True)
+    runs = run_comparison(cfgs, lrs, list(range(seed, seed + seeds)), lengths, n_samples, out, saved is not None, verbose)
     rows = summarize(runs, lengths, dense)
     settings = dict(task=task, max_steps=steps, seq_len=seq_len, curriculum=c0.trainer.curriculum, curriculum_default=cur_default,
                     batch_size=batch_size, size=size, seed=seed, seeds=seeds,
@@ -355,7 +511,7 @@ def report_table(rows: list[dict],  # one `summarize` (or `train_and_eval`) row 
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for r in rows:
         sds = r.get(key + '_sd') or {}
-        cells = [r['block'] + (' (dense)' if r.get('dense') else '') + (' (at chance)' if at_chance(r, settings) else ''),
+        cells = [r['block'] + (' (dense)' if r.get('dense') else '') + (' (at chance)' if _at_chance(r, settings) else ''),
                  str(r['n_layers']), f"{r['params']:,}",
                  f"{r['tokens_per_sec']:,.0f}", f"{r['peak_mib']:,.1f}", _pm(r['val_loss'], r.get('val_loss_sd'), '{:.3f}')]
         cells += [_pm(r[key][L], sds.get(L), '{:.3f}' if text else '{:.1%}') for L in Ls]
@@ -388,11 +544,13 @@ def at_chance(row: dict,       # a `summarize` (or `train_and_eval`) row
     if n is None or row.get('chance') is None: return None
     return bool(row['acc'][L] <= chance_bound(row['chance'], n * len(row.get('seeds') or [0])))
 
+def _at_chance(row, settings): return row['at_chance'] if 'at_chance' in row else at_chance(row, settings)   # stored by compare_blocks
+
 def chance_note(rows: list[dict],  # `summarize` rows
                 settings: dict,    # the comparison settings
                ) -> list[str]:     # one sentence, or none when no row is at chance
     "The note after the table: which blocks are at chance, by what test, and what budget to raise."
-    low = [r for r in rows if at_chance(r, settings)]
+    low = [r for r in rows if _at_chance(r, settings)]
     if not low: return []
     names = ', '.join(r['block'] for r in low)
     more = ("give them more steps (--max_steps; the default curriculum gives half of them to the short stage) or a wider model "
@@ -584,7 +742,11 @@ def compare_parser() -> argparse.ArgumentParser:
             'stages. The other tasks train at --seq_len throughout'),
         arg('--seq_len', type=int, default=256, help='the training length (window and chunk default to 64: every block sparse)'),
         arg('--eval_lengths', type=int, nargs='+', help='lengths to evaluate at (default: seq_len, 2 seq_len, 4 seq_len)'),
-        arg('--output_dir', default='reports/compare', help='a new or empty folder for the report and the runs'),
+        arg('--output_dir', default='reports/compare', help='a new or empty folder for the report and the runs (with --resume: the '
+            'folder of a stopped comparison)'),
+        arg('--resume', nargs='?', const='', metavar='DIR', help='continue the comparison stopped in --output_dir (or DIR), given with '
+            'the same settings: its finished runs are kept, a stopped run continues from its checkpoint (or trains again), the others '
+            'train; the report is the one an uninterrupted comparison writes'),
         arg('--batch_size', type=int, default=16, help='training batch'),
         arg('--size', default='tiny', help='size preset (model.num_params)'),
         arg('--seed', type=int, default=0, help='seed of the weights and the data (the first of --seeds)'),
@@ -601,16 +763,36 @@ def compare_parser() -> argparse.ArgumentParser:
         usage='longctx_compare [--blocks NAME ...] [--task NAME] [...] [--SECTION.KEY=VALUE ...]')
 
 # %% ../nbs/61_report.ipynb #606debb1
+def _resume_dir(ns, argv: list) -> str:
+    "The folder `--resume [DIR]` continues: DIR, else --output_dir; `UsageError` when both name one and differ."
+    if ns.resume in ('',) + RESUME_LAST: return ns.output_dir
+    given = any(a == '--output_dir' or a.startswith('--output_dir=') for a in argv)
+    if given and Path(ns.resume).expanduser() != Path(ns.output_dir).expanduser():
+        raise UsageError(f"--resume {ns.resume} and --output_dir {ns.output_dir} name two folders; the comparison continues in one: "
+                         "give it once (--resume alone continues --output_dir).")
+    return ns.resume
+
+def _resume_command(argv: list, out) -> str:
+    "`argv` as the command that continues the comparison in `out`: its --resume forms replaced by --output_dir OUT --resume."
+    args, skip = [], False
+    for i, a in enumerate(map(str, argv)):
+        if skip: skip = False; continue
+        if a in ('--resume', '--output_dir'): skip = a == '--output_dir' or (i + 1 < len(argv) and not str(argv[i + 1]).startswith('-')); continue
+        if not a.startswith(('--resume=', '--output_dir=')): args.append(a)
+    return shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
+
 def _compare(argv=None) -> int:
     p = compare_parser()
-    ns, extra = p.parse_known_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ns, extra = p.parse_known_args(argv)
     from longctx_nb.train import Stopped
+    if ns.resume is not None: ns.output_dir = _resume_dir(ns, argv)
     try: compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
                         ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions),
-                        lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense)
-    except Stopped as e:   # a signal stopped one block's training: say so, without the trainer's resume hint (a comparison restarts)
-        print(f"longctx_compare: {str(e).split('. Continue with:')[0].split('. Start it again')[0]}. The comparison does not "
-              f"resume: run it again with a new --output_dir (the runs finished so far stay in {ns.output_dir}/runs).", file=sys.stderr)
+                        lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense, resume=ns.resume is not None)
+    except Stopped as e:   # a signal stopped one block's training: say so, with the comparison's resume command (not the trainer's)
+        print(f"longctx_compare: {str(e).split('. Continue with:')[0].split('. Start it again')[0]}. The finished runs are kept in "
+              f"{ns.output_dir}; continue the comparison with: {_resume_command(argv, ns.output_dir)}", file=sys.stderr)
         return e.code
     return 0
 

@@ -290,6 +290,12 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('compare_seq_len_huge', C, ['--blocks', 'vanilla', '--seq_len', '1000000000', '--device', 'cpu'], 'cannot fit in memory'),
     ('compare_task_vocab_huge', C, ['--blocks', 'vanilla', '--data.task_vocab_size=1000000000', '--device', 'cpu'], 'cannot fit in memory'),
     ('compare_empty_setting', C, ['--blocks', 'vanilla', '--trainer.learning_rate='], 'the value is empty'),
+    ('compare_resume_empty_folder', C, ['--blocks', 'vanilla', '--resume', '--output_dir', '{d}/emptydir'], 'holds no comparison to continue'),
+    ('compare_resume_not_a_comparison', C, ['--blocks', 'vanilla', '--resume', '--output_dir', '{d}'], "--output_dir '{d}' holds no comparison to continue"),
+    ('compare_resume_missing_folder', C, ['--blocks', 'vanilla', '--resume', '--output_dir', '{d}/nowhere'], 'holds no comparison to continue'),
+    ('compare_not_empty_names_resume', C, ['--blocks', 'vanilla', '--output_dir', '{d}'], '--resume continues a stopped comparison'),
+    ('compare_resume_two_folders', C, ['--blocks', 'vanilla', '--output_dir', '{d}/a', '--resume', '{d}/b'], 'name two folders; the comparison continues in one'),
+    ('compare_trainer_resume', C, ['--blocks', 'vanilla', '--trainer.resume=last'], 'a comparison continues with --resume and its --output_dir'),
     ('report_n_samples_absurd', R, ['--checkpoint_path', '{run}', '--n_samples', '100000000'], 'at most 100,000'),
     ('report_output_dir_empty', R, ['--checkpoint_path', '{run}', '--output_dir', ''], "leave it out for 'reports'"),
     ('report_checkpoint_empty', R, ['--checkpoint_path', ''], '--checkpoint_path is empty'),
@@ -432,3 +438,19 @@ def test_absurd_sizes_refused_by_the_memory_guard(case):
     if cfg.data.dataset_name != 'synthetic':
         with pytest.raises(UsageError, match='cannot fit in memory'): check_config_fits(cfg, 'cpu')
     assert time.perf_counter() - t0 < 20, time.perf_counter() - t0
+
+def test_compare_resume_other_settings(data, tmp_path):
+    "--resume into a comparison started with other settings: exit 2, one paragraph naming each difference, nothing written."
+    from longctx_nb.report import compare_blocks
+    cmp = tmp_path / 'cmp'
+    tiny = {'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2, 'model.d_ff': 64, 'data.copy_len': 4}
+    with contextlib.redirect_stderr(io.StringIO()):
+        compare_blocks(['vanilla'], 'copy', max_steps=2, seq_len=32, eval_lengths=[32], output_dir=cmp, batch_size=4, n_samples=4,
+                       device='cpu', overrides=tiny, verbose=False, match_params=False)
+    argv = ['--blocks', 'vanilla', '--task', 'copy', '--max_steps', '2', '--eval_lengths', '32', '--output_dir', str(cmp), '--batch_size', '4',
+            '--n_samples', '4', '--device', 'cpu', '--no_match_params', *[f'--{k}={v}' for k, v in tiny.items()], '--resume']
+    msg = check(('compare_resume_other_settings', C, [*argv, '--seq_len', '16', '--seeds', '2'], 'these differ: '), data, tmp_path)
+    assert ("these differ: the seeds (--seed, --seeds) [0, 1] here, [0] there; --seq_len=16 here, 32 there. Give the same settings "
+            f"(they are in '{cmp}/compare.json'), or start a new comparison in a new --output_dir.") in msg, msg
+    code, err, _ = run_case(C, [*argv, '--seq_len', '32'], tmp_path)   # the same settings: nothing left to train, the report again
+    assert code == 0 and 'resume: 1 of 1 runs finished in' in err and 'nothing to train: writing the report' in err, err

@@ -94,7 +94,7 @@ def test_bigbird_random_keys_at_two_blocks(capsys):
     assert out.count('baseline_bigbird: at seq_len 64') == 1 and 'query block of 32 tokens' in out, out
 
 def test_sigterm_stops_with_a_message(bindir, tmp_path):
-    "SIGTERM while a block trains: exit 143 and one line naming the checkpoint and how to run again (a comparison does not resume); no traceback."
+    "SIGTERM while a block trains: exit 143 and one line naming the checkpoint and the command that continues the comparison; no traceback."
     import signal, time
     out = tmp_path / 'cmp'
     p = subprocess.Popen([bindir / 'longctx_compare', '--blocks', 'vanilla', '--task', 'copy', '--seq_len', '32', '--max_steps', '100000', '--trainer.checkpoint_interval=5',
@@ -106,7 +106,7 @@ def test_sigterm_stops_with_a_message(bindir, tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 143 and 'Traceback' not in err, err
     assert err.startswith('longctx_compare: stopped by SIGTERM after step '), err
-    assert f'The comparison does not resume: run it again with a new --output_dir (the runs finished so far stay in {out}/runs).' in err, err
+    assert f'The finished runs are kept in {out}; continue the comparison with: longctx_compare ' in err and err.strip().endswith(' --resume'), err
     assert 'Continue with' not in err, err
 
 def pk_compare(tmp_path, capsys, **over):

@@ -247,13 +247,16 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
 def kernel_backends(device='cpu',             # where Mamba runs
                     scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                     conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
+                    d_state: int | None = None,  # the state size N (None: 'auto' as if N <= 256, which every kernel takes)
                    ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
     device = torch.device(device)
     if scan_impl not in kscan.scan_impls.choices or conv_impl not in kconv.conv_impls.choices:
         raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(kscan.scan_impls.choices)} and "
                          f"conv_impl={conv_impl!r} one of {', '.join(kconv.conv_impls.choices)}.")
-    return {'selective_scan': kscan.scan_impls.auto(device) if scan_impl == 'auto' else scan_impl,
+    scan = kscan.resolved_scan_impl(scan_impl, device, d_state) if d_state is not None else \
+        (kscan.scan_impls.auto(device) if scan_impl == 'auto' else scan_impl)
+    return {'selective_scan': scan,
             'causal_conv1d': kconv.conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}
 
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
@@ -266,7 +269,7 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     "Bytes one `Mamba` mixer saves for backward (its input included), for the paths `scan_impl`/`conv_impl` take on `device`."
     a, L, D, N, dc = act_bytes(precision), seq_len, cfg.d_model, cfg.d_state, cfg.d_conv
     di, R = int(cfg.expand * D), cfg.dt_rank or math.ceil(D / 16)
-    impls = kernel_backends(device, cfg.scan_impl, cfg.conv_impl)
+    impls = kernel_backends(device, cfg.scan_impl, cfg.conv_impl, N)
     scan, conv = impls['selective_scan'], impls['causal_conv1d']
     per = a * (D + di + R + 2 * N)                                # in_proj's and out_proj's inputs; x_proj's output (dt_proj reads a view)
     if a < 4: per += a * di                                       # autocast's copy of x_proj's input
