@@ -150,7 +150,7 @@ class _MambaSettings:
     dt_init_floor: float = opt(1e-4, 'floor of the initial dt (mamba)', gt=0)
     conv_bias: bool = opt(True, 'bias in the causal conv (mamba)')
     scan_impl: str = opt('auto', 'selective-scan implementation', choices=['auto', 'ref', 'torch', 'cuda', 'cpu'])
-    conv_impl: str = opt('auto', 'causal-conv1d implementation', choices=['auto', 'ref', 'cuda'])
+    conv_impl: str = opt('auto', 'causal-conv1d implementation', choices=['auto', 'ref', 'cuda', 'cpu'])
 
 # %% ../nbs/01_config.ipynb #a2f912fb
 @dataclass

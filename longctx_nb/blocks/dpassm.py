@@ -86,7 +86,7 @@ class DPASSM(KeepFp32, Mixer):
                  bias: bool = False,                  # biases in the linear layers
                  attn_impl: str = 'auto',             # `local_attention`'s impl: 'auto', 'ref', 'blocked' or 'flex'
                  scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
-                 conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
+                 conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
                  block_size: int = 64,                # query block of the blocked attention kernel
                 ):
         super().__init__()
@@ -277,8 +277,12 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     else: per += 3 * D * a; const += L * L + batch_size * H * L * L * (a + 4 if a < 4 and dev == 'cuda' else a)
     # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads and
     # x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)
-    per += D * a + D * a + (0 if f32 else D * a + (R + 2 * N) * a)
-    const += batch_size * D * (K - 1) * a + (0 if f32 else 2 * D * K)   # conv padding; the conv weight's bf16 copy
+    per += 0 if f32 else D * a + (R + 2 * N) * a
+    conv = cfg.conv_impl if cfg.conv_impl != 'auto' else conv_impls.auto(torch.device(device))
+    if conv == 'cpu': per += D * 4                     # the compiled conv keeps only its input, in fp32 (a copy under autocast)
+    else:
+        per += D * a + D * a
+        const += batch_size * D * (K - 1) * a + (0 if f32 else 2 * D * K)   # conv padding; the conv weight's bf16 copy
     if scan == 'torch':      # softplus input, dt, u in fp32 (twice under autocast), B and C fp32, chunk-start states
         per += 2 * D * 4 + (D * 4 if f32 else 2 * D * 4) + ((R + 2 * N) * 4 if f32 else 2 * N * 4)
         const += batch_size * -(-L // TORCH_SCAN_CHUNK.get(dev, TORCH_SCAN_CHUNK['cpu'])) * D * N * 4

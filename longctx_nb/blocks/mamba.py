@@ -124,7 +124,7 @@ class Mamba(KeepFp32, Mixer):
                  conv_bias: bool = True,              # bias in the causal conv
                  bias: bool = False,                  # biases in in_proj and out_proj
                  scan_impl: str = 'auto',             # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
-                 conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
+                 conv_impl: str = 'auto',             # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
                  layer_idx: int | None = None,        # the layer's index in the model
                 ):
         super().__init__()
@@ -246,7 +246,7 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
 # %% ../../nbs/23_mamba.ipynb #d591c4f0
 def kernel_backends(device='cpu',             # where Mamba runs
                     scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
-                    conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref' or 'cuda'
+                    conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
                     d_state: int | None = None,  # the state size N (None: 'auto' as if N <= 256, which every kernel takes)
                    ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
@@ -276,7 +276,9 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     const = 2 * 4 * di * N                                        # A = -exp(A_log), twice
     if conv == 'cuda' or scan == 'cuda' or a == 4: per += 2 * di * a      # xz, kept through views of it
     states = 0
-    if conv != 'cuda':
+    if conv == 'cpu':                                             # the compiled kernel keeps only its input, in fp32
+        if a < 4: per += 4 * di                                   # (x_in's fp32 copy; in fp32, x_in is a view of xz)
+    elif conv != 'cuda':
         per += di * a * (L + dc - 1) / L                          # conv output, silu's input
         if a < 4: per += di * a; const += 2 * di * dc              # autocast's copies of x_in and of the conv weight
     if scan == 'cuda':
