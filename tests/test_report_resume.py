@@ -1,6 +1,6 @@
 """`longctx_compare --resume`: a comparison stopped by SIGKILL or SIGTERM continues where it stopped, keeps the runs it
 finished, and writes the report an uninterrupted comparison writes."""
-import contextlib, io, json, os, shlex, signal, subprocess, sys, time
+import json, os, shlex, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 
