@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #517d4c20
 from __future__ import annotations
-import contextlib, functools, importlib, json, os, platform, random, resource, sys, time
+import contextlib, functools, importlib, json, os, platform, random, resource, subprocess, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -15,9 +15,9 @@ import torch
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'UsageError',
            'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
            'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'best_time',
-           'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu',
-           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl',
-           'KernelImpls']
+           'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu',
+           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot',
+           'try_import', 'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -173,6 +173,19 @@ def best_time(fn,             # called with no arguments
              ) -> float:      # seconds
     "Seconds of the fastest of `reps` calls of `fn()` on `device` (synchronised on CUDA); warm up before calling it."
     return time_reps(fn, device, reps, warmup=0).min
+
+# %% ../nbs/00_core.ipynb #5e2528f4
+@contextlib.contextmanager
+def busy_cores(n: int | None = None,  # busy processes; None: one per core this process may run on
+              ):
+    "Run the block beside `n` busy processes (a loop each); yields them, and kills them when the block ends."
+    n = len(os.sched_getaffinity(0)) if n is None else n
+    procs = [subprocess.Popen([sys.executable, '-c', 'while True: pass'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+             for _ in range(n)]
+    try: yield procs
+    finally:
+        for p in procs: p.kill()
+        for p in procs: p.wait()
 
 # %% ../nbs/00_core.ipynb #dd4c6f46
 def measure_peak_flops(device: torch.device,                # where the matmul runs
