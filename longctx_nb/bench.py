@@ -18,8 +18,9 @@ from .blocks.base import blocks_reading, canonical_block
 __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS',
            'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
            'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench',
-           'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'rel_err', 'compare_impl',
-           'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table', 'bench_gpu']
+           'hf_counterpart', 'print_hf_pairs', 'time_in_turn', 'bench_blocks', 'require_cuda', 'rel_err',
+           'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
+           'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -388,6 +389,44 @@ def print_hf_pairs(rows: list[dict],  # from `bench_blocks`: ours and transforme
               + (' !' if o.get('disturbed') or h.get('disturbed') else ''))
     for n in notes: print('note:', n)
 
+# %% ../nbs/50_bench.ipynb #0c4d71ed
+def time_in_turn(steps: dict,    # name -> a function of no arguments (one training step)
+                 device,         # where they run (synchronised on CUDA)
+                 reps: int = 5,  # timed rounds
+                ) -> tuple[dict, dict]:  # (name -> `Timing`, name -> peak bytes of one call)
+    "Warm up each step and measure its peak memory, then time `reps` rounds, each calling every step once, in turn."
+    from longctx_nb.core import peak_memory_bytes
+    peaks = {}
+    for k, f in steps.items(): f(); peaks[k] = peak_memory_bytes(f, device)   # the warm-up creates the optimizer state
+    times = {k: [] for k in steps}
+    for _ in range(reps):                     # in turn, so that a load on the machine hits every model alike
+        for k, f in steps.items(): times[k] += time_reps(f, device, 1, 0).times
+    return {k: Timing(v) for k, v in times.items()}, peaks
+
+# %% ../nbs/50_bench.ipynb #04780594
+def _check_block_fits(names,           # --blocks
+                      ours,            # each name's block of our own (`_check_blocks`)
+                      size: str,       # size preset
+                      batch: int,      # sequences per step
+                      max_len: int,    # the longest length
+                      kw: dict,        # the block settings (window_size, chunk_size)
+                      device,          # where the models run
+                     ):
+    "Every model fits at the longest length, before the first is built: ours by the memory estimator, transformers' as its counterpart (hf-mamba: plus the states its scan keeps)."
+    from longctx_nb.config import resolve_model
+    for name, block in zip(names, ours):
+        m = apply_overrides(Config(), {'model.vocab_size': 256, 'model.size': size, 'model.block': block,
+                                       **{f'model.{k}': v for k, v in kw.items()}}).model
+        need = check_fits(m, batch, max_len, '32', device, hint='--L or --batch', override=None)
+        if str(name).lower() != 'hf-mamba': continue
+        r = resolve_model(m)   # transformers' torch path keeps about 5 tensors of every step's states per layer (measured: 4.3)
+        need += 5 * r.n_layers * batch * max_len * r.expand * r.d_model * r.d_state * 4
+        avail = available_memory(device)
+        if avail is not None and need > avail[0]:
+            raise UsageError(f"--blocks hf-mamba at --L {max_len} needs about {format_bytes(need)} (transformers' Mamba keeps the "
+                             f"{r.d_state} states of its {r.expand * r.d_model} channels at every step), but {avail[1]}; lower --L "
+                             "or --batch, or leave hf-mamba out.")
+
 # %% ../nbs/50_bench.ipynb #67616e50
 def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' models at the size of ours: hf-llama, hf-longformer, hf-mamba
                  Ls=(1024, 4096, 16384),  # sequence lengths
@@ -403,38 +442,26 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' models
                 ) -> list[dict]:          # one row per (block, L)
     "Time per token and peak memory of one training step of each block's LM at each length, the models timed in turn."
     from longctx_nb.model import create_model, count_params
-    from longctx_nb.core import get_device, seed_everything, peak_memory_bytes
+    from longctx_nb.core import get_device, seed_everything
     device = get_device(device or 'auto')
     check_positive(L=list(Ls), batch=batch, reps=reps, window_size=window_size, chunk_size=chunk_size)
-    ours = _check_blocks(blocks, Ls, window_size)
-    kw = {'window_size': window_size, 'chunk_size': chunk_size}
-    for block in dict.fromkeys(ours):   # every case fits, before the first model is built (a transformers model: as ours)
-        m = apply_overrides(Config(), {'model.vocab_size': 256, 'model.size': size, 'model.block': block,
-                                       **{f'model.{k}': v for k, v in kw.items()}}).model
-        check_fits(m, batch, max(Ls), '32', device, hint='--L or --batch', override=None)
+    ours, kw = _check_blocks(blocks, Ls, window_size), {'window_size': window_size, 'chunk_size': chunk_size}
+    _check_block_fits(blocks, ours, size, batch, max(Ls), kw, device)
     models, notes = {}, []   # name -> (module, ids -> logits or None)
     for block, our in zip(blocks, ours):
         seed_everything(0)
-        model = create_model(256, size, our, kw)
-        if block.lower() in HF_BLOCKS:
-            model, logits, note = hf_counterpart(block.lower(), model, max(Ls)); notes.append(note)
-        else: logits = None
+        model, logits = create_model(256, size, our, kw), None
+        if block.lower() in HF_BLOCKS: model, logits, note = hf_counterpart(block.lower(), model, max(Ls)); notes.append(note)
         models[block] = (model.to(device), logits)
-    times, peaks = {}, {}
-    for L in Ls:
-        steps = {b: train_step_fn(m, batch, L, device, logits=f) for b, (m, f) in models.items()}
-        for b, s in steps.items(): s(); peaks[b, L] = peak_memory_bytes(s, device)   # the warm-up creates the optimizer state
-        for _ in range(reps):                     # in turn, so that a load on the machine hits every model alike
-            for b, s in steps.items(): times.setdefault((b, L), []).extend(time_reps(s, device, 1, 0).times)
-        del steps
+    res = {L: time_in_turn({b: train_step_fn(m, batch, L, device, logits=f) for b, (m, f) in models.items()}, device, reps) for L in Ls}
     rows = []
     for b, (model, _) in models.items():
         for L in Ls:
-            t = Timing(times[b, L]); ms = 1e3 * t.min
+            t, ms = res[L][0][b], 1e3 * res[L][0][b].min
             rows.append(dict(block=b, L=L, size=size, params=count_params(model), device=str(device), ms=round(ms, 2),
                              ms_median=round(1e3 * t.median, 2), spread=round(t.spread, 3), disturbed=t.disturbed,
                              tokens_per_sec=round(batch * L / ms * 1e3, 1), us_per_token=round(1e3 * ms / (batch * L), 3),
-                             peak_mib=round(peaks[b, L] / 2**20, 2))
+                             peak_mib=round(res[L][1][b] / 2**20, 2))
                         | ({'counterpart': HF_BLOCKS[b.lower()]} if b.lower() in HF_BLOCKS else {}))
     if verbose: print_block_bench(rows); print_hf_pairs(rows, notes)
     if csv: write_csv(rows, csv)
