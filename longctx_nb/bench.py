@@ -196,15 +196,15 @@ def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), 
     get = lambda L: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
     out = [f"timing in ms, ratio = {ref or 'reference'}'s time / this one's at the same L; '!': disturbed "
            f"(median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
-           f"{'L':>7} {key:>12} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11}"]
+           f"{'L':>7} {key:>14} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11}"]
     bad = 0
     for r in rows:
-        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>12}   {r.get('note') or 'not run'}"); continue
+        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>14}   {r.get('note') or 'not run'}"); continue
         b, med = get(r['L']), r.get('ms_median') or r['ms']
         mark = {True: ' !', None: ' ?', False: ''}[r.get('disturbed')]
         bad += r.get('disturbed') is True
         rat = (f"{b['ms'] / r['ms']:>10.2f}x {(b.get('ms_median') or b['ms']) / med:>10.2f}x" if b else f"{'-':>11} {'-':>11}")
-        out.append(f"{r['L']:>7} {r[key]:>12} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}{mark}")
+        out.append(f"{r['L']:>7} {r[key]:>14} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}{mark}")
     out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
     return '\n'.join(out)
 
