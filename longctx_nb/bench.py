@@ -351,7 +351,8 @@ def hf_counterpart(name: str,     # a key of `HF_BLOCKS`
         hf.config.use_mambapy = is_mambapy_available()
         path = "mambapy's parallel scan (use_mambapy=True)" if is_mambapy_available() else "its sequential loop over tokens (mambapy is not installed)"
         return hf, lambda x: hf(input_ids=x, use_cache=False).logits, (
-            f"hf-mamba: transformers' MambaForCausalLM with {same}; without mamba-ssm's kernels it runs its torch path with {path}.")
+            f"hf-mamba: transformers' MambaForCausalLM with {same}; on the CPU (and on a GPU without its kernels) it runs its "
+            f"torch path with {path}.")
     w, g, d_mlp = cfg.window_size, cfg.n_global_tokens, 3 * cfg.d_ff // 2
     with quiet_transformers() as tf:
         lc = tf.LongformerConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
