@@ -15,10 +15,11 @@ from .model import block_names
 from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
-__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS', 'get_bench',
-           'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench', 'bench_main',
-           'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench', 'bench_blocks', 'require_cuda',
-           'rel_err', 'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
+__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS',
+           'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
+           'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench',
+           'hf_counterpart', 'print_hf_pairs', 'time_in_turn', 'bench_blocks', 'require_cuda', 'rel_err',
+           'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
            'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
@@ -100,6 +101,40 @@ def _check_files(ns: dict):
                              f"e.g. --{k} bench.{k}.")
         check_writable_dir(p.parent, f'the folder of --{k}')
 
+# %% ../nbs/50_bench.ipynb #40b4e72d
+HF_BLOCKS = {'hf-llama': 'vanilla', 'hf-longformer': 'baseline_longformer', 'hf-mamba': 'mamba'}  # transformers' model -> our block of its size
+
+def _check_blocks(blocks,           # --blocks: our block names and aliases, and keys of `HF_BLOCKS`
+                  Ls,               # --L: the lengths
+                  window_size: int, # --window_size: hf-longformer's attention_window
+                 ) -> list[str]:    # each name's block of our own (an hf name: its counterpart)
+    "Every `--blocks` name is ours or transformers' (installed), named once; hf-longformer's window divides every length."
+    names = [str(b).lower() if str(b).lower() in HF_BLOCKS else b for b in blocks]
+    ours = []
+    for b in names:
+        try: ours.append(HF_BLOCKS.get(b) or canonical_block(b))
+        except UsageError as e:
+            raise UsageError(f"--blocks: {e}; and transformers' models at the size of ours: "
+                             f"{', '.join(f'{h} ({o})' for h, o in HF_BLOCKS.items())}.") from None
+    keys = [b if b in HF_BLOCKS else o for b, o in zip(names, ours)]
+    if len(set(keys)) < len(keys):
+        same = [b for b, k in zip(blocks, keys) if k == next(k for k in keys if keys.count(k) > 1)]
+        raise UsageError(f"--blocks {' '.join(blocks)}: {' and '.join(map(repr, same))} name the same block; name each block once.")
+    hf = [b for b in names if b in HF_BLOCKS]
+    if hf:
+        try: import transformers
+        except ImportError:
+            from longctx_nb.hf import HF_INSTALL
+            raise UsageError(f"--blocks {' '.join(hf)}: these are transformers' models, and transformers is not installed: "
+                             f"{HF_INSTALL}; or leave {' '.join(hf)} out.") from None
+    if 'hf-longformer' in hf and (window_size % 2 or any(L % window_size for L in Ls)):
+        w = window_size + window_size % 2
+        raise UsageError(f"--blocks hf-longformer: --window_size {window_size} is transformers' attention_window, which must be "
+                         f"even and divide every --L (transformers pads a length to a multiple of it, and the padding would be "
+                         f"timed); {'it is odd' if window_size % 2 else '--L ' + ' '.join(str(L) for L in Ls if L % window_size) + ' is not a multiple of it'}. "
+                         f"For example: --window_size {w} --L {2 * w} {4 * w}.")
+    return ours
+
 # %% ../nbs/50_bench.ipynb #b550be55
 def check_args(fn,         # the benchmark function
                ns: dict,   # its parsed flags (argument name -> value); a `device` is replaced by the device it names
@@ -123,9 +158,10 @@ def check_args(fn,         # the benchmark function
         raise UsageError(f"--dtype {str(ns['dtype']).removeprefix('torch.')}: the benchmark times floating-point tensors; "
                          "valid choices: float32, bfloat16, float16, float64.")
     if 'blocks' in ns and 'size' in ns:
+        ours = _check_blocks(ns['blocks'], ns['Ls'], ns['window_size'])   # transformers' models read what their counterparts read
         for flag, field in BENCH_READS.items():
             readers = blocks_reading(field)
-            if flag in given and not set(readers) & {canonical_block(b) for b in ns['blocks']}:
+            if flag in given and not set(readers) & set(ours):
                 raise UsageError(f"--{flag} is read only by the blocks {', '.join(readers)}, and none of --blocks "
                                  f"{' '.join(ns['blocks'])} reads it; leave it out, or add one of those blocks.")
     _check_files(ns)
@@ -160,15 +196,15 @@ def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), 
     get = lambda L: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
     out = [f"timing in ms, ratio = {ref or 'reference'}'s time / this one's at the same L; '!': disturbed "
            f"(median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
-           f"{'L':>7} {key:>12} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11}"]
+           f"{'L':>7} {key:>14} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11}"]
     bad = 0
     for r in rows:
-        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>12}   {r.get('note') or 'not run'}"); continue
+        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>14}   {r.get('note') or 'not run'}"); continue
         b, med = get(r['L']), r.get('ms_median') or r['ms']
         mark = {True: ' !', None: ' ?', False: ''}[r.get('disturbed')]
         bad += r.get('disturbed') is True
         rat = (f"{b['ms'] / r['ms']:>10.2f}x {(b.get('ms_median') or b['ms']) / med:>10.2f}x" if b else f"{'-':>11} {'-':>11}")
-        out.append(f"{r['L']:>7} {r[key]:>12} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}{mark}")
+        out.append(f"{r['L']:>7} {r[key]:>14} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}{mark}")
     out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
     return '\n'.join(out)
 
@@ -216,6 +252,27 @@ def bench_main(argv=None,  # NAME and its flags (default: sys.argv[1:])
 ALL_BLOCKS = tuple(block_names())   # every registered block (importing the model registers the zoo)
 
 # %% ../nbs/50_bench.ipynb #2d7b1c5d
+def train_step_fn(model,          # an `LM` (or any module whose `cfg` or `config` has `vocab_size`) on `device`
+                  batch: int,     # sequences per step
+                  seq_len: int,   # tokens per sequence
+                  device,         # where `model` is
+                  precision: str = '32',  # the forward pass's precision ('bf16': autocast)
+                  logits=None,    # token ids -> logits (default: `model(ids)`); transformers' models return an output object
+                 ):               # a function of no arguments: one step
+    "One AdamW training step of `model` on fixed random tokens (next-token cross-entropy), as a function to time."
+    from longctx_nb.model import param_groups
+    from longctx_nb.core import autocast
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
+    vocab = (model.cfg if hasattr(model, 'cfg') else model.config).vocab_size
+    x = torch.randint(0, vocab, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
+    f = logits or model
+    def step():
+        with autocast(device, precision):
+            loss = torch.nn.functional.cross_entropy(f(x[:, :-1]).flatten(0, 1).float(), x[:, 1:].flatten())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    model.train()
+    return step
+
 def train_step_timing(model,          # an `LM` on `device`
                       batch: int,     # sequences per step
                       seq_len: int,   # tokens per sequence
@@ -224,15 +281,8 @@ def train_step_timing(model,          # an `LM` on `device`
                       precision: str = '32',  # the forward pass's precision ('bf16': autocast)
                      ) -> tuple[Timing, int]:  # (the steps' timing, peak bytes of one step)
     "One AdamW training step of `model` on random tokens, timed `reps` times after a warm-up step, and its peak memory."
-    from longctx_nb.model import param_groups
-    from longctx_nb.core import peak_memory_bytes, autocast
-    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
-    x = torch.randint(0, model.cfg.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
-    def step():
-        with autocast(device, precision):
-            loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1).float(), x[:, 1:].flatten())
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-    model.train()
+    from longctx_nb.core import peak_memory_bytes
+    step = train_step_fn(model, batch, seq_len, device, precision)
     t = time_reps(step, device, reps, warmup=1)  # the warm-up creates the optimizer state before memory is measured
     return t, peak_memory_bytes(step, device)
 
@@ -276,40 +326,145 @@ def plot_bench(rows: list[dict],  # from `bench_blocks`
     if path is not None: fig.savefig(path, dpi=110, bbox_inches='tight')
     return fig
 
+# %% ../nbs/50_bench.ipynb #6f7ce4d8
+def hf_counterpart(name: str,     # a key of `HF_BLOCKS`
+                   ours,          # our `LM` of its counterpart block, fp32 on the CPU: its size, and its weights where the network is the same
+                   max_len: int,  # the longest length it will run
+                  ) -> tuple:     # (transformers' model, token ids -> logits, a one-line note of how it compares with ours)
+    "transformers' model `name` at the size of our model `ours`, the function giving its logits, and a note of what differs."
+    from longctx_nb.hf import to_hf, logit_gap, quiet_transformers
+    from longctx_nb.model import count_params
+    cfg, n_ours, d_ours = ours.cfg, count_params(ours), count_params(ours, non_embedding=True)
+    if name in ('hf-llama', 'hf-mamba'):
+        hf = to_hf(ours, max_position_embeddings=max_len).train()
+        n, d = count_params(hf), count_params(hf, non_embedding=True)
+        if d != d_ours: raise RuntimeError(f"{name} has {d:,} parameters besides its embeddings, ours {d_ours:,}: not the same size")
+        same = f"our {cfg.block}'s weights ({n:,} parameters, ours {n_ours:,}; logits within {logit_gap(ours, hf):.0e})"
+        if name == 'hf-llama':
+            impl = hf.config._attn_implementation
+            return hf, lambda x: hf(input_ids=x, use_cache=False).logits, (
+                f"hf-llama: transformers' LlamaForCausalLM with {same}, attention {impl!r}"
+                + (" (torch's SDPA, causal, as our vanilla)." if impl == 'sdpa' else " (ours: torch's SDPA, causal)."))
+        from transformers.utils.import_utils import is_mambapy_available
+        for m in hf.modules():
+            if hasattr(m, 'use_mambapy'): m.use_mambapy = is_mambapy_available()
+        hf.config.use_mambapy = is_mambapy_available()
+        path = "mambapy's parallel scan (use_mambapy=True)" if is_mambapy_available() else "its sequential loop over tokens (mambapy is not installed)"
+        return hf, lambda x: hf(input_ids=x, use_cache=False).logits, (
+            f"hf-mamba: transformers' MambaForCausalLM with {same}; on the CPU (and on a GPU without its kernels) it runs its "
+            f"torch path with {path}.")
+    w, g, d_mlp = cfg.window_size, cfg.n_global_tokens, 3 * cfg.d_ff // 2
+    with quiet_transformers() as tf:
+        lc = tf.LongformerConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+                                 num_attention_heads=cfg.n_heads, intermediate_size=d_mlp, hidden_act='gelu',
+                                 hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout, attention_window=w,
+                                 max_position_embeddings=max_len + 2, type_vocab_size=1, tie_word_embeddings=cfg.tie_embeddings)
+        hf = tf.LongformerForMaskedLM(lc).train()
+    def logits(x):
+        B, L = x.shape
+        glob = torch.zeros_like(x); glob[:, :g] = 1
+        pos = torch.arange(L, device=x.device).expand(B, L) + lc.pad_token_id + 1   # every token a position, a pad id too
+        return hf(input_ids=x, global_attention_mask=glob, position_ids=pos).logits
+    n, d = count_params(hf), count_params(hf, non_embedding=True)
+    return hf, logits, (
+        f"hf-longformer: transformers' LongformerForMaskedLM at our longformer's size; it attends both ways: each query sees "
+        f"{w + 1} keys around it (attention_window={w}) and {g} global tokens, ours {w} keys up to itself and {g}. BERT's layer "
+        f"(LayerNorm, biases, a GELU MLP {d_mlp} wide: as many weights as our SwiGLU), learned positions: {n:,} parameters, ours "
+        f"{n_ours:,} ({d - d_ours:+,} besides embeddings: global q/k/v, biases, the masked-LM head's dense layer). Loss: next-token "
+        f"cross-entropy on its masked-LM logits, the same work as ours (only the cost compares: the task is meaningless for a "
+        f"model that sees the future). No padding: every length is a multiple of attention_window.")
+
+# %% ../nbs/50_bench.ipynb #976cb491
+def print_hf_pairs(rows: list[dict],  # from `bench_blocks`: ours and transformers' (with `counterpart`)
+                   notes=(),          # one line per transformers model: how it compares with ours
+                  ):
+    "Each of our blocks against its transformers counterpart at the same length, and the notes of what differs."
+    pairs = [(o, h) for h in rows if h.get('counterpart') for o in rows
+             if o['L'] == h['L'] and not o.get('counterpart') and canonical_block(o['block']) == h['counterpart']]
+    if pairs:
+        print("ours against transformers at the same size, timed in turn in each round; ratio = transformers' time / ours (> 1: ours is faster)")
+        print(f"{'L':>7} {'ours':>20} {'transformers':>14} {'ms ours':>9} {'ms hf':>9} {'ratio(min)':>11} {'ratio(med)':>11} {'MiB ours':>9} {'MiB hf':>9}")
+    for o, h in pairs:
+        print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} {h['ms'] / o['ms']:>10.2f}x "
+              f"{h['ms_median'] / o['ms_median']:>10.2f}x {o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}"
+              + (' !' if o.get('disturbed') or h.get('disturbed') else ''))
+    for n in notes: print('note:', n)
+
+# %% ../nbs/50_bench.ipynb #0c4d71ed
+def time_in_turn(steps: dict,    # name -> a function of no arguments (one training step)
+                 device,         # where they run (synchronised on CUDA)
+                 reps: int = 5,  # timed rounds
+                ) -> tuple[dict, dict]:  # (name -> `Timing`, name -> peak bytes of one call)
+    "Warm up each step and measure its peak memory, then time `reps` rounds, each calling every step once, in turn."
+    from longctx_nb.core import peak_memory_bytes
+    peaks = {}
+    for k, f in steps.items(): f(); peaks[k] = peak_memory_bytes(f, device)   # the warm-up creates the optimizer state
+    times = {k: [] for k in steps}
+    for _ in range(reps):                     # in turn, so that a load on the machine hits every model alike
+        for k, f in steps.items(): times[k] += time_reps(f, device, 1, 0).times
+    return {k: Timing(v) for k, v in times.items()}, peaks
+
+# %% ../nbs/50_bench.ipynb #04780594
+def _check_block_fits(names,           # --blocks
+                      ours,            # each name's block of our own (`_check_blocks`)
+                      size: str,       # size preset
+                      batch: int,      # sequences per step
+                      max_len: int,    # the longest length
+                      kw: dict,        # the block settings (window_size, chunk_size)
+                      device,          # where the models run
+                     ):
+    "Every model fits at the longest length, before the first is built: ours by the memory estimator, transformers' as its counterpart (hf-mamba: plus the states its scan keeps)."
+    from longctx_nb.config import resolve_model
+    for name, block in zip(names, ours):
+        m = apply_overrides(Config(), {'model.vocab_size': 256, 'model.size': size, 'model.block': block,
+                                       **{f'model.{k}': v for k, v in kw.items()}}).model
+        need = check_fits(m, batch, max_len, '32', device, hint='--L or --batch', override=None)
+        if str(name).lower() != 'hf-mamba': continue
+        r = resolve_model(m)   # transformers' torch path keeps about 5 tensors of every step's states per layer (measured: 4.3)
+        need += 5 * r.n_layers * batch * max_len * r.expand * r.d_model * r.d_state * 4
+        avail = available_memory(device)
+        if avail is not None and need > avail[0]:
+            raise UsageError(f"--blocks hf-mamba at --L {max_len} needs about {format_bytes(need)} (transformers' Mamba keeps the "
+                             f"{r.d_state} states of its {r.expand * r.d_model} channels at every step), but {avail[1]}; lower --L "
+                             "or --batch, or leave hf-mamba out.")
+
 # %% ../nbs/50_bench.ipynb #67616e50
-def bench_blocks(blocks=ALL_BLOCKS,       # block names
+def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' models at the size of ours: hf-llama, hf-longformer, hf-mamba
                  Ls=(1024, 4096, 16384),  # sequence lengths
                  size: str = 'tiny',      # size preset of each model
                  batch: int = 1,          # sequences per step
                  window_size: int = 256,  # window of the local-attention blocks
                  chunk_size: int = 256,   # chunk length of blade
                  device=None,             # default: the GPU if any
-                 reps: int = 5,           # timed steps per case: min and median are reported
+                 reps: int = 5,           # timed rounds; each times one step of every model, in turn: min and median are reported
                  csv: str | None = None,  # also write the rows to this CSV file
                  png: str | None = None,  # also save the plot to this PNG file
                  verbose: bool = True,    # print the table
                 ) -> list[dict]:          # one row per (block, L)
-    "Time per token and peak memory of one training step of each block's LM at each length."
+    "Time per token and peak memory of one training step of each block's LM at each length, the models timed in turn."
     from longctx_nb.model import create_model, count_params
     from longctx_nb.core import get_device, seed_everything
     device = get_device(device or 'auto')
     check_positive(L=list(Ls), batch=batch, reps=reps, window_size=window_size, chunk_size=chunk_size)
-    for block in blocks:   # every case fits, before the first model is built
-        m = apply_overrides(Config(), {'model.vocab_size': 256, 'model.size': size, 'model.block': block,
-                                       'model.window_size': window_size, 'model.chunk_size': chunk_size}).model
-        check_fits(m, batch, max(Ls), '32', device, hint='--L or --batch', override=None)
-    rows = []
-    for block in blocks:
+    ours, kw = _check_blocks(blocks, Ls, window_size), {'window_size': window_size, 'chunk_size': chunk_size}
+    _check_block_fits(blocks, ours, size, batch, max(Ls), kw, device)
+    models, notes = {}, []   # name -> (module, ids -> logits or None)
+    for block, our in zip(blocks, ours):
         seed_everything(0)
-        model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
+        model, logits = create_model(256, size, our, kw), None
+        if block.lower() in HF_BLOCKS: model, logits, note = hf_counterpart(block.lower(), model, max(Ls)); notes.append(note)
+        models[block] = (model.to(device), logits)
+    res = {L: time_in_turn({b: train_step_fn(m, batch, L, device, logits=f) for b, (m, f) in models.items()}, device, reps) for L in Ls}
+    rows = []
+    for b, (model, _) in models.items():
         for L in Ls:
-            t, peak = train_step_timing(model, batch, L, device, reps)
-            ms = 1e3 * t.min
-            rows.append(dict(block=block, L=L, size=size, params=count_params(model), device=str(device), ms=round(ms, 2),
+            t, ms = res[L][0][b], 1e3 * res[L][0][b].min
+            rows.append(dict(block=b, L=L, size=size, params=count_params(model), device=str(device), ms=round(ms, 2),
                              ms_median=round(1e3 * t.median, 2), spread=round(t.spread, 3), disturbed=t.disturbed,
                              tokens_per_sec=round(batch * L / ms * 1e3, 1), us_per_token=round(1e3 * ms / (batch * L), 3),
-                             peak_mib=round(peak / 2**20, 2)))
-    if verbose: print_block_bench(rows)
+                             peak_mib=round(res[L][1][b] / 2**20, 2))
+                        | ({'counterpart': HF_BLOCKS[b.lower()]} if b.lower() in HF_BLOCKS else {}))
+    if verbose: print_block_bench(rows); print_hf_pairs(rows, notes)
     if csv: write_csv(rows, csv)
     if png: plot_bench(rows, png)
     return rows

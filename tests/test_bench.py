@@ -95,3 +95,49 @@ def test_longctx_bench_dpassm_prints_the_block_against_the_sum_of_its_paths(caps
     assert by['sum of paths']['ms'] == pytest.approx(by['attention path']['ms'] + by['SSM path']['ms'])
     out = capsys.readouterr().out
     assert 'L=64: dpassm / (attention path + SSM path) = ' in out and "ratio = sum of paths's time / this one's" in out
+
+
+def _bench_cli(*argv, pre=''):
+    "Run `longctx_bench` in a fresh process (after the Python statements `pre`): (exit code, stdout, stderr)."
+    code = f"import sys\n{pre}\nfrom longctx_nb.bench import bench_main\nbench_main(sys.argv[1:])"
+    p = subprocess.run([sys.executable, '-c', code, *argv], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_bench_blocks_refuses_bad_transformers_names_before_it_starts():
+    rc, out, err = _bench_cli('blocks', '--blocks', 'vanilla', 'hf-gpt2', '--L', '64')
+    assert (rc, out) == (2, ''), (rc, out, err)
+    assert "longctx_bench: error: --blocks: unknown block 'hf-gpt2'; valid choices: vanilla, mamba" in err
+    assert "and transformers' models at the size of ours: hf-llama (vanilla), hf-longformer (baseline_longformer), hf-mamba (mamba)." in err
+    rc, out, err = _bench_cli('blocks', '--blocks', 'longformer', 'hf-longformer', '--L', '512', '600')
+    assert (rc, out) == (2, '') and '--window_size 256 is transformers\' attention_window, which must be even and divide every --L' in err
+    assert '--L 600 is not a multiple of it. For example: --window_size 256 --L 512 1024.' in err, err
+    rc, out, err = _bench_cli('blocks', '--blocks', 'vanilla', 'hf-llama', '--L', '64', pre="sys.modules['transformers'] = None")
+    assert (rc, out) == (2, ''), (rc, out, err)
+    assert "--blocks hf-llama: these are transformers' models, and transformers is not installed: pip install" in err, err
+
+
+def test_bench_blocks_times_transformers_models_beside_ours(capsys):
+    pytest.importorskip('transformers')
+    rows = run_bench(['blocks', '--blocks', 'vanilla', 'hf-llama', 'longformer', 'hf-longformer', '--L', '64', '128',
+                      '--window_size', '32', '--reps', '1', '--device', 'cpu'])
+    out = capsys.readouterr().out
+    assert [(r['block'], r['L']) for r in rows] == [(b, L) for b in ('vanilla', 'hf-llama', 'longformer', 'hf-longformer') for L in (64, 128)]
+    assert all(r['ms'] > 0 and r['peak_mib'] > 0 for r in rows)
+    p = {r['block']: r['params'] for r in rows}
+    assert p['hf-llama'] == p['vanilla'] == 885_888          # our weights, copied: the same size by construction
+    d, f, L = 128, 576, 128   # width, Longformer's MLP (our SwiGLU's weights in two matrices), the longest length
+    beyond = (4 * (3 * d * d + 3 * d + 4 * d + 2 * d + f + d)   # per layer: global q/k/v, q/k/v/o biases, LayerNorm biases, MLP biases
+              + (d * d + d + 2 * d + 256) + 2 * d - d)          # the masked-LM head's dense layer, norm and bias; embeddings' LayerNorm; our final RMSNorm
+    assert p['hf-longformer'] - d * (256 + L + 2 + 1) - (p['longformer'] - d * 256) == beyond == 221_184
+    assert '(+221,184 besides embeddings: global q/k/v, biases, the masked-LM head' in out
+    pairs = [l.split() for l in out.splitlines() if l.split()[1:3] in (['vanilla', 'hf-llama'], ['longformer', 'hf-longformer'])]
+    assert [(l[0], l[1], l[2]) for l in pairs] == [('64', 'vanilla', 'hf-llama'), ('128', 'vanilla', 'hf-llama'),
+                                                   ('64', 'longformer', 'hf-longformer'), ('128', 'longformer', 'hf-longformer')]
+    assert "ratio = transformers' time / ours" in out
+    assert "note: hf-llama: transformers' LlamaForCausalLM with our vanilla's weights (885,888 parameters, ours 885,888" in out
+    assert "attention 'sdpa' (torch's SDPA, causal, as our vanilla)" in out
+    assert ("note: hf-longformer: transformers' LongformerForMaskedLM at our longformer's size; it attends both ways: each query "
+            "sees 33 keys around it (attention_window=32) and 2 global tokens, ours 32 keys up to itself and 2.") in out
+    assert 'Loss: next-token cross-entropy on its masked-LM logits' in out
