@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib, csv, importlib, inspect, json, math, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, get_device, pyplot, time_reps
+from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, busy_cores, get_device, pyplot, time_reps
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
@@ -60,6 +60,9 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
     specs.append(arg('--clock', default='wall', choices=['wall', 'cpu'],
                      help="the timer: 'wall' (elapsed) or 'cpu' (process CPU time: with one thread, what the work costs "
                           "whatever else runs on the machine)"))
+    specs.append(arg('--busy', type=int, default=0,
+                     help="busy processes (a Python loop each) running beside the benchmark: a competing load, as other "
+                          "jobs on a shared machine (default: 0; one per core is a full machine)"))
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #e6902acc
@@ -232,9 +235,11 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     if threads is not None and threads > 256: raise UsageError(f"--threads {threads}: at most 256 (this machine has {os.cpu_count()} cores).")
     check_args(fn, ns, given={a[2:].split('=')[0] for a in argv[1:] if a.startswith('--')})
     out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
-    clock = ns.pop('clock')
+    clock, busy = ns.pop('clock'), ns.pop('busy')
     if argv[0] == 'gpu' and clock == 'cpu': raise UsageError("--clock cpu measures CPU work; longctx_bench gpu needs --clock wall.")
-    with pinned_threads(threads), bench_clock(clock):
+    if not 0 <= busy <= 256: raise UsageError(f"--busy {busy}: give 0 to 256 busy processes to run beside the benchmark (0: none).")
+    with pinned_threads(threads), bench_clock(clock), busy_cores(busy):
+        if busy: print(f"load: {busy} busy process{'es' if busy > 1 else ''} (a Python loop each) beside this run, {os.cpu_count()} cores")
         if 'reps' in ns: print(f"timing: min and median of {ns['reps']} timed calls per case, after warm-up, "
                                f"{'wall-clock' if clock == 'wall' else 'process CPU'} time")
         rows = fn(**ns)

@@ -211,6 +211,8 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('bench_blocks_L_zero', B, ['blocks', '--L', '0'], '--L 0: must be a positive integer'),
     ('bench_blocks_batch_zero', B, ['blocks', '--batch', '0'], '--batch 0'),
     ('bench_scan_reps_zero', B, ['scan', '--reps', '0'], '--reps 0'),
+    ('bench_busy_negative', B, ['scan', '--busy', '-1'], '--busy -1: give 0 to 256 busy processes'),
+    ('bench_busy_absurd', B, ['attention', '--busy', '100000'], '--busy 100000: give 0 to 256'),
     ('bench_scan_reps_absurd', B, ['scan', '--reps', '100000000'], 'at most 1000'),
     ('bench_scan_L_huge', B, ['scan', '--L', '1000000000000', '--device', 'cpu'], 'needs about'),
     ('bench_attention_heads_zero', B, ['attention', '--H', '0'], '--H 0'),

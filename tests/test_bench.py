@@ -46,6 +46,25 @@ def test_longctx_bench_pins_and_prints_its_threads(capsys):
     assert all(r['ms_median'] >= r['ms'] > 0 and r['disturbed'] in (True, False) for r in rows)
 
 
+def test_longctx_bench_busy_runs_the_benchmark_beside_busy_processes(capsys, monkeypatch):
+    "--busy N: N busy processes run while the benchmark times, and are gone after it (a load it can measure under)."
+    import longctx_nb.bench as bench
+    seen = []
+    real = bench.busy_cores
+    def spy(n):
+        cm = real(n)
+        class Wrap:
+            def __enter__(self):
+                procs = cm.__enter__(); seen.append([p.poll() for p in procs]); self.procs = procs; return procs
+            def __exit__(self, *a): r = cm.__exit__(*a); seen.append([p.returncode is not None for p in self.procs]); return r
+        return Wrap()
+    monkeypatch.setattr(bench, 'busy_cores', spy)
+    run_bench(['scan', '--L', '64', '--impls', 'ref', '--dim', '4', '--N', '2', '--batch', '1', '--device', 'cpu', '--busy', '2'])
+    assert 'load: 2 busy processes (a Python loop each) beside this run' in capsys.readouterr().out
+    assert seen == [[None, None], [True, True]]      # running while it timed, gone after
+    with pytest.raises(Exception, match=r'--busy -1: give 0 to 256 busy processes'):
+        run_bench(['scan', '--L', '64', '--busy', '-1'])
+
 def test_peak_flops_is_cached_per_machine_and_remeasured_on_demand(tmp_path, monkeypatch):
     key = peak_key(torch.device('cpu'), torch.float32)
     (tmp_path / 'peak_flops.json').write_text(json.dumps({key: dict(flops=123.0, measured='then')}))
