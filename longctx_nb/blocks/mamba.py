@@ -254,9 +254,7 @@ def kernel_backends(device='cpu',             # where Mamba runs
     if scan_impl not in kscan.scan_impls.choices or conv_impl not in kconv.conv_impls.choices:
         raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(kscan.scan_impls.choices)} and "
                          f"conv_impl={conv_impl!r} one of {', '.join(kconv.conv_impls.choices)}.")
-    scan = kscan.resolved_scan_impl(scan_impl, device, d_state) if d_state is not None else \
-        (kscan.scan_impls.auto(device) if scan_impl == 'auto' else scan_impl)
-    return {'selective_scan': scan,
+    return {'selective_scan': kscan.resolved_scan_impl(scan_impl, device, d_state or 0),
             'causal_conv1d': kconv.conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}
 
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
