@@ -237,6 +237,7 @@ def train_and_eval(cfg: Config,          # the training config
     "Train `cfg`, then measure it: parameters, FLOPs/token, training time, tokens/s, step memory, validation loss, the task at `lengths`."
     t0 = time.time()
     res = train(cfg, quiet=quiet)   # its time and tokens/s cover every part of a run continued from its checkpoint
+    if res.stop_signal: signal.raise_signal(res.stop_signal)   # asked to stop while the run exported its model: stop now
     ev = load_for_eval(res.run_dir, get_device(cfg.trainer.accelerator))
     row = dict(block=cfg.model.block, n_layers=ev.model.cfg.n_layers, params=count_params(ev.model),
                flops_per_token=flops_per_token(ev.model.cfg, cfg.data.seq_len), lr=cfg.trainer.learning_rate, seed=cfg.trainer.seed,

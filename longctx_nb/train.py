@@ -283,6 +283,7 @@ class TrainResult:
     mfu: float | None = None        # model FLOPs utilisation, 0..1 (measured peak)
     val_acc: float | None = None    # synthetic tasks: accuracy on the answers
     train_seconds: float | None = None  # seconds of training steps, evaluation and checkpoints excluded (a resumed run's: all its parts)
+    stop_signal: int | None = None  # a stop signal caught after the last step (while the model was exported), for the caller to act on
 
     def summary(self) -> str:
         lines = [f"steps {self.steps} | train loss {self.train_loss:.4f} | "
@@ -751,7 +752,7 @@ def finish(r: Run,  # a run whose loop ended
     tps = r.train_tokens / max(r.train_time, 1e-9)
     return TrainResult(r.run_dir, r.max_steps, r.last_loss, r.val_loss, tps, peak, r.n_params, r.ckpt, plot, r.log.rows,
                        mfu=mfu(tps * r.fpt[r.plan[-1][0]], r.peak_flops) if r.train_tokens else None, val_acc=r.val_acc,
-                       train_seconds=r.train_time)
+                       train_seconds=r.train_time, stop_signal=getattr(r, 'signal', None))
 
 def _plain(cfg, state: dict) -> LM:
     "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."

@@ -118,13 +118,16 @@ def test_second_signal_gives_the_comparisons_command(tmp_path):
     assert err.startswith('longctx_compare: ') and err.strip().endswith(f'continue the comparison with: {cmd}'), err
     assert 'longctx_train' not in err and '--resume=' not in err and err.count('continue') == 1, err
 
-@pytest.mark.parametrize('sig, code', [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_outside_training(tmp_path, sig, code):
-    "A signal while the first block is evaluated (its training over): the comparison stops at once with the resume command."
+@pytest.mark.parametrize('sig, code, at', [(signal.SIGTERM, 143, 'evaluation'), (signal.SIGINT, 130, 'evaluation'),
+                                          (signal.SIGTERM, 143, 'export')])
+def test_signal_outside_training(tmp_path, sig, code, at):
+    "A signal while the first block is evaluated, or exports its model and draws its loss plot (its steps done): the comparison stops with the resume command."
     out = tmp_path / 'cmp'
     run = out / 'runs' / 'vanilla'
-    png = run / 'loss.png'   # the last file the training run writes; its evaluation takes about 75 ms more
-    got, err = start_and_stop(out, lambda: png.exists() and time.time() - png.stat().st_mtime > 0.02, sig)
+    png = run / 'loss.png'   # the last file the training run writes; its evaluation takes about 75 ms more, the plot 100 ms or more
+    until = ((lambda: png.exists() and time.time() - png.stat().st_mtime > 0.02) if at == 'evaluation' else
+             (run / 'model.safetensors').exists)
+    got, err = start_and_stop(out, until, sig)
     assert got == code and 'Traceback' not in err, err
     cmd = shlex.join(['longctx_compare', *ARGS, '--output_dir', str(out), '--resume'])
     assert err.strip() == (f'longctx_compare: stopped by {signal.Signals(sig).name}. The finished runs are kept in {out}; continue the '
