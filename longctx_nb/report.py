@@ -838,6 +838,7 @@ def _resume_command(argv: list, out) -> str:
         if not a.startswith(('--resume=', '--output_dir=')): args.append(a)
     return shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
 
+# %% ../nbs/61_report.ipynb #c6d2e3f4
 class _Signalled(BaseException):   # a BaseException, as KeyboardInterrupt: no `except Exception` on the way swallows it
     "A stop signal outside training: the comparison stops at once."
     def __init__(self, signum): super().__init__(f"stopped by {signal.Signals(signum).name}"); self.signum = signum
