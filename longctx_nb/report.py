@@ -4,7 +4,7 @@
 
 # %% ../nbs/61_report.ipynb #0dfe784c
 from __future__ import annotations
-import argparse, json, os, re, shlex, shutil, sys, time
+import argparse, json, os, shlex, shutil, signal, sys, time
 from pathlib import Path
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from .blocks.bigbird import random_block_size
 from .model import LM, count_params, flops_per_token
 from .synthetic import from_config as task_from_config
 from .train import train, RESUME_LAST
-from .checkpoint import list_checkpoints
+from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
 from .bench import ALL_BLOCKS, train_step_cost
 from .evals import (load_for_eval, run_eval, format_result, task_accuracy, passkey_grid, passkey_generator, fit_passkey,
                               text_data, perplexity, drift_curve, eval_lengths)
@@ -25,13 +25,14 @@ from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, setting_overrides, main
 
 # %% auto #0
-__all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'COMPARE_FILE', 'RESULTS_DIR', 'EVAL_CAPTIONS',
+__all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'COMPARE_FILE', 'RESULTS_DIR', 'ROW_KEYS', 'EVAL_CAPTIONS',
            'COMPARE_FLAGS', 'match_layers', 'block_configs', 'match_depths', 'dense_settings', 'check_sparse',
            'default_curriculum', 'curriculum_overrides', 'join_stopped_windows', 'step_stats', 'unigram_loss',
-           'train_and_eval', 'sweep_lrs', 'summarize', 'write_json_atomic', 'read_row', 'compare_settings',
-           'settings_differences', 'saved_comparison', 'run_comparison', 'compare_blocks', 'report_table',
-           'chance_length', 'chance_bound', 'at_chance', 'chance_note', 'noise_notes', 'report_plots', 'budget_text',
-           'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser', 'report_main']
+           'train_and_eval', 'sweep_lrs', 'summarize', 'write_row', 'read_row', 'machine', 'compare_settings',
+           'settings_differences', 'machine_differences', 'saved_comparison', 'run_comparison', 'compare_blocks',
+           'report_table', 'chance_length', 'chance_bound', 'at_chance', 'chance_note', 'noise_notes', 'report_plots',
+           'budget_text', 'write_report', 'generate_report', 'compare_parser', 'compare_main', 'report_parser',
+           'report_main']
 
 # %% ../nbs/61_report.ipynb #85387b09
 def _probe_params(cfg: Config, n_layers: int) -> int:
@@ -80,6 +81,11 @@ def block_configs(blocks,                                     # block names (any
             raise UsageError(f"{k} is set by the comparison itself; it cannot be overridden.")
         if canonical_key(k) == 'trainer.resume':
             raise UsageError(f"--{k} continues one training run; a comparison continues with --resume and its --output_dir.")
+        if canonical_key(k) == 'trainer.fork_from':
+            raise UsageError(f"--{k} starts one training run from another's weights; a comparison trains every block from scratch.")
+        if canonical_key(k) in ('trainer.checkpoint_dir', 'trainer.checkpoint_path'):
+            raise UsageError(f"--{k} sets where one training run's checkpoints go; a comparison keeps each run's checkpoints in "
+                             "its folder under --output_dir/runs (give --output_dir).")
         if canonical_key(k) == 'model.vocab_size' and task != 'text':
             raise UsageError(f"{k} is set by the comparison itself: the model's vocabulary is the task's (--data.task_vocab_size sets it).")
     cfgs = {b: apply_overrides(Config(), {**base, 'model.block': b, 'trainer.run_name': b}) for b in blocks}
@@ -230,12 +236,12 @@ def train_and_eval(cfg: Config,          # the training config
                   ) -> dict:
     "Train `cfg`, then measure it: parameters, FLOPs/token, training time, tokens/s, step memory, validation loss, the task at `lengths`."
     t0 = time.time()
-    res = train(cfg, quiet=quiet)
-    train_s = time.time() - t0
+    res = train(cfg, quiet=quiet)   # its time and tokens/s cover every part of a run continued from its checkpoint
+    if res.stop_signal: signal.raise_signal(res.stop_signal)   # asked to stop while the run exported its model: stop now
     ev = load_for_eval(res.run_dir, get_device(cfg.trainer.accelerator))
     row = dict(block=cfg.model.block, n_layers=ev.model.cfg.n_layers, params=count_params(ev.model),
                flops_per_token=flops_per_token(ev.model.cfg, cfg.data.seq_len), lr=cfg.trainer.learning_rate, seed=cfg.trainer.seed,
-               train_seconds=round(train_s, 1), run_tokens_per_sec=round(res.tokens_per_sec, 1), val_loss=round(res.val_loss, 4),
+               train_seconds=round(res.train_seconds, 1), run_tokens_per_sec=round(res.tokens_per_sec, 1), val_loss=round(res.val_loss, 4),
                train_loss=round(res.train_loss, 4), val_acc=None if res.val_acc is None else round(res.val_acc, 4),
                run_dir=str(res.run_dir),
                curve=join_stopped_windows([(r['step'], r['loss']) for r in res.metrics if 'loss' in r], cfg.trainer.log_every_n_steps, res.steps))
@@ -296,23 +302,49 @@ def summarize(runs: dict,             # block -> learning rate -> the rows of it
 
 # %% ../nbs/61_report.ipynb #e1951b59
 COMPARE_FILE, RESULTS_DIR = 'compare.json', 'results'   # in --output_dir: the settings a comparison started with; one row per finished run
+ROW_KEYS = ('block', 'n_layers', 'params', 'flops_per_token', 'lr', 'seed', 'train_seconds', 'run_tokens_per_sec', 'val_loss',
+            'train_loss', 'run_dir', 'curve', 'tokens_per_sec', 'peak_mib')   # what every `train_and_eval` row holds
 
-def write_json_atomic(path,  # the file to write
-                      obj,   # anything `json.dumps` takes
-                     ) -> Path:
-    "`obj` as JSON in `path`, through a temporary file and `os.replace`: a reader finds the old file or the new, never half of one."
-    path = Path(path); tmp = path.with_name(path.name + '.tmp')
-    tmp.write_text(json.dumps(obj, indent=1) + '\n')
-    os.replace(tmp, path)
-    return path
+def write_row(path,      # results/NAME.json
+              row: dict, # a `train_and_eval` row
+             ) -> Path:
+    "`row` as JSON in `path`, written atomically (`checkpoint.atomic_write`): a reader finds the whole row or none."
+    return atomic_write(path, json.dumps(row, indent=1) + '\n')
 
-def read_row(path,  # a result row written by `write_json_atomic`
+def read_row(path,                      # a result row written by `write_row`
+             block: str | None = None,  # the run's block (None: not checked): a row of another run is refused
+             lr: float | None = None,   # the run's learning rate
+             seed: int | None = None,   # the run's seed
             ) -> dict:
-    "A run's result row read back: its per-length values keyed by length (an int) again."
-    row = json.loads(Path(path).read_text())
+    "A run's result row read back, its per-length values keyed by length (an int) again; `ValueError` saying why it is unusable."
+    try: row = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e: raise ValueError(f"cannot be read as JSON ({type(e).__name__})") from None
+    if not isinstance(row, dict): raise ValueError("holds no result row")
+    missing = [k for k in ROW_KEYS if k not in row] + ([] if 'acc' in row or 'loss_at' in row else ['acc or loss_at'])
+    if missing: raise ValueError(f"lacks {', '.join(missing)} (written by another version of longctx_nb, or damaged)")
+    if block is not None and (row['block'], row['lr'], row['seed']) != (block, lr, seed): raise ValueError("holds another run's result")
     return {k: {int(L): v for L, v in x.items()} if k in ('acc', 'loss_at', 'scored') and isinstance(x, dict) else x for k, x in row.items()}
 
-_NOT_COMPARED = ('trainer.default_root_dir', 'trainer.accelerator', 'trainer.run_name')   # the folder, and the device once resolved
+# %% ../nbs/61_report.ipynb #8ab658eb
+_NOT_COMPARED = {   # settings that decide none of a comparison's results: a resume may change them
+    'trainer.default_root_dir', 'trainer.run_name',            # the folders: the comparison sets them under --output_dir
+    'trainer.accelerator',                                     # the device, compared once resolved (`machine`)
+    'trainer.seed', 'trainer.learning_rate',                   # compared as the comparison's seeds and learning rates
+    'trainer.checkpoint_interval', 'trainer.keep_last',        # a run continued from a checkpoint trains the same steps
+    'trainer.plot', 'trainer.tensorboard', 'trainer.enable_progress_bar', 'trainer.profile_steps',   # what a run shows
+    'trainer.skip_memory_check', 'trainer.dist_timeout',       # checks and waits, not computation
+    'data.num_workers', 'data.pin_memory', 'data.prefetch_factor', 'data.persistent_workers', 'data.cache_dir'}   # how data loads
+
+def machine(cfgs: dict[str, Config],  # block -> its training config
+            device,                   # the resolved torch device
+           ) -> dict:
+    "What the settings resolve to here: device kind and GPU, versions, the precision and kernels each block runs; a resume compares them."
+    from longctx_nb import __version__
+    from longctx_nb.train import kernel_report
+    dev = torch.device(device)
+    return dict(device=dev.type, gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None, torch=torch.__version__,
+                longctx_nb=__version__, precision={b: pick_precision(c.trainer, dev)[0] for b, c in cfgs.items()},
+                kernels={b: kernel_report(resolve_model(c.model), dev) for b, c in cfgs.items()})
 
 def compare_settings(cfgs: dict[str, Config],  # block -> its training config (depths matched)
                      lrs: list[float],         # the learning rates
@@ -320,17 +352,18 @@ def compare_settings(cfgs: dict[str, Config],  # block -> its training config (d
                      lengths: list[int],       # the evaluation lengths
                      n_samples: int,           # evaluation sequences per length
                      allow_dense: bool,        # dense blocks trained, marked
-                     device: str,              # the resolved device
+                     device,                   # the resolved device
                     ) -> dict:
     "What decides a comparison's results, as JSON values: saved in compare.json, and compared by --resume."
     return json.loads(json.dumps(dict(
         blocks=list(cfgs), learning_rates=lrs, seeds=seeds, eval_lengths=lengths, n_samples=n_samples, allow_dense=allow_dense,
-        device=device, configs={b: {k: v for k, v in c.flat().items() if k not in _NOT_COMPARED} for b, c in cfgs.items()}), default=str))
+        machine=machine(cfgs, device),
+        configs={b: {k: v for k, v in c.flat().items() if k not in _NOT_COMPARED} for b, c in cfgs.items()}), default=str))
 
 # %% ../nbs/61_report.ipynb #a78e0476
 _SETTING_FLAGS = {'blocks': '--blocks', 'learning_rates': 'the learning rates (--lr_sweep, --trainer.learning_rate)',
                   'seeds': 'the seeds (--seed, --seeds)', 'eval_lengths': '--eval_lengths', 'n_samples': '--n_samples',
-                  'allow_dense': '--allow_dense', 'device': '--device'}
+                  'allow_dense': '--allow_dense'}
 
 def settings_differences(saved: dict,  # `compare_settings` of the stopped comparison
                          given: dict,  # `compare_settings` of this command
@@ -346,6 +379,21 @@ def settings_differences(saved: dict,  # `compare_settings` of the stopped compa
     for k, ds in seen.items():
         b, new, old = ds[0]
         out.append(f"--{k}={new} here, {old} there" + ('' if len(ds) == len(given['blocks']) else f" ({', '.join(d[0] for d in ds)})"))
+    return out
+
+def machine_differences(saved: dict,  # `compare_settings` of the stopped comparison
+                        given: dict,  # `compare_settings` of this command
+                       ) -> list[str]:  # one phrase per difference (none: the same machine, versions, precision and kernels)
+    "How what the settings resolve to here (`machine`) differs from the stopped comparison's: device, GPU, versions, precision, kernels."
+    old, new, out, f = saved.get('machine') or {}, given['machine'], [], lambda v: 'none' if v is None else v
+    for k, what in (('device', 'device'), ('gpu', 'GPU'), ('torch', 'torch'), ('longctx_nb', 'longctx_nb')):
+        if old.get(k, 'unrecorded') != new[k]: out.append(f"{what} {f(new[k])} here, {f(old.get(k, 'unrecorded'))} there")
+    for k in ('precision', 'kernels'):
+        ds = {}
+        for b in given['blocks']:
+            o = (old.get(k) or {}).get(b, 'unrecorded')
+            if o != new[k][b]: ds.setdefault((new[k][b], o), []).append(b)
+        out += [f"{k} {n} here, {o} there" + ('' if len(bs) == len(given['blocks']) else f" ({', '.join(bs)})") for (n, o), bs in ds.items()]
     return out
 
 def saved_comparison(out: Path,     # --output_dir
@@ -380,18 +428,19 @@ def _logged_at(run_dir: Path, step: int) -> bool:
     return False
 
 def _restart(run_dir: Path, max_steps: int) -> tuple[dict, str, bool]:
-    "How a run with no result starts: (training settings, how in words, clear its folder first)."
+    "How a run with no result starts: (training settings, how in words, clear its folder first). Its checkpoint is the one the trainer's `find_checkpoint` picks."
     if not run_dir.exists(): return {}, '', False
-    ck = list_checkpoints(run_dir)
-    step = int(re.search(r'step_(\d+)', ck[-1].name).group(1)) if ck else 0
-    if ck and step < max_steps and _logged_at(run_dir, step):   # a stop logs its window, then saves: the curve joins up
+    found, _ = find_checkpoint(run_dir)   # the newest that verifies: a damaged newer one is skipped, as --resume skips it
+    step = found[1]['step'] if found else 0
+    if found and step < max_steps and _logged_at(run_dir, step):   # a stop logs its window, then saves: the curve joins up
         return {'trainer.resume': str(run_dir)}, f'from its step {step} checkpoint', False
-    if ck and step < max_steps:
+    if found and step < max_steps:
         return {}, (f'again from step 0: its step {step} checkpoint falls inside a logging window, and continuing from it would '
                     'change its training-loss curve'), True
-    if not ck and (run_dir / 'config.json').is_file():
+    if not list_checkpoints(run_dir) and (run_dir / 'config.json').is_file():
         return {'trainer.resume': str(run_dir)}, 'again from step 0: stopped before its first checkpoint', False
-    return {}, 'again from step 0: ' + ('trained, stopped before its evaluation' if ck else 'its folder holds no run'), True
+    return {}, 'again from step 0: ' + ('trained, stopped before its evaluation' if found else
+                                        'no checkpoint of it verifies' if list_checkpoints(run_dir) else 'its folder holds no run'), True
 
 # %% ../nbs/61_report.ipynb #3e91dd4c
 def run_comparison(cfgs: dict[str, Config],  # block -> its training config
@@ -409,9 +458,13 @@ def run_comparison(cfgs: dict[str, Config],  # block -> its training config
     res_dir = out / RESULTS_DIR; res_dir.mkdir(parents=True, exist_ok=True)
     kept, todo = {}, {}
     for b, lr, s in plan:
-        f = res_dir / f'{name(b, lr, s)}.json'
-        if resume and f.is_file(): kept[name(b, lr, s)] = read_row(f)
-        else: todo[name(b, lr, s)] = _restart(out / 'runs' / name(b, lr, s), cfgs[b].trainer.max_steps)
+        n, bad = name(b, lr, s), None
+        f = res_dir / f'{n}.json'
+        if resume and f.is_file():
+            try: kept[n] = read_row(f, b, lr, s); continue
+            except ValueError as e: bad = f"again from step 0: {RESULTS_DIR}/{f.name} {e}"   # retrained, its row rewritten
+        more, how, clear = _restart(out / 'runs' / n, cfgs[b].trainer.max_steps)
+        todo[n] = ({}, bad, (out / 'runs' / n).exists()) if bad else (more, how, clear)
     if resume:
         print(f"resume: {len(kept)} of {len(plan)} runs finished in {out}, kept" + (f" ({', '.join(kept)})" if kept else '') + '; ' +
               (f"training {len(todo)}: " + ', '.join(n + (f' ({how})' if how else '') for n, (_, how, _) in todo.items()) if todo
@@ -425,7 +478,7 @@ def run_comparison(cfgs: dict[str, Config],  # block -> its training config
             c = apply_overrides(cfgs[b], {'trainer.learning_rate': lr, 'trainer.seed': s, 'trainer.run_name': n, **more})
             if verbose: print(f"{n}: training{' ' + how if how else ''} ...", flush=True)
             r = train_and_eval(c, lengths, n_samples, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0))
-            kept[n] = read_row(write_json_atomic(res_dir / f'{n}.json', r))   # as a resumed comparison reads it
+            kept[n] = read_row(write_row(res_dir / f'{n}.json', r), b, lr, s)   # as a resumed comparison reads it
             if verbose: print(f"{n}: {r['params']:,} params, val loss {r['val_loss']:.4f}, {r['seconds']:.0f} s", flush=True)
         runs[b][lr].append(kept[n])
     return runs
@@ -473,13 +526,17 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
         for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
     check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
     dense = check_sparse(cfgs, allow_dense)
-    given = compare_settings(cfgs, lrs, list(range(seed, seed + seeds)), lengths, n_samples, allow_dense, str(get_device(device)))
+    given = compare_settings(cfgs, lrs, list(range(seed, seed + seeds)), lengths, n_samples, allow_dense, get_device(device))
     if saved is not None and (diff := settings_differences(saved, given)):
         raise UsageError(f"--resume continues the comparison in {str(out)!r} with the settings it started with, and these differ: "
                          + '; '.join(diff) + f". Give the same settings (they are in {str(out / COMPARE_FILE)!r}), or start a new "
                          "comparison in a new --output_dir.")
+    if saved is not None and (diff := machine_differences(saved, given)):
+        raise UsageError(f"--resume: the comparison in {str(out)!r} was trained with other resolved settings than this machine gives: "
+                         + '; '.join(diff) + ". Rows trained here would not compare with its kept rows: resume it on the machine and "
+                         "versions it started with, or start a new comparison in a new --output_dir.")
     for note in notes: print(f"note: {note}", file=sys.stderr, flush=True)   # every check passed: what the curriculum changes
-    if saved is None: out.mkdir(parents=True, exist_ok=True); write_json_atomic(out / COMPARE_FILE, given)
+    if saved is None: out.mkdir(parents=True, exist_ok=True); atomic_write(out / COMPARE_FILE, json.dumps(given, indent=1) + '\n')
     n = len(cfgs) * len(lrs) * seeds
     if verbose: print(f"{n} training runs: {len(cfgs)} blocks x {len(lrs)} learning rates x {seeds} seeds, {steps} steps each", flush=True)
     runs = run_comparison(cfgs, lrs, list(range(seed, seed + seeds)), lengths, n_samples, out, saved is not None, verbose)
@@ -651,7 +708,7 @@ def write_report(rows: list[dict],  # one `summarize` row per block
            if lrs else f"**Learning rate:** {rows[0]['lr']:.3g} for every block (no sweep; --lr_sweep tries three)."), '',
           report_table(rows, s), '',
           f"val loss: the last validation at the training length. {what}. MFLOP/token: training FLOPs per token (6 x matmul "
-          "parameters + the mixer's attention or scan) at the training length. train s: wall-clock seconds of the training run. "
+          "parameters + the mixer's attention or scan) at the training length. train s: seconds of the training steps (setup, evaluation and checkpoints excluded; a resumed run's parts added up). "
           "tokens/s: the fastest of 5 training steps at the training shape; peak MiB: the memory of one such step above the weights. "
           "Throughput on a shared machine is noisy; for time and memory against length use `longctx_bench blocks`.", '']
     for note in chance_note(rows, s) + noise_notes(rows, s): md += [note, '']
@@ -781,19 +838,34 @@ def _resume_command(argv: list, out) -> str:
         if not a.startswith(('--resume=', '--output_dir=')): args.append(a)
     return shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
 
+# %% ../nbs/61_report.ipynb #c6d2e3f4
+class _Signalled(BaseException):   # a BaseException, as KeyboardInterrupt: no `except Exception` on the way swallows it
+    "A stop signal outside training: the comparison stops at once."
+    def __init__(self, signum): super().__init__(f"stopped by {signal.Signals(signum).name}"); self.signum = signum
+
 def _compare(argv=None) -> int:
     p = compare_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     ns, extra = p.parse_known_args(argv)
     from longctx_nb.train import Stopped
+    from longctx_nb.distributed import STOP_CODES
     if ns.resume is not None: ns.output_dir = _resume_dir(ns, argv)
+    def stop(signum, frame): raise _Signalled(signum)   # outside training (a training run catches its own, and writes a checkpoint)
+    old = {s: signal.signal(s, stop) for s in STOP_CODES}
     try: compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
                         ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions),
                         lr_sweep=ns.lr_sweep, seeds=ns.seeds, allow_dense=ns.allow_dense, resume=ns.resume is not None)
-    except Stopped as e:   # a signal stopped one block's training: say so, with the comparison's resume command (not the trainer's)
-        print(f"longctx_compare: {str(e).split('. Continue with:')[0].split('. Start it again')[0]}. The finished runs are kept in "
-              f"{ns.output_dir}; continue the comparison with: {_resume_command(argv, ns.output_dir)}", file=sys.stderr)
-        return e.code
+    except (Stopped, _Signalled) as e:   # say what stopped it, with the comparison's resume command (not the trainer's)
+        for s in STOP_CODES: signal.signal(s, signal.SIG_IGN)   # one message, however many signals follow
+        reason, code = (e.reason, e.code) if isinstance(e, Stopped) else (str(e), STOP_CODES[e.signum])
+        if (Path(ns.output_dir) / COMPARE_FILE).is_file():
+            print(f"longctx_compare: {reason.rstrip('.')}. The finished runs are kept in {ns.output_dir}; continue the comparison "
+                  f"with: {_resume_command(argv, ns.output_dir)}", file=sys.stderr)
+        else: print(f"longctx_compare: {reason.rstrip('.')} before the comparison wrote anything; start it again with: "
+                    f"{shlex.join(['longctx_compare', *map(str, argv)])}", file=sys.stderr)
+        return code
+    finally:
+        for s, h in old.items(): signal.signal(s, h)
     return 0
 
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])

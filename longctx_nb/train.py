@@ -274,7 +274,7 @@ class TrainResult:
     steps: int                      # optimizer steps taken
     train_loss: float               # last logged training loss
     val_loss: float | None          # last validation loss
-    tokens_per_sec: float           # training throughput
+    tokens_per_sec: float           # training throughput (a resumed run's: over all its parts)
     peak_mem_mb: float              # peak memory, MiB
     n_params: int                   # parameters of the model
     checkpoint: Path | None = None  # last checkpoint written
@@ -282,6 +282,8 @@ class TrainResult:
     metrics: list = field(default_factory=list, repr=False)  # every logged row
     mfu: float | None = None        # model FLOPs utilisation, 0..1 (measured peak)
     val_acc: float | None = None    # synthetic tasks: accuracy on the answers
+    train_seconds: float | None = None  # seconds of training steps, evaluation and checkpoints excluded (a resumed run's: all its parts)
+    stop_signal: int | None = None  # a stop signal caught after the last step (while the model was exported), for the caller to act on
 
     def summary(self) -> str:
         lines = [f"steps {self.steps} | train loss {self.train_loss:.4f} | "
@@ -541,7 +543,8 @@ def start_loop(r: Run,  # an announced run
     r.bar = tqdm(total=r.max_steps, initial=start, disable=r.quiet or not t.enable_progress_bar or not dist.main,
                  desc='train', unit='step', dynamic_ncols=True,
                  mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
-    _new_window(r); r.train_time, r.train_tokens = 0.0, 0
+    ck = r.resumed[2] if r.resumed else {}   # a resumed run's time and tokens go on from its checkpoint's: they cover the whole run
+    _new_window(r); r.train_time, r.train_tokens = float(ck.get('train_time', 0.0)), int(ck.get('train_tokens', 0))
     r.last_loss, r.val_loss, r.val_acc, r.ckpt, r.bad_in_row, r.skipped = float('nan'), None, None, None, 0, 0
     r.final_state, r.healthy, r.pending, r.first_bad, r.save_owed = None, (r.resumed[1] if r.resumed else None), None, None, False
     return loader
@@ -675,7 +678,8 @@ def save_state(r: Run,       # the run
     if r.writes:
         r.ckpt = save_checkpoint(checkpoint_path(r.run_dir, step), dict(
             model=r.final_state[0], optimizer=r.final_state[1], scaler=r.scaler.state_dict(), rng=rngs[0],
-            rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict()))
+            rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict(),
+            train_time=r.train_time, train_tokens=r.train_tokens))   # the logged steps' training time and tokens, for a resume
         _prune(r)
         if r.t.checkpoint_path and Path(r.t.checkpoint_path).suffix:   # cs336-style: the newest checkpoint at that file too
             atomic_write(r.t.checkpoint_path, lambda f: _copy_file(r.ckpt, f), digest=True)
@@ -747,7 +751,8 @@ def finish(r: Run,  # a run whose loop ended
                                     + (" (process RSS, includes the runtime)" if r.device.type != 'cuda' else ''))
     tps = r.train_tokens / max(r.train_time, 1e-9)
     return TrainResult(r.run_dir, r.max_steps, r.last_loss, r.val_loss, tps, peak, r.n_params, r.ckpt, plot, r.log.rows,
-                       mfu=mfu(tps * r.fpt[r.plan[-1][0]], r.peak_flops) if r.train_tokens else None, val_acc=r.val_acc)
+                       mfu=mfu(tps * r.fpt[r.plan[-1][0]], r.peak_flops) if r.train_tokens else None, val_acc=r.val_acc,
+                       train_seconds=r.train_time, stop_signal=getattr(r, 'signal', None))
 
 def _plain(cfg, state: dict) -> LM:
     "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."
@@ -762,7 +767,8 @@ class Stopped(Exception):
     "The run stopped on a signal; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
     def __init__(self, message: str,  # where the checkpoint is and how to continue
                  code: int,           # exit status
-                ): super().__init__(message); self.code = code
+                 reason: str | None = None,  # what stopped it, without how to continue (default: the message)
+                ): super().__init__(message); self.code, self.reason = code, reason or message
 
 def _catch_signals(r: Run) -> dict:
     "SIGTERM, SIGINT and SIGUSR1 ask the run to stop after the step in flight; a second one aborts at once."
@@ -791,19 +797,23 @@ def _stop_requested(r: Run) -> bool:
     return stop
 
 # %% ../nbs/42_train.ipynb #15be386c
-def _stop_message(r: Run, step: int) -> str:
-    name = signal.Signals(r.signal or signal.SIGTERM).name
-    if not r.run_dir: return f"stopped by {name} after step {step}; this run writes no checkpoints."
-    kept = r.kept()
-    return (f"stopped by {name} after step {step} of {r.max_steps}. "
-            + (f"Checkpoint: {kept}. Continue with: {again(resume=r.run_dir)}" if kept else
-               f"No checkpoint could be written. Start it again with: {again(resume=r.run_dir)}"))
+def _stopped(reason: str, hint: str, code: int) -> Stopped:
+    "The `Stopped` of a run: `reason` and the `hint` (how to continue) in its message; `reason` alone in its field."
+    return Stopped(f"{reason} {hint}".strip(), code, reason)
 
-def _abort_message(r: Run, e: _Terminated) -> str:
+def _stop_message(r: Run, step: int) -> tuple[str, str]:   # (what stopped the run, how to continue)
+    name = signal.Signals(r.signal or signal.SIGTERM).name
+    if not r.run_dir: return f"stopped by {name} after step {step}; this run writes no checkpoints.", ''
+    kept = r.kept()
+    return (f"stopped by {name} after step {step} of {r.max_steps}.",
+            f"Checkpoint: {kept}. Continue with: {again(resume=r.run_dir)}" if kept else
+            f"No checkpoint could be written. Start it again with: {again(resume=r.run_dir)}")
+
+def _abort_message(r: Run, e: _Terminated) -> tuple[str, str]:   # (what stopped the run, how to continue)
     kept = r.kept() if hasattr(r, 'ckpt') else None
     return (f"aborted by a second {e}: the step in flight and any checkpoint being written were dropped (nothing partial "
-            "is left). " + (f"The newest checkpoint is {kept}; continue with: {again(resume=r.run_dir)}" if kept else
-                            "No checkpoint was written." if r.run_dir else "This run writes no checkpoints."))
+            "is left).", f"The newest checkpoint is {kept}; continue with: {again(resume=r.run_dir)}" if kept else
+            "No checkpoint was written." if r.run_dir else "This run writes no checkpoints.")
 
 def _lost_peer(e: RuntimeError) -> bool:
     "Whether `e` says another rank is gone: a `DistError`, or gloo's or NCCL's plain RuntimeError for a closed peer."
@@ -873,12 +883,12 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             r.window_t0 += time.perf_counter() - paused
             if stop and not done:
                 prof.finish()
-                raise Stopped(_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
+                raise _stopped(*_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
     except (_Terminated, RuntimeError) as e:
-        if (t := _terminated(e)) is not None: raise Stopped(_abort_message(r, t), STOP_CODES[t.signum]) from None
+        if (t := _terminated(e)) is not None: raise _stopped(*_abort_message(r, t), STOP_CODES[t.signum]) from None
         if not (dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
     finally: prof.finish(write=False)   # `train` puts the signal handlers back once the ranks have let go

@@ -298,6 +298,9 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('compare_not_empty_names_resume', C, ['--blocks', 'vanilla', '--output_dir', '{d}'], '--resume continues a stopped comparison'),
     ('compare_resume_two_folders', C, ['--blocks', 'vanilla', '--output_dir', '{d}/a', '--resume', '{d}/b'], 'name two folders; the comparison continues in one'),
     ('compare_trainer_resume', C, ['--blocks', 'vanilla', '--trainer.resume=last'], 'a comparison continues with --resume and its --output_dir'),
+    ('compare_fork_from', C, ['--blocks', 'vanilla', '--trainer.fork_from={d}'], "starts one training run from another's weights"),
+    ('compare_checkpoint_dir', C, ['--blocks', 'vanilla', '--trainer.checkpoint_dir={d}/ck'], "checkpoints in its folder under --output_dir/runs"),
+    ('compare_checkpoint_path', C, ['--blocks', 'vanilla', '--checkpoint_path={d}/ck.pt'], "sets where one training run's checkpoints go"),
     ('report_n_samples_absurd', R, ['--checkpoint_path', '{run}', '--n_samples', '100000000'], 'at most 100,000'),
     ('report_output_dir_empty', R, ['--checkpoint_path', '{run}', '--output_dir', ''], "leave it out for 'reports'"),
     ('report_checkpoint_empty', R, ['--checkpoint_path', ''], '--checkpoint_path is empty'),
@@ -456,3 +459,23 @@ def test_compare_resume_other_settings(data, tmp_path):
             f"(they are in '{cmp}/compare.json'), or start a new comparison in a new --output_dir.") in msg, msg
     code, err, _ = run_case(C, [*argv, '--seq_len', '32'], tmp_path)   # the same settings: nothing left to train, the report again
     assert code == 0 and 'resume: 1 of 1 runs finished in' in err and 'nothing to train: writing the report' in err, err
+
+def test_compare_resume_other_machine(data, tmp_path):
+    """--resume of a comparison whose settings resolved otherwise where it started (device, GPU, precision, kernels): exit 2,
+    one paragraph naming each difference, nothing written."""
+    from longctx_nb.report import compare_blocks
+    cmp = tmp_path / 'cmp'
+    tiny = {'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2, 'model.d_ff': 64, 'data.copy_len': 4}
+    with contextlib.redirect_stderr(io.StringIO()):
+        compare_blocks(['vanilla'], 'copy', max_steps=2, seq_len=32, eval_lengths=[32], output_dir=cmp, batch_size=4, n_samples=4,
+                       device='cpu', overrides=tiny, verbose=False, match_params=False)
+    saved = json.loads((cmp / 'compare.json').read_text())
+    assert saved['machine']['device'] == 'cpu' and saved['machine']['precision'] == {'vanilla': '32'}, saved['machine']
+    saved['machine'].update(device='cuda', gpu='NVIDIA H100 80GB HBM3', precision={'vanilla': 'bf16'}, kernels={'vanilla': 'flex'})
+    (cmp / 'compare.json').write_text(json.dumps(saved))
+    argv = ['--blocks', 'vanilla', '--task', 'copy', '--max_steps', '2', '--eval_lengths', '32', '--output_dir', str(cmp), '--batch_size', '4',
+            '--n_samples', '4', '--device', 'cpu', '--no_match_params', *[f'--{k}={v}' for k, v in tiny.items()], '--seq_len', '32', '--resume']
+    msg = check(('compare_resume_other_machine', C, argv, 'was trained with other resolved settings than this machine gives: '), data, tmp_path)
+    assert ("device cpu here, cuda there; GPU none here, NVIDIA H100 80GB HBM3 there; precision 32 here, bf16 there; kernels "
+            "selective_scan=") in msg and ("flex there. Rows trained here would not compare with its kept rows: resume it on the machine "
+                                           "and versions it started with, or start a new comparison in a new --output_dir.") in msg, msg

@@ -40,46 +40,96 @@ def compare(*args):
     return subprocess.run([Path(sys.executable).parent / 'longctx_compare', *map(str, args)], capture_output=True, text=True,
                           timeout=300, env=env)
 
-def start_and_stop(out: Path, until, sig) -> tuple[int, str]:
-    "Start the comparison into `out`, and send `sig` as soon as `until()` holds: (exit status, stderr)."
+def start_and_stop(out: Path, until, *sigs) -> tuple[int, str]:
+    "Start the comparison into `out`, and send `sigs` (one after the other) as soon as `until()` holds: (exit status, stderr)."
     p = subprocess.Popen([Path(sys.executable).parent / 'longctx_compare', *ARGS, '--output_dir', str(out)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
     t0 = time.time()
     while not until() and p.poll() is None and time.time() - t0 < 120: time.sleep(0.01)
-    assert p.poll() is None, f'the comparison ended before it was to be stopped: {p.communicate()}'
-    p.send_signal(sig)
-    return p.returncode if p.wait(timeout=120) is None else p.returncode, p.communicate()[1]
+    assert until() and p.poll() is None, f'the comparison was not running when it was to be stopped: {p.poll()}, {p.communicate()}'
+    for s in sigs: p.send_signal(s)
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err
+
+def steps(ck: Path) -> list[int]:
+    "The steps of the checkpoints in `ck`."
+    return sorted(int(c.stem.split('_')[1]) for c in ck.glob('step_*.pt'))
+
+def resume_line(err: str) -> list[str]:
+    return [l for l in err.splitlines() if l.startswith('resume:')]
 
 def test_resume_after_sigkill(tmp_path, reference):
-    "Killed after the first block's row is written: --resume keeps it (not retrained), trains the second, and reports as if never stopped."
+    """Killed when blade's step 20 checkpoint is written (inside a logging window of 7 steps): --resume keeps vanilla's row (not
+    retrained), trains blade again from step 0, and reports as if never stopped."""
     out = tmp_path / 'cmp'
-    code, _ = start_and_stop(out, (out / 'results' / 'vanilla.json').exists, signal.SIGKILL)
+    ck = out / 'runs' / 'blade' / 'checkpoints'
+    code, _ = start_and_stop(out, lambda: bool(steps(ck)), signal.SIGKILL)
     assert code == -signal.SIGKILL and not (out / 'results' / 'blade.json').exists() and not (out / 'report.md').exists()
+    step = steps(ck)[-1]
+    assert step % 7 and step < 140, step   # a periodic checkpoint (every 20 steps) off the log rows (every 7)
     kept = {f: f.stat().st_mtime_ns for f in [out / 'results' / 'vanilla.json', *(out / 'runs' / 'vanilla').rglob('*')] if f.is_file()}
     refused = compare(*ARGS, '--output_dir', out)                    # without --resume: the folder is taken, and the flag is named
     assert refused.returncode == 2 and 'it holds a comparison: add --resume to continue it' in refused.stderr, refused.stderr
     r = compare(*ARGS, '--resume', out)                                # --resume DIR, as longctx_train --resume RUN_DIR
     assert r.returncode == 0, r.stderr
-    line = [l for l in r.stderr.splitlines() if l.startswith('resume:')]
-    assert line and line[0].startswith(f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade'), r.stderr
-    assert 'vanilla: training' not in r.stdout and 'blade: training' in r.stdout, r.stdout
+    assert resume_line(r.stderr) == [f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade (again from step 0: its '
+                                     f'step {step} checkpoint falls inside a logging window, and continuing from it would change its '
+                                     'training-loss curve)'], r.stderr
+    assert 'vanilla: training' not in r.stdout and 'blade: training again from step 0' in r.stdout, r.stdout
     assert {f: f.stat().st_mtime_ns for f in kept} == kept                # vanilla's row and run untouched
     assert same(rows(out), rows(reference)) and table(out) == table(reference)
 
+def window_seconds(run_dir: Path) -> tuple[float, int]:
+    "(seconds, tokens) of the training windows logged in the run's metrics.jsonl: each window's tokens over its tokens/s."
+    loss_rows = [r for r in map(json.loads, (run_dir / 'metrics.jsonl').read_text().splitlines()) if 'loss' in r]
+    prev = [0] + [r['tokens'] for r in loss_rows[:-1]]
+    return sum((r['tokens'] - p) / r['tokens_per_sec'] for r, p in zip(loss_rows, prev)), loss_rows[-1]['tokens']
+
 def test_resume_after_sigterm_from_checkpoint(tmp_path, reference):
-    "SIGTERM while the second block trains: the message gives the resume command, which continues that run from its checkpoint."
+    """SIGTERM while the second block trains, past two thirds of its steps: the message gives the resume command, which continues
+    that run from its checkpoint; its training time and tokens/s cover the whole run, not the part after the stop."""
     out = tmp_path / 'cmp'
     ck = out / 'runs' / 'blade' / 'checkpoints'
-    code, err = start_and_stop(out, lambda: any(ck.glob('step_*.pt')), signal.SIGTERM)
+    code, err = start_and_stop(out, lambda: any(s >= 100 for s in steps(ck)), signal.SIGTERM)
     assert code == 143 and 'Traceback' not in err, err
     cmd = ['longctx_compare', *ARGS, '--output_dir', str(out), '--resume']
     assert err.strip().endswith(f'The finished runs are kept in {out}; continue the comparison with: {shlex.join(cmd)}'), err
     assert (out / 'results' / 'vanilla.json').exists() and not (out / 'results' / 'blade.json').exists()
-    step = max(int(c.stem.split('_')[1]) for c in ck.glob('step_*.pt'))
-    assert 0 < step < 150, step
+    step = steps(ck)[-1]
+    assert 100 < step < 150, step
     r = compare(*cmd[1:])
     assert r.returncode == 0, r.stderr
-    line = [l for l in r.stderr.splitlines() if l.startswith('resume:')]
-    assert line == [f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade (from its step {step} checkpoint)'], r.stderr
+    assert resume_line(r.stderr) == [f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade (from its step {step} checkpoint)'], r.stderr
     assert 'blade: training from its step' in r.stdout, r.stdout
     assert same(rows(out), rows(reference)) and table(out) == table(reference)
+    row, ref = (json.loads((d / 'results' / 'blade.json').read_text()) for d in (out, reference))
+    secs, tokens = window_seconds(out / 'runs' / 'blade')            # every logged window, before the stop and after
+    assert tokens == 150 * 4 * 32 and row['train_seconds'] == pytest.approx(secs, rel=0.02, abs=0.15), (row, secs)
+    assert row['run_tokens_per_sec'] == pytest.approx(tokens / secs, rel=0.02), (row, tokens / secs)
+    assert 0.5 < row['train_seconds'] / ref['train_seconds'] < 2, (row['train_seconds'], ref['train_seconds'])   # not a third of it
+    assert 0.5 < row['run_tokens_per_sec'] / ref['run_tokens_per_sec'] < 2, (row['run_tokens_per_sec'], ref['run_tokens_per_sec'])
+
+def test_second_signal_gives_the_comparisons_command(tmp_path):
+    "Two SIGTERMs at once while a block trains: the run aborts, and the message gives the comparison's resume command, not the trainer's."
+    out = tmp_path / 'cmp'
+    code, err = start_and_stop(out, lambda: bool(steps(out / 'runs' / 'vanilla' / 'checkpoints')), signal.SIGTERM, signal.SIGTERM)
+    assert code == 143 and 'Traceback' not in err, err
+    cmd = shlex.join(['longctx_compare', *ARGS, '--output_dir', str(out), '--resume'])
+    assert err.startswith('longctx_compare: ') and err.strip().endswith(f'continue the comparison with: {cmd}'), err
+    assert 'longctx_train' not in err and '--resume=' not in err and err.count('continue') == 1, err
+
+@pytest.mark.parametrize('sig, code, at', [(signal.SIGTERM, 143, 'evaluation'), (signal.SIGINT, 130, 'evaluation'),
+                                          (signal.SIGTERM, 143, 'export')])
+def test_signal_outside_training(tmp_path, sig, code, at):
+    "A signal while the first block is evaluated, or exports its model and draws its loss plot (its steps done): the comparison stops with the resume command."
+    out = tmp_path / 'cmp'
+    run = out / 'runs' / 'vanilla'
+    png = run / 'loss.png'   # the last file the training run writes; its evaluation takes about 75 ms more, the plot 100 ms or more
+    until = ((lambda: png.exists() and time.time() - png.stat().st_mtime > 0.02) if at == 'evaluation' else
+             (run / 'model.safetensors').exists)
+    got, err = start_and_stop(out, until, sig)
+    assert got == code and 'Traceback' not in err, err
+    cmd = shlex.join(['longctx_compare', *ARGS, '--output_dir', str(out), '--resume'])
+    assert err.strip() == (f'longctx_compare: stopped by {signal.Signals(sig).name}. The finished runs are kept in {out}; continue the '
+                           f'comparison with: {cmd}'), err
+    assert not (out / 'results' / 'vanilla.json').exists() and not (out / 'runs' / 'blade').exists()
