@@ -125,7 +125,7 @@ def _check_blocks(blocks,           # --blocks: our block names and aliases, and
         raise UsageError(f"--blocks {' '.join(blocks)}: {' and '.join(map(repr, same))} name the same block; name each block once.")
     hf = [b for b in names if b in HF_BLOCKS]
     if hf:
-        try: import transformers
+        try: import transformers  # noqa: F401  (whether it imports, before anything is built)
         except ImportError:
             from longctx_nb.hf import HF_INSTALL
             raise UsageError(f"--blocks {' '.join(hf)}: these are transformers' models, and transformers is not installed: "

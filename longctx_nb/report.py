@@ -4,7 +4,7 @@
 
 # %% ../nbs/61_report.ipynb #0dfe784c
 from __future__ import annotations
-import argparse, json, os, shlex, shutil, signal, sys, time
+import argparse, json, shlex, shutil, signal, sys, time
 from pathlib import Path
 import numpy as np
 import torch
