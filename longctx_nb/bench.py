@@ -62,7 +62,7 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
                           "whatever else runs on the machine)"))
     specs.append(arg('--busy', type=int, default=0,
                      help="busy processes (a Python loop each) running beside the benchmark: a competing load, as other "
-                          "jobs on a shared machine (default: 0; one per core is a full machine)"))
+                          "jobs on a shared machine; one per core fills the machine"))
     return add_args(Parser(f'longctx_bench {name}', inspect.getdoc(fn)), specs)
 
 # %% ../nbs/50_bench.ipynb #e6902acc
