@@ -12,9 +12,9 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
+from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm, kernel_backends
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update, resolved_scan_impl, scan_backward_workspace_bytes
+from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update, scan_backward_workspace_bytes
 from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
 
 # %% auto #0
@@ -264,7 +264,8 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     dev = torch.device(device).type
     BL, Dh, f32 = batch_size * L, D // H, a == 4
     attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
-    scan = resolved_scan_impl(cfg.scan_impl, dev, N)
+    impls = kernel_backends(dev, cfg.scan_impl, cfg.conv_impl, N)   # what 'auto' resolves to, as Mamba's estimate asks
+    scan, conv = impls['selective_scan'], impls['causal_conv1d']
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
     # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps its output instead, which is out_proj's
     # input unless dropout comes between) and out_proj's input; dropout's mask
@@ -278,7 +279,6 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads and
     # x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)
     per += 0 if f32 else D * a + (R + 2 * N) * a
-    conv = cfg.conv_impl if cfg.conv_impl != 'auto' else conv_impls.auto(torch.device(device))
     if conv == 'cpu': per += D * 4                     # the compiled conv keeps only its input, in fp32 (a copy under autocast)
     else:
         per += D * a + D * a
