@@ -214,11 +214,10 @@ def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
     return [np.asarray(tok.encode(t)).astype(dtype) for t in texts], nbytes
 
 _WORKER: tuple = ()
-def _init_worker(tok, dtype):
-    "Set a worker's tokenizer; and make the worker exit when its parent dies (a killed `prepare` leaves no workers behind)."
+def _init_worker(tok, dtype, parent: int):
+    "Set a worker's tokenizer; and make the worker exit when `parent`, the pool's process, dies (a killed `prepare` leaves no workers behind)."
     global _WORKER; _WORKER = (tok, dtype)
-    parent = os.getppid()
-    def watch():
+    def watch():   # `parent` comes from the pool: a worker still starting when `prepare` was killed has been re-parented already
         while os.getppid() == parent: time.sleep(0.5)
         os._exit(1)
     threading.Thread(target=watch, daemon=True).start()
@@ -245,7 +244,7 @@ def _encoded(tok, batches, dtype, workers: int = 1) -> Iterator[tuple[list[str],
     from concurrent.futures import ProcessPoolExecutor
     from longctx_nb import corpus   # the workers import the functions from the package (also when run from this notebook)
     os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')   # one thread per worker: the pool is the parallelism
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=corpus._init_worker, initargs=(tok, dtype)) as ex:
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=corpus._init_worker, initargs=(tok, dtype, os.getpid())) as ex:
         pending = deque()
         for b in batches:
             pending.append(([n for n, _ in b], ex.submit(corpus._encode_in_worker, [t for _, t in b])))

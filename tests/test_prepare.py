@@ -20,6 +20,11 @@ def _cmd(bindir, corpus, out, *more):
 def _same(a: Path, b: Path):
     for f in FILES: assert (a / f).read_bytes() == (b / f).read_bytes(), f
 
+def _alive(pid: str) -> bool:
+    "Whether process `pid` runs (a zombie waiting for its new parent to reap it has exited)."
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError: return False
+
 def test_sigkill_then_rerun_is_byte_identical(bindir, tmp_path):
     corpus = _corpus(tmp_path / 'corpus')
     subprocess.run(_cmd(bindir, corpus, tmp_path / 'whole'), check=True, capture_output=True, text=True)
@@ -36,8 +41,8 @@ def test_sigkill_then_rerun_is_byte_identical(bindir, tmp_path):
     assert len(kids) >= 2   # its workers (and multiprocessing's resource tracker)
     p.send_signal(signal.SIGKILL); p.wait()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(Path(f'/proc/{k}').exists() for k in kids): time.sleep(0.1)
-    assert not any(Path(f'/proc/{k}').exists() for k in kids), 'workers outlived the killed longctx_prepare'
+    while time.monotonic() < deadline and any(map(_alive, kids)): time.sleep(0.1)
+    assert not any(map(_alive, kids)), 'workers outlived the killed longctx_prepare'
     done = json.loads((part / 'progress.json').read_text())['documents_done']
     assert not out.exists() and 0 < done < 800
     r = subprocess.run(_cmd(bindir, corpus, out), capture_output=True, text=True)
