@@ -370,7 +370,8 @@ def coerce(key: str,    # canonical dotted key, for messages
     def bad(what): raise UsageError(f"{key}={value!r} is not valid: {what}.")
     if isinstance(value, str) and not value.strip():
         bad('the value is empty; give one, or leave the setting out for its default' + ('' if type(None) not in args else ' (none: no value)'))
-    if key in _RAW_CHECKS: value = _RAW_CHECKS[key](key, value, bad)   # other tools' spellings and JSON forms, before conversion
+    if key in _RAW_CHECKS: _RAW_CHECKS[key](key, value, bad)          # other tools' spellings, refused as given
+    if key in _RAW_FORMS: value = _RAW_FORMS[key](key, value, bad)   # other tools' forms (a list curriculum) turned into ours
     if type(None) in args:  # Optional[X]
         if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
         tp = next(a for a in args if a is not type(None))
@@ -391,7 +392,8 @@ def coerce(key: str,    # canonical dotted key, for messages
     elif tp is float: v = _number(value, bad, 'a number')
     elif isinstance(value, (dict, list, tuple)): bad('expected a text value, not a JSON list or object')
     else: v = str(value)
-    if key in _CHECKS: v = _CHECKS[key](key, v, bad)
+    if key in _FORMS: v = _FORMS[key](key, v, bad)
+    if key in _CHECKS: _CHECKS[key](key, v, bad)
     choices = meta.get('choices')
     if callable(choices): choices = choices()
     if choices is not None:
@@ -405,34 +407,29 @@ def coerce(key: str,    # canonical dotted key, for messages
     return v
 
 # %% ../nbs/01_config.ipynb #faafad6b
-def _run_name(key, v: str, bad) -> str:
+def _run_name(key, v: str, bad):
     "A plain folder name: the run directory stays inside default_root_dir."
     if not v.strip() or v in ('.', '..') or re.search(r'[/\\\0\n\r\t]', v) or Path(v).is_absolute() or v != v.strip() or v[0] in '~-':
         bad("a run name is one plain folder name under trainer.default_root_dir: no '/', '\\', '..', line breaks, leading "
             "'~' or '-', leading or trailing spaces, and not an absolute path (put the folder in --trainer.default_root_dir instead)")
-    return v
 
 _LIGHTNING_DEVICES = ('tpu', 'hpu', 'ipu', 'xla', 'mlu', 'npu', 'xpu')
 
-def _accelerator(key, v: str, bad) -> str:
-    "auto, cpu, gpu, cuda, cuda:N or mps (whether the device exists is checked when the run starts)."
-    s = v.strip().lower()
+def _accelerator(key, s: str, bad):
+    "auto, cpu, gpu, cuda, cuda:N or mps, in lower case (whether the device exists is checked when the run starts)."
     if s in _LIGHTNING_DEVICES:
         bad(f"Lightning's {s!r} accelerator is not supported here: longctx_nb runs on CPUs, CUDA GPUs and Apple MPS; "
             "use auto (the default), cpu, cuda (gpu), cuda:N or mps")
     if not re.fullmatch(r'auto|cpu|gpu|cuda|cuda:\d+|mps', s): bad("valid choices: auto, cpu, cuda (gpu), cuda:N, mps")
-    return s
 
-def _no_nul(key, v: str, bad) -> str:
+def _no_nul(key, v: str, bad):
     if '\0' in v: bad('a path cannot hold a NUL character')
-    return v
 
 def _devices(key, value, bad):
     "LightningCLI's devices spellings ('auto', -1, a list of indices) are refused with what devices means here."
     if isinstance(value, (list, tuple)) or str(value).strip().lower() in ('auto', '-1') or re.search(r'[\[,]', str(value)):
         bad("Lightning's devices='auto', -1 and lists of device indices are not read here: --trainer.devices is the number "
             "of processes on this machine, one per GPU (a positive integer); choose the GPUs with CUDA_VISIBLE_DEVICES")
-    return value
 
 def _curriculum_list(key, value, bad):
     "A curriculum given as a list (JSON, or LightningCLI/YAML style: `[{seq_len: 512, steps: 100}, ...]` or `[[512, 100], ...]`), as 'SEQ_LEN:STEPS,...'."
@@ -440,12 +437,11 @@ def _curriculum_list(key, value, bad):
     try: return ','.join(f"{s['seq_len']}:{s['steps']}" if isinstance(s, dict) else f'{s[0]}:{s[1]}' for s in value)
     except (KeyError, IndexError, TypeError): bad('expected SEQ_LEN:STEPS pairs, or a list of {"seq_len": N, "steps": N}')
 
-def _curriculum(key, v: str, bad) -> str:
-    parse_curriculum(v)   # positive SEQ_LEN:STEPS pairs, or its message
-    return v
+def _curriculum(key, v: str, bad): parse_curriculum(v)   # positive SEQ_LEN:STEPS pairs, or its message
 
-_RAW_CHECKS: dict[str, Callable] = {'trainer.devices': _devices,   # the value as given, before conversion: checked, or
-                                    'trainer.curriculum': _curriculum_list}   # turned into the text form (returned)
+_RAW_CHECKS: dict[str, Callable] = {'trainer.devices': _devices}            # the value as given: raise, return nothing
+_RAW_FORMS: dict[str, Callable] = {'trainer.curriculum': _curriculum_list}   # the value as given: return the value to use
+_FORMS: dict[str, Callable] = {'trainer.accelerator': lambda key, v, bad: v.strip().lower()}   # converted: return the value to use
 _CHECKS: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelerator': _accelerator, 'trainer.curriculum': _curriculum,
                                 **{k: _no_nul for k in ('trainer.default_root_dir', 'data.cache_dir', 'data.data_dir',
                                                         'data.train_data', 'data.val_data', 'data.dataset_config', 'trainer.resume')}}
