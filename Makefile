@@ -24,7 +24,7 @@ train: $(STAMP)
 	$(BIN)/longctx_train $(ARGS)
 
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests $(ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=15 tests $(ARGS)
 
 # notebooks -> package, README; then strip notebook metadata
 export: $(STAMP)
