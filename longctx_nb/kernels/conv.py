@@ -21,7 +21,8 @@ _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh`
 conv_impls = KernelImpls('causal_conv1d', ('ref',), (
     Impl('cuda', module='causal_conv1d_cuda', cuda=True, install=_BUILD_HINT,
          needs="causal-conv1d's compiled extension `causal_conv1d_cuda`"),
-    Impl('cpu', check=lambda device: _CPU_CONV.why_not(device), auto=('cpu',)),),   # built on first use, below
+    Impl('cpu', check=lambda device: _CPU_CONV.why_not(device), load=lambda device: _CPU_CONV.why_not(device, build=True),
+         auto=('cpu',)),),   # built on first use, below
     unknown="{fn}: unknown impl {impl!r}; valid choices: {quoted}.")
 
 # %% ../../nbs/11_conv.ipynb #4691b86f
@@ -207,8 +208,7 @@ class _CpuConv(torch.autograd.Function):
         return dx, dw, (None if bias is None else db), None
 
 def _conv_cpu(x, weight, bias, activation):
-    "The compiled kernel, in fp32 (the output in `x`'s dtype)."
-    if (why := _CPU_CONV.why_not(x.device, build=True)): raise UsageError(f"causal_conv1d: impl='cpu' cannot run on {x.device}: {why}")
+    "The compiled kernel (`conv_impls.resolve` built it), in fp32 (the output in `x`'s dtype)."
     f = lambda t: None if t is None else t.float().contiguous()
     xf = x.float() if x.stride(-1) == 1 or x.shape[-1] == 1 else x.float().contiguous()
     with torch.autocast('cpu', enabled=False):
@@ -224,10 +224,8 @@ def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
                  ) -> torch.Tensor:
     "Depthwise causal convolution: output `t` of channel `d` sees `x[d, t - width + 1 .. t]`; `(batch, dim, L)` in `x`'s dtype."
     weight = _check_conv_inputs(x, weight, bias, activation, impl)
-    if impl == 'auto':
-        impl = conv_impls.auto(x.device)
-        if impl == 'cuda' and not 2 <= weight.shape[1] <= 4: impl = 'ref'
-        if impl == 'cpu' and _CPU_CONV.why_not(x.device, build=True): impl = 'ref'   # the build failed (said once)
+    impl = conv_impls.resolve(impl, x.device, prefix='causal_conv1d: ', arg='x',   # 'auto' past a failed build: 'ref'
+                              skip=() if 2 <= weight.shape[1] <= 4 else ('cuda',))  # causal-conv1d takes widths 2 to 4
     return {'cuda': _conv_cuda, 'cpu': _conv_cpu}.get(impl, _conv_ref)(x, weight, bias, activation)
 
 # %% ../../nbs/11_conv.ipynb #85531019

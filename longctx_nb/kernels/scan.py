@@ -24,7 +24,8 @@ _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh`
 scan_impls = KernelImpls('selective_scan', ('ref', 'torch'), (
     Impl('cuda', module='selective_scan_cuda', cuda=True, install=_BUILD_HINT,
          needs="mamba-ssm's compiled selective-scan extension `selective_scan_cuda`"),
-    Impl('cpu', check=lambda device: _cpu_scan_why_not(device), auto=('cpu',)),),   # built on first use, below
+    Impl('cpu', check=lambda device: _cpu_scan_why_not(device), load=lambda device: _cpu_scan_why_not(device, build=True),
+         auto=('cpu',)),),   # built on first use, below
     fallback='torch', unknown="unknown selective-scan impl {impl!r}; valid choices: {quoted}.")
 
 # %% ../../nbs/10_scan.ipynb #526ba9db
@@ -334,9 +335,9 @@ def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
                        N: int,     # the state size per channel
                       ) -> str:    # what runs: 'ref', 'torch', 'cuda' or 'cpu'
     "What `selective_scan(impl=impl)` runs on `device` at state size `N`: 'auto' resolved (the kernels take N <= 256)."
-    if impl != 'auto': return impl
-    impl = scan_impls.auto(device)
-    return 'torch' if impl in ('cuda', 'cpu') and N > 256 else impl
+    return impl if impl != 'auto' else scan_impls.auto(device, skip=_too_big(N))
+
+def _too_big(N): return ('cuda', 'cpu') if N > 256 else ()   # the kernels that cannot take a state size N
 
 def _merge_after(out, merge, gate, return_last_state=False):
     "`lerp(out, merge, sigmoid(gate))` in `out`'s dtype, laid out as `merge` (`out` copied into that layout first)."
@@ -362,9 +363,7 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
                   ):
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
     _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl, merge, merge_gate)
-    if impl == 'auto':
-        impl = resolved_scan_impl(impl, u.device, A.shape[1])
-        if impl == 'cpu' and _cpu_scan_why_not(u.device, build=True): impl = 'torch'   # the build failed (said once)
+    impl = scan_impls.resolve(impl, u.device, arg='u', skip=_too_big(A.shape[1]))   # 'auto' past a failed build: 'torch'
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
     if impl == 'cpu':                                 # '_scan_cpu' comes below; it fuses the merge
         return _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge, merge_gate)
@@ -1021,8 +1020,7 @@ class _CpuScan(torch.autograd.Function):
 
 # %% ../../nbs/10_scan.ipynb #b35cc6dd
 def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge=None, merge_gate=None):
-    "The compiled CPU kernel. B, C are `(batch, G, N, L)`; an fp32 merge without `z` is fused into its output stage."
-    if (why := _cpu_scan_why_not(u.device, build=True)): raise UsageError(f"impl='cpu' cannot run on {u.device}: {why}")
+    "The compiled CPU kernel (`scan_impls.resolve` built it). B, C are `(batch, G, N, L)`; an fp32 merge without `z` is fused into its output stage."
     if A.shape[1] > 256:
         raise UsageError(f"impl='cpu' supports a state size N <= 256, got N = {A.shape[1]}; use impl='torch'.")
     fused = merge is not None and z is None and merge.dtype == merge_gate.dtype == torch.float32
