@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError, Impl, KernelImpls, try_import
-from .scan import CpuExtension, _CPU_SCAN_SRC
+from .scan import CpuExtension, kernel_arg, _CPU_SCAN_SRC
 
 # %% auto #0
 __all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update']
@@ -203,16 +203,14 @@ class _CpuConv(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, gy):
         x, weight, bias = ctx.saved_tensors
-        gy = gy.float() if gy.stride(-1) == 1 else gy.float().contiguous()
+        gy = kernel_arg(gy)
         dx, dw, db = _CPU_CONV.load()[0].conv_bwd(x, weight, bias, gy, ctx.silu)
         return dx, dw, (None if bias is None else db), None
 
 def _conv_cpu(x, weight, bias, activation):
     "The compiled kernel (`conv_impls.resolve` built it), in fp32 (the output in `x`'s dtype)."
-    f = lambda t: None if t is None else t.float().contiguous()
-    xf = x.float() if x.stride(-1) == 1 or x.shape[-1] == 1 else x.float().contiguous()
     with torch.autocast('cpu', enabled=False):
-        y = _CpuConv.apply(xf, f(weight), f(bias), activation is not None)
+        y = _CpuConv.apply(kernel_arg(x), kernel_arg(weight, whole=True), kernel_arg(bias, whole=True), activation is not None)
     return y.to(x.dtype)
 
 # %% ../../nbs/11_conv.ipynb #c7dd2d8f
