@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError, Impl, KernelImpls, try_import
-from .scan import CpuExtension, kernel_arg, _CPU_SCAN_SRC
+from .scan import CpuExtension, kernel_arg, scan_impls, resolved_scan_impl, _CPU_SCAN_SRC
 
 # %% auto #0
-__all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update']
+__all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update', 'kernel_backends']
 
 # %% ../../nbs/11_conv.ipynb #a2bba331
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -272,3 +272,17 @@ def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this
         ok = 2 <= width <= 4 and conv_state.dtype == x.dtype
         impl = conv_impls.auto(x.device) if ok else 'ref'
     return (_update_cuda if impl == 'cuda' else _update_ref)(x, conv_state, weight, bias, activation)
+
+# %% ../../nbs/11_conv.ipynb #986e533c
+def kernel_backends(device='cpu',             # where Mamba runs
+                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
+                    conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
+                    d_state: int | None = None,  # the state size N (None: 'auto' as if N <= 256, which every kernel takes)
+                   ) -> dict:                 # op name -> the impl it runs
+    "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
+    device = torch.device(device)
+    if scan_impl not in scan_impls.choices or conv_impl not in conv_impls.choices:
+        raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(scan_impls.choices)} and "
+                         f"conv_impl={conv_impl!r} one of {', '.join(conv_impls.choices)}.")
+    return {'selective_scan': resolved_scan_impl(scan_impl, device, d_state or 0),
+            'causal_conv1d': conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}
