@@ -480,18 +480,15 @@ class KernelImpls:
         for o in self.optional:
             if o.name == impl: o.require(device, prefix, arg, self.fallback, load)
 
-# %% ../nbs/00_core.ipynb #1447edb1
-def _resolve(self: KernelImpls, impl: str,  # an `impl=` value that passed `check_name`
-             device,                        # where the tensors are
-             prefix: str = '',              # put before a message, e.g. 'causal_conv1d: '
-             arg: str = 'the tensors',      # the tensor named when the device is wrong
-             skip: tuple = (),              # optional implementations 'auto' passes over (a shape their kernels do not take)
-            ) -> str:                       # the concrete implementation to run
-    "What a call with `impl=` runs on `device`: 'auto' builds what it picks, falling back past a failed build; a named one must run."
-    device = torch.device(device)
-    if impl != 'auto':
-        self.require(impl, device, prefix, arg, load=True)
-        return impl
-    return next((o.name for o in self._candidates(device, skip) if o.load is None or o.load(device) is None), self.fallback)
-
-KernelImpls.resolve = _resolve
+    def resolve(self, impl: str,             # an `impl=` value that passed `check_name`
+                device,                      # where the tensors are
+                prefix: str = '',            # put before a message, e.g. 'causal_conv1d: '
+                arg: str = 'the tensors',    # the tensor named when the device is wrong
+                skip: tuple = (),            # optional implementations 'auto' passes over (a shape their kernels do not take)
+               ) -> str:                     # the concrete implementation to run
+        "What a call with `impl=` runs on `device`: 'auto' builds what it picks, falling back past a failed build; a named one must run."
+        device = torch.device(device)
+        if impl != 'auto':
+            self.require(impl, device, prefix, arg, load=True)
+            return impl
+        return next((o.name for o in self._candidates(device, skip) if o.load is None or o.load(device) is None), self.fallback)
