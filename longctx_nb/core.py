@@ -401,14 +401,15 @@ class Impl:
     name: str                      # the `impl=` value
     module: str | None = None      # a compiled module it needs, imported with `try_import`
     cuda: bool = False             # it needs CUDA tensors
-    check: Callable | None = None  # `check(device)`: None where it runs, else why not (a sentence)
+    check: Callable | None = None  # `check(device)`: None where it runs, else why not (a sentence); cheap, builds nothing
+    load: Callable | None = None   # `load(device)`: build or load what it runs (tried once); None if that worked, else why not
     needs: str = ''                # what `module` is, for the error ("mamba-ssm's compiled ... extension")
     install: str = ''              # how to get it, appended to the error
     auto: tuple = ('cuda',)        # device types on which `'auto'` picks it (when it runs there)
 
     def why_not(self, device,      # where it would run
                ) -> str | None:    # None if it runs there
-        "None if this implementation runs on `device`, else the reason."
+        "None if this implementation runs on `device` (as far as `check` can tell without building), else the reason."
         device = torch.device(device)
         if self.module is not None and (r := try_import(self.module)[1]): return r
         if self.cuda and device.type != 'cuda': return 'it needs CUDA tensors'
@@ -418,6 +419,7 @@ class Impl:
                 prefix: str = '',          # put before the message, e.g. 'causal_conv1d: '
                 arg: str = 'the tensors',  # the tensor named when the device is wrong
                 instead: str = 'ref',      # the implementation to suggest instead
+                load: bool = False,        # also run `load` (build the kernel) and raise if it fails
                ):
         "Raise a `UsageError` that says what to install or change if this implementation cannot run on `device`."
         device, name = torch.device(device), self.name
@@ -426,7 +428,8 @@ class Impl:
         if self.cuda and device.type != 'cuda':
             raise UsageError(f"{prefix}impl={name!r} needs CUDA tensors, but {arg} is on {device}; move the tensors to "
                              f"the GPU or use impl={instead!r}.")
-        if self.check and (r := self.check(device)): raise UsageError(f"{prefix}impl={name!r} cannot run on {device}: {r}")
+        if (r := (self.check and self.check(device)) or (load and self.load and self.load(device))):
+            raise UsageError(f"{prefix}impl={name!r} cannot run on {device}: {r}")
 
 # %% ../nbs/00_core.ipynb #0ab5d2a0
 def _default_device(device): return torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
@@ -457,17 +460,35 @@ class KernelImpls:
         device = _default_device(device)
         return [*self.always, *(o.name for o in self.optional if o.why_not(device) is None)]
 
+    def _candidates(self, device, skip):
+        "The optional implementations `'auto'` may pick on `device`, in order of preference (nothing is built)."
+        return [o for o in self.optional if o.name not in skip and device.type in o.auto and o.why_not(device) is None]
+
     def auto(self, device=None,  # default: the GPU if any
+             skip: tuple = (),   # optional implementations to pass over (e.g. a shape their kernels do not take)
             ) -> str:            # a concrete implementation
-        "What `impl='auto'` runs on `device`: the first optional implementation that runs there, else `fallback`."
-        device = _default_device(device)
-        return next((o.name for o in self.optional if device.type in o.auto and o.why_not(device) is None), self.fallback)
+        "What `impl='auto'` runs on `device`: the first optional implementation that runs there, else `fallback`. Builds nothing."
+        return next((o.name for o in self._candidates(_default_device(device), skip)), self.fallback)
 
     def require(self, impl: str,               # a concrete implementation
                 device,                        # where the tensors are
                 prefix: str = '',              # put before the message, e.g. 'causal_conv1d: '
                 arg: str = 'the tensors',      # the tensor named when the device is wrong
+                load: bool = False,            # also build the implementation if it is built on first use
                ):
         "Raise a `UsageError` that says what to install or change if `impl` cannot run on `device`."
         for o in self.optional:
-            if o.name == impl: o.require(device, prefix, arg, self.fallback)
+            if o.name == impl: o.require(device, prefix, arg, self.fallback, load)
+
+    def resolve(self, impl: str,             # an `impl=` value that passed `check_name`
+                device,                      # where the tensors are
+                prefix: str = '',            # put before a message, e.g. 'causal_conv1d: '
+                arg: str = 'the tensors',    # the tensor named when the device is wrong
+                skip: tuple = (),            # optional implementations 'auto' passes over (a shape their kernels do not take)
+               ) -> str:                     # the concrete implementation to run
+        "What a call with `impl=` runs on `device`: 'auto' builds what it picks, falling back past a failed build; a named one must run."
+        device = torch.device(device)
+        if impl != 'auto':
+            self.require(impl, device, prefix, arg, load=True)
+            return impl
+        return next((o.name for o in self._candidates(device, skip) if o.load is None or o.load(device) is None), self.fallback)

@@ -12,10 +12,10 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm, kernel_backends
+from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
 from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update, scan_backward_workspace_bytes
-from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update
+from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
 __all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes', 'dpassm_backward_workspace_bytes', 'bench_dpassm']

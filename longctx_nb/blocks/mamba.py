@@ -13,10 +13,10 @@ from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
-from ..kernels.conv import causal_conv1d, causal_conv1d_update
+from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends   # kernel_backends stays importable from here
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm', 'kernel_backends', 'mamba_mixer_bytes',
+__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm', 'mamba_mixer_bytes',
            'mamba_backward_workspace_bytes']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
@@ -242,20 +242,6 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
                                dt_bias=dt_bias, dt_softplus=True)
     out = self.out_proj(y)
     return out[:, None] if one else out
-
-# %% ../../nbs/23_mamba.ipynb #d591c4f0
-def kernel_backends(device='cpu',             # where Mamba runs
-                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
-                    conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
-                    d_state: int | None = None,  # the state size N (None: 'auto' as if N <= 256, which every kernel takes)
-                   ) -> dict:                 # op name -> the impl it runs
-    "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
-    device = torch.device(device)
-    if scan_impl not in kscan.scan_impls.choices or conv_impl not in kconv.conv_impls.choices:
-        raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(kscan.scan_impls.choices)} and "
-                         f"conv_impl={conv_impl!r} one of {', '.join(kconv.conv_impls.choices)}.")
-    return {'selective_scan': kscan.resolved_scan_impl(scan_impl, device, d_state or 0),
-            'causal_conv1d': kconv.conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}
 
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
 def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`

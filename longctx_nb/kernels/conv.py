@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError, Impl, KernelImpls, try_import
-from .scan import CpuExtension, _CPU_SCAN_SRC
+from .scan import CpuExtension, kernel_arg, scan_impls, resolved_scan_impl, _CPU_SCAN_SRC
 
 # %% auto #0
-__all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update']
+__all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update', 'kernel_backends']
 
 # %% ../../nbs/11_conv.ipynb #a2bba331
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -21,7 +21,8 @@ _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh`
 conv_impls = KernelImpls('causal_conv1d', ('ref',), (
     Impl('cuda', module='causal_conv1d_cuda', cuda=True, install=_BUILD_HINT,
          needs="causal-conv1d's compiled extension `causal_conv1d_cuda`"),
-    Impl('cpu', check=lambda device: _CPU_CONV.why_not(device), auto=('cpu',)),),   # built on first use, below
+    Impl('cpu', check=lambda device: _CPU_CONV.why_not(device), load=lambda device: _CPU_CONV.why_not(device, build=True),
+         auto=('cpu',)),),   # built on first use, below
     unknown="{fn}: unknown impl {impl!r}; valid choices: {quoted}.")
 
 # %% ../../nbs/11_conv.ipynb #4691b86f
@@ -202,17 +203,14 @@ class _CpuConv(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, gy):
         x, weight, bias = ctx.saved_tensors
-        gy = gy.float() if gy.stride(-1) == 1 else gy.float().contiguous()
+        gy = kernel_arg(gy)
         dx, dw, db = _CPU_CONV.load()[0].conv_bwd(x, weight, bias, gy, ctx.silu)
         return dx, dw, (None if bias is None else db), None
 
 def _conv_cpu(x, weight, bias, activation):
-    "The compiled kernel, in fp32 (the output in `x`'s dtype)."
-    if (why := _CPU_CONV.why_not(x.device, build=True)): raise UsageError(f"causal_conv1d: impl='cpu' cannot run on {x.device}: {why}")
-    f = lambda t: None if t is None else t.float().contiguous()
-    xf = x.float() if x.stride(-1) == 1 or x.shape[-1] == 1 else x.float().contiguous()
+    "The compiled kernel (`conv_impls.resolve` built it), in fp32 (the output in `x`'s dtype)."
     with torch.autocast('cpu', enabled=False):
-        y = _CpuConv.apply(xf, f(weight), f(bias), activation is not None)
+        y = _CpuConv.apply(kernel_arg(x), kernel_arg(weight, whole=True), kernel_arg(bias, whole=True), activation is not None)
     return y.to(x.dtype)
 
 # %% ../../nbs/11_conv.ipynb #c7dd2d8f
@@ -224,10 +222,8 @@ def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
                  ) -> torch.Tensor:
     "Depthwise causal convolution: output `t` of channel `d` sees `x[d, t - width + 1 .. t]`; `(batch, dim, L)` in `x`'s dtype."
     weight = _check_conv_inputs(x, weight, bias, activation, impl)
-    if impl == 'auto':
-        impl = conv_impls.auto(x.device)
-        if impl == 'cuda' and not 2 <= weight.shape[1] <= 4: impl = 'ref'
-        if impl == 'cpu' and _CPU_CONV.why_not(x.device, build=True): impl = 'ref'   # the build failed (said once)
+    impl = conv_impls.resolve(impl, x.device, prefix='causal_conv1d: ', arg='x',   # 'auto' past a failed build: 'ref'
+                              skip=() if 2 <= weight.shape[1] <= 4 else ('cuda',))  # causal-conv1d takes widths 2 to 4
     return {'cuda': _conv_cuda, 'cpu': _conv_cpu}.get(impl, _conv_ref)(x, weight, bias, activation)
 
 # %% ../../nbs/11_conv.ipynb #85531019
@@ -276,3 +272,17 @@ def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this
         ok = 2 <= width <= 4 and conv_state.dtype == x.dtype
         impl = conv_impls.auto(x.device) if ok else 'ref'
     return (_update_cuda if impl == 'cuda' else _update_ref)(x, conv_state, weight, bias, activation)
+
+# %% ../../nbs/11_conv.ipynb #986e533c
+def kernel_backends(device='cpu',             # where Mamba runs
+                    scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
+                    conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
+                    d_state: int | None = None,  # the state size N (None: 'auto' as if N <= 256, which every kernel takes)
+                   ) -> dict:                 # op name -> the impl it runs
+    "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
+    device = torch.device(device)
+    if scan_impl not in scan_impls.choices or conv_impl not in conv_impls.choices:
+        raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(scan_impls.choices)} and "
+                         f"conv_impl={conv_impl!r} one of {', '.join(conv_impls.choices)}.")
+    return {'selective_scan': resolved_scan_impl(scan_impl, device, d_state or 0),
+            'causal_conv1d': conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}

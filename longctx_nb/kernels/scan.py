@@ -12,8 +12,8 @@ from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
-           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'resolved_scan_impl', 'selective_scan',
-           'scan_inputs', 'CpuExtension', 'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes',
+           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'kernel_arg', 'resolved_scan_impl',
+           'selective_scan', 'scan_inputs', 'CpuExtension', 'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes',
            'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/10_scan.ipynb #fd09d8b5
@@ -24,7 +24,8 @@ _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh`
 scan_impls = KernelImpls('selective_scan', ('ref', 'torch'), (
     Impl('cuda', module='selective_scan_cuda', cuda=True, install=_BUILD_HINT,
          needs="mamba-ssm's compiled selective-scan extension `selective_scan_cuda`"),
-    Impl('cpu', check=lambda device: _cpu_scan_why_not(device), auto=('cpu',)),),   # built on first use, below
+    Impl('cpu', check=lambda device: _cpu_scan_why_not(device), load=lambda device: _cpu_scan_why_not(device, build=True),
+         auto=('cpu',)),),   # built on first use, below
     fallback='torch', unknown="unknown selective-scan impl {impl!r}; valid choices: {quoted}.")
 
 # %% ../../nbs/10_scan.ipynb #526ba9db
@@ -314,18 +315,25 @@ class _SelectiveScanCuda(torch.autograd.Function):
         return (du, ddelta, dA, dB, dC, dD if D is not None else None, rest[0] if ctx.has_z else None,
                 ddelta_bias if delta_bias is not None else None, None)
 
+# %% ../../nbs/10_scan.ipynb #3481f1b4
+def kernel_arg(t: torch.Tensor | None,              # an argument of a compiled kernel, or None
+               dtype: torch.dtype = torch.float32,  # the dtype the kernel takes
+               whole: bool = False,                 # fully contiguous (else only the last dim: time in (batch, dim, L))
+              ) -> torch.Tensor | None:             # `t` itself where it already is so, else a copy; None stays None
+    "`t` in `dtype`, its last dim of stride 1 (or size 1), or fully contiguous with `whole`: copied only where it is not."
+    if t is None: return None
+    t = t.to(dtype)
+    return t.contiguous() if whole or not (t.stride(-1) == 1 or t.shape[-1] == 1) else t
+
 # %% ../../nbs/10_scan.ipynb #da7496eb
 def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
     "mamba-ssm's kernel. B, C are `(batch, G, N, L)`."
     scan_impls.require('cuda', u.device, arg='u')
     if A.shape[1] > 256:
         raise UsageError(f"impl='cuda' supports a state size N <= 256 (mamba-ssm's kernel), got N = {A.shape[1]}; use impl='torch'.")
-    dtype = u.dtype
-    last_contig = lambda t: t if t is None or t.stride(-1) == 1 else t.contiguous()
-    cast = lambda t, dt: None if t is None else last_contig(t.to(dt))
-    delta, B, C, z = (cast(t, dtype) for t in (delta, B, C, z))
-    A, D, delta_bias = (None if t is None else t.float().contiguous() for t in (A, D, delta_bias))
-    out, last = _SelectiveScanCuda.apply(last_contig(u), delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+    u, delta, B, C, z = (kernel_arg(t, u.dtype) for t in (u, delta, B, C, z))
+    A, D, delta_bias = (kernel_arg(t, whole=True) for t in (A, D, delta_bias))
+    out, last = _SelectiveScanCuda.apply(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #79c67820
@@ -334,9 +342,9 @@ def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
                        N: int,     # the state size per channel
                       ) -> str:    # what runs: 'ref', 'torch', 'cuda' or 'cpu'
     "What `selective_scan(impl=impl)` runs on `device` at state size `N`: 'auto' resolved (the kernels take N <= 256)."
-    if impl != 'auto': return impl
-    impl = scan_impls.auto(device)
-    return 'torch' if impl in ('cuda', 'cpu') and N > 256 else impl
+    return impl if impl != 'auto' else scan_impls.auto(device, skip=_too_big(N))
+
+def _too_big(N): return ('cuda', 'cpu') if N > 256 else ()   # the kernels that cannot take a state size N
 
 def _merge_after(out, merge, gate, return_last_state=False):
     "`lerp(out, merge, sigmoid(gate))` in `out`'s dtype, laid out as `merge` (`out` copied into that layout first)."
@@ -362,9 +370,7 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
                   ):
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
     _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl, merge, merge_gate)
-    if impl == 'auto':
-        impl = resolved_scan_impl(impl, u.device, A.shape[1])
-        if impl == 'cpu' and _cpu_scan_why_not(u.device, build=True): impl = 'torch'   # the build failed (said once)
+    impl = scan_impls.resolve(impl, u.device, arg='u', skip=_too_big(A.shape[1]))   # 'auto' past a failed build: 'torch'
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
     if impl == 'cpu':                                 # '_scan_cpu' comes below; it fuses the merge
         return _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge, merge_gate)
@@ -1013,7 +1019,7 @@ class _CpuScan(torch.autograd.Function):
     def backward(ctx, dout, dlast):
         u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts, out = ctx.saved_tensors
         dout = u.new_zeros(u.shape) if dout is None else dout.float()   # read at its own strides (token-major: no copy)
-        dlast = None if dlast is None else dlast.float().contiguous()
+        dlast = kernel_arg(dlast, whole=True)
         du, dd, dA, dB, dC, dD, dz, dbias, dm, dmg = _load_cpu_scan_ext()[0].scan_bwd(
             u, delta, A, B, C, D, z, delta_bias, *ctx.cfg, dout, dlast, starts, merge, merge_gate, out)
         given = lambda g, t: g if t is not None else None
@@ -1021,20 +1027,19 @@ class _CpuScan(torch.autograd.Function):
 
 # %% ../../nbs/10_scan.ipynb #b35cc6dd
 def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge=None, merge_gate=None):
-    "The compiled CPU kernel. B, C are `(batch, G, N, L)`; an fp32 merge without `z` is fused into its output stage."
-    if (why := _cpu_scan_why_not(u.device, build=True)): raise UsageError(f"impl='cpu' cannot run on {u.device}: {why}")
+    "The compiled CPU kernel (`scan_impls.resolve` built it). B, C are `(batch, G, N, L)`; an fp32 merge without `z` is fused into its output stage."
     if A.shape[1] > 256:
         raise UsageError(f"impl='cpu' supports a state size N <= 256, got N = {A.shape[1]}; use impl='torch'.")
     fused = merge is not None and z is None and merge.dtype == merge_gate.dtype == torch.float32
     if merge is not None and not fused:                  # with z, or in low precision: the merge runs after the scan
         out = _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
         return _merge_after(out, merge, merge_gate, return_last_state)
-    f = lambda t: None if t is None else t.float().contiguous()
-    rows = lambda t: None if t is None else t.float() if t.stride(-1) == 1 or t.shape[-1] == 1 else t.float().contiguous()
+    dtype = u.dtype
+    u, delta, z = (kernel_arg(t) for t in (u, delta, z))                                    # fp32, time contiguous
+    A, B, C, D, delta_bias = (kernel_arg(t, whole=True) for t in (A, B.mT, C.mT, D, delta_bias))   # B, C: (b, G, L, N)
     with _no_autocast(u.device):
-        out, last = _CpuScan.apply(rows(u), rows(delta), f(A), f(B.transpose(-1, -2)), f(C.transpose(-1, -2)),
-                                   f(D), rows(z), f(delta_bias), merge, merge_gate, bool(delta_softplus))
-    out = out.to(u.dtype)
+        out, last = _CpuScan.apply(u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, bool(delta_softplus))
+    out = out.to(dtype)
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/10_scan.ipynb #6fda8bbe
