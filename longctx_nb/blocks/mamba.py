@@ -13,7 +13,7 @@ from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
-from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends   # kernel_backends stays importable from here
+from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
 __all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm', 'mamba_mixer_bytes',
