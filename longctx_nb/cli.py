@@ -12,8 +12,8 @@ from .flags import Parser, arg, make_parser, parse_config, main
 import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'print_config', 'check_sources',
-           'train_main', 'prepare_parser', 'prepare_main']
+__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'PREPARE_READS', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'print_config',
+           'check_sources', 'train_main', 'prepare_parser', 'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
@@ -224,6 +224,9 @@ def train_main(argv=None,  # command-line arguments (default: sys.argv[1:])
     sys.exit(main(_train, 'longctx_train', argv))
 
 # %% ../nbs/70_cli.ipynb #4c5f2462
+PREPARE_READS = ('data.dataset_name', 'data.dataset_config', 'data.data_dir', 'data.tokenizer', 'data.bpe_vocab_size',
+                 'data.val_fraction')   # the data settings that decide the prepared files; the others are a run's
+
 def prepare_parser() -> Parser:
     "The `longctx_prepare` argument parser: --out, --chunk_size, --workers and the data settings."
     own = [arg('--out', '--output_dir', dest='out', required=True, metavar='DIR', help='folder to write (must be new or empty)'),
@@ -235,7 +238,7 @@ def prepare_parser() -> Parser:
            arg('--no_progress', action='store_true', help='no progress bar (it shows only when stderr is a terminal)')]
     return make_parser('longctx_prepare', 'Tokenize a corpus once into train.bin, val.bin, their document offsets '
                        '(train.docs.npy, val.docs.npy) and meta.json. Interrupted, the same command continues it. '
-                       '--dataset NAME is --data.dataset_name=NAME.', own, sections=('data',),
+                       '--dataset NAME is --data.dataset_name=NAME.', own, sections=PREPARE_READS,
                        usage='longctx_prepare --out DIR [--dataset NAME] [--chunk_size N] [--workers N] [--data.KEY VALUE ...]')
 
 def _dataset_flag(argv: list[str]) -> list[str]:

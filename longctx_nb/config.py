@@ -12,12 +12,12 @@ from .core import UsageError, parse_precision
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'SYNTHETIC_KEYS', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values', 'check_before_run',
-           'run_checks', 'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig', 'pick_precision', 'Config',
-           'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice', 'merge_settings', 'apply_overrides',
-           'check_writable_dir', 'validate', 'resolve_model', 'check_read', 'flatten_sections', 'read_config_file',
-           'guide_keys', 'build_config', 'config_settings', 'load_config', 'setting_sources', 'field_help',
-           'option_specs', 'key_type', 'key_meta']
+           'LIGHTNING_ONLY', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values',
+           'check_before_run', 'run_checks', 'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig',
+           'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice',
+           'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate', 'resolve_model', 'unread_rule',
+           'check_read', 'flatten_sections', 'read_config_file', 'guide_keys', 'build_config', 'config_settings',
+           'load_config', 'setting_sources', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -676,17 +676,39 @@ def resolve_model(m: ModelConfig,  # the model section
 # %% ../nbs/01_config.ipynb #1cc53b78
 SYNTHETIC_KEYS = ('data.task', 'data.task_vocab_size', 'data.num_pairs', 'data.passkey_depth', 'data.copy_len')   # = synthetic.CONFIG_KNOBS (tested there)
 
-def check_read(cfg: Config,  # the resolved config
-               keys,         # canonical keys the user gave explicitly (defaults and presets are fine)
+_UNREAD: list[Callable] = []   # rule(cfg, key) -> None, or why this run does not read `key`: added by `unread_rule`
+
+def unread_rule(fn: Callable,  # fn(cfg, key) -> None where `key` is read, else why not (a clause: "it reads ...")
+               ) -> Callable:  # `fn` itself
+    "Add a rule to `check_read`: a setting `fn` says this run does not read is refused, with `fn`'s reason."
+    if fn not in _UNREAD: _UNREAD.append(fn)
+    return fn
+
+FAST_DEV_RUN_OVERRIDES = ('trainer.max_steps', 'trainer.max_epochs', 'trainer.limit_val_batches', 'trainer.checkpoint_interval',
+                          'trainer.keep_last', 'trainer.run_name', 'trainer.default_root_dir', 'trainer.checkpoint_dir',
+                          'trainer.checkpoint_path', 'trainer.plot', 'trainer.tensorboard')   # what 2 steps that write nothing ignore
+
+def check_read(cfg: Config,   # the resolved config
+               keys,          # canonical keys the user gave explicitly (defaults and presets are fine)
+               notes=None,    # a list: what `trainer.fast_dev_run` overrides is added to it (None: not said)
               ):
-    "Refuse an explicitly given setting the run does not read: a `model` one its block does not read (naming the blocks that do), a synthetic task's without the synthetic data, BPE's without BPE."
-    d = cfg.data
+    "Refuse an explicitly given setting the run does not read: a `model` one its block does not read (naming the blocks that do), a synthetic task's without the synthetic data, BPE's without BPE, and each `unread_rule`'s."
+    d, t = cfg.data, cfg.trainer
+    if t.fast_dev_run and (t.resume or t.fork_from):
+        raise UsageError(f"trainer.fast_dev_run trains a new model for 2 steps and writes nothing, so it cannot "
+                         f"{'continue' if t.resume else 'fork'} {t.resume or t.fork_from!r}; leave --trainer.fast_dev_run out, or "
+                         f"leave {'--trainer.resume' if t.resume else '--trainer.fork_from'} out to check a new run.")
+    if t.fast_dev_run and notes is not None and (over := [k for k in keys if k in FAST_DEV_RUN_OVERRIDES]):
+        notes.append(f"trainer.fast_dev_run runs 2 training steps and one validation batch and writes nothing: "
+                     f"{', '.join(over)} {'is' if len(over) == 1 else 'are'} not used.")
     for k in keys:
+        for rule in _UNREAD:
+            if (why := rule(cfg, k)): raise UsageError(f"{k} is not read by this run: {why}; leave {k} out.")
         if k in SYNTHETIC_KEYS and d.dataset_name != 'synthetic':
             raise UsageError(f"{k} is read only by the synthetic tasks, and this run reads data.dataset_name={d.dataset_name!r}"
                              + (" (its --data.train_data token ids)" if d.train_data else '') + f"; leave {k} out, or give "
                              "--data.dataset_name=synthetic.")
-        if k == 'data.bpe_vocab_size' and d.tokenizer != 'bpe' and not (d.data_dir or d.train_data):
+        if k == 'data.bpe_vocab_size' and d.tokenizer != 'bpe':
             raise UsageError(f"data.bpe_vocab_size is read only with --data.tokenizer=bpe, and this run's tokenizer is "
                              f"{d.tokenizer!r}; leave it out, or give --data.tokenizer=bpe.")
     readers = _OWNED.get('model.block', (None, None, None))[2]

@@ -201,6 +201,9 @@ def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fract
     train_docs = lambda: (t for name, t in _unspool(spool) if not _is_val(name, val_fraction))
     has_train = any(True for _ in train_docs())
     tok = BPETokenizer.train(train_docs() if has_train else (t for _, t in _unspool(spool)), bpe_vocab_size)
+    if tok.vocab_size < bpe_vocab_size:   # the text ran out of pairs to merge
+        print(f"note: the BPE tokenizer has {tok.vocab_size:,} ids, not the {bpe_vocab_size:,} of --data.bpe_vocab_size: "
+              "its training text has no more pairs to merge; the model's vocabulary follows the tokenizer's", file=sys.stderr)
     return tok, _unspool(spool)
 
 # %% ../nbs/04_corpus.ipynb #07b4e02d
@@ -498,6 +501,10 @@ def _corpus(cfg: DataConfig) -> tuple:
             raise UsageError("data.dataset_name=local needs a path: --data.dataset_config=path/to/text (a file or a "
                              "folder of text files), or --data.data_dir=path/to/folder.")
         return _local_corpus(cfg.dataset_config)
+    if name == 'synthetic':
+        raise UsageError("data.dataset_name=synthetic is a generated task, made afresh at every step: there is no text to "
+                         "prepare. Train on it directly (longctx_train --data.dataset_name=synthetic --data.task=TASK), or "
+                         "name a text corpus.")
     name, config = _hf_name(name, cfg.dataset_config)
     return (lambda: hf_documents(name, config)), f"hf:{name}" + (f"/{config}" if config else ''), {}
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from .core import UsageError
-from .config import DataConfig
+from .config import DataConfig, unread_rule
 from .synthetic import SyntheticData, from_config as synthetic_from_config
 # re-exported: what `longctx_nb.data` offered before the tokenizers and corpora got notebooks of their own
 from .tokenizer import EOT, ByteTokenizer, BPETokenizer
@@ -64,6 +64,29 @@ def load_dataset(cfg: DataConfig,                # the data section
     td = load_corpus(cfg, vocab_size)
     _check_lengths(td, cfg.seq_len); _check_doc_mask(td, cfg)
     return td
+
+# %% ../nbs/06_data.ipynb #d752711f
+_TEXT_ONLY = ('data.tokenizer', 'data.bpe_vocab_size', 'data.val_fraction', 'data.dataset_name', 'data.dataset_config')
+
+@unread_rule
+def _unread_data(cfg, key: str) -> str | None:
+    "Why a run does not read data setting `key` (or `trainer.max_epochs`) with the tokens `cfg` names; None where it does."
+    d = cfg.data
+    synthetic = d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None
+    if key == 'trainer.max_epochs' and synthetic:
+        return "the synthetic tasks draw new sequences at every step, so there are no epochs; --trainer.max_steps sets the length"
+    if key not in _TEXT_ONLY: return None
+    if d.train_data is not None:
+        if key == 'data.val_fraction' and d.val_data is None: return None   # the tail of train_data is held out
+        return ("it reads token ids already made, --data.train_data" + (" and --data.val_data" if d.val_data else '')
+                + " (their tokenizer and split are the files')")
+    if d.data_dir is not None:
+        if is_prepared(d.data_dir):
+            return (f"--data.data_dir={d.data_dir!r} was prepared by longctx_prepare, which fixed its tokenizer and "
+                    "validation split (its meta.json says which)")
+        if key == 'data.dataset_config' or (key == 'data.dataset_name' and d.dataset_name != 'local'):
+            return f"it reads the text files of --data.data_dir={d.data_dir!r}"
+    if synthetic and key != 'data.dataset_name': return "the synthetic tasks make their own token ids and validation sequences"
 
 # %% ../nbs/06_data.ipynb #6f750b16
 def batch_offsets(n_tokens: int,   # length of the token array

@@ -217,7 +217,7 @@ def _alias_text(aliases: list[str], width: int) -> str:
 
 # %% ../nbs/02_flags.ipynb #b52d898d
 def add_settings(p: Parser,              # the parser to add to
-                 sections=tuple(SECTIONS),  # config sections to offer flags for
+                 sections=tuple(SECTIONS),  # config sections to offer flags for, or single dotted keys ('data.tokenizer')
                  presets: bool = True,   # also --config FILE and the presets --vram, --training_preset
                 ) -> Parser:
     "One flag per setting of `sections` (and the presets), and their aliases in a section of their own."
@@ -228,10 +228,10 @@ def add_settings(p: Parser,              # the parser to add to
     for k, h in option_specs():
         if k in ALIASES: continue
         s = k.split('.')[0] if '.' in k else None  # None: a preset ('vram', 'training_preset')
-        if (s in sections) or (s is None and presets):
+        if s in sections or k in sections or (s is None and presets):
             _add_setting(p.group(f'{s} settings' if s else 'config files and presets'), k, _once(h))
     aliases = [a for a in ALIASES if not a.startswith(('vram.', 'training.'))
-               and (ALIASES[a].split('.')[0] in sections if '.' in ALIASES[a] else presets)]
+               and (ALIASES[a].split('.')[0] in sections or ALIASES[a] in sections if '.' in ALIASES[a] else presets)]
     if aliases:
         width = HelpFormatter(p.prog)._width
         g = p.group('other spellings of these settings', _alias_text(aliases, width))
@@ -242,7 +242,7 @@ def add_settings(p: Parser,              # the parser to add to
 def make_parser(prog: str,                  # the program's name
                 description: str,           # what the command does, for --help
                 args=(),                    # `arg(...)` specs of the tool's own flags
-                sections=(),                # config sections to take settings from
+                sections=(),                # config sections (or single dotted keys) to take settings from
                 presets: bool = False,      # also --config FILE and the presets
                 usage: str | None = None,   # the usage line (default: argparse's)
                 epilog: str | None = None,  # examples after the flags
@@ -298,7 +298,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
     ns.origins = {}
     cfg = build_config(levels, notes, ns.origins)
-    check_read(cfg, _explicit(levels))
+    check_read(cfg, _explicit(levels), notes)
     if cfg.trainer.strategy.startswith('deepspeed'):
         notes.append(f"trainer.strategy={cfg.trainer.strategy} runs as fsdp (FSDP2, every block sharded over the ranks, "
                      "as DeepSpeed's ZeRO stages 2 and 3 shard); DeepSpeed itself is not used. Say --trainer.strategy=fsdp.")
