@@ -233,7 +233,7 @@ class MetricsLog:
         if self.path and resume_step is not None and self.path.exists():  # drop what was logged after the checkpoint
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
             self.rows = [r for r in rows if r.get('step', 0) <= resume_step]
-            atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
+            if len(self.rows) < len(rows): atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
         if run_dir and tensorboard:
             if importlib.util.find_spec('tensorboard'): self.tb = EventFile(run_dir, purge_step=resume_step)  # optional
     def log(self, **row,  # step and metrics
