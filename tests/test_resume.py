@@ -59,7 +59,7 @@ def test_resume_skips_damaged_and_refuses_foreign(bindir, tmp_path):
 
 class _Killed(Exception): "Stands for a SIGKILL between two steps."
 
-def fake_clock_run(monkeypatch, root, max_steps=8, kill_at=None):
+def fake_clock_run(monkeypatch, root, max_steps=8, kill_at=None, quiet=True):
     """An in-process run of `max_steps` on a fake clock: 0-based step s takes s + 1 seconds and nothing else takes any time;
     `kill_at` (0-based) ends the process before that step. (its result or None, the steps it trained)."""
     import longctx_nb.train as T
@@ -77,7 +77,7 @@ def fake_clock_run(monkeypatch, root, max_steps=8, kill_at=None):
                                      'trainer.plot': False, 'trainer.tensorboard': False, 'trainer.run_name': 'run',
                                      'trainer.default_root_dir': str(root), **({'trainer.resume': 'last'} if kill_at is None and
                                                                                (root / 'run').exists() else {})})
-    try: return T.train(cfg, quiet=True), trained
+    try: return T.train(cfg, quiet=quiet), trained
     except _Killed: return None, trained
 
 def test_resume_mid_window_logs_the_whole_window(monkeypatch, tmp_path):
@@ -111,3 +111,16 @@ def test_resume_of_a_finished_run_trains_nothing(monkeypatch, tmp_path):
     assert ((res.train_loss, res.val_loss, res.train_seconds, res.tokens_per_sec, res.steps) ==
             (ref.train_loss, ref.val_loss, ref.train_seconds, ref.tokens_per_sec, ref.steps))
     assert res.metrics == ref.metrics
+
+def test_resume_from_an_older_checkpoint_says_what_its_row_covers(monkeypatch, tmp_path, capsys):
+    "A mid-window checkpoint without its window (written before checkpoints held it): the resumed run says which steps its next row covers."
+    from longctx_nb.checkpoint import read_checkpoint, checkpoint_path, save_checkpoint
+    fake_clock_run(monkeypatch, tmp_path, kill_at=6)
+    path = checkpoint_path(tmp_path / 'run', 6)
+    old = {k: v for k, v in read_checkpoint(path).items() if k not in ('format', 'window', 'last_loss', 'val_loss', 'val_acc', 'skipped')}
+    save_checkpoint(path, old)
+    res, trained = fake_clock_run(monkeypatch, tmp_path, quiet=False)
+    assert trained == [6, 7]
+    assert ('note: step_0000006.pt was written by an older longctx_nb, without its open log window: the row at step 8 covers only '
+            'the steps from 7 on') in capsys.readouterr().out
+    assert [r['tokens_per_sec'] for r in res.metrics if r['step'] == 8 and 'loss' in r] == [round(2 * 64 / 15, 1)]   # steps 7-8: 7 + 8 s
