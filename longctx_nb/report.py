@@ -427,22 +427,36 @@ def _logged_at(run_dir: Path, step: int) -> bool:
         if isinstance(row, dict) and row.get('step') == step and 'loss' in row: return True
     return False
 
-def _restart(run_dir: Path, max_steps: int) -> tuple[dict, str, bool]:
-    "How a run with no result starts: (training settings, how in words, clear its folder first). Its checkpoint is the one the trainer's `find_checkpoint` picks."
-    if not run_dir.exists(): return {}, '', False
+def _restart(run_dir: Path, max_steps: int) -> tuple[dict, str, bool, bool]:
+    """How a run with no result starts: (training settings, how in words, clear its folder first, trains: False when all its
+    steps are done and it is only evaluated). Its checkpoint is the one the trainer's `find_checkpoint` picks."""
+    if not run_dir.exists(): return {}, '', False, True
     found, _ = find_checkpoint(run_dir)   # the newest that verifies: a damaged newer one is skipped, as --resume skips it
-    step = found[1]['step'] if found else 0
-    if found and step < max_steps and _logged_at(run_dir, step):   # a stop logs its window, then saves: the curve joins up
-        return {'trainer.resume': str(run_dir)}, f'from its step {step} checkpoint', False
+    step, ck = (found[1]['step'], found[1]) if found else (0, {})
+    if found and step >= max_steps and 'last_loss' in ck:   # the trainer exports it and reports what the checkpoint stored
+        return {'trainer.resume': str(run_dir)}, f'its step {step} checkpoint', False, False
+    if found and step < max_steps and ('window' in ck or _logged_at(run_dir, step)):   # its log goes on as if never stopped
+        return {'trainer.resume': str(run_dir)}, f'from its step {step} checkpoint', False, True
     if found and step < max_steps:
-        return {}, (f'again from step 0: its step {step} checkpoint falls inside a logging window, and continuing from it would '
-                    'change its training-loss curve'), True
+        return {}, (f'again from step 0: its step {step} checkpoint falls inside a logging window and, written by an older '
+                    'longctx_nb, lacks that window: continuing from it would change its training-loss curve'), True, True
     if not list_checkpoints(run_dir) and (run_dir / 'config.json').is_file():
-        return {'trainer.resume': str(run_dir)}, 'again from step 0: stopped before its first checkpoint', False
-    return {}, 'again from step 0: ' + ('trained, stopped before its evaluation' if found else
-                                        'no checkpoint of it verifies' if list_checkpoints(run_dir) else 'its folder holds no run'), True
+        return {'trainer.resume': str(run_dir)}, 'again from step 0: stopped before its first checkpoint', False, True
+    return {}, 'again from step 0: ' + ('trained, stopped before its evaluation, and its final checkpoint, written by an older '
+                                        'longctx_nb, lacks its training results' if found else
+                                        'no checkpoint of it verifies' if list_checkpoints(run_dir) else 'its folder holds no run'), True, True
 
 # %% ../nbs/61_report.ipynb #3e91dd4c
+def _resume_line(out: Path, n_runs: int, kept: dict, todo: dict) -> str:
+    "The one line a resumed comparison prints: the runs it keeps, those it only evaluates (all steps done), those it trains and how."
+    done = [f'{n} ({how})' for n, (_, how, _, trains) in todo.items() if not trains]
+    train = [n + (f' ({how})' if how else '') for n, (_, how, _, trains) in todo.items() if trains]
+    return '; '.join([f"resume: {len(kept)} of {n_runs} runs finished in {out}, kept" + (f" ({', '.join(kept)})" if kept else '')]
+                     + ([f"evaluating {len(done)} whose steps were all done, without training (the model and its training results "
+                         f"from its final checkpoint): " + ', '.join(done)] if done else [])
+                     + ([f"training {len(train)}: " + ', '.join(train)] if train else [])
+                     + ([] if todo else ['nothing to train: writing the report']))
+
 def run_comparison(cfgs: dict[str, Config],  # block -> its training config
                    lrs: list[float],         # the learning rates
                    seeds: list[int],         # the seeds
@@ -463,20 +477,18 @@ def run_comparison(cfgs: dict[str, Config],  # block -> its training config
         if resume and f.is_file():
             try: kept[n] = read_row(f, b, lr, s); continue
             except ValueError as e: bad = f"again from step 0: {RESULTS_DIR}/{f.name} {e}"   # retrained, its row rewritten
-        more, how, clear = _restart(out / 'runs' / n, cfgs[b].trainer.max_steps)
-        todo[n] = ({}, bad, (out / 'runs' / n).exists()) if bad else (more, how, clear)
-    if resume:
-        print(f"resume: {len(kept)} of {len(plan)} runs finished in {out}, kept" + (f" ({', '.join(kept)})" if kept else '') + '; ' +
-              (f"training {len(todo)}: " + ', '.join(n + (f' ({how})' if how else '') for n, (_, how, _) in todo.items()) if todo
-               else 'nothing to train: writing the report'), file=sys.stderr, flush=True)
+        more, how, clear, trains = _restart(out / 'runs' / n, cfgs[b].trainer.max_steps)
+        todo[n] = ({}, bad, (out / 'runs' / n).exists(), True) if bad else (more, how, clear, trains)
+    if resume: print(_resume_line(out, len(plan), kept, todo), file=sys.stderr, flush=True)
     runs = {b: {lr: [] for lr in lrs} for b in cfgs}
     for b, lr, s in plan:
         n = name(b, lr, s)
         if n not in kept:
-            more, how, clear = todo[n]
+            more, how, clear, trains = todo[n]
             if clear: shutil.rmtree(out / 'runs' / n)
             c = apply_overrides(cfgs[b], {'trainer.learning_rate': lr, 'trainer.seed': s, 'trainer.run_name': n, **more})
-            if verbose: print(f"{n}: training{' ' + how if how else ''} ...", flush=True)
+            if verbose: print(f"{n}: training{' ' + how if how else ''} ..." if trains else
+                              f"{n}: all its steps done, no training: evaluating it from {how} ...", flush=True)
             r = train_and_eval(c, lengths, n_samples, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0))
             kept[n] = read_row(write_row(res_dir / f'{n}.json', r), b, lr, s)   # as a resumed comparison reads it
             if verbose: print(f"{n}: {r['params']:,} params, val loss {r['val_loss']:.4f}, {r['seconds']:.0f} s", flush=True)

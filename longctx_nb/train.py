@@ -233,7 +233,7 @@ class MetricsLog:
         if self.path and resume_step is not None and self.path.exists():  # drop what was logged after the checkpoint
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
             self.rows = [r for r in rows if r.get('step', 0) <= resume_step]
-            atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
+            if len(self.rows) < len(rows): atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
         if run_dir and tensorboard:
             if importlib.util.find_spec('tensorboard'): self.tb = EventFile(run_dir, purge_step=resume_step)  # optional
     def log(self, **row,  # step and metrics
@@ -529,7 +529,7 @@ def announce(r: Run,  # an opened run
 # %% ../nbs/42_train.ipynb #2a922040
 def start_loop(r: Run,  # an announced run
               ):        # iterator of (step, x, y); x and y are (accumulate_grad_batches, batch_size, seq_len)
-    "The batches from the first step not yet taken to `max_steps`; counters, progress bar and clock at zero."
+    "The batches from the first step not yet taken to `max_steps`; counters, progress bar and clock at zero, or where a checkpoint left them."
     t, d, dist, start = r.t, r.d, r.dist, r.start
     r.step_model = torch.compile(r.wrapped) if r.cfg.model.compile else r.wrapped
     pin = d.pin_memory and r.device.type == 'cuda'
@@ -543,15 +543,30 @@ def start_loop(r: Run,  # an announced run
     r.bar = tqdm(total=r.max_steps, initial=start, disable=r.quiet or not t.enable_progress_bar or not dist.main,
                  desc='train', unit='step', dynamic_ncols=True,
                  mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
-    ck = r.resumed[2] if r.resumed else {}   # a resumed run's time and tokens go on from its checkpoint's: they cover the whole run
-    _new_window(r); r.train_time, r.train_tokens = float(ck.get('train_time', 0.0)), int(ck.get('train_tokens', 0))
-    r.last_loss, r.val_loss, r.val_acc, r.ckpt, r.bad_in_row, r.skipped = float('nan'), None, None, None, 0, 0
+    ck = r.resumed[2] if r.resumed else {}   # a resumed run goes on from its checkpoint's counters: they cover the whole run
+    r.train_time, r.train_tokens = float(ck.get('train_time', 0.0)), int(ck.get('train_tokens', 0))
+    r.last_loss, r.val_loss, r.val_acc = float(ck.get('last_loss', float('nan'))), ck.get('val_loss'), ck.get('val_acc')
+    r.ckpt, r.bad_in_row, r.skipped, r.paused_at = None, 0, int(ck.get('skipped', 0)), None
     r.final_state, r.healthy, r.pending, r.first_bad, r.save_owed = None, (r.resumed[1] if r.resumed else None), None, None, False
+    if r.resumed and 'window' not in ck and start % t.log_every_n_steps and start < r.max_steps:
+        r.say(f"note: {r.resumed[1].name} was written by an older longctx_nb, without its open log window: the row at step "
+              f"{min(r.max_steps, start - start % t.log_every_n_steps + t.log_every_n_steps)} covers only the steps from {start + 1} on")
+    _new_window(r, ck.get('window'))
     return loader
 
-def _new_window(r: Run):
-    "Start the counters of the next log line."
-    r.window_loss, r.window_steps, r.window_tokens, r.window_flops, r.window_t0 = 0.0, 0, 0, 0.0, time.perf_counter()
+def _new_window(r: Run,
+                saved: dict | None = None,  # a checkpoint's open window (None: start an empty one)
+               ):
+    "Start the counters of the next log line, or go on with the window a checkpoint was written in: its steps, tokens, FLOPs, loss and seconds."
+    w = saved or {}
+    r.window_loss, r.window_steps = float(w.get('loss', 0.0)), int(w.get('steps', 0))
+    r.window_tokens, r.window_flops = int(w.get('tokens', 0)), float(w.get('flops', 0.0))
+    r.window_t0 = time.perf_counter() - float(w.get('seconds', 0.0))   # its seconds before the checkpoint count, as if never stopped
+
+def _open_window(r: Run) -> dict:
+    "The window in progress, for a checkpoint: its training seconds up to the end of the last step (evaluation excluded) and its counters."
+    secs = (r.paused_at if r.paused_at is not None else time.perf_counter()) - r.window_t0
+    return dict(steps=r.window_steps, tokens=r.window_tokens, flops=r.window_flops, loss=r.window_loss, seconds=secs)
 
 # %% ../nbs/42_train.ipynb #5689eef3
 def step_seed(seed: int,  # the run's seed
@@ -679,7 +694,9 @@ def save_state(r: Run,       # the run
         r.ckpt = save_checkpoint(checkpoint_path(r.run_dir, step), dict(
             model=r.final_state[0], optimizer=r.final_state[1], scaler=r.scaler.state_dict(), rng=rngs[0],
             rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict(),
-            train_time=r.train_time, train_tokens=r.train_tokens))   # the logged steps' training time and tokens, for a resume
+            train_time=r.train_time, train_tokens=r.train_tokens,   # the logged windows' training time and tokens, for a resume
+            window=_open_window(r), skipped=r.skipped,              # the window not yet logged: a resume goes on with it
+            last_loss=r.last_loss, val_loss=r.val_loss, val_acc=r.val_acc))   # what a resumed finished run reports
         _prune(r)
         if r.t.checkpoint_path and Path(r.t.checkpoint_path).suffix:   # cs336-style: the newest checkpoint at that file too
             atomic_write(r.t.checkpoint_path, lambda f: _copy_file(r.ckpt, f), digest=True)
@@ -727,6 +744,9 @@ def restore(r: Run,        # the run being opened
     set_rng_state(rngs[r.dist.rank] if len(rngs) == r.dist.world_size else ck['rng'])
     r.run_dir, r.start, r.tokens_seen = run_dir, ck['step'], ck['tokens_seen']
     r.say(f"resuming {run_dir} from {path.name} (step {r.start})")
+    if r.start >= r.max_steps:
+        r.say(f"all {r.max_steps} steps were done: nothing to train; the model is exported from the checkpoint and the run reports "
+              + ("the results stored with it" if 'last_loss' in ck else "no training loss (an older longctx_nb did not store it)"))
     gb = r.d.batch_size * r.t.accumulate_grad_batches * r.dist.world_size
     if ck.get('global_batch') not in (None, gb):
         r.say(f"note: the checkpoint was trained with a global batch of {ck['global_batch']} sequences and this run's is "
@@ -876,11 +896,11 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             stop = _stop_requested(r)
             done = step + 1 == r.max_steps
             if (step + 1) % r.t.log_every_n_steps == 0 or done or stop: log_window(r, step + 1, lr, grad_norm, x.shape[-1])
-            paused = time.perf_counter()  # evaluation and checkpoints do not count as training time
+            r.paused_at = time.perf_counter()  # evaluation and checkpoints do not count as training time
             if can_validate and _due(step, r.t.eval_interval, done): validate(r, step + 1)
             if r.run_dir and (_due(step, r.t.checkpoint_interval, done or stop) or r.save_owed):
                 save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
-            r.window_t0 += time.perf_counter() - paused
+            r.window_t0 += time.perf_counter() - r.paused_at; r.paused_at = None
             if stop and not done:
                 prof.finish()
                 raise _stopped(*_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))

@@ -60,7 +60,7 @@ def resume_line(err: str) -> list[str]:
 
 def test_resume_after_sigkill(tmp_path, reference):
     """Killed when blade's step 20 checkpoint is written (inside a logging window of 7 steps): --resume keeps vanilla's row (not
-    retrained), trains blade again from step 0, and reports as if never stopped."""
+    retrained), continues blade from that checkpoint (which holds the window's steps so far), and reports as if never stopped."""
     out = tmp_path / 'cmp'
     ck = out / 'runs' / 'blade' / 'checkpoints'
     code, _ = start_and_stop(out, lambda: bool(steps(ck)), signal.SIGKILL)
@@ -72,10 +72,9 @@ def test_resume_after_sigkill(tmp_path, reference):
     assert refused.returncode == 2 and 'it holds a comparison: add --resume to continue it' in refused.stderr, refused.stderr
     r = compare(*ARGS, '--resume', out)                                # --resume DIR, as longctx_train --resume RUN_DIR
     assert r.returncode == 0, r.stderr
-    assert resume_line(r.stderr) == [f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade (again from step 0: its '
-                                     f'step {step} checkpoint falls inside a logging window, and continuing from it would change its '
-                                     'training-loss curve)'], r.stderr
-    assert 'vanilla: training' not in r.stdout and 'blade: training again from step 0' in r.stdout, r.stdout
+    assert resume_line(r.stderr) == [f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade (from its step {step} '
+                                     'checkpoint)'], r.stderr
+    assert 'vanilla: training' not in r.stdout and f'blade: training from its step {step} checkpoint' in r.stdout, r.stdout
     assert {f: f.stat().st_mtime_ns for f in kept} == kept                # vanilla's row and run untouched
     assert same(rows(out), rows(reference)) and table(out) == table(reference)
 
@@ -133,3 +132,27 @@ def test_signal_outside_training(tmp_path, sig, code, at):
     assert err.strip() == (f'longctx_compare: stopped by {signal.Signals(sig).name}. The finished runs are kept in {out}; continue the '
                            f'comparison with: {cmd}'), err
     assert not (out / 'results' / 'vanilla.json').exists() and not (out / 'runs' / 'blade').exists()
+
+def test_resume_after_stop_in_export(tmp_path, reference):
+    """SIGTERM while the first block exports its model (all its steps done, its final checkpoint written, no result row): --resume
+    trains no step of it, evaluates it from that checkpoint, and its row's training loss, time and tokens/s are the ones stored."""
+    from longctx_nb.checkpoint import read_checkpoint
+    out = tmp_path / 'cmp'
+    run = out / 'runs' / 'vanilla'
+    code, _ = start_and_stop(out, (run / 'model.safetensors').exists, signal.SIGTERM)
+    assert code == 143 and not (out / 'results' / 'vanilla.json').exists()
+    ck = run / 'checkpoints' / 'step_0000150.pt'
+    files = {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in [*(run / 'checkpoints').iterdir(), run / 'metrics.jsonl']}
+    r = compare(*ARGS, '--output_dir', out, '--resume')
+    assert r.returncode == 0, r.stderr
+    assert resume_line(r.stderr) == [f'resume: 0 of 2 runs finished in {out}, kept; evaluating 1 whose steps were all done, without '
+                                     'training (the model and its training results from its final checkpoint): vanilla (its step 150 '
+                                     'checkpoint); training 1: blade'], r.stderr
+    assert 'vanilla: all its steps done, no training: evaluating it from its step 150 checkpoint' in r.stdout, r.stdout
+    assert 'vanilla: training' not in r.stdout and 'blade: training' in r.stdout, r.stdout
+    assert {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in [*(run / 'checkpoints').iterdir(), run / 'metrics.jsonl']} == files
+    stored, row = read_checkpoint(ck), json.loads((out / 'results' / 'vanilla.json').read_text())   # no step trained: nothing rewritten
+    assert (row['train_loss'], row['train_seconds'], row['run_tokens_per_sec']) == (
+        round(stored['last_loss'], 4), round(stored['train_time'], 1), round(stored['train_tokens'] / stored['train_time'], 1)), row
+    assert stored['train_tokens'] == 150 * 4 * 32 and row['val_loss'] == round(stored['val_loss'], 4)
+    assert same(rows(out), rows(reference)) and table(out) == table(reference)

@@ -1,5 +1,6 @@
 """Exact resume after a real SIGKILL of a real `longctx_train`, and resume past damaged checkpoints."""
 import json, os, random, signal, subprocess, time
+from types import SimpleNamespace
 from pathlib import Path
 import pytest
 
@@ -55,3 +56,71 @@ def test_resume_skips_damaged_and_refuses_foreign(bindir, tmp_path):
     # a different model
     p = train(bindir, tmp_path, '--resume', '--model.d_model=64', '--trainer.max_steps=20', check=False)
     assert p.returncode == 2 and 'model.d_model: checkpoint 128, this run 64' in p.stderr
+
+class _Killed(Exception): "Stands for a SIGKILL between two steps."
+
+def fake_clock_run(monkeypatch, root, max_steps=8, kill_at=None, quiet=True):
+    """An in-process run of `max_steps` on a fake clock: 0-based step s takes s + 1 seconds and nothing else takes any time;
+    `kill_at` (0-based) ends the process before that step. (its result or None, the steps it trained)."""
+    import longctx_nb.train as T
+    from longctx_nb.config import Config, apply_overrides
+    clock, trained = [0.0], []
+    monkeypatch.setattr(T, 'time', SimpleNamespace(perf_counter=lambda: clock[0], time=time.time))
+    real = getattr(T.train_step, 'real', T.train_step)   # the trainer's own, under an earlier call's stand-in
+    def step(r, s, *a):
+        if s == kill_at: raise _Killed()
+        trained.append(s); out = real(r, s, *a); clock[0] += s + 1; return out
+    step.real = real; monkeypatch.setattr(T, 'train_step', step)
+    cfg = apply_overrides(Config(), {'data.seq_len': 32, 'data.batch_size': 2, 'model.n_layers': 1, 'trainer.max_steps': max_steps,
+                                     'trainer.log_every_n_steps': 4, 'trainer.checkpoint_interval': 6, 'trainer.keep_last': 0,
+                                     'trainer.eval_interval': 0, 'trainer.limit_val_batches': 1, 'trainer.enable_progress_bar': False,
+                                     'trainer.plot': False, 'trainer.tensorboard': False, 'trainer.run_name': 'run',
+                                     'trainer.default_root_dir': str(root), **({'trainer.resume': 'last'} if kill_at is None and
+                                                                               (root / 'run').exists() else {})})
+    try: return T.train(cfg, quiet=quiet), trained
+    except _Killed: return None, trained
+
+def test_resume_mid_window_logs_the_whole_window(monkeypatch, tmp_path):
+    """Killed after its step-6 checkpoint, between the log rows of steps 4 and 8, and resumed: the row of step 8 covers steps 5 to
+    8, their 4 x 64 tokens over their 5 + 6 + 7 + 8 seconds, and the run's time and tokens/s cover all 8 steps, as uninterrupted."""
+    from longctx_nb.checkpoint import read_checkpoint, checkpoint_path
+    ref, _ = fake_clock_run(monkeypatch, tmp_path / 'ref')
+    rows = lambda res: {r['step']: r for r in res.metrics if 'loss' in r}
+    tok = 2 * 32                                                          # tokens per step
+    test_rows = rows(ref)
+    assert sorted(test_rows) == [4, 8] and test_rows[8]['tokens_per_sec'] == round(4 * tok / 26, 1)
+    assert (ref.train_seconds, ref.tokens_per_sec) == (36.0, 8 * tok / 36)
+    assert fake_clock_run(monkeypatch, tmp_path / 'cut', kill_at=6) == (None, [0, 1, 2, 3, 4, 5])
+    ck = read_checkpoint(checkpoint_path(tmp_path / 'cut' / 'run', 6))
+    assert (ck['train_time'], ck['train_tokens']) == (10.0, 4 * tok)    # the logged window: steps 1-4
+    assert {k: ck['window'][k] for k in ('steps', 'tokens', 'seconds')} == {'steps': 2, 'tokens': 2 * tok, 'seconds': 11.0}
+    res, trained = fake_clock_run(monkeypatch, tmp_path / 'cut')
+    assert trained == [6, 7]
+    got = rows(res)
+    assert sorted(got) == [4, 8] and got[8]['tokens_per_sec'] == round(4 * tok / 26, 1), got[8]   # not 2 x 64 tokens / 15 s
+    assert got[8]['loss'] == test_rows[8]['loss'] and got[8]['tokens'] == 8 * tok                  # the mean of steps 5-8, bitwise
+    assert (res.train_seconds, res.tokens_per_sec, res.train_loss) == (36.0, 8 * tok / 36, ref.train_loss)
+
+def test_resume_of_a_finished_run_trains_nothing(monkeypatch, tmp_path):
+    "Resumed from its final checkpoint, a run takes no step and reports the losses, time and tokens/s of the run that wrote it."
+    ref, _ = fake_clock_run(monkeypatch, tmp_path)
+    (tmp_path / 'run' / 'model.safetensors').unlink()
+    res, trained = fake_clock_run(monkeypatch, tmp_path)
+    assert trained == [] and (tmp_path / 'run' / 'model.safetensors').is_file()   # exported again, from the checkpoint
+    assert ref.val_loss is not None and ref.train_loss == ref.train_loss        # both measured (not NaN)
+    assert ((res.train_loss, res.val_loss, res.train_seconds, res.tokens_per_sec, res.steps) ==
+            (ref.train_loss, ref.val_loss, ref.train_seconds, ref.tokens_per_sec, ref.steps))
+    assert res.metrics == ref.metrics
+
+def test_resume_from_an_older_checkpoint_says_what_its_row_covers(monkeypatch, tmp_path, capsys):
+    "A mid-window checkpoint without its window (written before checkpoints held it): the resumed run says which steps its next row covers."
+    from longctx_nb.checkpoint import read_checkpoint, checkpoint_path, save_checkpoint
+    fake_clock_run(monkeypatch, tmp_path, kill_at=6)
+    path = checkpoint_path(tmp_path / 'run', 6)
+    old = {k: v for k, v in read_checkpoint(path).items() if k not in ('format', 'window', 'last_loss', 'val_loss', 'val_acc', 'skipped')}
+    save_checkpoint(path, old)
+    res, trained = fake_clock_run(monkeypatch, tmp_path, quiet=False)
+    assert trained == [6, 7]
+    assert ('note: step_0000006.pt was written by an older longctx_nb, without its open log window: the row at step 8 covers only '
+            'the steps from 7 on') in capsys.readouterr().out
+    assert [r['tokens_per_sec'] for r in res.metrics if r['step'] == 8 and 'loss' in r] == [round(2 * 64 / 15, 1)]   # steps 7-8: 7 + 8 s
