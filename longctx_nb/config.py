@@ -701,6 +701,10 @@ def check_read(cfg: Config,   # the resolved config
     if t.fast_dev_run and notes is not None and (over := [k for k in keys if k in FAST_DEV_RUN_OVERRIDES]):
         notes.append(f"trainer.fast_dev_run runs 2 training steps and one validation batch and writes nothing: "
                      f"{', '.join(over)} {'is' if len(over) == 1 else 'are'} not used.")
+    if 'data.global_batch_size' in keys and 'trainer.accumulate_grad_batches' in keys:
+        raise UsageError("data.global_batch_size sets trainer.accumulate_grad_batches (global_batch_size / (batch_size x "
+                         "processes)), so the two cannot both be given; keep --data.global_batch_size to fix the batch "
+                         "whatever the number of GPUs, or --trainer.accumulate_grad_batches to fix the accumulation.")
     for k in keys:
         for rule in _UNREAD:
             if (why := rule(cfg, k)): raise UsageError(f"{k} is not read by this run: {why}; leave {k} out.")

@@ -75,6 +75,9 @@ def _unread_data(cfg, key: str) -> str | None:
     synthetic = d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None
     if key == 'trainer.max_epochs' and synthetic:
         return "the synthetic tasks draw new sequences at every step, so there are no epochs; --trainer.max_steps sets the length"
+    if key == 'trainer.limit_val_batches' and synthetic and cfg.trainer.limit_val_batches == 0:
+        return ("0 means the whole validation split, and the synthetic tasks have none: they validate on fixed batches "
+                "(20 unless a number is given)")
     if key not in _TEXT_ONLY: return None
     if d.train_data is not None:
         if key == 'data.val_fraction' and d.val_data is None: return None   # the tail of train_data is held out

@@ -368,11 +368,13 @@ def run_length(t: TrainerConfig,                 # fast_dev_run, max_epochs and 
               ) -> int:
     "Optimizer steps of the run: the end of the last stage, 2 with `fast_dev_run`, at most `max_epochs` of the data."
     if t.fast_dev_run: return 2
-    n = plan[-1][2]
-    if t.max_epochs and train_tokens is not None:  # an epoch: as many steps as the split has tokens (at the first length)
-        per_step = plan[0][0] * batch_size * t.accumulate_grad_batches * world_size
-        n = min(n, math.ceil(t.max_epochs * train_tokens / per_step))
-    return n
+    if not t.max_epochs or train_tokens is None: return plan[-1][2]
+    left = t.max_epochs * train_tokens                 # tokens the epochs hold, spent stage after stage
+    for L, a, b in plan:
+        per_step = L * batch_size * t.accumulate_grad_batches * world_size
+        if left <= (b - a) * per_step: return a + math.ceil(left / per_step)
+        left -= (b - a) * per_step
+    return plan[-1][2]
 
 # %% ../nbs/42_train.ipynb #5a44997d
 def kernel_report(m,       # a resolved `ModelConfig`
@@ -525,6 +527,10 @@ def announce(r: Run,  # an opened run
     r.say(r.est.table())
     r.peak_flops = device_peak_flops(device, autocast_dtype(r.precision) or torch.float32, say=r.say) * dist.world_size  # all ranks
     r.fpt = {L: flops_per_token(r.model.cfg, L) for L, _, _ in r.plan}
+    if r.max_steps < r.plan[-1][2] and not r.t.fast_dev_run:
+        r.say(f"trainer.max_epochs={r.t.max_epochs}: {r.t.max_epochs} pass{'es' if r.t.max_epochs > 1 else ''} over the "
+              f"{len(r.tokens.train):,} training tokens end at step {r.max_steps:,}, before the {r.plan[-1][2]:,} steps "
+              f"{'of --trainer.curriculum' if r.t.curriculum else 'of --trainer.max_steps'}")
 
 # %% ../nbs/42_train.ipynb #2a922040
 def start_loop(r: Run,  # an announced run
@@ -545,6 +551,8 @@ def start_loop(r: Run,  # an announced run
                  mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
     ck = r.resumed[2] if r.resumed else {}   # a resumed run goes on from its checkpoint's counters: they cover the whole run
     r.train_time, r.train_tokens = float(ck.get('train_time', 0.0)), int(ck.get('train_tokens', 0))
+    r.train_flops = ck['train_flops'] if 'train_flops' in ck else (   # an older checkpoint's: exact with one length only
+        r.train_tokens * r.fpt[r.plan[0][0]] if len(r.plan) == 1 or not r.train_tokens else None)
     r.last_loss, r.val_loss, r.val_acc = float(ck.get('last_loss', float('nan'))), ck.get('val_loss'), ck.get('val_acc')
     r.ckpt, r.bad_in_row, r.skipped, r.paused_at = None, 0, int(ck.get('skipped', 0)), None
     r.final_state, r.healthy, r.pending, r.first_bad, r.save_owed = None, (r.resumed[1] if r.resumed else None), None, None, False
@@ -652,6 +660,7 @@ def log_window(r: Run,            # the run
               ):
     "Log the steps since the last row: mean loss, tokens per second, MFU and peak memory."
     dt = time.perf_counter() - r.window_t0; r.train_time += dt; r.train_tokens += r.window_tokens
+    if r.train_flops is not None: r.train_flops += r.window_flops
     r.last_loss = r.window_loss / max(r.window_steps, 1)
     row = dict(step=step, loss=r.last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(r.window_tokens / dt, 1),
                mfu=mfu(r.window_flops / dt, r.peak_flops, 5), peak_mem_mb=round(peak_memory_mb(r.device), 1),
@@ -695,6 +704,7 @@ def save_state(r: Run,       # the run
             model=r.final_state[0], optimizer=r.final_state[1], scaler=r.scaler.state_dict(), rng=rngs[0],
             rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict(),
             train_time=r.train_time, train_tokens=r.train_tokens,   # the logged windows' training time and tokens, for a resume
+            train_flops=r.train_flops,                              # and their FLOPs (each length counted at its own cost)
             window=_open_window(r), skipped=r.skipped,              # the window not yet logged: a resume goes on with it
             last_loss=r.last_loss, val_loss=r.val_loss, val_acc=r.val_acc))   # what a resumed finished run reports
         _prune(r)
@@ -771,7 +781,8 @@ def finish(r: Run,  # a run whose loop ended
                                     + (" (process RSS, includes the runtime)" if r.device.type != 'cuda' else ''))
     tps = r.train_tokens / max(r.train_time, 1e-9)
     return TrainResult(r.run_dir, r.max_steps, r.last_loss, r.val_loss, tps, peak, r.n_params, r.ckpt, plot, r.log.rows,
-                       mfu=mfu(tps * r.fpt[r.plan[-1][0]], r.peak_flops) if r.train_tokens else None, val_acc=r.val_acc,
+                       mfu=mfu(r.train_flops / r.train_time, r.peak_flops) if r.train_tokens and r.train_flops is not None else None,
+                       val_acc=r.val_acc,
                        train_seconds=r.train_time, stop_signal=getattr(r, 'signal', None))
 
 def _plain(cfg, state: dict) -> LM:

@@ -264,6 +264,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('tokenizer_with_token_files', T, ['--data.train_data={d}/ids.npy', '--data.tokenizer=bpe'],
      'data.tokenizer is not read by this run: it reads token ids already made'),
     ('max_epochs_synthetic', T, ['--data.dataset_name=synthetic', '--trainer.max_epochs=1'], 'there are no epochs'),
+    ('global_batch_and_accumulation', T, ['--data.global_batch_size=8', '--trainer.accumulate_grad_batches=4'], 'cannot both be given'),
     ('fast_dev_run_resume', T, ['--trainer.fast_dev_run=true', '--trainer.resume={d}/runs/tiny'],
      'trainer.fast_dev_run trains a new model for 2 steps and writes nothing, so it cannot continue'),
     ('eval_n_samples_huge', E, ['--n_samples', '100000000', '--device', 'cpu'], '--n_samples 100000000: at most 100,000'),
