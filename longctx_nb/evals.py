@@ -22,7 +22,7 @@ from .plots import plot_heatmap, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
-__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'EVAL_FLAGS', 'Evaluated',
+__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'EVAL_FLAGS', 'Evaluated',
            'load_for_eval', 'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey',
            'passkey_generator', 'answer_accuracy', 'passkey_grid', 'recall_params', 'chance_level', 'task_accuracy',
            'loss_by_position', 'drift_curve', 'text_data', 'eval_lengths', 'fit_passkey', 'run_eval', 'format_result',
@@ -387,19 +387,28 @@ def _check(ok: bool, msg: str):
 
 # %% ../nbs/60_evals.ipynb #5f429af6
 EVAL_HINT = "--max_len (or --lengths) or --batch_size"
-TASK_FLAGS = {'passkey': ('passkey_len',), 'copy_recall': ('num_pairs', 'copy_len')}   # settings only that task reads
+TASK_FLAGS = {'depths': ('passkey',), 'passkey_len': ('passkey',), 'task_vocab_size': ('passkey', 'copy_recall'),
+              'num_pairs': ('copy_recall',), 'copy_len': ('copy_recall',), 'n_buckets': ('drift_curve',),
+              'data_dir': ('passkey', 'drift_curve', 'perplexity')}   # each task's own setting: the tasks that read it
+N_BUCKETS = 32   # --n_buckets when it is left out
 
-def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, **positive):
+def _check_task_flags(task: str, given: dict):
+    "Refuse a task's own setting given (not None) to a task that does not read it, naming the tasks that do."
+    bad = {f: TASK_FLAGS[f] for f, v in given.items() if v is not None and task not in TASK_FLAGS.get(f, (task,))}
+    tasks = lambda r: ', '.join(r[:-1]) + ' or ' + r[-1] if len(r) > 1 else r[0]
+    if len(bad) == 1: (f, r), = bad.items(); raise UsageError(f"--{f} is read only by --task {tasks(r)}, not by --task {task}; leave it out.")
+    _check(not bad, f"--task {task} does not read {', '.join('--' + f for f in bad)}: " + '; '.join(
+        f"--{f} is read only by --task {tasks(r)}" for f, r in bad.items()) + "; leave them out.")
+
+def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir=None,
+                **positive):
     "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
     _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
+    _check_task_flags(task, dict(depths=depths, n_buckets=n_buckets, data_dir=data_dir, **positive))
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
     check_positive(lengths=lengths, **positive)
     check_seed(seed)
-    for flag, v in positive.items():   # each task's own settings: one that the task does not read is refused
-        reads = [t for t, fs in TASK_FLAGS.items() if flag in fs]
-        _check(v is None or not reads or task in reads, f"--{flag} is read only by --task {' or '.join(reads)}, not by {task}; "
-               "leave it out.")
     _check(positive.get('passkey_len') is None or positive['passkey_len'] <= 1000, f"--passkey_len={positive.get('passkey_len')}: "
            "at most 1000 digits.")
     if output_dir is not None:
@@ -408,7 +417,8 @@ def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, 
     _check(n_samples > 0 or (n_samples == 0 and task in ('perplexity', 'drift_curve')), f"--n_samples={n_samples} must be > 0 "
            "(0, the whole validation split, only for perplexity and drift_curve).")
     if n_samples: check_positive(n_samples=n_samples)   # and not more than a run can finish
-    _check(all(0 <= d <= 1 for d in depths) and len(depths) > 0, f"--depths {' '.join(map(str, depths))}: each depth must be in [0, 1].")
+    _check(depths is None or (all(0 <= d <= 1 for d in depths) and len(depths) > 0),
+           f"--depths {' '.join(map(str, depths or []))}: each depth must be in [0, 1].")
     _check(lengths is None or (len(lengths) > 0 and min(lengths) > 0), f"--lengths {lengths}: give positive lengths.")
 
 def _lengths(ev: Evaluated, task: str, seq_len, max_len, lengths, note) -> tuple[int, int, list[int]]:
@@ -442,10 +452,13 @@ def fit_passkey(gen,                         # a passkey generator (`passkey_gen
                                          f"{what}{where}. Give --lengths to choose the lengths.")
 
 # %% ../nbs/60_evals.ipynb #3cc0ff36
+def _reads_bpe(ev: Evaluated) -> bool:
+    "Whether the passkey for `ev` is written with its BPE tokenizer, read from its text (the corpus or --data_dir)."
+    return ev.synthetic_task is None and ev.config is not None and ev.config.data.tokenizer == 'bpe'
+
 def _passkey_gen(ev: Evaluated, passkey_len, task_vocab_size, data_dir):
     "(generator, mode, chance) of the passkey for `ev`, through its BPE tokenizer if it reads BPE text."
-    tok = text_data(ev, data_dir, 'passkey').tokenizer if (ev.synthetic_task is None and ev.config is not None
-                                                          and ev.config.data.tokenizer == 'bpe') else None
+    tok = text_data(ev, data_dir, 'passkey').tokenizer if _reads_bpe(ev) else None
     return passkey_generator(ev, passkey_len, task_vocab_size, tok)
 
 def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw):
@@ -481,11 +494,15 @@ def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, bat
     given, notes = lengths is not None, []
     def note(text): notes.append(text); say(f"note: {text}")
     seq_len, max_len, lengths = _lengths(ev, task, seq_len, max_len, lengths, note)
+    n_buckets = N_BUCKETS if n_buckets is None else n_buckets
     _check(task != 'drift_curve' or n_buckets <= max_len, f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
     if task == 'passkey':
         gen, mode, chance = _passkey_gen(ev, passkey_len, task_vocab_size, data_dir)
         _check(mode != 'text' or task_vocab_size is None, f"--task_vocab_size is not read by the passkey in text, which "
                f"{ev.source} is tested with (its vocabulary is the tokenizer's); leave it out.")
+        _check(data_dir is None or _reads_bpe(ev), f"--data_dir is read by the passkey only for a model that reads BPE text "
+               f"(it gives the tokenizer); {ev.source} is tested with the passkey in {'bytes' if mode == 'text' else 'ids'}, "
+               "which needs no text; leave it out.")
         if not given:
             lengths, max_len, msg = fit_passkey(gen, lengths, max_len, ev.train_len)
             if msg: note(msg)
@@ -494,7 +511,8 @@ def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, bat
     kw = dict(batch_size=batch_size, device=dev, precision=precision)
     if task == 'passkey':
         for L in lengths: gen(1, L, np.random.default_rng(0), depth=0.0)   # a given length too short is refused here
-        work = lambda: dict(mode=mode, chance=chance, **passkey_grid(ev.model, gen, lengths, list(depths), n_samples, seed=seed, **kw))
+        work = lambda: dict(mode=mode, chance=chance, **passkey_grid(ev.model, gen, lengths, list(depths or DEPTHS), n_samples,
+                                                                     seed=seed, **kw))
     elif task == 'copy_recall': work = _recall_work(ev, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw)
     else: work = _text_work(ev, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw)
     out = dict(task=task, block=ev.block, n_params=count_params(ev.model), checkpoint=str(checkpoint_path) if checkpoint_path else None,
@@ -511,7 +529,7 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              seq_len: int | None = None,          # the training length (default: the checkpoint's; 128 untrained)
              max_len: int | None = None,          # the longest length evaluated (default seq_len; 4 seq_len for drift_curve)
              lengths: list[int] | None = None,    # lengths to evaluate (default: seq_len doubling up to max_len)
-             depths: list[float] = DEPTHS,        # passkey depths, 0 = the start of the filler, 1 = its end
+             depths: list[float] | None = None,   # passkey depths, 0 = the start of the filler, 1 = its end (None: `DEPTHS`)
              n_samples: int = 32,                 # sequences per length (per length and depth for passkey; windows for perplexity, drift)
              batch_size: int = 8,                 # sequences per forward pass
              device: str = 'auto',                # auto, cpu, cuda or cuda:N
@@ -522,14 +540,14 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              task_vocab_size: int | None = None,  # vocabulary of the synthetic tasks (default: the training task's)
              num_pairs: int | None = None,        # key-value pairs of associative recall
              copy_len: int | None = None,         # tokens to copy
-             n_buckets: int = 32,                 # points of the drift curve
+             n_buckets: int | None = None,        # points of the drift curve (None: `N_BUCKETS`)
              data_dir: str | None = None,         # validation text for drift_curve and perplexity (default: the training corpus)
              verbose: bool = True,                # print progress and the results
              skip_memory_check: bool = False,     # start even when the memory estimate says the longest length does not fit
             ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
     say = print if verbose else (lambda *a, **k: None)
-    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, vocab_size=vocab_size,
+    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir, vocab_size=vocab_size,
                 passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
     _check(data_dir is None or str(data_dir).strip() != '', "--data_dir is empty; give a folder, or leave it out for the training corpus.")
     _check(checkpoint_path is None or str(checkpoint_path).strip() != '', "--checkpoint_path is empty; give a checkpoint (.pt), a run "
@@ -673,10 +691,10 @@ def run_evals(task: str,                  # one of `EVAL_TASKS`
              ) -> list[dict]:             # the `run_eval` result of each model, in order
     "Evaluate every model `checkpoint_paths` names on `task`, all checked first; one table of the results."
     say = print if verbose else (lambda *a, **k: None)
-    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=DEPTHS, n_samples=32, batch_size=8, seed=0, passkey_len=None,
-                  task_vocab_size=None, num_pairs=None, copy_len=None, n_buckets=32, data_dir=None, skip_memory_check=False), **kw)
+    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=None, n_samples=32, batch_size=8, seed=0, passkey_len=None,
+                  task_vocab_size=None, num_pairs=None, copy_len=None, n_buckets=None, data_dir=None, skip_memory_check=False), **kw)
     _check_args(task, a['seq_len'], a['max_len'], a['lengths'], a['depths'], a['n_samples'], a['batch_size'], a['n_buckets'],
-                a['seed'], output_dir, vocab_size=vocab_size, passkey_len=a['passkey_len'], task_vocab_size=a['task_vocab_size'],
+                a['seed'], output_dir, a['data_dir'], vocab_size=vocab_size, passkey_len=a['passkey_len'], task_vocab_size=a['task_vocab_size'],
                 num_pairs=a['num_pairs'], copy_len=a['copy_len'])
     names = expand_checkpoints(checkpoint_paths, say)
     dev = get_device(device)
@@ -714,7 +732,8 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--seq_len', type=int, help="the training length (default: the checkpoint's)"),
         arg('--max_len', type=int, help='the longest length evaluated (default: seq_len; 4 x seq_len for drift_curve)'),
         arg('--lengths', type=int, nargs='+', help='the lengths to evaluate (default: seq_len doubling up to max_len)'),
-        arg('--depths', type=float, nargs='+', default=list(DEPTHS), help='passkey depths in [0, 1]'),
+        arg('--depths', type=float, nargs='+', metavar='FLOAT',
+            help=f"passkey depths in [0, 1] (default: {' '.join(map(str, DEPTHS))})"),
         arg('--n_samples', type=int, default=32, help='sequences per length (per length and depth for passkey); windows for '
                                                       'drift_curve and perplexity, 0: the whole validation split'),
         arg('--batch_size', type=int, default=8, help='sequences per forward pass'),
@@ -723,11 +742,11 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--seed', type=int, default=0, help='seed of the generated sequences (and of an untrained model)'),
         arg('--output_dir', help='write {block}_{task}.json and .png here'),
         arg('--passkey_len', type=int, group=task, help='digits of the passkey (default 5)'),
-        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks'),
+        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks (copy_recall; passkey in ids)'),
         arg('--num_pairs', type=int, group=task, help='key-value pairs of associative recall'),
         arg('--copy_len', type=int, group=task, help='tokens to copy'),
-        arg('--n_buckets', type=int, default=32, group=task, help='points of the drift curve'),
-        arg('--data_dir', group=task, help='validation text for drift_curve and perplexity (default: the training corpus)'),
+        arg('--n_buckets', type=int, group=task, help=f'points of the drift curve (default: {N_BUCKETS})'),
+        arg('--data_dir', group=task, help='validation text for drift_curve and perplexity, and a BPE model\'s tokenizer for passkey (default: the training corpus)'),
         arg('--skip_memory_check', action='store_true', help='start even when the memory estimate says the longest length does not fit')])
 
 # %% ../nbs/60_evals.ipynb #d86b44d1

@@ -84,6 +84,18 @@ BAD = {  # args -> phrase the error must contain
     'missing_checkpoint': (['--checkpoint_path', 'nowhere/run'], 'does not exist'),
     'synthetic_model_has_no_text': (['--task', 'perplexity', '--checkpoint_path={run}'], "trained on the synthetic task 'copy'"),
     'unknown_flag': (['--tsak', 'passkey'], 'unrecognized arguments: --tsak'),
+    'flag_the_task_does_not_read': (['--task', 'copy_recall', '--checkpoint_path={run}', '--n_samples', '1', '--data_dir', 'X',
+                                     '--depths', '0.3', '--n_buckets', '3'], '--task copy_recall does not read --depths, --n_buckets, '
+                                    '--data_dir: --depths is read only by --task passkey; --n_buckets is read only by --task '
+                                    'drift_curve; --data_dir is read only by --task passkey, drift_curve or perplexity; leave them out.'),
+    'depths_for_perplexity': (['--task', 'perplexity', '--depths', '0.3'],
+                              '--depths is read only by --task passkey, not by --task perplexity; leave it out.'),
+    'n_buckets_for_passkey': (['--task', 'passkey', '--n_buckets', '3'],
+                              '--n_buckets is read only by --task drift_curve, not by --task passkey; leave it out.'),
+    'task_vocab_size_for_perplexity': (['--task', 'perplexity', '--task_vocab_size', '3'], '--task_vocab_size is read only by '
+                                       '--task passkey or copy_recall, not by --task perplexity; leave it out.'),
+    'data_dir_for_the_passkey_in_ids': (['--task', 'passkey', '--checkpoint_path={run}', '--data_dir', 'X'], '--data_dir is read by '
+                                        'the passkey only for a model that reads BPE text (it gives the tokenizer)'),
 }
 
 @pytest.mark.parametrize('case', list(BAD))
