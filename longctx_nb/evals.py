@@ -429,14 +429,17 @@ def _check_task_flags(task: str, given: dict):
         f"--{f} is read only by --task {tasks(r)}" for f, r in bad.items()) + "; leave them out.")
 
 def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir=None,
-                **positive):
+                untrained=False, **positive):
     "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
     _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
     _check_task_flags(task, dict(depths=depths, n_buckets=n_buckets, data_dir=data_dir, **positive))
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
     check_positive(lengths=lengths, **positive)
-    check_seed(seed)
+    if seed is not None: check_seed(seed)
+    _check(seed is None or untrained or task in ('passkey', 'copy_recall'), f"--seed is read by --task passkey or copy_recall (the "
+           f"generated sequences) and by an untrained model (its weights); --task {task} of a checkpoint scores fixed windows of "
+           "text and reads neither; leave it out.")
     _check(positive.get('passkey_len') is None or positive['passkey_len'] <= 1000, f"--passkey_len={positive.get('passkey_len')}: "
            "at most 1000 digits.")
     if output_dir is not None:
@@ -569,7 +572,7 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              batch_size: int = 8,                 # sequences per forward pass
              device: str = 'auto',                # auto, cpu, cuda or cuda:N
              precision: str = 'auto',             # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
-             seed: int = 0,                       # seed of the generated sequences (and of an untrained model)
+             seed: int | None = None,             # seed of the generated sequences (and of an untrained model); None: 0
              output_dir: str | None = None,       # writes {block}_{task}.json and .png there
              passkey_len: int | None = None,      # digits of the passkey (default: the training task's, else 5)
              task_vocab_size: int | None = None,  # vocabulary of the synthetic tasks (default: the training task's)
@@ -582,8 +585,10 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
             ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
     say = print if verbose else (lambda *a, **k: None)
-    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir, vocab_size=vocab_size,
-                passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
+    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir,
+                checkpoint_path is None, vocab_size=vocab_size, passkey_len=passkey_len, task_vocab_size=task_vocab_size,
+                num_pairs=num_pairs, copy_len=copy_len)
+    seed = 0 if seed is None else seed
     _check(data_dir is None or str(data_dir).strip() != '', "--data_dir is empty; give a folder, or leave it out for the training corpus.")
     _check(checkpoint_path is None or str(checkpoint_path).strip() != '', "--checkpoint_path is empty; give a checkpoint (.pt), a run "
            "directory or an exported model folder, or leave it out to evaluate an untrained model.")
@@ -727,11 +732,12 @@ def run_evals(task: str,                  # one of `EVAL_TASKS`
              ) -> list[dict]:             # the `run_eval` result of each model, in order
     "Evaluate every model `checkpoint_paths` names on `task`, all checked first; one table of the results."
     say = print if verbose else (lambda *a, **k: None)
-    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=None, n_samples=32, batch_size=8, seed=0, passkey_len=None,
+    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=None, n_samples=32, batch_size=8, seed=None, passkey_len=None,
                   task_vocab_size=None, num_pairs=None, copy_len=None, n_buckets=None, data_dir=None, skip_memory_check=False), **kw)
     _check_args(task, a['seq_len'], a['max_len'], a['lengths'], a['depths'], a['n_samples'], a['batch_size'], a['n_buckets'],
                 a['seed'], output_dir, a['data_dir'], vocab_size=vocab_size, passkey_len=a['passkey_len'], task_vocab_size=a['task_vocab_size'],
                 num_pairs=a['num_pairs'], copy_len=a['copy_len'])
+    a['seed'] = a['seed'] or 0
     names = expand_checkpoints(checkpoint_paths, say)
     dev = get_device(device)
     precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)
@@ -775,7 +781,7 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--batch_size', type=int, default=8, help='sequences per forward pass'),
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
         arg('--precision', default='auto', help='32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere'),
-        arg('--seed', type=int, default=0, help='seed of the generated sequences (and of an untrained model)'),
+        arg('--seed', type=int, help='seed of the generated sequences (passkey, copy_recall) and of an untrained model (default: 0)'),
         arg('--output_dir', help='write {block}_{task}.json and .png here'),
         arg('--passkey_len', type=int, group=task, help='digits of the passkey (default 5)'),
         arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks (copy_recall; passkey in ids)'),

@@ -125,6 +125,9 @@ BAD = {  # args -> phrase the error must contain
                               '--n_buckets is read only by --task drift_curve, not by --task passkey; leave it out.'),
     'task_vocab_size_for_perplexity': (['--task', 'perplexity', '--task_vocab_size', '3'], '--task_vocab_size is read only by '
                                        '--task passkey or copy_recall, not by --task perplexity; leave it out.'),
+    'seed_for_perplexity_of_a_checkpoint': (['--task', 'perplexity', '--checkpoint_path={run}', '--seed', '3'], '--seed is read by '
+                                            '--task passkey or copy_recall (the generated sequences) and by an untrained model (its '
+                                            'weights); --task perplexity of a checkpoint scores fixed windows of text and reads neither'),
     'data_dir_for_the_passkey_in_ids': (['--task', 'passkey', '--checkpoint_path={run}', '--data_dir', 'X'], '--data_dir is read by '
                                         'the passkey only for a model that reads BPE text (it gives the tokenizer)'),
 }
