@@ -8,22 +8,23 @@ import argparse, dataclasses, glob, json, math, os, sys, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
+from typing import Iterator
 import torch, torch.nn.functional as F
 from .core import UsageError, get_device, autocast, check_precision, seed_everything
 from .config import Config, DataConfig, ModelConfig, apply_overrides, flatten_sections, check_writable_dir
 from .memory import check_fits, check_positive, check_seed
 from .blocks.base import canonical_block
-from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
+from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches, get_batch, doc_ids
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
 from .model import LM, count_params
 from .checkpoint import CheckpointError, read_checkpoint, latest_checkpoint, load_model
-from .train import evaluate, evaluate_task
+from .train import evaluate_task
 from .plots import plot_heatmap, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
-__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'EVAL_FLAGS', 'Evaluated',
-           'load_for_eval', 'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey',
+__all__ = ['FILLER', 'RECALL_TASKS', 'EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'EVAL_FLAGS', 'Evaluated',
+           'load_for_eval', 'fresh_model', 'check_flags', 'eval_windows', 'token_bytes', 'perplexity', 'TextPasskey',
            'passkey_generator', 'answer_accuracy', 'passkey_grid', 'recall_params', 'chance_level', 'task_accuracy',
            'loss_by_position', 'drift_curve', 'text_data', 'eval_lengths', 'fit_passkey', 'run_eval', 'format_result',
            'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals', 'eval_parser', 'eval_main']
@@ -108,6 +109,21 @@ def check_flags(ev: Evaluated,                  # the model to check the flags a
         raise UsageError(f"--vocab_size={vocab_size} does not match the model in {ev.source}, which has "
                          f"vocab_size={ev.vocab_size}; leave --vocab_size out (it is read from the checkpoint).")
 
+# %% ../nbs/60_evals.ipynb #a819eb94
+def eval_windows(data,             # validation token ids (1-D)
+                 seq_len: int,     # tokens per window
+                 n_windows: int,   # windows (0, or more than the split holds: the whole split, each target once)
+                 batch_size: int,  # windows per batch; the last batch holds the rest
+                 docs=None,        # document offsets of `data`: also yield each input token's document
+                ) -> Iterator[tuple[torch.Tensor, ...]]:  # (x, y[, documents]) int64 batches
+    "Exactly `n_windows` evenly spread windows of `data` (as `val_batches` spreads them), in batches of at most `batch_size`."
+    n_full, rest = divmod(len(data) - 1, seq_len)
+    if not n_windows or n_windows >= n_full + (rest > 0): yield from val_batches(data, seq_len, batch_size, docs=docs); return
+    starts = np.linspace(0, len(data) - seq_len - 1, n_windows).round().astype(np.int64)
+    for i in range(0, n_windows, batch_size):
+        o = starts[i:i + batch_size]
+        yield get_batch(data, o, seq_len) + ((doc_ids(docs, o, seq_len),) if docs is not None else ())
+
 # %% ../nbs/60_evals.ipynb #1a09c8b6
 def token_bytes(tokenizer,  # the corpus tokenizer (byte or BPE), or None
                ) -> np.ndarray | None:  # indexed by token id
@@ -125,16 +141,21 @@ def perplexity(model,                           # the language model, in eval mo
                batch_size: int = 8,             # sequences per forward pass
                device='cpu',                    # the torch device (or its name) to run on
                precision='32',                  # '32', 'bf16' or '16'
-               max_batches: int | None = None,  # None: the whole validation split
+               max_batches: int | None = None,  # whole batches of windows (None: the whole validation split)
+               n_windows: int | None = None,    # windows instead, exactly (0: the whole split; None: `max_batches`)
+               docs=None,                       # document offsets of `tokens.val`: attention within documents (data.doc_mask)
               ) -> dict:
-    "Loss, perplexity and bits per byte (or per token) on `tokens.val` in windows of `seq_len`."
-    device = torch.device(device)
-    loss = evaluate(model, tokens.val, seq_len, batch_size, device, precision, max_batches)
-    tb, n_tok, n_bytes = token_bytes(tokens.tokenizer), 0, 0
-    for _, y in val_batches(tokens.val, seq_len, batch_size, max_batches):  # the same windows evaluate scored
-        n_tok += y.numel()
+    "Loss, perplexity and bits per byte (or per token) on `tokens.val` in windows of `seq_len`, scored as training's validation is."
+    device, tb = torch.device(device), token_bytes(tokens.tokenizer)
+    total, n_tok, n_bytes, n_win = 0.0, 0, 0, 0
+    n = n_windows if n_windows is not None else (max_batches or 0) * batch_size
+    for x, y, *d in eval_windows(tokens.val, seq_len, n, batch_size, docs):
+        with autocast(device, precision): logits = model(x.to(device), doc_ids=d[0].to(device)) if d else model(x.to(device))
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten(), reduction='sum').item()
+        n_tok, n_win = n_tok + y.numel(), n_win + len(y)
         if tb is not None: n_bytes += int(tb[y.numpy()].sum())
-    out = dict(seq_len=seq_len, loss=loss, ppl=math.exp(min(loss, 50)), tokens=n_tok)
+    loss = total / max(n_tok, 1)
+    out = dict(seq_len=seq_len, loss=loss, ppl=math.exp(min(loss, 50)), windows=n_win, tokens=n_tok)
     if tb is not None: out.update(bytes=n_bytes, bits_per_byte=loss / math.log(2) * n_tok / max(n_bytes, 1))
     else: out['bits_per_token'] = loss / math.log(2)
     return out
@@ -282,11 +303,12 @@ def chance_level(task: str,        # a synthetic task
     return 1 / n.get(task, vocab_size - 2)                     # copy, selective_copy: the data tokens
 
 class _Counted:
-    "A synthetic task whose validation batches count the answer tokens they hold, as they are scored."
-    def __init__(self, data): self.data, self.n = data, 0
+    "A synthetic task whose validation batches stop at `n_seqs` sequences (the last batch cut) and count the answer tokens scored."
+    def __init__(self, data, n_seqs): self.data, self.left, self.n = data, n_seqs, 0
     def val_batches(self, *args):
         for x, y in self.data.val_batches(*args):
-            self.n += int((y != -100).sum()); yield x, y
+            x, y = x[:self.left], y[:self.left]
+            self.left -= len(x); self.n += int((y != -100).sum()); yield x, y
 
 def task_accuracy(model,                # the language model, in eval mode
                   task: str,            # a synthetic task
@@ -298,11 +320,11 @@ def task_accuracy(model,                # the language model, in eval mode
                   seed: int = 0,        # seed of the generated sequences
                   **params,             # the task's parameters (see `task_params`)
                  ) -> dict:  # params, accuracy, loss and answers scored by length, chance
-    "Answer-token accuracy and loss of synthetic `task` at each length (`n_samples` sequences each, in whole batches), and the answers scored."
+    "Answer-token accuracy and loss of synthetic `task` at each length (exactly `n_samples` sequences each), and the answers scored."
     device = torch.device(device)
     data = [synthetic_data(task, L, **params) for L in lengths]      # checks every length first
     n_batches = math.ceil(n_samples / batch_size)
-    counted = [_Counted(sd) for sd in data]
+    counted = [_Counted(sd, n_samples) for sd in data]
     rows = [evaluate_task(model, c, L, batch_size, device, precision, n_batches, seed) for c, L in zip(counted, lengths)]
     return dict(params=data[0].params, accuracy=[round(a, 4) for _, a in rows], loss=[round(l, 4) for l, _ in rows],
                 scored=[c.n for c in counted], chance=chance_level(task, **data[0].params))
@@ -316,16 +338,17 @@ def loss_by_position(model,                # the language model, in eval mode
                      batch_size: int = 8,  # sequences per forward pass
                      device='cpu',         # the torch device (or its name) to run on
                      precision='32',       # '32', 'bf16' or '16'
+                     docs=None,            # document offsets of `data`: attention within documents (data.doc_mask)
                     ) -> tuple[np.ndarray, int]:  # (mean loss at each position, windows used)
     "Mean loss at each position 0..length-1 over `n_windows` evenly spread windows of `data` (0: all), and the windows used."
     if len(data) < length + 1:
         raise UsageError(f"the validation split has {len(data):,} tokens, too few for windows of --max_len={length} "
                          f"(a window needs max_len + 1 tokens); use --max_len <= {len(data) - 1} or more validation text.")
     device, total, n = torch.device(device), torch.zeros(length, dtype=torch.float64), 0
-    for x, y in val_batches(data, length, batch_size, max_batches=math.ceil(n_windows / batch_size)):
+    for x, y, *d in eval_windows(data, length, n_windows, batch_size, docs):
         if x.shape[1] != length: continue                              # a short remainder window
         x, y = x.to(device), y.to(device)
-        with autocast(torch.device(device), precision): logits = model(x)
+        with autocast(device, precision): logits = model(x, doc_ids=d[0].to(device)) if d else model(x)
         total += F.cross_entropy(logits.float().transpose(1, 2), y, reduction='none').sum(0).double().cpu()
         n += x.shape[0]
     return (total / max(n, 1)).numpy(), n
@@ -340,9 +363,10 @@ def drift_curve(model,                # the language model, in eval mode
                 batch_size: int = 8,  # sequences per forward pass
                 device='cpu',         # the torch device (or its name) to run on
                 precision='32',       # '32', 'bf16' or '16'
+                docs=None,            # document offsets of `data`: attention within documents (data.doc_mask)
                ) -> dict:
     "The loss-by-position curve up to `max_len`, in `n_buckets` buckets, with the mean loss within and beyond `train_len`."
-    curve, n = loss_by_position(model, data, max_len, n_windows, batch_size, device, precision)
+    curve, n = loss_by_position(model, data, max_len, n_windows, batch_size, device, precision, docs)
     edges = np.unique(np.r_[0, np.geomspace(1, max_len, n_buckets + 1).round().astype(int)])  # even on a log axis
     return dict(positions=[int(round(math.sqrt(max(a, 1) * (b - 1)))) for a, b in zip(edges[:-1], edges[1:])],
                 loss=[round(float(curve[a:b].mean()), 4) for a, b in zip(edges[:-1], edges[1:])],
@@ -365,9 +389,13 @@ def text_data(ev: Evaluated,                # the model to evaluate
         raise UsageError(f"--data_dir {data_dir!r} holds raw text, and the model reads BPE tokens: a new tokenizer would be "
                          "trained on it. Give a folder prepared with the model's tokenizer (or its training corpus: leave --data_dir out).")
     cfg = dataclasses.replace(base, seq_len=1, **({'data_dir': data_dir, 'dataset_name': 'local', 'train_data': None,
-                                                  'val_data': None} if data_dir else {}))
+                                                  'val_data': None, 'doc_mask': False} if data_dir else {}))
     tokens = load_dataset(cfg, vocab_size=ev.vocab_size)   # ids beyond the model's vocabulary are refused here
     if tokens.val is None: raise UsageError(f"{tokens.source} has no validation split to evaluate {what} on.")
+    if base.doc_mask and tokens.val_docs is None:
+        raise UsageError(f"the model in {ev.source} was trained with data.doc_mask=true (attention within each document), and "
+                         f"--data_dir {data_dir!r} has no document boundaries (val.docs.npy); prepare it with longctx_prepare, "
+                         "or leave --data_dir out to evaluate on the training corpus.")
     return tokens
 
 # %% ../nbs/60_evals.ipynb #d607b094
@@ -387,19 +415,31 @@ def _check(ok: bool, msg: str):
 
 # %% ../nbs/60_evals.ipynb #5f429af6
 EVAL_HINT = "--max_len (or --lengths) or --batch_size"
-TASK_FLAGS = {'passkey': ('passkey_len',), 'copy_recall': ('num_pairs', 'copy_len')}   # settings only that task reads
+TASK_FLAGS = {'depths': ('passkey',), 'passkey_len': ('passkey',), 'task_vocab_size': ('passkey', 'copy_recall'),
+              'num_pairs': ('copy_recall',), 'copy_len': ('copy_recall',), 'n_buckets': ('drift_curve',),
+              'data_dir': ('passkey', 'drift_curve', 'perplexity')}   # each task's own setting: the tasks that read it
+N_BUCKETS = 32   # --n_buckets when it is left out
 
-def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, **positive):
+def _check_task_flags(task: str, given: dict):
+    "Refuse a task's own setting given (not None) to a task that does not read it, naming the tasks that do."
+    bad = {f: TASK_FLAGS[f] for f, v in given.items() if v is not None and task not in TASK_FLAGS.get(f, (task,))}
+    tasks = lambda r: ', '.join(r[:-1]) + ' or ' + r[-1] if len(r) > 1 else r[0]
+    if len(bad) == 1: (f, r), = bad.items(); raise UsageError(f"--{f} is read only by --task {tasks(r)}, not by --task {task}; leave it out.")
+    _check(not bad, f"--task {task} does not read {', '.join('--' + f for f in bad)}: " + '; '.join(
+        f"--{f} is read only by --task {tasks(r)}" for f, r in bad.items()) + "; leave them out.")
+
+def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir=None,
+                untrained=False, **positive):
     "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
     _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
+    _check_task_flags(task, dict(depths=depths, n_buckets=n_buckets, data_dir=data_dir, **positive))
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
     check_positive(lengths=lengths, **positive)
-    check_seed(seed)
-    for flag, v in positive.items():   # each task's own settings: one that the task does not read is refused
-        reads = [t for t, fs in TASK_FLAGS.items() if flag in fs]
-        _check(v is None or not reads or task in reads, f"--{flag} is read only by --task {' or '.join(reads)}, not by {task}; "
-               "leave it out.")
+    if seed is not None: check_seed(seed)
+    _check(seed is None or untrained or task in ('passkey', 'copy_recall'), f"--seed is read by --task passkey or copy_recall (the "
+           f"generated sequences) and by an untrained model (its weights); --task {task} of a checkpoint scores fixed windows of "
+           "text and reads neither; leave it out.")
     _check(positive.get('passkey_len') is None or positive['passkey_len'] <= 1000, f"--passkey_len={positive.get('passkey_len')}: "
            "at most 1000 digits.")
     if output_dir is not None:
@@ -408,7 +448,8 @@ def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, 
     _check(n_samples > 0 or (n_samples == 0 and task in ('perplexity', 'drift_curve')), f"--n_samples={n_samples} must be > 0 "
            "(0, the whole validation split, only for perplexity and drift_curve).")
     if n_samples: check_positive(n_samples=n_samples)   # and not more than a run can finish
-    _check(all(0 <= d <= 1 for d in depths) and len(depths) > 0, f"--depths {' '.join(map(str, depths))}: each depth must be in [0, 1].")
+    _check(depths is None or (all(0 <= d <= 1 for d in depths) and len(depths) > 0),
+           f"--depths {' '.join(map(str, depths or []))}: each depth must be in [0, 1].")
     _check(lengths is None or (len(lengths) > 0 and min(lengths) > 0), f"--lengths {lengths}: give positive lengths.")
 
 def _lengths(ev: Evaluated, task: str, seq_len, max_len, lengths, note) -> tuple[int, int, list[int]]:
@@ -442,10 +483,13 @@ def fit_passkey(gen,                         # a passkey generator (`passkey_gen
                                          f"{what}{where}. Give --lengths to choose the lengths.")
 
 # %% ../nbs/60_evals.ipynb #3cc0ff36
+def _reads_bpe(ev: Evaluated) -> bool:
+    "Whether the passkey for `ev` is written with its BPE tokenizer, read from its text (the corpus or --data_dir)."
+    return ev.synthetic_task is None and ev.config is not None and ev.config.data.tokenizer == 'bpe'
+
 def _passkey_gen(ev: Evaluated, passkey_len, task_vocab_size, data_dir):
     "(generator, mode, chance) of the passkey for `ev`, through its BPE tokenizer if it reads BPE text."
-    tok = text_data(ev, data_dir, 'passkey').tokenizer if (ev.synthetic_task is None and ev.config is not None
-                                                          and ev.config.data.tokenizer == 'bpe') else None
+    tok = text_data(ev, data_dir, 'passkey').tokenizer if _reads_bpe(ev) else None
     return passkey_generator(ev, passkey_len, task_vocab_size, tok)
 
 def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw):
@@ -457,15 +501,22 @@ def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_p
     return lambda: dict(lengths=lengths, tasks={t: task_accuracy(ev.model, t, lengths, n_samples, seed=seed, **kw, **params[t])
                                                 for t in RECALL_TASKS})
 
-def _text_work(ev: Evaluated, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw):
+def _text_work(ev: Evaluated, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw, note):
     "Check the validation text; the perplexity or drift-curve work, as a function."
     tokens = text_data(ev, data_dir, task)
-    _check(len(tokens.val) > max_len, f"the validation split of {tokens.source} has {len(tokens.val):,} tokens, too few "
-           f"for sequences of {max_len} (they need {max_len + 1}); use --max_len <= {len(tokens.val) - 1}.")
+    n = len(tokens.val)
+    _check(n > max_len, f"the validation split of {tokens.source} has {n:,} tokens, too few "
+           f"for sequences of {max_len} (they need {max_len + 1}); use --max_len <= {n - 1}.")
+    holds = {L: (n - 1) // L + (task == 'perplexity' and (n - 1) % L > 0) for L in (lengths if task == 'perplexity' else [max_len])}
+    if short := [L for L, k in holds.items() if n_samples > k]:
+        note(f"--n_samples={n_samples}: the validation split holds only {', '.join(f'{holds[L]} windows of {L}' for L in short)} "
+             f"tokens; {'they are' if task == 'perplexity' else 'all whole ones are'} scored, each target once")
+    docs = tokens.val_docs if ev.config is not None and ev.config.data.doc_mask else None
+    if docs is not None: note("the model was trained with data.doc_mask=true: attention stays within each document, as in training")
     if task == 'perplexity':
-        return lambda: dict(data=tokens.source, rows=[perplexity(ev.model, tokens, L, max_batches=math.ceil(n_samples / kw['batch_size'])
-                                                                 or None, **kw) for L in lengths])
-    return lambda: dict(data=tokens.source, **drift_curve(ev.model, tokens.val, max_len, seq_len, n_samples, n_buckets, **kw))
+        return lambda: dict(data=tokens.source, rows=[perplexity(ev.model, tokens, L, n_windows=n_samples, docs=docs, **kw)
+                                                      for L in lengths])
+    return lambda: dict(data=tokens.source, **drift_curve(ev.model, tokens.val, max_len, seq_len, n_samples, n_buckets, docs=docs, **kw))
 
 def _write(r: dict, stem: Path, say):
     "A result as `stem`.json and its picture as `stem`.png."
@@ -481,11 +532,15 @@ def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, bat
     given, notes = lengths is not None, []
     def note(text): notes.append(text); say(f"note: {text}")
     seq_len, max_len, lengths = _lengths(ev, task, seq_len, max_len, lengths, note)
+    n_buckets = N_BUCKETS if n_buckets is None else n_buckets
     _check(task != 'drift_curve' or n_buckets <= max_len, f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
     if task == 'passkey':
         gen, mode, chance = _passkey_gen(ev, passkey_len, task_vocab_size, data_dir)
         _check(mode != 'text' or task_vocab_size is None, f"--task_vocab_size is not read by the passkey in text, which "
                f"{ev.source} is tested with (its vocabulary is the tokenizer's); leave it out.")
+        _check(data_dir is None or _reads_bpe(ev), f"--data_dir is read by the passkey only for a model that reads BPE text "
+               f"(it gives the tokenizer); {ev.source} is tested with the passkey in {'bytes' if mode == 'text' else 'ids'}, "
+               "which needs no text; leave it out.")
         if not given:
             lengths, max_len, msg = fit_passkey(gen, lengths, max_len, ev.train_len)
             if msg: note(msg)
@@ -494,9 +549,10 @@ def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, bat
     kw = dict(batch_size=batch_size, device=dev, precision=precision)
     if task == 'passkey':
         for L in lengths: gen(1, L, np.random.default_rng(0), depth=0.0)   # a given length too short is refused here
-        work = lambda: dict(mode=mode, chance=chance, **passkey_grid(ev.model, gen, lengths, list(depths), n_samples, seed=seed, **kw))
+        work = lambda: dict(mode=mode, chance=chance, **passkey_grid(ev.model, gen, lengths, list(depths or DEPTHS), n_samples,
+                                                                     seed=seed, **kw))
     elif task == 'copy_recall': work = _recall_work(ev, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw)
-    else: work = _text_work(ev, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw)
+    else: work = _text_work(ev, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw, note)
     out = dict(task=task, block=ev.block, n_params=count_params(ev.model), checkpoint=str(checkpoint_path) if checkpoint_path else None,
                source=ev.source, step=ev.step, trained=ev.trained, train_seq_len=ev.train_len, trained_on=ev.synthetic_task or
                (ev.config.data.dataset_name if ev.config is not None and ev.trained else None), seq_len=seq_len, max_len=max_len,
@@ -511,26 +567,28 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              seq_len: int | None = None,          # the training length (default: the checkpoint's; 128 untrained)
              max_len: int | None = None,          # the longest length evaluated (default seq_len; 4 seq_len for drift_curve)
              lengths: list[int] | None = None,    # lengths to evaluate (default: seq_len doubling up to max_len)
-             depths: list[float] = DEPTHS,        # passkey depths, 0 = the start of the filler, 1 = its end
+             depths: list[float] | None = None,   # passkey depths, 0 = the start of the filler, 1 = its end (None: `DEPTHS`)
              n_samples: int = 32,                 # sequences per length (per length and depth for passkey; windows for perplexity, drift)
              batch_size: int = 8,                 # sequences per forward pass
              device: str = 'auto',                # auto, cpu, cuda or cuda:N
              precision: str = 'auto',             # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
-             seed: int = 0,                       # seed of the generated sequences (and of an untrained model)
+             seed: int | None = None,             # seed of the generated sequences (and of an untrained model); None: 0
              output_dir: str | None = None,       # writes {block}_{task}.json and .png there
              passkey_len: int | None = None,      # digits of the passkey (default: the training task's, else 5)
              task_vocab_size: int | None = None,  # vocabulary of the synthetic tasks (default: the training task's)
              num_pairs: int | None = None,        # key-value pairs of associative recall
              copy_len: int | None = None,         # tokens to copy
-             n_buckets: int = 32,                 # points of the drift curve
+             n_buckets: int | None = None,        # points of the drift curve (None: `N_BUCKETS`)
              data_dir: str | None = None,         # validation text for drift_curve and perplexity (default: the training corpus)
              verbose: bool = True,                # print progress and the results
              skip_memory_check: bool = False,     # start even when the memory estimate says the longest length does not fit
             ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
     say = print if verbose else (lambda *a, **k: None)
-    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, vocab_size=vocab_size,
-                passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
+    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir,
+                checkpoint_path is None, vocab_size=vocab_size, passkey_len=passkey_len, task_vocab_size=task_vocab_size,
+                num_pairs=num_pairs, copy_len=copy_len)
+    seed = 0 if seed is None else seed
     _check(data_dir is None or str(data_dir).strip() != '', "--data_dir is empty; give a folder, or leave it out for the training corpus.")
     _check(checkpoint_path is None or str(checkpoint_path).strip() != '', "--checkpoint_path is empty; give a checkpoint (.pt), a run "
            "directory or an exported model folder, or leave it out to evaluate an untrained model.")
@@ -577,8 +635,9 @@ def format_result(r: dict,  # a `run_eval` result
     elif r['task'] == 'perplexity':
         unit = 'bits_per_byte' if 'bits_per_byte' in r['rows'][0] else 'bits_per_token'
         lines.append(f"validation text: {r['data']}")
-        lines.append(f"{'seq_len':>8} {'loss':>8} {'ppl':>10} {unit:>15} {'tokens':>9}")
-        for x in r['rows']: lines.append(f"{x['seq_len']:>8} {x['loss']:>8.4f} {x['ppl']:>10.3f} {x[unit]:>15.4f} {x['tokens']:>9,}")
+        lines.append(f"{'seq_len':>8} {'loss':>8} {'ppl':>10} {unit:>15} {'windows':>8} {'tokens':>9}")
+        for x in r['rows']: lines.append(f"{x['seq_len']:>8} {x['loss']:>8.4f} {x['ppl']:>10.3f} {x[unit]:>15.4f} {x['windows']:>8,} "
+                                         f"{x['tokens']:>9,}")
     else:
         lines.append(f"validation text: {r['data']}; loss by position over {r['n_windows']} windows of {r['max_len']} tokens")
         lines.append(f"mean loss within the training length {r['train_len']}: {r['loss_within']:.4f}"
@@ -673,11 +732,12 @@ def run_evals(task: str,                  # one of `EVAL_TASKS`
              ) -> list[dict]:             # the `run_eval` result of each model, in order
     "Evaluate every model `checkpoint_paths` names on `task`, all checked first; one table of the results."
     say = print if verbose else (lambda *a, **k: None)
-    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=DEPTHS, n_samples=32, batch_size=8, seed=0, passkey_len=None,
-                  task_vocab_size=None, num_pairs=None, copy_len=None, n_buckets=32, data_dir=None, skip_memory_check=False), **kw)
+    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=None, n_samples=32, batch_size=8, seed=None, passkey_len=None,
+                  task_vocab_size=None, num_pairs=None, copy_len=None, n_buckets=None, data_dir=None, skip_memory_check=False), **kw)
     _check_args(task, a['seq_len'], a['max_len'], a['lengths'], a['depths'], a['n_samples'], a['batch_size'], a['n_buckets'],
-                a['seed'], output_dir, vocab_size=vocab_size, passkey_len=a['passkey_len'], task_vocab_size=a['task_vocab_size'],
+                a['seed'], output_dir, a['data_dir'], vocab_size=vocab_size, passkey_len=a['passkey_len'], task_vocab_size=a['task_vocab_size'],
                 num_pairs=a['num_pairs'], copy_len=a['copy_len'])
+    a['seed'] = a['seed'] or 0
     names = expand_checkpoints(checkpoint_paths, say)
     dev = get_device(device)
     precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)
@@ -714,20 +774,21 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--seq_len', type=int, help="the training length (default: the checkpoint's)"),
         arg('--max_len', type=int, help='the longest length evaluated (default: seq_len; 4 x seq_len for drift_curve)'),
         arg('--lengths', type=int, nargs='+', help='the lengths to evaluate (default: seq_len doubling up to max_len)'),
-        arg('--depths', type=float, nargs='+', default=list(DEPTHS), help='passkey depths in [0, 1]'),
+        arg('--depths', type=float, nargs='+', metavar='FLOAT',
+            help=f"passkey depths in [0, 1] (default: {' '.join(map(str, DEPTHS))})"),
         arg('--n_samples', type=int, default=32, help='sequences per length (per length and depth for passkey); windows for '
                                                       'drift_curve and perplexity, 0: the whole validation split'),
         arg('--batch_size', type=int, default=8, help='sequences per forward pass'),
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
         arg('--precision', default='auto', help='32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere'),
-        arg('--seed', type=int, default=0, help='seed of the generated sequences (and of an untrained model)'),
+        arg('--seed', type=int, help='seed of the generated sequences (passkey, copy_recall) and of an untrained model (default: 0)'),
         arg('--output_dir', help='write {block}_{task}.json and .png here'),
         arg('--passkey_len', type=int, group=task, help='digits of the passkey (default 5)'),
-        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks'),
+        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks (copy_recall; passkey in ids)'),
         arg('--num_pairs', type=int, group=task, help='key-value pairs of associative recall'),
         arg('--copy_len', type=int, group=task, help='tokens to copy'),
-        arg('--n_buckets', type=int, default=32, group=task, help='points of the drift curve'),
-        arg('--data_dir', group=task, help='validation text for drift_curve and perplexity (default: the training corpus)'),
+        arg('--n_buckets', type=int, group=task, help=f'points of the drift curve (default: {N_BUCKETS})'),
+        arg('--data_dir', group=task, help='validation text for drift_curve and perplexity, and a BPE model\'s tokenizer for passkey (default: the training corpus)'),
         arg('--skip_memory_check', action='store_true', help='start even when the memory estimate says the longest length does not fit')])
 
 # %% ../nbs/60_evals.ipynb #d86b44d1

@@ -404,11 +404,15 @@ def create_model_from_hf(path,               # a local transformers Llama or Mam
         try: c = tf.AutoConfig.from_pretrained(str(p))
         except Exception as e: raise UsageError(f"transformers cannot read {str(p / 'config.json')!r}: {str(e).splitlines()[0][:300]}") from None
     unset = [k for k in _SIZE_KEYS.get(c.model_type, ()) if k not in raw]
-    try: cfg = model_config_from_hf(c); sd = state_dict_from_hf(read_hf_weights(p), cfg, say)
+    try: cfg = model_config_from_hf(c); raw_sd = read_hf_weights(p); sd = state_dict_from_hf(raw_sd, cfg, say)
     except UsageError as e:
         if not unset: raise
         raise UsageError(f"{str(e).rstrip('.')} (config.json does not set {', '.join(unset)}: transformers' defaults stood in for them).") from None
     model = LM(cfg); model.load_state_dict(sd)
+    if say and (dts := sorted({str(t.dtype).removeprefix('torch.') for t in raw_sd.values() if t.is_floating_point()} - {'float32'})):
+        say(f"note: the weights in {str(p)!r} are {', '.join(dts)}; the imported model holds (and writes) them in float32"
+            + (", the same values" if set(dts) <= {'bfloat16', 'float16'} else ", rounded"))
+    del raw_sd
     tok = hf_folder_tokenizer(p)
     if tok is not None and tok.vocab_size > cfg.vocab_size:
         if say: say(f"note: {str(p / 'tokenizer.json')!r} has {tok.vocab_size} ids, more than the model's {cfg.vocab_size}: not used")
@@ -558,6 +562,26 @@ def _save_ours(model: LM, tok, out_dir, overwrite: bool) -> Path:
     except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
     return _publish(tmp, out)
 
+def _given_tokenizer(spec: str, ran, source, vocab_size: int, bpe_run: bool, say):
+    "--tokenizer `spec` (not auto): refused unless it is the run's tokenizer `ran`; with none recorded, a note (and the vocabulary checked)."
+    tok = run_tokenizer(None, source, spec)
+    if tok is None: return None                     # --tokenizer none: nothing is written
+    if ran is not None and not _same_tokenizer(tok, ran):
+        raise UsageError(f"--tokenizer {spec} is not the tokenizer of {source}: the run used {ran!r}; leave --tokenizer out "
+                         "(auto: the run's) or give that one.")
+    if ran is None and bpe_run and isinstance(tok, ByteTokenizer):
+        raise UsageError(f"--tokenizer byte is not the tokenizer of {source}: the run read BPE tokens (data.tokenizer=bpe); give "
+                         "its tokenizer.json or prepared folder, or --tokenizer none.")
+    if tok.vocab_size > vocab_size:
+        raise UsageError(f"--tokenizer {spec} has {tok.vocab_size} ids, more than the {vocab_size} of the model in {source}.")
+    if ran is None: say(f"note: {source} records no tokenizer, so --tokenizer {spec} ({tok!r}) is written unchecked")
+    return tok
+
+def _run_tok(cfg, source):
+    "The run's own tokenizer, or None where it records none (or a BPE run's prepared corpus is gone)."
+    try: return run_tokenizer(cfg, source)
+    except UsageError: return None
+
 def export(source,                                     # a checkpoint .pt, a run directory, our exported folder, or a transformers folder
            out_dir,                                    # the folder to write
            format: str = 'hf',                         # 'hf' (a transformers checkpoint) or 'safetensors' (ours)
@@ -571,11 +595,18 @@ def export(source,                                     # a checkpoint .pt, a run
     if is_hf_checkpoint(source):
         if format == 'hf': raise UsageError(f"{str(source)!r} is already a transformers checkpoint; use --format safetensors to import it.")
         model, tok = create_model_from_hf(source, check=not no_check, say=say)
-        if tokenizer != 'auto': tok = run_tokenizer(None, source, tokenizer)
+        if tokenizer != 'auto': tok = _given_tokenizer(tokenizer, tok, source, model.cfg.vocab_size, False, say)
         return _save_ours(model, tok, out_dir, overwrite)
     model, cfg = load_source(source)
-    if format == 'hf' and canonical_block(model.cfg.block) not in HF_CLASSES: raise _no_hf_class(canonical_block(model.cfg.block))
-    tok = run_tokenizer(cfg, source, tokenizer)
+    block = canonical_block(model.cfg.block)
+    if format == 'hf' and block not in HF_CLASSES: raise _no_hf_class(block)
+    if block != 'vanilla' and max_position_embeddings is not None:
+        raise UsageError(f"--max_position_embeddings is read only for a vanilla model (Llama's context length); {source} is a "
+                         f"{block} model" + (f", whose {HF_CLASSES[block].replace('ForCausalLM', 'Config')} has none" if block in HF_CLASSES else '') +
+                         "; leave it out.")
+    if tokenizer == 'auto': tok = run_tokenizer(cfg, source, tokenizer)
+    else: tok = _given_tokenizer(tokenizer, _run_tok(cfg, source), source, model.cfg.vocab_size,
+                                 cfg is not None and cfg.data.tokenizer == 'bpe' and cfg.data.dataset_name != 'synthetic', say)
     if tok is None and tokenizer != 'none': say("note: the run's tokenizer is not known, so none is written; --tokenizer byte or PATH gives one")
     if format == 'safetensors': return _save_ours(model, tok, out_dir, overwrite)
     n_pos = max_position_embeddings or max(2048, cfg.data.seq_len if cfg is not None else 0)
@@ -591,7 +622,8 @@ def check_export_args(source,                       # SOURCE as given
                       tokenizer: str = 'auto',      # --tokenizer
                       max_position_embeddings=None, # --max_position_embeddings
                       overwrite: bool = False,      # --overwrite
-                      **_,                          # the other flags (nothing to check)
+                      format: str = 'hf',           # --format
+                      no_check: bool = False,       # --no_check
                      ):
     "Refuse, before any model is read, an empty or missing SOURCE, an OUT_DIR that is a file, in use (without --overwrite) or holding SOURCE, and bad flags."
     for what, v in (('SOURCE', source), ('OUT_DIR', out_dir)):
@@ -605,6 +637,12 @@ def check_export_args(source,                       # SOURCE as given
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UsageError(f"{str(out)!r} exists and is not empty; choose a new folder or pass --overwrite.")
     if max_position_embeddings is not None: check_positive(max_position_embeddings=max_position_embeddings)
+    if format == 'safetensors' and max_position_embeddings is not None:
+        raise UsageError("--max_position_embeddings is read only by --format hf (a Llama config's context length); --format "
+                         "safetensors writes our model_config.json, which has none; leave it out.")
+    if format == 'safetensors' and no_check and not is_hf_checkpoint(src):
+        raise UsageError("--no_check skips comparing the logits with transformers', which --format safetensors makes only when "
+                         "it imports a transformers folder; leave it out.")
     if tokenizer not in ('auto', 'byte', 'none') and not (str(tokenizer).strip() and Path(tokenizer).expanduser().exists()):
         raise UsageError(f"--tokenizer {tokenizer!r}: valid choices: auto (the run's), byte, none, or a tokenizer.json or "
                          "prepared folder that exists.")

@@ -71,6 +71,37 @@ def test_every_run_in_one_table(bindir, copy_run, tmp_path):
     assert list(summary) == ['runs/a', 'runs/b'] and summary['runs/a']['tasks'] == summary['runs/b']['tasks']
     assert (tmp_path / 'out' / 'a_copy_recall.png').is_file()
 
+def test_doc_mask_model_is_scored_as_training_validates(bindir, tmp_path):
+    "A run trained with data.doc_mask: eval perplexity and the drift curve mask attention at document ends, as training's validation does."
+    from longctx_nb.corpus import prepare
+    prepare([(f'd{i}.txt', f'Document {i}. ' + 'The quick brown fox jumps over the lazy dog. ' * (1 + i % 3)) for i in range(300)],
+            tmp_path / 'docs', val_fraction=0.2)   # short documents: most windows cross a document's end
+    run([bindir / 'longctx_train'], f'--data.data_dir={tmp_path / "docs"}', '--data.doc_mask=true', '--data.seq_len=32', '--data.batch_size=2', '--trainer.max_steps=4',
+        '--trainer.limit_val_batches=3', *TINY, f'--trainer.default_root_dir={tmp_path}', '--trainer.run_name=dm', check=0)
+    val_loss = [json.loads(l) for l in (tmp_path / 'dm' / 'metrics.jsonl').read_text().splitlines() if 'val_loss' in l][-1]['val_loss']
+    same = ['--checkpoint_path', tmp_path / 'dm', '--n_samples', 6, '--batch_size', 2, '--device', 'cpu']   # training's 3 batches of 2
+    p = run([bindir / 'longctx_eval'], '--task', 'perplexity', *same, '--output_dir', tmp_path / 'ev', check=0)
+    assert 'note: the model was trained with data.doc_mask=true: attention stays within each document, as in training' in p.stdout
+    (row,) = json.loads((tmp_path / 'ev' / 'vanilla_perplexity.json').read_text())['rows']
+    assert (row['windows'], row['tokens']) == (6, 6 * 32) and row['loss'] == pytest.approx(val_loss, abs=1e-5)
+    run([bindir / 'longctx_eval'], '--task', 'drift_curve', '--max_len', 32, *same, '--output_dir', tmp_path / 'ev', check=0)
+    drift = json.loads((tmp_path / 'ev' / 'vanilla_drift_curve.json').read_text())   # the same 6 windows: mean loss = val loss
+    assert drift['n_windows'] == 6 and drift['loss_within'] == pytest.approx(val_loss, abs=1e-4)
+    from longctx_nb.evals import load_for_eval, text_data, perplexity
+    ev = load_for_eval(tmp_path / 'dm'); tokens = text_data(ev)
+    assert tokens.val_docs is not None and abs(perplexity(ev.model, tokens, 32, 2, n_windows=6)['loss'] - val_loss) > 1e-3  # unmasked differs
+
+def test_n_samples_are_scored_exactly(bindir, copy_run, tmp_path):
+    "--n_samples that do not fill whole batches: exactly that many sequences are scored, and the text says so."
+    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--checkpoint_path', copy_run, '--lengths', 32, '--n_samples', 3,
+            '--batch_size', 8, '--device', 'cpu', '--output_dir', tmp_path, check=0)
+    r = json.loads((tmp_path / 'vanilla_copy_recall.json').read_text())
+    assert r['n_samples'] == 3 and r['tasks']['copy']['scored'] == [3 * 8] and 'over 3 sequences per length' in p.stdout
+    p = run([bindir / 'longctx_eval'], '--task', 'perplexity', '--seq_len', 64, '--n_samples', 5, '--batch_size', 4, '--device', 'cpu',
+            '--output_dir', tmp_path, check=0)
+    (row,) = json.loads((tmp_path / 'vanilla_perplexity.json').read_text())['rows']
+    assert (row['windows'], row['tokens']) == (5, 5 * 64)
+
 BAD = {  # args -> phrase the error must contain
     'block_differs': (['--task', 'passkey', '--block', 'mamba', '--checkpoint_path={run}'], '--block=mamba does not match the model'),
     'vocab_differs': (['--task', 'copy_recall', '--vocab_size', '256', '--checkpoint_path={run}'], '--vocab_size=256 does not match'),
@@ -84,6 +115,21 @@ BAD = {  # args -> phrase the error must contain
     'missing_checkpoint': (['--checkpoint_path', 'nowhere/run'], 'does not exist'),
     'synthetic_model_has_no_text': (['--task', 'perplexity', '--checkpoint_path={run}'], "trained on the synthetic task 'copy'"),
     'unknown_flag': (['--tsak', 'passkey'], 'unrecognized arguments: --tsak'),
+    'flag_the_task_does_not_read': (['--task', 'copy_recall', '--checkpoint_path={run}', '--n_samples', '1', '--data_dir', 'X',
+                                     '--depths', '0.3', '--n_buckets', '3'], '--task copy_recall does not read --depths, --n_buckets, '
+                                    '--data_dir: --depths is read only by --task passkey; --n_buckets is read only by --task '
+                                    'drift_curve; --data_dir is read only by --task passkey, drift_curve or perplexity; leave them out.'),
+    'depths_for_perplexity': (['--task', 'perplexity', '--depths', '0.3'],
+                              '--depths is read only by --task passkey, not by --task perplexity; leave it out.'),
+    'n_buckets_for_passkey': (['--task', 'passkey', '--n_buckets', '3'],
+                              '--n_buckets is read only by --task drift_curve, not by --task passkey; leave it out.'),
+    'task_vocab_size_for_perplexity': (['--task', 'perplexity', '--task_vocab_size', '3'], '--task_vocab_size is read only by '
+                                       '--task passkey or copy_recall, not by --task perplexity; leave it out.'),
+    'seed_for_perplexity_of_a_checkpoint': (['--task', 'perplexity', '--checkpoint_path={run}', '--seed', '3'], '--seed is read by '
+                                            '--task passkey or copy_recall (the generated sequences) and by an untrained model (its '
+                                            'weights); --task perplexity of a checkpoint scores fixed windows of text and reads neither'),
+    'data_dir_for_the_passkey_in_ids': (['--task', 'passkey', '--checkpoint_path={run}', '--data_dir', 'X'], '--data_dir is read by '
+                                        'the passkey only for a model that reads BPE text (it gives the tokenizer)'),
 }
 
 @pytest.mark.parametrize('case', list(BAD))

@@ -240,3 +240,36 @@ def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindi
     tok = load_tokenizer(prepared)
     assert json.loads(tok.tok.to_str())['model'] == json.loads(t.to_str())['model']
     assert json.loads((prepared / 'meta.json').read_text())['eot_id'] == t.token_to_id('</s>')
+
+def test_export_refuses_what_the_run_or_format_does_not_read(runs, tmp_path, capsys):
+    "A tokenizer that is not the run's, --max_position_embeddings where no config holds it, --no_check where nothing is checked: exit 2, nothing written."
+    from longctx_nb.data import BPETokenizer
+    BPETokenizer.train(['import json\ndef dumps(obj): return obj\n' * 30], vocab_size=260).save(tmp_path / 'tokenizer.json')
+    v, m = runs['vanilla'], runs['mamba']
+    for name, argv, says in [
+        ('a', (v, '--tokenizer', tmp_path / 'tokenizer.json'), f"--tokenizer {tmp_path / 'tokenizer.json'} is not the tokenizer of "
+         f"{v}: the run used ByteTokenizer(vocab_size=256); leave --tokenizer out (auto: the run's) or give that one."),
+        ('b', (m, '--max_position_embeddings', 4096), f"--max_position_embeddings is read only for a vanilla model (Llama's context "
+         f"length); {m} is a mamba model, whose MambaConfig has none; leave it out."),
+        ('c', ('--format', 'safetensors', v, '--max_position_embeddings', 4096), "--max_position_embeddings is read only by --format "
+         "hf (a Llama config's context length); --format safetensors writes our model_config.json, which has none; leave it out."),
+        ('d', ('--format', 'safetensors', v, '--no_check'), "--no_check skips comparing the logits with transformers', which "
+         "--format safetensors makes only when it imports a transformers folder; leave it out.")]:
+        capsys.readouterr()
+        assert export(*argv, tmp_path / name) == 2, name
+        assert says in capsys.readouterr().err, name
+    assert not any((tmp_path / n).exists() for n in 'abcd')
+    assert export(v, tmp_path / 'e', '--tokenizer', 'byte') == 0     # the run's own tokenizer, named: accepted
+
+def test_bf16_import_says_it_is_stored_in_float32(runs, tmp_path, capsys):
+    "A bf16 transformers folder imported into our format: one line says the weights are written in float32, the same values."
+    assert export(runs['vanilla'], tmp_path / 'hf') == 0
+    hf = tf.AutoModelForCausalLM.from_pretrained(tmp_path / 'hf', torch_dtype=torch.bfloat16)
+    hf.save_pretrained(tmp_path / 'bf16')
+    capsys.readouterr()
+    assert export('--format', 'safetensors', tmp_path / 'bf16', tmp_path / 'ours') == 0
+    assert (f"note: the weights in '{tmp_path / 'bf16'}' are bfloat16; the imported model holds (and writes) them in float32, the "
+            "same values") in capsys.readouterr().out
+    from safetensors.torch import load_file
+    w = load_file(tmp_path / 'ours' / 'model.safetensors')
+    assert {t.dtype for t in w.values()} == {torch.float32} and torch.equal(w['embed.weight'], hf.model.embed_tokens.weight.float())
