@@ -175,13 +175,16 @@ def best_time(fn,             # called with no arguments
     return time_reps(fn, device, reps, warmup=0).min
 
 # %% ../nbs/00_core.ipynb #5e2528f4
+# a loop that ends within milliseconds of its parent's death: a benchmark killed with SIGKILL leaves no spinning process behind
+_BUSY_LOOP = 'import os, sys\nwhile os.getppid() == int(sys.argv[1]):\n    for _ in range(100_000): pass'
+
 @contextlib.contextmanager
 def busy_cores(n: int | None = None,  # busy processes; None: one per core this process may run on
               ):
     "Run the block beside `n` busy processes (a loop each); yields them, and kills them when the block ends."
     n = len(os.sched_getaffinity(0)) if n is None else n
-    procs = [subprocess.Popen([sys.executable, '-c', 'while True: pass'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-             for _ in range(n)]
+    procs = [subprocess.Popen([sys.executable, '-c', _BUSY_LOOP, str(os.getpid())], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL) for _ in range(n)]
     try: yield procs
     finally:
         for p in procs: p.kill()
