@@ -8,6 +8,7 @@ import contextlib, csv, importlib, inspect, json, math, os, sys
 import torch
 from pathlib import Path
 from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, busy_cores, get_device, pyplot, time_reps
+from .core import peak_memory_bytes, time_in_turn
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
@@ -18,9 +19,8 @@ from .blocks.base import blocks_reading, canonical_block
 __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS',
            'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
            'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench',
-           'hf_counterpart', 'print_hf_pairs', 'time_in_turn', 'bench_blocks', 'require_cuda', 'rel_err',
-           'compare_impl', 'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table',
-           'bench_gpu']
+           'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'rel_err', 'compare_impl',
+           'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table', 'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -241,7 +241,8 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     with pinned_threads(threads), bench_clock(clock), busy_cores(busy):
         if busy: print(f"load: {busy} busy process{'es' if busy > 1 else ''} (a Python loop each) beside this run, {os.cpu_count()} cores")
         if 'reps' in ns: print(f"timing: min and median of {ns['reps']} timed calls per case, after warm-up, "
-                               f"{'wall-clock' if clock == 'wall' else 'process CPU'} time")
+                               f"{'wall-clock' if clock == 'wall' else 'process CPU'} time"
+                               + (f" (note: fewer than {MIN_REPS}, so the median says little)" if ns['reps'] < MIN_REPS else ''))
         rows = fn(**ns)
     key, ref = BENCH_REFS.get(argv[0], ('impl', None))
     if rows and 'ms_median' in rows[0]: print(timing_table(rows, key, ref))
@@ -286,7 +287,6 @@ def train_step_timing(model,          # an `LM` on `device`
                       precision: str = '32',  # the forward pass's precision ('bf16': autocast)
                      ) -> tuple[Timing, int]:  # (the steps' timing, peak bytes of one step)
     "One AdamW training step of `model` on random tokens, timed `reps` times after a warm-up step, and its peak memory."
-    from longctx_nb.core import peak_memory_bytes
     step = train_step_fn(model, batch, seq_len, device, precision)
     t = time_reps(step, device, reps, warmup=1)  # the warm-up creates the optimizer state before memory is measured
     return t, peak_memory_bytes(step, device)
@@ -395,20 +395,6 @@ def print_hf_pairs(rows: list[dict],  # from `bench_blocks`: ours and transforme
               + (' !' if o.get('disturbed') or h.get('disturbed') else ''))
     for n in notes: print('note:', n)
 
-# %% ../nbs/50_bench.ipynb #0c4d71ed
-def time_in_turn(steps: dict,    # name -> a function of no arguments (one training step)
-                 device,         # where they run (synchronised on CUDA)
-                 reps: int = 5,  # timed rounds
-                ) -> tuple[dict, dict]:  # (name -> `Timing`, name -> peak bytes of one call)
-    "Warm up each step and measure its peak memory, then time `reps` rounds, each calling every step once, in turn."
-    from longctx_nb.core import peak_memory_bytes
-    peaks = {}
-    for k, f in steps.items(): f(); peaks[k] = peak_memory_bytes(f, device)   # the warm-up creates the optimizer state
-    times = {k: [] for k in steps}
-    for _ in range(reps):                     # in turn, so that a load on the machine hits every model alike
-        for k, f in steps.items(): times[k] += time_reps(f, device, 1, 0).times
-    return {k: Timing(v) for k, v in times.items()}, peaks
-
 # %% ../nbs/50_bench.ipynb #04780594
 def _check_block_fits(names,           # --blocks
                       ours,            # each name's block of our own (`_check_blocks`)
@@ -459,7 +445,11 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' models
         model, logits = create_model(256, size, our, kw), None
         if block.lower() in HF_BLOCKS: model, logits, note = hf_counterpart(block.lower(), model, max(Ls)); notes.append(note)
         models[block] = (model.to(device), logits)
-    res = {L: time_in_turn({b: train_step_fn(m, batch, L, device, logits=f) for b, (m, f) in models.items()}, device, reps) for L in Ls}
+    res = {}   # L -> (name -> `Timing`, name -> peak bytes of one step)
+    for L in Ls:
+        steps = {b: train_step_fn(m, batch, L, device, logits=f) for b, (m, f) in models.items()}
+        peaks = {b: (f(), peak_memory_bytes(f, device))[1] for b, f in steps.items()}   # after a warm-up step
+        res[L] = time_in_turn(steps, device, reps, warmup=0), peaks
     rows = []
     for b, (model, _) in models.items():
         for L in Ls:

@@ -15,9 +15,9 @@ import torch
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'UsageError',
            'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
            'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'best_time',
-           'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu',
-           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot',
-           'try_import', 'Impl', 'KernelImpls']
+           'time_in_turn', 'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key',
+           'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes',
+           'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -173,6 +173,21 @@ def best_time(fn,             # called with no arguments
              ) -> float:      # seconds
     "Seconds of the fastest of `reps` calls of `fn()` on `device` (synchronised on CUDA); warm up before calling it."
     return time_reps(fn, device, reps, warmup=0).min
+
+# %% ../nbs/00_core.ipynb #d379bfe3
+def time_in_turn(fns: dict,                      # name -> a function of no arguments
+                 device='cpu',                   # synchronised around each call on CUDA
+                 reps: int = 5,                  # timed rounds
+                 warmup: int = 1,                # untimed calls of each first
+                 timer: Callable | None = None,  # the clock (seconds); None: the `bench_clock` in force
+                ) -> dict:                       # name -> `Timing`
+    "Warm up each function, then time `reps` rounds, each calling every function once, in turn."
+    for f in fns.values():
+        for _ in range(warmup): f()
+    times = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, f in fns.items(): times[k] += time_reps(f, device, 1, 0, timer).times
+    return {k: Timing(v) for k, v in times.items()}
 
 # %% ../nbs/00_core.ipynb #5e2528f4
 # a loop that ends within milliseconds of its parent's death: a benchmark killed with SIGKILL leaves no spinning process behind
@@ -363,6 +378,7 @@ def bench_impls(Ls,               # sequence lengths
         step, leaves = setup(L)
         def clear():
             for t in leaves: t.grad = None
+        runs, cases = {}, {}   # impl -> the call to time, its row
         for impl in impls:
             key = dict(impl=impl, L=L)
             row = {k: key[k] for k in first} | (columns or {}) | dict(
@@ -370,12 +386,13 @@ def bench_impls(Ls,               # sequence lengths
             rows.append(row)
             fn = step(impl)
             if isinstance(fn, str): row['note'] = fn; continue
-            def run(): clear(); fn()
-            t = time_reps(run, device, reps, warmup, timer)
-            row.update(ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3), disturbed=t.disturbed,
-                       us_per_token=1e6 * t.min / (tokens * L))
-            clear(); row['peak_mib'] = peak_memory_bytes(run, device) / 2**20
-            clear()
+            runs[impl], cases[impl] = (lambda fn=fn: (clear(), fn())), row
+        for impl, t in time_in_turn(runs, device, reps, warmup, timer).items():
+            cases[impl].update(ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3), disturbed=t.disturbed,
+                               us_per_token=1e6 * t.min / (tokens * L))
+        for impl, run in runs.items():
+            clear(); cases[impl]['peak_mib'] = peak_memory_bytes(run, device) / 2**20
+        clear()
     return rows
 
 # %% ../nbs/00_core.ipynb #bc36c178

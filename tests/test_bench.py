@@ -114,6 +114,7 @@ def test_longctx_bench_dpassm_prints_the_block_against_the_sum_of_its_paths(caps
     assert by['sum of paths']['ms'] == pytest.approx(by['attention path']['ms'] + by['SSM path']['ms'])
     out = capsys.readouterr().out
     assert 'L=64: dpassm / (attention path + SSM path) = ' in out and "ratio = sum of paths's time / this one's" in out
+    assert 'timing: min and median of 3 timed calls per case, after warm-up, wall-clock time (note: fewer than 5, so the median says little)' in out
 
 
 def _bench_cli(*argv, pre=''):

@@ -337,7 +337,7 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
                  verbose: bool = True,      # print the table
                 ) -> list[dict]:            # per L: rows 'dpassm', 'attention path', 'SSM path', 'sum of paths'
     "Forward+backward of the DP-ASSM mixer against its attention path and its SSM path run alone, timed in turn."
-    from longctx_nb.core import get_device, time_reps, Timing, seed_everything
+    from longctx_nb.core import get_device, time_in_turn, seed_everything
     device = get_device(device or 'auto'); seed_everything(0)
     m = DPASSM(d_model, n_heads, window_size=window_size, ssm_state_dim=ssm_state_dim).to(device)
     ai, si, ci = m._impls(None)
@@ -345,14 +345,11 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
     for L in Ls:
         x = torch.randn(batch, L, d_model, device=device, requires_grad=True)
         gy = torch.randn(batch, L, d_model, device=device)
+        def clear(): m.zero_grad(set_to_none=True); x.grad = None
         cases = {'dpassm': lambda: m(x).backward(gy),
                  'attention path': lambda: m.out_proj(m._attn_path(x, ai)[0]).backward(gy),
                  'SSM path': lambda: m.out_proj(m._ssm_path(x, si, ci)[0].mT).backward(gy)}
-        times = {k: [] for k in cases}
-        for f in cases.values(): f()                              # warm-up
-        for _ in range(reps):
-            for k, f in cases.items(): m.zero_grad(set_to_none=True); x.grad = None; times[k] += time_reps(f, device, 1, 0).times
-        t = {k: Timing(v) for k, v in times.items()}
+        t = time_in_turn({k: (lambda f=f: (clear(), f())) for k, f in cases.items()}, device, reps)
         for k, tk in t.items(): rows.append(_dp_row(k, L, tk.min, tk.median, tk.disturbed, batch))
         pa, ps = t['attention path'], t['SSM path']
         rows.append(_dp_row('sum of paths', L, pa.min + ps.min, pa.median + ps.median,
