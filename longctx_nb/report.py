@@ -215,8 +215,8 @@ def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
     dev, L0 = next(ev.model.parameters()).device, cfg.data.seq_len
     if not ev.synthetic_task:
         tokens = text_data(ev)
-        nb, docs = -(-n_samples // cfg.data.batch_size), tokens.val_docs if cfg.data.doc_mask else None   # within documents, as trained
-        return dict(loss_at={L: round(perplexity(ev.model, tokens, L, cfg.data.batch_size, dev, max_batches=nb, docs=docs)['loss'], 4)
+        docs = tokens.val_docs if cfg.data.doc_mask else None   # within documents, as trained
+        return dict(loss_at={L: round(perplexity(ev.model, tokens, L, cfg.data.batch_size, dev, n_windows=n_samples, docs=docs)['loss'], 4)
                              for L in lengths},
                     drift=drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, cfg.data.batch_size, dev, docs=docs),
                     chance_loss=None if tokens.val is None else round(unigram_loss(tokens), 4))
