@@ -44,6 +44,14 @@ def test_longctx_bench_pins_and_prints_its_threads(capsys):
     assert 'threads: 1 (pinned with torch.set_num_threads' in out and 'min and median of 5 timed calls' in out
     assert 'ratio = ref\'s time / this one\'s at the same L' in out and torch.get_num_threads() == old
     assert all(r['ms_median'] >= r['ms'] > 0 and r['disturbed'] in (True, False) for r in rows)
+    assert "note: 'torch' ran on one thread" not in out   # one thread was asked for: nothing to say
+
+
+def test_bench_scan_says_when_the_chunked_scan_keeps_to_one_thread(capsys):
+    "Pinned at two threads, the chunked scan's small operations still run on one, and the benchmark says so and where."
+    run_bench(['scan', '--L', '64', '--impls', 'torch', '--dim', '4', '--N', '2', '--batch', '1', '--device', 'cpu', '--threads', '2'])
+    assert ("note: 'torch' ran on one thread of 2 at L = 64: each of its operations there touches fewer than 1,048,576 numbers, "
+            "too few to share between threads beside other work") in capsys.readouterr().out
 
 
 def test_longctx_bench_busy_runs_the_benchmark_beside_busy_processes(capsys, monkeypatch):

@@ -273,13 +273,17 @@ class _ChunkedScan(torch.autograd.Function):
             grads = _scan_blocks_backward(u, dt, A, B, C, starts, gy, glast, ctx.chunk, ctx.block)
         return (*grads, None, None, None)
 
-def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, chunk=None, block=None):
-    "Chunked scan. B, C are `(batch, G, N, L)`; `chunk`, `block` (steps) default from the `TORCH_SCAN_*` tables."
-    b, d, L = u.shape; N = A.shape[1]
-    kind = 'cuda' if u.is_cuda else 'cpu'
+def _torch_scan_plan(b, d, N, L, device, chunk=None, block=None):
+    "The chunked scan's chunk and block (steps) at this size, and its thread count (None: as it is)."
+    kind = 'cuda' if device.type == 'cuda' else 'cpu'
     chunk = chunk or TORCH_SCAN_CHUNK[kind]
     block = block or max(1, TORCH_SCAN_BLOCK_ELEMS[kind] // (b * d * N * chunk)) * chunk
-    threads = _scan_threads(u.device, b * d * N * (min(block, L) // chunk or 1))   # one step of the block's chunks
+    return chunk, block, _scan_threads(device, b * d * N * (min(block, L) // chunk or 1))   # one step of the block's chunks
+
+def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, chunk=None, block=None):
+    "Chunked scan. B, C are `(batch, G, N, L)`; `chunk`, `block` (steps) default from the `TORCH_SCAN_*` tables."
+    b, d, L = u.shape
+    chunk, block, threads = _torch_scan_plan(b, d, A.shape[1], L, u.device, chunk, block)
     dt = _step_sizes(delta, delta_bias, delta_softplus)
     y, last = _ChunkedScan.apply(u.float(), dt, A.float(), B.float(), C.float(), chunk, block, threads)
     out = _finish(y, u, D, z, u.dtype)
@@ -1156,3 +1160,8 @@ def _print_scan_bench(rows):
         mem = f"{r['peak_mib'] / ref['peak_mib']:.3f}" if ref and ref['peak_mib'] else '-'
         print(f"{r['L']:>7} {r['impl']:>8} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>9.1f} {sp:>8} {spm:>10} {mem:>8} "
               f"{r['us_per_token'] / first[r['impl']]:>15.2f}")
+    nt = torch.get_num_threads()
+    one = [r['L'] for r in rows if r['impl'] == 'torch' and r['ms'] is not None and r['device'] == 'cpu' and nt > 1
+           and _torch_scan_plan(r['batch'], r['dim'], r['N'], r['L'], torch.device('cpu'))[2] == 1]
+    if one: print(f"note: 'torch' ran on one thread of {nt} at L = {', '.join(map(str, one))}: each of its operations there touches "
+                  f"fewer than {TORCH_SCAN_PARALLEL_ELEMS['cpu']:,} numbers, too few to share between threads beside other work")
