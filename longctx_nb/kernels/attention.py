@@ -454,7 +454,7 @@ def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
                     block_size: int = 64,              # query block length of the blocked path
                     device=None,                       # default: the GPU if any
                     dtype=torch.float32,               # of q, k, v
-                    reps: int = 3,                     # timed runs per case; the best is reported
+                    reps: int = 3,                     # timed runs per case (in turn with the other impls): min and median are reported
                     max_ref_bytes: float = 8 * 2**30,  # skip 'ref' where its L x L tensors would need more
                     verbose: bool = True,              # print the table
                    ) -> list[dict]:                    # one row per (L, impl)

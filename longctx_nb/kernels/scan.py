@@ -1123,7 +1123,7 @@ def bench_scan(Ls=(1024, 4096, 16384),                       # sequence lengths
                dim: int = 256,                               # channels
                N: int = 16,                                  # state size per channel
                device=None,                                  # default: the GPU if any
-               reps: int = 3,                                # timed runs per case; the best is reported
+               reps: int = 3,                                # timed runs per case (in turn with the other impls): min and median are reported
                max_ref_len: int | None = 4096,               # skip 'ref' and 'mambapy' above this length (slow, big); None: run them everywhere
                verbose: bool = True,                         # print the table
               ) -> list[dict]:                               # one row per (L, impl)
