@@ -412,9 +412,10 @@ def saved_comparison(out: Path,     # --output_dir
         raise UsageError(f"--resume: --output_dir {str(out)!r} holds no comparison to continue (no {COMPARE_FILE}, which a comparison "
                          "writes before its first run). Give the --output_dir of a stopped comparison, or leave out --resume to start "
                          "one in a new or empty folder.")
-    try: saved = json.loads(f.read_text()); assert isinstance(saved, dict) and isinstance(saved.get('configs'), dict)
-    except (OSError, ValueError, AssertionError):
-        raise UsageError(f"--resume: {str(f)!r} cannot be read as a comparison's settings; start a new comparison in a new folder.") from None
+    try: saved = json.loads(f.read_text())
+    except (OSError, ValueError): saved = None
+    if not (isinstance(saved, dict) and isinstance(saved.get('configs'), dict)):
+        raise UsageError(f"--resume: {str(f)!r} cannot be read as a comparison's settings; start a new comparison in a new folder.")
     return saved
 
 # %% ../nbs/61_report.ipynb #450125c0
