@@ -450,12 +450,11 @@ _CHECKS: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelera
 def parse_curriculum(s: str,  # 'SEQ_LEN:STEPS,...'
                     ) -> list[tuple[int, int]]:
     "Stages `[(seq_len, steps), ...]` from 'SEQ_LEN:STEPS,...'."
-    try:
-        stages = [tuple(int(x) for x in part.split(':')) for part in str(s).split(',') if part.strip()]
-        assert stages and all(len(st) == 2 and st[0] > 0 and st[1] > 0 for st in stages)
-    except (ValueError, AssertionError):
+    try: stages = [tuple(int(x) for x in part.split(':')) for part in str(s).split(',') if part.strip()]
+    except ValueError: stages = []
+    if not (stages and all(len(st) == 2 and st[0] > 0 and st[1] > 0 for st in stages)):
         raise UsageError(f"trainer.curriculum={s!r} is not valid: expected positive SEQ_LEN:STEPS pairs separated by "
-                         "commas, e.g. 512:1000,1024:2000.") from None
+                         "commas, e.g. 512:1000,1024:2000.")
     return stages
 
 # %% ../nbs/01_config.ipynb #194857de
