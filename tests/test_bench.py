@@ -83,9 +83,30 @@ def test_mfu_above_100_percent_is_a_measurement_error():
 def test_gpu_check_pieces_run_on_cpu_tensors():
     rows = compare_paths('cpu', {'selective_scan': 'torch', 'local_attention': 'blocked'}, L=64)
     assert [r['ok'] for r in rows] == [True, True]
-    assert largest_fitting(lambda L: L <= 5000, start=1024, step=512) == (4608, '')
-    md = gpu_table(dict(device='x'), rows, [], [dict(block='mamba', largest=4608, note='')])
+    assert largest_fitting(lambda L: L <= 5000, start=1024, step=512) == (4608, '', '')
+    md = gpu_table(dict(device='x'), rows, [], [dict(block='mamba', largest=4608, note='', bound='')])
     assert '| selective_scan | torch |' in md and '| mamba | 4,608 |' in md
+
+
+def test_gpu_blocks_and_fits_run_on_cpu_within_a_time_budget(tmp_path):
+    "The blocks and fits parts of `longctx_bench gpu` on a CPU: a fit search longer than its budget ends as a lower bound."
+    import time
+    from longctx_nb.bench import _gpu_parts
+    paths = {'selective_scan': 'torch'}
+    t0 = time.monotonic()
+    rows = _gpu_parts(torch.device('cpu'), paths, (64,), ('vanilla',), 'tiny', ('blocks', 'fits'), 1, '32', 2, 64, 2**20, 30.0,
+                      32, 32, str(tmp_path), False, peak=1e15, fit_seconds=3)
+    assert time.monotonic() - t0 < 20
+    step, fit = rows
+    assert step['block'] == 'vanilla' and step['tokens_per_sec'] > 0 and step['peak_mib'] > step['step_mib'] > 0, step
+    assert fit['block'] == 'vanilla' and fit['bound'] == 'time limit' and 128 <= fit['largest'] < 2**20, fit
+    assert fit['note'].startswith('time limit: '), fit
+    saved = json.loads((tmp_path / 'gpu_rows.json').read_text())
+    assert saved['blocks'] == [step] and saved['fits'] == [fit] and saved['compare'] == []
+    assert 'selective_scan' in saved['info']['kernels']
+    md = (tmp_path / 'gpu_table.md').read_text()
+    assert f"| vanilla | ≥ {fit['largest']:,} (time limit) | {fit['note']} |" in md, md
+    assert '| vanilla | 64 |' in md and 'peak memory: the whole step at its peak' in md, md
 
 
 @NO_CUDA
