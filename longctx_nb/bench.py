@@ -762,7 +762,7 @@ def _check_gpu_args(blocks, size, parts, precision):
 FIT_REL = 1 / 16   # the fit search stops bisecting once it knows the longest length to within this share
 
 def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
-               window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, clock=time.monotonic):
+               window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, blocks_seconds=None, clock=time.monotonic):
     """The parts of `bench_gpu` on `device` (a CPU in the tests). After each row, the rows of every part (this run's,
     and earlier runs' of the other parts) are saved in gpu_rows.json and gpu_table.md is written from them."""
     from longctx_nb.core import device_peak_flops, device_name, autocast_dtype, parse_precision
@@ -781,13 +781,20 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
         path.write_text(json.dumps(dict(info=info, **allr), indent=1))
         (out / 'gpu_table.md').write_text(gpu_table(info, *allr.values()))
     if 'compare' in rows: rows['compare'] = compare_paths(device, paths, check_len); save()
-    if 'blocks' in rows:
-        for _, m in _gpu_models(blocks, size, window_size, chunk_size, device):
-            for L in Ls: rows['blocks'].append(gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))); save()
-    if 'fits' in rows:
+    def deadlines(seconds):     # each block's share of the time left: what one leaves unused passes on to the next
         t0 = clock()
         for i, (b, m) in enumerate(_gpu_models(blocks, size, window_size, chunk_size, device)):
-            deadline = None if fit_seconds is None else clock() + (t0 + fit_seconds - clock()) / (len(blocks) - i)  # unused time passes on
+            yield b, m, None if not seconds else clock() + (t0 + seconds - clock()) / (len(blocks) - i)
+    if 'blocks' in rows:
+        for b, m, deadline in deadlines(blocks_seconds):
+            for L in Ls:
+                if deadline is not None and clock() >= deadline:
+                    rows['blocks'].append(dict(block=b, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
+                                               peak_mib=None, step_mib=None, disturbed=None, note='not run (time limit)'))
+                else: rows['blocks'].append(gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m)))
+                save()
+    if 'fits' in rows:
+        for b, m, deadline in deadlines(fit_seconds):
             L, note, bound = largest_fitting(_fit_probe(m, device, precision, max_seconds, deadline, clock), min(Ls), max_len,
                                              rel=FIT_REL, deadline=deadline, clock=clock)
             rows['fits'].append(dict(block=b, largest=L, note=note, bound=bound)); save()
@@ -807,6 +814,7 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
               max_len: int = 2**20,        # longest length the fit search tries
               max_seconds: float = 10.0,   # a step slower than this stops the fit search of its block
               fit_seconds: float = 150.0,  # time for the whole fit search, shared by the blocks; a search cut short says '≥ L (time limit)'
+              blocks_seconds: float = 0.0, # time for the blocks' table, shared by the blocks (0: no limit); rows past it say 'not run'
               window_size: int = 256,      # window of the local-attention blocks
               chunk_size: int = 256,       # chunk length of blade
               out: str = 'gpu_check',      # folder of gpu_rows.json (every part's rows) and gpu_table.md
@@ -817,5 +825,7 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
     _check_gpu_args(blocks, size, parts, precision)
     check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len, max_seconds=max_seconds,
                    fit_seconds=fit_seconds)
+    if blocks_seconds < 0: raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
     return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len,
-                      max_seconds, window_size, chunk_size, out, verbose, fit_seconds=fit_seconds)
+                      max_seconds, window_size, chunk_size, out, verbose, fit_seconds=fit_seconds,
+                      blocks_seconds=blocks_seconds)

@@ -117,7 +117,8 @@ def test_gpu_check_refuses_without_cuda(tmp_path):
     assert p.stderr.startswith('gpu_check.sh: error: this check needs a CUDA GPU, and torch') and len(p.stderr.splitlines()) == 1
     assert not (tmp_path / 'out').exists()       # nothing written
     p = subprocess.run(['bash', str(ROOT / 'examples' / 'gpu_check.sh'), 'speed'], capture_output=True, text=True, env=env)
-    assert p.returncode == 2 and "unknown step 'speed'; valid choices: kernels cells compare blocks fits" in p.stderr
+    assert p.returncode == 2 and p.stdout == '' and p.stderr == ("gpu_check.sh: error: unknown step 'speed'; valid choices: quick kernels compare "
+                                                        "blocks cells fits (none: quick, which is kernels compare blocks cells fits in this order).\n")
 
 
 @NO_CUDA
@@ -182,3 +183,18 @@ def test_bench_blocks_times_transformers_models_beside_ours(capsys):
     assert ("note: hf-longformer: transformers' LongformerForMaskedLM at our longformer's size; it attends both ways: each query "
             "sees 33 keys around it (attention_window=32) and 2 global tokens, ours 32 keys up to itself and 2.") in out
     assert 'Loss: next-token cross-entropy on its masked-LM logits' in out
+
+
+def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_path):
+    for script in ('gpu_check.sh', 'build_cuda_kernels.sh'):
+        p = subprocess.run(['bash', '-n', str(ROOT / 'examples' / script)], capture_output=True, text=True)
+        assert p.returncode == 0, (script, p.stderr)
+    sys.path.insert(0, str(ROOT / 'examples'))
+    try: import cuda_cells
+    finally: sys.path.remove(str(ROOT / 'examples'))
+    found = {p.relative_to(ROOT).as_posix() for p in cuda_cells.cuda_notebooks()}
+    assert {'nbs/10_scan.ipynb', 'nbs/50_bench.ipynb', 'nbs/tutorials/02_gpu_and_cluster.ipynb'} <= found, found
+    assert 'nbs/00_core.ipynb' not in found and cuda_cells.skip_flags() == 'notest'
+    p = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cuda_cells.py'), str(tmp_path / 'none.ipynb')],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and 'no such notebook' in p.stderr and p.stdout == '', p
