@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Prove the GPU path of longctx_nb on a machine with a CUDA GPU, in one command of about eight minutes on one H100.
 #
-# Where a network exists (once; the wheels are pure Python but for three, for CPython 3.12 on Linux x86_64):
+# Where a network exists (once; wheels for CPython 3.12 on Linux x86_64, about 10 MB):
 #   make gpu-wheels                # nbdev, fastcore, execnb and what they need -> .whl/ (for the `cells` step)
 # On the GPU machine, from a copy of the repository (no install needed, no network needed):
 #   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
 #   PYTHONPATH=/tmp/site:. bash examples/gpu_check.sh          # = quick: every step below, in this order
 #
-# Steps (name some to run only those). The whole run keeps within $TOTAL_S seconds: each step has its own time limit
-# and writes what it found before it stops, and the fit search gets the time the others leave.
+# Steps (name some to run only those). The whole run keeps within $TOTAL_S seconds: each step has its own time limit,
+# within what is left, and writes what it found before it stops; the table's steps come first, the notebooks last.
 #   kernels   mamba-ssm and causal-conv1d: used if they import; else installed from their wheels in $WHEELS
 #             (mamba_ssm-*.whl, causal_conv1d-*.whl, made with examples/build_cuda_kernels.sh --wheels .whl on a
 #             machine with the same Python, torch and CUDA); else absent, and the rest runs on the PyTorch paths
@@ -17,9 +17,9 @@
 #   compare   CUDA scan and convolution (where installed), the PyTorch scan and FlexAttention on the GPU against
 #             the references: values and gradients (longctx_bench gpu --parts compare)
 #   blocks    tokens/s, MFU and peak memory of each block's training step at 2K, 8K and 32K tokens in bf16
-#   cells     every notebook with a cell marked `#| cuda` run whole, in parallel (examples/cuda_cells.py; needs nbdev)
 #   fits      the longest sequence whose training step fits, per block, within $FIT_SECONDS in all, or less where
 #             the run's time is short ('≥ L (time limit)' where a block's search was cut short)
+#   cells     every notebook with a cell marked `#| cuda` run whole, in parallel (examples/cuda_cells.py; needs nbdev)
 #
 # Output, in $OUT: gpu_table.md (the tables), gpu_rows.json (their rows), gpu_check.log (everything printed).
 # Environment (all optional):
@@ -27,7 +27,7 @@
 #   OUT=gpu_check         where the three files go
 #   WHEELS=.whl           where the kernel wheels are looked for; SITE=/tmp/longctx_site is where they are installed
 #   TOTAL_S=480           the whole run's time limit in seconds (a lent machine's command may run ten minutes)
-#   FIT_SECONDS=120       time for the whole fit search (all blocks together), at most what is left of TOTAL_S
+#   FIT_SECONDS=100       time for the whole fit search (all blocks together), at most what is left of TOTAL_S
 #   COMPARE_S=90 BLOCKS_S=210 CELLS_S=150   those steps' time limits in seconds (within what is left of TOTAL_S)
 #   BENCH_FLAGS="--size small"  more flags for longctx_bench gpu (see: longctx_bench gpu --help)
 # Exit codes: 0 all steps passed, 1 a step failed or ran out of time (see gpu_check.log), 2 no CUDA GPU or a bad argument.
@@ -41,12 +41,12 @@ WHEELS=${WHEELS:-.whl}
 SITE=${SITE:-${TMPDIR:-/tmp}/longctx_site}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 TOTAL_S=${TOTAL_S:-480}
-FIT_SECONDS=${FIT_SECONDS:-120}
+FIT_SECONDS=${FIT_SECONDS:-100}
 COMPARE_S=${COMPARE_S:-90}
 BLOCKS_S=${BLOCKS_S:-210}
 CELLS_S=${CELLS_S:-150}
-VALID=(quick kernels compare blocks cells fits)
-QUICK=(kernels compare blocks cells fits)
+VALID=(quick kernels compare blocks fits cells)
+QUICK=(kernels compare blocks fits cells)
 
 for s in "$@"; do
   case " ${VALID[*]} " in *" $s "*) ;; *)
@@ -144,9 +144,9 @@ for s in "${STEPS[@]}"; do
     compare) bench compare "$(lim "$COMPARE_S")" || rc=1
              if grep -q 'FAILED' "$OUT/gpu_table.md" 2>/dev/null; then echo "compare: a path failed its check (see gpu_table.md)"; rc=1; fi ;;
     blocks)  b=$(lim "$BLOCKS_S"); bench blocks "$b" --blocks_seconds "$((b > 60 ? b - 30 : b / 2))" || rc=1 ;;
-    cells)   cells || rc=1 ;;
     fits)    f=$(( $(left) - 45 )); f=$(( f < ${FIT_SECONDS%.*} ? f : ${FIT_SECONDS%.*} )); f=$(( f > 10 ? f : 10 ))
              bench fits "$((f + 45))" --fit_seconds "$f" || rc=1 ;;
+    cells)   cells || rc=1 ;;
   esac
   [ $rc = 0 ] || status=1
   summary+=("$s $([ $rc = 0 ] && echo ok || echo FAILED) $((SECONDS - t0)) s")

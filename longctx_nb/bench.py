@@ -474,9 +474,9 @@ def require_cuda(what: str = 'longctx_bench gpu',  # the command, for the messag
     raise UsageError(
         f"{what} needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is False; "
         f"torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an NVIDIA GPU, "
-        "its driver and a CUDA build of torch; mamba-ssm and causal-conv1d come from wheels in a folder "
-        "(examples/gpu_check.sh kernels, WHEELS=wheels/) or are built there. On a CPU, longctx_bench scan, attention "
-        "and blocks measure the CPU paths.")
+        "its driver and a CUDA build of torch (examples/gpu_check.sh runs it there from a copy of the repository); "
+        "mamba-ssm and causal-conv1d are used where installed, else the PyTorch paths. On a CPU, longctx_bench scan, "
+        "attention and blocks measure the CPU paths.")
 
 # %% ../nbs/50_bench.ipynb #7daf2aa3
 def rel_err(a: torch.Tensor | None,  # a result
@@ -575,7 +575,8 @@ def compare_paths(device,                      # where they run
 def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or 'out of memory' in str(e).lower()
 
-def held_bytes(step) -> int:
+def held_bytes(step,   # a `train_step_fn` step
+              ) -> int:
     "Bytes a `train_step_fn` step holds between calls: weights, optimizer state and its input tokens (no gradients)."
     ts = {id(p): p for g in step.opt.param_groups for p in g['params']}
     ts |= {id(v): v for s in step.opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)}
@@ -594,7 +595,9 @@ def step_memory(step,     # a `train_step_fn` step, run once already (the optimi
     above = peak_memory_bytes(step, device)
     return held_bytes(step) + above, above
 
-def free_after_oom(model, device):
+def free_after_oom(model,   # the model whose step ran out of memory
+                   device,  # where it runs
+                  ):
     "After an out-of-memory error: drop the gradients it left, collect the failed step's tensors, return the cache."
     model.zero_grad(set_to_none=True)
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected

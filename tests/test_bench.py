@@ -118,7 +118,7 @@ def test_gpu_check_refuses_without_cuda(tmp_path):
     assert not (tmp_path / 'out').exists()       # nothing written
     p = subprocess.run(['bash', str(ROOT / 'examples' / 'gpu_check.sh'), 'speed'], capture_output=True, text=True, env=env)
     assert p.returncode == 2 and p.stdout == '' and p.stderr == ("gpu_check.sh: error: unknown step 'speed'; valid choices: quick kernels compare "
-                                                        "blocks cells fits (none: quick, which is kernels compare blocks cells fits in this order).\n")
+                                                        "blocks fits cells (none: quick, which is kernels compare blocks fits cells in this order).\n")
 
 
 @NO_CUDA
