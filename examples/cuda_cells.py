@@ -41,6 +41,7 @@ RUNNING: set = set()   # the notebooks' processes now running: stopped with this
 
 
 def stop_all(signum=None, frame=None):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # `timeout` may signal the whole process group as well
     for p in list(RUNNING):
         try: os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError: pass

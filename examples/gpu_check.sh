@@ -120,6 +120,16 @@ bench() {
 left() { echo $((TOTAL_S - SECONDS)); }                          # seconds the run has left
 lim() { local l; l=$(left); echo $(( $1 < l ? $1 : (l > 10 ? l : 10) )); }  # a step's limit: its own, or what is left
 
+failed_rows() {   # rows of part $1 that failed: a path off its reference, a step that raised an error
+  "$PYTHON" - "$OUT/gpu_rows.json" "$1" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1])).get(sys.argv[2], [])
+bad = [r for r in rows if r.get('ok') is False or str(r.get('note', '')).startswith('error')]
+for r in bad: print(f"{sys.argv[2]}: FAILED {r.get('kernel') or r.get('block')} {r.get('impl') or r.get('L')}: {r['note']}")
+sys.exit(1 if bad else 0)
+EOF
+}
+
 cells() {
   if ! py -c "import nbdev.test" 2>/dev/null; then
     echo "cells: FAILED: nbdev does not import. Run \`make gpu-wheels\` where a network exists, carry .whl/, and here:"
@@ -141,9 +151,9 @@ for s in "${STEPS[@]}"; do
   t0=$SECONDS; rc=0
   case $s in
     kernels) kernels || rc=1 ;;
-    compare) bench compare "$(lim "$COMPARE_S")" || rc=1
-             if grep -q 'FAILED' "$OUT/gpu_table.md" 2>/dev/null; then echo "compare: a path failed its check (see gpu_table.md)"; rc=1; fi ;;
-    blocks)  b=$(lim "$BLOCKS_S"); bench blocks "$b" --blocks_seconds "$((b > 60 ? b - 30 : b / 2))" || rc=1 ;;
+    compare) bench compare "$(lim "$COMPARE_S")" || rc=1; failed_rows compare || rc=1 ;;
+    blocks)  b=$(lim "$BLOCKS_S"); bench blocks "$b" --blocks_seconds "$((b > 60 ? b - 30 : b / 2))" || rc=1
+             failed_rows blocks || rc=1 ;;
     fits)    f=$(( $(left) - 45 )); f=$(( f < ${FIT_SECONDS%.*} ? f : ${FIT_SECONDS%.*} )); f=$(( f > 10 ? f : 10 ))
              bench fits "$((f + 45))" --fit_seconds "$f" || rc=1 ;;
     cells)   cells || rc=1 ;;

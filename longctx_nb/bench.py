@@ -21,7 +21,8 @@ __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'H
            'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench',
            'plot_bench', 'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'rel_err', 'compare_impl',
            'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases', 'compare_paths', 'held_bytes',
-           'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'largest_fitting', 'gpu_table', 'bench_gpu']
+           'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed', 'largest_fitting', 'gpu_table',
+           'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -640,6 +641,9 @@ def gpu_block_row(model,             # an `LM` on `device`
 class TimeLimit(Exception):
     "Raised by a `fits(L)` probe of `largest_fitting` that would not end in the time left."
 
+class ProbeFailed(Exception):
+    "Raised by a `fits(L)` probe of `largest_fitting` that failed for another reason than memory."
+
 def largest_fitting(fits,                 # fits(L) -> True (fits), False (out of memory) or None (fits, too slow to go on)
                     start: int = 2048,    # first length tried
                     max_len: int = 2**20, # longest length tried
@@ -670,6 +674,7 @@ def largest_fitting(fits,                 # fits(L) -> True (fits), False (out o
             good, bad = (mid, bad) if ok else (good, mid)
         return good, ('' if bad - good <= step else f'{bad} does not fit'), ''
     except TimeLimit as e: return good, f'time limit: {e}', 'time limit'
+    except ProbeFailed as e: return good, f'stopped: {e}', 'error'
 
 
 # %% ../nbs/50_bench.ipynb #1d7a6523
@@ -732,17 +737,24 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
 
 def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic):
     """fits(L) for `largest_fitting`: a warm-up and a timed training step at L; out of memory -> False, a timed step
-    slower than `max_seconds` -> None. It raises `TimeLimit` rather than start two steps that would not end before
-    `deadline`, judged from the last step that ran, scaled as L squared (the worst a block scales)."""
+    slower than `max_seconds` -> None, another error -> `ProbeFailed`. It raises `TimeLimit` rather than start a try
+    that would not end before `deadline`, judged from the last one: its two steps scaled as L squared (the worst a
+    block scales), plus what it spent besides them (compiling FlexAttention for a new length, say)."""
     last = []
     def fits(L):
         if deadline is not None and last:
-            (L0, s0), left = last[-1], deadline - clock()
-            if (need := 2 * s0 * (L / L0) ** 2) > left: raise TimeLimit(f'{L} would take about {need:.0f} s, {max(left, 0):.0f} s left')
-        r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
+            (L0, s0, extra), left = last[-1], deadline - clock()
+            if (need := 2 * s0 * (L / L0) ** 2 + extra) > left:
+                raise TimeLimit(f'{L} would take about {need:.0f} s, {max(left, 0):.0f} s left')
+        t0 = time.monotonic()
+        try: r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
+        except Exception as e:
+            free_after_oom(model, device)
+            raise ProbeFailed(f'{L}: {_one_line(e, 200)}') from None
         if r['note'] == 'out of memory': return False
-        last.append((L, L / r['tokens_per_sec']))
-        return None if last[-1][1] > max_seconds else True
+        s = L / r['tokens_per_sec']
+        last.append((L, s, max(0.0, time.monotonic() - t0 - 2 * s)))
+        return None if s > max_seconds else True
     return fits
 
 def _raise_recompile_limit(n: int = 256):
@@ -784,18 +796,21 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
         path.write_text(json.dumps(dict(info=info, **allr), indent=1))
         (out / 'gpu_table.md').write_text(gpu_table(info, *allr.values()))
     if 'compare' in rows: rows['compare'] = compare_paths(device, paths, check_len); save()
-    def deadlines(seconds):     # each block's share of the time left: what one leaves unused passes on to the next
-        t0 = clock()
+    def deadlines(seconds):     # each block's share of the time left (what one leaves unused passes on to the next),
+        t0, n = clock(), len(blocks)   # and at least a third of an equal share, should the blocks before overrun theirs
         for i, (b, m) in enumerate(_gpu_models(blocks, size, window_size, chunk_size, device)):
-            yield b, m, None if not seconds else clock() + (t0 + seconds - clock()) / (len(blocks) - i)
+            yield b, m, None if not seconds else clock() + max((t0 + seconds - clock()) / (n - i), seconds / (3 * n))
+    empty = dict(tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='', peak_mib=None, step_mib=None, disturbed=None)
     if 'blocks' in rows:
         for b, m, deadline in deadlines(blocks_seconds):
             for L in Ls:
-                if deadline is not None and clock() >= deadline:
-                    rows['blocks'].append(dict(block=b, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
-                                               peak_mib=None, step_mib=None, disturbed=None, note='not run (time limit)'))
-                else: rows['blocks'].append(gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m)))
-                save()
+                if deadline is not None and clock() >= deadline: r = dict(block=b, L=L, **empty, note='not run (time limit)')
+                else:
+                    try: r = gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
+                    except Exception as e:      # one broken path must not cost the rest of the table
+                        free_after_oom(m, device)
+                        r = dict(block=b, L=L, **empty, note=f'error: {_one_line(e, 200)}')
+                rows['blocks'].append(r); save()
     if 'fits' in rows:
         for b, m, deadline in deadlines(fit_seconds):
             L, note, bound = largest_fitting(_fit_probe(m, device, precision, max_seconds, deadline, clock), min(Ls), max_len,
