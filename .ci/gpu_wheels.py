@@ -5,9 +5,8 @@ the folder or by a package the GPU image has (torch and longctx_nb's own require
 
     python .ci/gpu_wheels.py [--dest .whl] [--python 3.12]
 
-Install them there with `python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl` and run with
-`PYTHONPATH=/tmp/site:.`. The mamba-ssm and causal-conv1d wheels (examples/build_cuda_kernels.sh --wheels .whl) can
-lie in the same folder.
+Carry .whl/ along with the repository: `bash examples/gpu_check.sh` unpacks the wheels there (no pip, no network).
+The mamba-ssm and causal-conv1d wheels (examples/build_cuda_kernels.sh --wheels .whl) can lie in the same folder.
 """
 import argparse, configparser, re, subprocess, sys, zipfile
 from pathlib import Path
@@ -84,8 +83,8 @@ def main():
     print(f'{total / 2**20:,.1f} MiB in {a.dest}')
     if (bad := unmet(a.dest, a.python)):
         sys.exit('gpu_wheels.py: unmet requirements:\n  ' + '\n  '.join(bad))
-    print('every requirement is met by these wheels or by the GPU image. There: python3 -m pip install --no-index '
-          f'--no-deps --target /tmp/site {a.dest.name}/*.whl, then PYTHONPATH=/tmp/site:. bash examples/gpu_check.sh')
+    print(f'every requirement is met by these wheels or by the GPU image. Carry {a.dest.name}/ along with the repository; '
+          'on the GPU machine, bash examples/gpu_check.sh unpacks them.')
 
 
 if __name__ == '__main__': main()

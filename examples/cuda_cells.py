@@ -6,9 +6,9 @@ what they define), in its own process. Prints one line per notebook and, for one
     python examples/cuda_cells.py                      # every notebook with a `#| cuda` cell
     python examples/cuda_cells.py --timeout 240 --jobs 8 nbs/10_scan.ipynb nbs/23_mamba.ipynb
 
-Needs nbdev 2.4.14 with fastcore 1.14.5 and execnb 0.1.18 importable: on a machine without them or without a
+Needs nbdev 2.4.14 with fastcore 1.14.5 and execnb 0.1.18 importable: for a machine without them or without a
 network, `make gpu-wheels` (run where a network exists) puts their wheels in .whl/ to carry, and
-`python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl` with `PYTHONPATH=/tmp/site:.` installs them.
+`bash examples/gpu_check.sh cells` unpacks them there before it runs this script.
 Exit codes: 0 every notebook passed, 1 one failed or ran past its time limit, 2 bad arguments or nbdev missing.
 """
 import argparse, configparser, json, os, signal, subprocess, sys, time
@@ -75,8 +75,8 @@ def main(argv=None) -> int:
     try: import nbdev.test  # noqa: F401
     except Exception as e:
         print(f"cuda_cells.py: error: nbdev does not import ({type(e).__name__}: {e}). Install nbdev==2.4.14 fastcore==1.14.5 "
-              "execnb==0.1.18, or carry their wheels (make gpu-wheels) and install them with `python3 -m pip install "
-              "--no-index --no-deps --target /tmp/site .whl/*.whl` and PYTHONPATH=/tmp/site:.", file=sys.stderr)
+              "execnb==0.1.18, or carry their wheels (make gpu-wheels) and run bash examples/gpu_check.sh cells, which "
+              "unpacks them.", file=sys.stderr)
         return 2
     nbs = a.notebooks or cuda_notebooks()
     missing = [str(p) for p in nbs if not p.is_file()]

@@ -3,9 +3,9 @@
 #
 # Where a network exists (once; wheels for CPython 3.12 on Linux x86_64, about 10 MB):
 #   make gpu-wheels                # nbdev, fastcore, execnb and what they need -> .whl/ (for the `cells` step)
-# On the GPU machine, from a copy of the repository (no install needed, no network needed):
-#   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
-#   PYTHONPATH=/tmp/site:. bash examples/gpu_check.sh          # = quick: every step below, in this order
+# On the GPU machine, from a copy of the repository with .whl/ (no install, no network needed):
+#   bash examples/gpu_check.sh          # = quick: every step below, in this order
+# The wheels in .whl/ are unpacked into $SITE and put on PYTHONPATH by the script itself (no pip needed).
 #
 # Steps (name some to run only those). The whole run keeps within $TOTAL_S seconds: each step has its own time limit,
 # within what is left, and writes what it found before it stops; the table's steps come first, the notebooks last.
@@ -25,7 +25,7 @@
 # Environment (all optional):
 #   PYTHON=python3        the interpreter with a CUDA build of torch; longctx_nb comes from this repository
 #   OUT=gpu_check         where the three files go
-#   WHEELS=.whl           where the kernel wheels are looked for; SITE=/tmp/longctx_site is where they are installed
+#   WHEELS=.whl           the wheels carried along (test tools, kernels); SITE=/tmp/longctx_site is where they are unpacked
 #   TOTAL_S=480           the whole run's time limit in seconds (a lent machine's command may run ten minutes)
 #   FIT_SECONDS=100       time for the whole fit search (all blocks together), at most what is left of TOTAL_S
 #   COMPARE_S=90 BLOCKS_S=210 CELLS_S=150   those steps' time limits in seconds (within what is left of TOTAL_S)
@@ -76,6 +76,29 @@ if ! { mkdir -p "${HOME:-/nonexistent}/.cache" && [ -w "$HOME/.cache" ]; } 2>/de
 fi
 
 py() { "$PYTHON" "$@"; }
+unpack() {   # unpack wheels into $SITE, as pip would install them for this Python (a wheel is a zip of its files)
+  py - "$SITE" "$@" <<'EOF'
+import sys, zipfile, pathlib
+site = pathlib.Path(sys.argv[1]); site.mkdir(parents=True, exist_ok=True)
+for w in sys.argv[2:]:
+    with zipfile.ZipFile(w) as z:
+        for n in z.namelist():
+            top, _, rest = n.partition('/')
+            if top.endswith('.data'):             # NAME.data/purelib|platlib/...: files of site-packages; the rest (scripts) is not needed
+                kind, _, rest = rest.partition('/')
+                if kind not in ('purelib', 'platlib') or not rest or n.endswith('/'): continue
+                (site / rest).parent.mkdir(parents=True, exist_ok=True); (site / rest).write_bytes(z.read(n))
+            else: z.extract(n, site)
+print(f'unpacked {len(sys.argv) - 2} wheels into {site}')
+EOF
+}
+tools() {    # nbdev, fastcore, execnb from the carried wheels (make gpu-wheels), for the cells step
+  py -c "import nbdev.test" 2>/dev/null && return 0
+  shopt -s nullglob; local whl=("$WHEELS"/*.whl); shopt -u nullglob
+  local tw=(); for w in "${whl[@]}"; do case $(basename "$w") in mamba_ssm-*|causal_conv1d-*) ;; *) tw+=("$w") ;; esac; done
+  [ ${#tw[@]} -gt 0 ] && { echo "tools: nbdev is not installed: unpacking the ${#tw[@]} wheels in $WHEELS/"; unpack "${tw[@]}"; }
+  return 0
+}
 kernels_import() { py -c "import torch, selective_scan_cuda, causal_conv1d_cuda" 2>/dev/null; }   # torch first: they link its libraries
 say_kernels() {
   py - <<'EOF'
@@ -93,7 +116,7 @@ kernels() {
   shopt -s nullglob; local whl=("$WHEELS"/mamba_ssm-*.whl "$WHEELS"/causal_conv1d-*.whl); shopt -u nullglob
   if [ ${#whl[@]} -gt 0 ]; then
     echo "kernels: installing ${whl[*]} into $SITE"
-    py -m pip install -q --no-index --no-deps --target "$SITE" --upgrade "${whl[@]}" || { echo "kernels: FAILED: pip install"; return 1; }
+    unpack "${whl[@]}" || { echo "kernels: FAILED: unpacking the wheels"; return 1; }
     say_kernels
     kernels_import || { echo "kernels: FAILED: the wheels installed but do not import (built for another Python, torch or CUDA?)"; return 1; }
   elif [ "${BUILD:-0}" = 1 ]; then
@@ -132,8 +155,8 @@ EOF
 
 cells() {
   if ! py -c "import nbdev.test" 2>/dev/null; then
-    echo "cells: FAILED: nbdev does not import. Run \`make gpu-wheels\` where a network exists, carry .whl/, and here:"
-    echo "cells:   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl; PYTHONPATH=/tmp/site:. bash examples/gpu_check.sh cells"
+    echo "cells: FAILED: nbdev does not import and $WHEELS/ holds no wheels of it: run \`make gpu-wheels\` where a network"
+    echo "cells: exists, carry .whl/ along, and run this step again (bash examples/gpu_check.sh cells)."
     return 1
   fi
   local limit; limit=$(lim "$CELLS_S")
@@ -156,7 +179,7 @@ for s in "${STEPS[@]}"; do
              failed_rows blocks || rc=1 ;;
     fits)    f=$(( $(left) - 45 )); f=$(( f < ${FIT_SECONDS%.*} ? f : ${FIT_SECONDS%.*} )); f=$(( f > 10 ? f : 10 ))
              bench fits "$((f + 45))" --fit_seconds "$f" || rc=1 ;;
-    cells)   cells || rc=1 ;;
+    cells)   tools; cells || rc=1 ;;
   esac
   [ $rc = 0 ] || status=1
   summary+=("$s $([ $rc = 0 ] && echo ok || echo FAILED) $((SECONDS - t0)) s")
