@@ -736,15 +736,16 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
         if device.type == 'cuda': torch.cuda.empty_cache()
 
 def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic):
-    """fits(L) for `largest_fitting`: a warm-up and a timed training step at L; out of memory -> False, a timed step
-    slower than `max_seconds` -> None, another error -> `ProbeFailed`. It raises `TimeLimit` rather than start a try
-    that would not end before `deadline`, judged from the last one: its two steps scaled as L squared (the worst a
-    block scales), plus what it spent besides them (compiling FlexAttention for a new length, say)."""
+    """fits(L) for `largest_fitting`: `gpu_block_row` at L (a warm-up, a timed and a measured training step); out of
+    memory -> False, a timed step slower than `max_seconds` -> None, another error -> `ProbeFailed`. It raises
+    `TimeLimit` rather than start a try that would not end before `deadline`, judged from the last one: its three
+    steps scaled as L squared (the worst a block scales), plus what it spent besides them (compiling FlexAttention
+    for a new length, say)."""
     last = []
     def fits(L):
         if deadline is not None and last:
             (L0, s0, extra), left = last[-1], deadline - clock()
-            if (need := 2 * s0 * (L / L0) ** 2 + extra) > left:
+            if (need := 3 * s0 * (L / L0) ** 2 + extra) > left:
                 raise TimeLimit(f'{L} would take about {need:.0f} s, {max(left, 0):.0f} s left')
         t0 = time.monotonic()
         try: r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
@@ -753,7 +754,7 @@ def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.
             raise ProbeFailed(f'{L}: {_one_line(e, 200)}') from None
         if r['note'] == 'out of memory': return False
         s = L / r['tokens_per_sec']
-        last.append((L, s, max(0.0, time.monotonic() - t0 - 2 * s)))
+        last.append((L, s, max(0.0, time.monotonic() - t0 - 3 * s)))
         return None if s > max_seconds else True
     return fits
 
