@@ -5,7 +5,7 @@ TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test venv setup export readme docs lab hooks lint clean-venv
+.PHONY: train test venv setup export readme docs lab hooks lint clean-venv gpu-wheels
 
 # (re)install when the package's requirements change
 $(STAMP): settings.ini setup.py
@@ -55,6 +55,11 @@ hooks: $(STAMP)
 # pyflakes-class errors in the package and the tests (ruff.toml)
 lint: $(STAMP)
 	$(BIN)/ruff check longctx_nb tests
+
+# wheels of nbdev, fastcore, execnb and what they need (Python 3.12, manylinux) in .whl/, for a GPU machine without a
+# network: examples/gpu_check.sh's cells step runs the notebooks with them (see the top of examples/gpu_check.sh)
+gpu-wheels:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) .ci/gpu_wheels.py --dest .whl $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -62,20 +62,25 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-check_imports() {
-  "$PYTHON" - <<'EOF'
+check_imports() {  # torch first: the extensions link against its libraries (libc10.so)
+  PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - <<'EOF'
 import importlib, torch
+ok = True
 for name in ('selective_scan_cuda', 'causal_conv1d_cuda'):
     try:
         importlib.import_module(name); print(f'{name}: imports')
     except Exception as e:
-        print(f'{name}: does not import ({type(e).__name__}: {e})')
+        ok = False; print(f'{name}: does not import ({type(e).__name__}: {" ".join(str(e).split())[:300]})')
 try:
-    from longctx_nb.kernels.scan import available_impls as scan_impls
-    from longctx_nb.kernels.conv import available_impls as conv_impls
-    print('longctx_nb scan impls:', scan_impls(), ' conv impls:', conv_impls())
-except ImportError:
-    pass
+    from longctx_nb.kernels.scan import scan_impls
+    from longctx_nb.kernels.conv import conv_impls
+except Exception as e:
+    print(f'longctx_nb does not import ({type(e).__name__}: {e}): cannot say which paths it runs')
+else:
+    dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+    print(f'longctx_nb on {dev}: selective_scan runs {scan_impls.available(dev)} (auto: {scan_impls.auto(dev)}), '
+          f'causal_conv1d runs {conv_impls.available(dev)} (auto: {conv_impls.auto(dev)})')
+raise SystemExit(0 if ok else 1)
 EOF
 }
 

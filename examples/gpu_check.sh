@@ -1,84 +1,190 @@
 #!/usr/bin/env bash
-# Prove the GPU path of longctx_nb on a machine with a CUDA GPU, in steps of at most about ten minutes each:
+# Prove the GPU path of longctx_nb on a machine with a CUDA GPU, in one command of about eight minutes on one H100.
 #
-#   bash examples/gpu_check.sh                 # every step, in order
-#   bash examples/gpu_check.sh kernels         # 1. install mamba-ssm and causal-conv1d: wheels from $WHEELS, else build them
-#   bash examples/gpu_check.sh cells           # 2. run every notebook cell marked `#| cuda` (nbdev_test --flags cuda)
-#   bash examples/gpu_check.sh compare         # 3. CUDA scan, conv and FlexAttention against the references (values, gradients)
-#   bash examples/gpu_check.sh blocks          # 4. tokens/s, MFU and peak memory of each block at 2K, 8K and 32K in bf16
-#   bash examples/gpu_check.sh fits            # 5. the longest sequence that fits, per block
+# Where a network exists (once; wheels for CPython 3.12 on Linux x86_64, about 10 MB):
+#   make gpu-wheels                # nbdev, fastcore, execnb and what they need -> .whl/ (for the `cells` step)
+# On the GPU machine, from a copy of the repository with .whl/ (no install, no network needed):
+#   bash examples/gpu_check.sh          # = quick: every step below, in this order
+# The wheels in .whl/ are unpacked into $SITE and put on PYTHONPATH by the script itself (no pip needed).
 #
-# Steps 3-5 add their rows to $OUT and rewrite $OUT/gpu_table.md from every step found there (longctx_bench gpu).
+# Steps (name some to run only those). The whole run keeps within $TOTAL_S seconds: each step has its own time limit,
+# within what is left, and writes what it found before it stops; the table's steps come first, the notebooks last.
+#   kernels   mamba-ssm and causal-conv1d: used if they import; else installed from their wheels in $WHEELS
+#             (mamba_ssm-*.whl, causal_conv1d-*.whl, made with examples/build_cuda_kernels.sh --wheels .whl on a
+#             machine with the same Python, torch and CUDA); else absent, and the rest runs on the PyTorch paths
+#             (Mamba's chunked scan, the reference convolution), which the table says. BUILD=1 builds them here
+#             instead (about 13 minutes on 16 cores: not in the same ten-minute command as the rest).
+#   compare   CUDA scan and convolution (where installed), the PyTorch scan and FlexAttention on the GPU against
+#             the references: values and gradients (longctx_bench gpu --parts compare)
+#   blocks    tokens/s, MFU and peak memory of each block's training step at 2K, 8K and 32K tokens in bf16
+#   fits      the longest sequence whose training step fits, per block, within $FIT_SECONDS in all, or less where
+#             the run's time is short ('≥ L (time limit)' where a block's search was cut short)
+#   cells     every notebook with a cell marked `#| cuda` run whole, in parallel (examples/cuda_cells.py; needs nbdev)
+#
+# Output, in $OUT: gpu_table.md (the tables), gpu_rows.json (their rows), gpu_check.log (everything printed).
 # Environment (all optional):
-#   PYTHON=python         the interpreter with longctx_nb and a CUDA build of torch
-#   WHEELS=wheels         folder of prebuilt wheels (mamba_ssm-*.whl, causal_conv1d-*.whl) carried to an offline machine;
-#                         make them on a machine with the same Python, torch and CUDA:
-#                         bash examples/build_cuda_kernels.sh --wheels wheels/
-#   OUT=gpu_check         where the rows, the logs and gpu_table.md go
-#   ONLY="mamba causal-conv1d"  without wheels, build only these (one per step keeps each under ten minutes:
-#                         ONLY=mamba ... kernels (about 4 min), then ONLY=causal-conv1d ... kernels (about 9 min))
-#   NBDEV_TEST=nbdev_test  the nbdev_test command of step 2
+#   PYTHON=python3        the interpreter with a CUDA build of torch; longctx_nb comes from this repository
+#   OUT=gpu_check         where the three files go
+#   WHEELS=.whl           the wheels carried along (test tools, kernels); SITE=/tmp/longctx_site is where they are unpacked
+#   TOTAL_S=480           the whole run's time limit in seconds (a lent machine's command may run ten minutes)
+#   FIT_SECONDS=100       time for the whole fit search (all blocks together), at most what is left of TOTAL_S
+#   COMPARE_S=90 BLOCKS_S=210 CELLS_S=150   those steps' time limits in seconds (within what is left of TOTAL_S)
 #   BENCH_FLAGS="--size small"  more flags for longctx_bench gpu (see: longctx_bench gpu --help)
-# Exit codes: 0 all steps passed, 1 a step failed (its log is in $OUT), 2 no CUDA GPU or a bad argument.
-set -euo pipefail
+# Exit codes: 0 all steps passed, 1 a step failed or ran out of time (see gpu_check.log), 2 no CUDA GPU or a bad argument.
+set -uo pipefail
 
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python}
-WHEELS=${WHEELS:-wheels}
+ROOT=$PWD
+PYTHON=${PYTHON:-$(command -v python3 || command -v python || echo python3)}
 OUT=${OUT:-gpu_check}
+WHEELS=${WHEELS:-.whl}
+SITE=${SITE:-${TMPDIR:-/tmp}/longctx_site}
 BENCH_FLAGS=${BENCH_FLAGS:-}
-NBDEV_TEST=${NBDEV_TEST:-nbdev_test}
-STEPS=(kernels cells compare blocks fits)
+TOTAL_S=${TOTAL_S:-480}
+FIT_SECONDS=${FIT_SECONDS:-100}
+COMPARE_S=${COMPARE_S:-90}
+BLOCKS_S=${BLOCKS_S:-210}
+CELLS_S=${CELLS_S:-150}
+VALID=(quick kernels compare blocks fits cells)
+QUICK=(kernels compare blocks fits cells)
 
 for s in "$@"; do
-  case " ${STEPS[*]} " in *" $s "*) ;; *)
-    echo "gpu_check.sh: error: unknown step '$s'; valid choices: ${STEPS[*]} (none: all of them, in order)." >&2; exit 2 ;;
+  case " ${VALID[*]} " in *" $s "*) ;; *)
+    echo "gpu_check.sh: error: unknown step '$s'; valid choices: ${VALID[*]} (none: quick, which is ${QUICK[*]} in this order)." >&2; exit 2 ;;
   esac
 done
-[ $# -gt 0 ] && STEPS=("$@")
+STEPS=()
+for s in "${@:-quick}"; do if [ "$s" = quick ]; then STEPS+=("${QUICK[@]}"); else STEPS+=("$s"); fi; done
+
+# longctx_nb from this copy of the repository, the kernel wheels' folder before it
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  echo "gpu_check.sh: error: this check needs a CUDA GPU, and $("$PYTHON" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "$PYTHON's torch") sees none. Run it on a machine with an NVIDIA GPU, its driver and a CUDA build of torch (and longctx_nb installed); mamba-ssm and causal-conv1d are installed from wheels in \$WHEELS (default wheels/, made with examples/build_cuda_kernels.sh --wheels) or built there with the CUDA toolkit. On a CPU, longctx_bench scan, attention and blocks measure the CPU paths." >&2
+  echo "gpu_check.sh: error: this check needs a CUDA GPU, and $("$PYTHON" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "$PYTHON's torch") sees none. Run it on a machine with an NVIDIA GPU, its driver and a CUDA build of torch (longctx_nb comes from this repository); mamba-ssm and causal-conv1d are used where installed, installed from wheels in \$WHEELS (default .whl/, made with examples/build_cuda_kernels.sh --wheels .whl), or left out (the PyTorch paths run). On a CPU, longctx_bench scan, attention and blocks measure the CPU paths." >&2
   exit 2
 fi
-mkdir -p "$OUT"
+mkdir -p "$OUT" || exit 2
+exec > >(tee -a "$OUT/gpu_check.log") 2>&1
+
+# caches where they can be written (a home folder may be read-only on a lent machine)
+if ! { mkdir -p "${HOME:-/nonexistent}/.cache" && [ -w "$HOME/.cache" ]; } 2>/dev/null; then
+  C=${TMPDIR:-/tmp}/longctx_cache; mkdir -p "$C"
+  export LONGCTX_CACHE=${LONGCTX_CACHE:-$C/longctx_nb} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$C/triton} \
+         TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$C/inductor} TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$C/torch_extensions} \
+         MPLCONFIGDIR=${MPLCONFIGDIR:-$C/matplotlib}
+  echo "caches in $C (the home folder cannot be written)"
+fi
+
+py() { "$PYTHON" "$@"; }
+unpack() {   # unpack wheels into $SITE, as pip would install them for this Python (a wheel is a zip of its files)
+  py - "$SITE" "$@" <<'EOF'
+import sys, zipfile, pathlib
+site = pathlib.Path(sys.argv[1]); site.mkdir(parents=True, exist_ok=True)
+for w in sys.argv[2:]:
+    with zipfile.ZipFile(w) as z:
+        for n in z.namelist():
+            top, _, rest = n.partition('/')
+            if top.endswith('.data'):             # NAME.data/purelib|platlib/...: files of site-packages; the rest (scripts) is not needed
+                kind, _, rest = rest.partition('/')
+                if kind not in ('purelib', 'platlib') or not rest or n.endswith('/'): continue
+                (site / rest).parent.mkdir(parents=True, exist_ok=True); (site / rest).write_bytes(z.read(n))
+            else: z.extract(n, site)
+print(f'unpacked {len(sys.argv) - 2} wheels into {site}')
+EOF
+}
+tools() {    # nbdev, fastcore, execnb from the carried wheels (make gpu-wheels), for the cells step
+  py -c "import nbdev.test" 2>/dev/null && return 0
+  shopt -s nullglob; local whl=("$WHEELS"/*.whl); shopt -u nullglob
+  local tw=(); for w in "${whl[@]}"; do case $(basename "$w") in mamba_ssm-*|causal_conv1d-*) ;; *) tw+=("$w") ;; esac; done
+  [ ${#tw[@]} -gt 0 ] && { echo "tools: nbdev is not installed: unpacking the ${#tw[@]} wheels in $WHEELS/"; unpack "${tw[@]}"; }
+  return 0
+}
+kernels_import() { py -c "import torch, selective_scan_cuda, causal_conv1d_cuda" 2>/dev/null; }   # torch first: they link its libraries
+say_kernels() {
+  py - <<'EOF'
+import importlib, torch
+for name in ('selective_scan_cuda', 'causal_conv1d_cuda'):
+    try: importlib.import_module(name); print(f'kernels: {name} imports')
+    except Exception as e: print(f'kernels: {name} does not import ({type(e).__name__}: {" ".join(str(e).split())[:200]})')
+from longctx_nb.bench import kernel_paths
+print('kernels: the blocks run', kernel_paths('cuda'))
+EOF
+}
 
 kernels() {
-  if "$PYTHON" -c "import selective_scan_cuda, causal_conv1d_cuda" 2>/dev/null; then
-    echo "kernels: selective_scan_cuda and causal_conv1d_cuda already import"; return
-  fi
-  if compgen -G "$WHEELS/*.whl" > /dev/null; then
-    echo "kernels: installing the wheels in $WHEELS"
-    PYTHON=$PYTHON bash examples/build_cuda_kernels.sh --install "$WHEELS"
+  if kernels_import; then echo "kernels: selective_scan_cuda and causal_conv1d_cuda already import"; say_kernels; return 0; fi
+  shopt -s nullglob; local whl=("$WHEELS"/mamba_ssm-*.whl "$WHEELS"/causal_conv1d-*.whl); shopt -u nullglob
+  if [ ${#whl[@]} -gt 0 ]; then
+    echo "kernels: installing ${whl[*]} into $SITE"
+    unpack "${whl[@]}" || { echo "kernels: FAILED: unpacking the wheels"; return 1; }
+    say_kernels
+    kernels_import || { echo "kernels: FAILED: the wheels installed but do not import (built for another Python, torch or CUDA?)"; return 1; }
+  elif [ "${BUILD:-0}" = 1 ]; then
+    echo "kernels: building ${ONLY:-mamba causal-conv1d} for this GPU (needs nvcc and the sdists or a network; about 13 minutes on 16 cores)"
+    PYTHON=$PYTHON bash examples/build_cuda_kernels.sh || return 1
   else
-    echo "kernels: no wheels in $WHEELS; building ${ONLY:-mamba causal-conv1d} for this GPU (needs nvcc and the sdists or a network)"
-    PYTHON=$PYTHON bash examples/build_cuda_kernels.sh
+    echo "kernels: mamba-ssm and causal-conv1d are not installed and $WHEELS/ holds no wheels of them: they are left out,"
+    echo "kernels: and the rest runs on the PyTorch paths (the table's 'kernels' line says which). To include them, build"
+    echo "kernels: wheels once (examples/build_cuda_kernels.sh --wheels $WHEELS) and carry them, or rerun with BUILD=1."
+    say_kernels
   fi
+  return 0
+}
+
+# longctx_bench gpu --parts NAME under a time limit; the rows found so far are saved row by row
+bench() {
+  local part=$1 limit=$2; shift 2
+  timeout -k 15 "$limit" "$PYTHON" -c "from longctx_nb.bench import bench_main; bench_main()" gpu --parts "$part" --out "$OUT" "$@" $BENCH_FLAGS
+  local rc=$?
+  if [ $rc = 124 ] || [ $rc = 137 ]; then echo "$part: time limit ($limit s) reached: gpu_table.md has the rows found before it"; fi
+  return $rc
+}
+
+left() { echo $((TOTAL_S - SECONDS)); }                          # seconds the run has left
+lim() { local l; l=$(left); echo $(( $1 < l ? $1 : (l > 10 ? l : 10) )); }  # a step's limit: its own, or what is left
+
+failed_rows() {   # rows of part $1 that failed: a path off its reference, a step that raised an error
+  "$PYTHON" - "$OUT/gpu_rows.json" "$1" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1])).get(sys.argv[2], [])
+bad = [r for r in rows if r.get('ok') is False or str(r.get('note', '')).startswith('error')]
+for r in bad: print(f"{sys.argv[2]}: FAILED {r.get('kernel') or r.get('block')} {r.get('impl') or r.get('L')}: {r['note']}")
+sys.exit(1 if bad else 0)
+EOF
 }
 
 cells() {
-  local failed=0 nb log
-  command -v "$NBDEV_TEST" > /dev/null || { echo "cells: $NBDEV_TEST not found: pip install nbdev==2.4.14 (see settings.ini's dev_requirements)"; return 1; }
-  for nb in $(grep -l '#| cuda' nbs/*.ipynb nbs/tutorials/*.ipynb); do
-    log="$OUT/cells_$(basename "$nb" .ipynb).log"
-    echo "cells: $NBDEV_TEST --flags cuda --path $nb"
-    if ! "$NBDEV_TEST" --flags cuda --path "$nb" > "$log" 2>&1; then echo "cells: FAILED $nb (log: $log)"; failed=1; fi
-  done
-  return $failed
+  if ! py -c "import nbdev.test" 2>/dev/null; then
+    echo "cells: FAILED: nbdev does not import and $WHEELS/ holds no wheels of it: run \`make gpu-wheels\` where a network"
+    echo "cells: exists, carry .whl/ along, and run this step again (bash examples/gpu_check.sh cells)."
+    return 1
+  fi
+  local limit; limit=$(lim "$CELLS_S")
+  timeout -k 15 "$limit" "$PYTHON" examples/cuda_cells.py --timeout "$((limit > 30 ? limit - 10 : limit))"
+  local rc=$?
+  if [ $rc = 124 ] || [ $rc = 137 ]; then echo "cells: time limit ($limit s) reached"; fi
+  return $rc
 }
 
-bench() { "$PYTHON" -c "from longctx_nb.bench import bench_main; bench_main()" gpu --parts "$1" --out "$OUT" $BENCH_FLAGS; }
-
-status=0
+SECONDS=0
+echo "gpu_check.sh: steps ${STEPS[*]}; python $PYTHON ($("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name())')); output in $OUT; at most $TOTAL_S s; $(date -u '+%F %T UTC')"
+status=0; summary=()
 for s in "${STEPS[@]}"; do
   echo "== $s"
+  t0=$SECONDS; rc=0
   case $s in
-    kernels) kernels || status=1 ;;
-    cells) cells || status=1 ;;
-    compare) bench compare | tee "$OUT/compare.log" || status=1
-             if grep -q 'FAILED' "$OUT/gpu_table.md"; then echo "compare: a path failed its check (see $OUT/gpu_table.md)"; status=1; fi ;;
-    blocks|fits) bench "$s" | tee "$OUT/$s.log" || status=1 ;;
+    kernels) kernels || rc=1 ;;
+    compare) bench compare "$(lim "$COMPARE_S")" || rc=1; failed_rows compare || rc=1 ;;
+    blocks)  b=$(lim "$BLOCKS_S"); bench blocks "$b" --blocks_seconds "$((b > 60 ? b - 30 : b / 2))" || rc=1
+             failed_rows blocks || rc=1 ;;
+    fits)    f=$(( $(left) - 45 )); f=$(( f < ${FIT_SECONDS%.*} ? f : ${FIT_SECONDS%.*} )); f=$(( f > 10 ? f : 10 ))
+             bench fits "$((f + 45))" --fit_seconds "$f" || rc=1 ;;
+    cells)   tools; cells || rc=1 ;;
   esac
+  [ $rc = 0 ] || status=1
+  summary+=("$s $([ $rc = 0 ] && echo ok || echo FAILED) $((SECONDS - t0)) s")
+  echo "== $s: $([ $rc = 0 ] && echo ok || echo FAILED) in $((SECONDS - t0)) s"
 done
-[ -f "$OUT/gpu_table.md" ] && echo "table: $OUT/gpu_table.md"
+echo "== summary: ${summary[*]/%/;}"
+[ -f "$OUT/gpu_table.md" ] && echo "table: $OUT/gpu_table.md   rows: $OUT/gpu_rows.json   log: $OUT/gpu_check.log"
 exit $status

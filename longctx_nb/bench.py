@@ -4,11 +4,11 @@
 
 # %% ../nbs/50_bench.ipynb #3f370f11
 from __future__ import annotations
-import contextlib, csv, importlib, inspect, json, math, os, sys
+import contextlib, csv, gc, importlib, inspect, json, math, os, sys, time
 import torch
 from pathlib import Path
 from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, busy_cores, get_device, pyplot, time_reps
-from .core import peak_memory_bytes, time_in_turn
+from .core import peak_memory_bytes, time_in_turn, try_import
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
@@ -17,10 +17,12 @@ from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
 __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS',
-           'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
-           'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench',
-           'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'rel_err', 'compare_impl',
-           'kernel_cases', 'compare_paths', 'gpu_block_row', 'largest_fitting', 'gpu_table', 'bench_gpu']
+           'FIT_REL', 'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv',
+           'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench',
+           'plot_bench', 'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'rel_err', 'compare_impl',
+           'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases', 'compare_paths', 'held_bytes',
+           'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed', 'largest_fitting', 'gpu_table',
+           'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -277,6 +279,7 @@ def train_step_fn(model,          # an `LM` (or any module whose `cfg` or `confi
             loss = torch.nn.functional.cross_entropy(f(x[:, :-1]).flatten(0, 1).float(), x[:, 1:].flatten())
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
     model.train()
+    step.opt, step.x = opt, x     # what the step holds between calls (`held_bytes` counts it)
     return step
 
 def train_step_timing(model,          # an `LM` on `device`
@@ -472,9 +475,9 @@ def require_cuda(what: str = 'longctx_bench gpu',  # the command, for the messag
     raise UsageError(
         f"{what} needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is False; "
         f"torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an NVIDIA GPU, "
-        "its driver and a CUDA build of torch; mamba-ssm and causal-conv1d come from wheels in a folder "
-        "(examples/gpu_check.sh kernels, WHEELS=wheels/) or are built there. On a CPU, longctx_bench scan, attention "
-        "and blocks measure the CPU paths.")
+        "its driver and a CUDA build of torch (examples/gpu_check.sh runs it there from a copy of the repository); "
+        "mamba-ssm and causal-conv1d are used where installed, else the PyTorch paths. On a CPU, longctx_bench scan, "
+        "attention and blocks measure the CPU paths.")
 
 # %% ../nbs/50_bench.ipynb #7daf2aa3
 def rel_err(a: torch.Tensor | None,  # a result
@@ -503,7 +506,30 @@ def compare_impl(fn,                 # fn(impl) -> output tensor, computed from 
     return dict(impl=impl, ref=ref, out_err=oe, grad_err=ge, ok=oe <= tol and ge <= tol)
 
 # %% ../nbs/50_bench.ipynb #c99fa6d9
-GPU_PATHS = {'selective_scan': 'cuda', 'causal_conv1d': 'cuda', 'local_attention': 'flex'}  # kernel -> its GPU path
+GPU_PATHS = {'selective_scan': ('cuda', 'torch'), 'causal_conv1d': ('cuda',), 'local_attention': ('flex',)}  # kernel -> its GPU paths
+
+def kernel_impls() -> dict:  # kernel -> its `KernelImpls`
+    "Each kernel's implementations, by the name the GPU check gives the kernel."
+    from longctx_nb.kernels.scan import scan_impls
+    from longctx_nb.kernels.conv import conv_impls
+    from longctx_nb.kernels.attention import attention_impls
+    return {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls}
+
+def not_installed(kernel: str,  # a key of `kernel_impls()`
+                  impl: str,    # one of its implementations
+                 ) -> str | None:  # why its compiled module does not import, or None
+    "Why `impl` of `kernel` is missing here (a compiled package that is not installed), or None when it is not such a path."
+    o = next((o for o in kernel_impls()[kernel].optional if o.name == impl), None)
+    return try_import(o.module)[1] if o is not None and o.module else None
+
+def kernel_paths(device,  # where the blocks run
+                ) -> str:
+    "What each kernel's `'auto'` runs on `device`, naming the compiled kernels that are not installed."
+    out = []
+    for k, ki in kernel_impls().items():
+        missing = [o.module for o in ki.optional if o.module and try_import(o.module)[1]]
+        out.append(f"{k} {ki.auto(device)}" + (f" ({', '.join(missing)} not installed)" if missing else ''))
+    return ', '.join(out)
 
 def kernel_cases(device,              # where the tensors go
                  L: int = 1024,       # sequence length
@@ -522,24 +548,61 @@ def kernel_cases(device,              # where the tensors go
             'causal_conv1d': (lambda impl: causal_conv1d(x, w, b, 'silu', impl=impl), [x, w, b]),
             'local_attention': (lambda impl: local_attention(q, k, v, 256, n_global=4, impl=impl), [q, k, v])}
 
+def _one_line(e: BaseException | str, n: int = 300) -> str:
+    s = e if isinstance(e, str) else f'{type(e).__name__}: {e}'
+    return ' '.join(s.split())[:n]
+
 def compare_paths(device,                      # where they run
-                  paths: dict = GPU_PATHS,     # kernel -> the path compared with its 'ref'
+                  paths: dict = GPU_PATHS,     # kernel -> the path (or paths) compared with its 'ref'
                   L: int = 1024,               # sequence length
                   tol: float = 1e-3,           # largest relative error accepted
-                 ) -> list[dict]:              # one row per kernel: kernel, impl, ref, out_err, grad_err, ok, note
-    "Each kernel's fast path against its reference, values and gradients; a path that cannot run is a failed row saying why."
+                 ) -> list[dict]:              # one row per path: kernel, L, impl, ref, out_err, grad_err, ok, note
+    """Each kernel's fast paths against its reference, values and gradients. A compiled kernel that is not installed
+    is a row with `ok=None` saying what `'auto'` runs instead; a path that fails is a failed row saying why."""
     rows, cases = [], kernel_cases(device, L)
-    for name, impl in paths.items():
+    for name, impls in paths.items():
         fn, leaves = cases[name]
-        try: rows.append(dict(kernel=name, L=L) | compare_impl(fn, leaves, impl, tol=tol) | dict(note=''))
-        except Exception as e:
-            rows.append(dict(kernel=name, L=L, impl=impl, ref='ref', out_err=None, grad_err=None, ok=False,
-                             note=f'{type(e).__name__}: {" ".join(str(e).split())[:300]}'))
+        for impl in (impls,) if isinstance(impls, str) else impls:
+            row = dict(kernel=name, L=L, impl=impl, ref='ref', out_err=None, grad_err=None)
+            if (why := not_installed(name, impl)):
+                rows.append(row | dict(ok=None, note=f"not installed ({_one_line(why, 160)}); 'auto' runs "
+                                                     f"{kernel_impls()[name].auto(device)}"))
+                continue
+            try: rows.append(row | compare_impl(fn, leaves, impl, tol=tol) | dict(note=''))
+            except Exception as e: rows.append(row | dict(ok=False, note=_one_line(e)))
     return rows
 
 # %% ../nbs/50_bench.ipynb #72b45b64
 def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or 'out of memory' in str(e).lower()
+
+def held_bytes(step,   # a `train_step_fn` step
+              ) -> int:
+    "Bytes a `train_step_fn` step holds between calls: weights, optimizer state and its input tokens (no gradients)."
+    ts = {id(p): p for g in step.opt.param_groups for p in g['params']}
+    ts |= {id(v): v for s in step.opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)}
+    return sum(t.nbytes for t in ts.values()) + step.x.nbytes
+
+def step_memory(step,     # a `train_step_fn` step, run once already (the optimizer state exists)
+                device,   # where it runs
+               ) -> tuple[int, int]:  # (peak bytes of the whole step, peak bytes above what was held before it)
+    "One more call of `step`: its peak in all (weights, optimizer state, gradients, activations) and above what it held."
+    device = torch.device(device)
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device); held = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device); step(); torch.cuda.synchronize(device)
+        total = torch.cuda.max_memory_allocated(device)
+        return total, total - held
+    above = peak_memory_bytes(step, device)
+    return held_bytes(step) + above, above
+
+def free_after_oom(model,   # the model whose step ran out of memory
+                   device,  # where it runs
+                  ):
+    "After an out-of-memory error: drop the gradients it left, collect the failed step's tensors, return the cache."
+    model.zero_grad(set_to_none=True)
+    gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
+    if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
 
 def gpu_block_row(model,             # an `LM` on `device`
                   L: int,            # sequence length
@@ -548,48 +611,82 @@ def gpu_block_row(model,             # an `LM` on `device`
                   batch: int = 1,    # sequences per step
                   precision: str = 'bf16',  # autocast precision
                   reps: int = 5,     # timed steps
-                 ) -> dict:          # block, L, tokens_per_sec, tokens_per_sec_median, mfu, mfu_note, peak_mib, disturbed, note
-    "Throughput, MFU and peak memory of one training step of `model` at length `L`; out of memory is a row, not a crash."
+                 ) -> dict:          # block, L, tokens_per_sec, tokens_per_sec_median, mfu, mfu_note, peak_mib, step_mib, disturbed, note
+    """Throughput, MFU and memory of one training step of `model` at length `L`: `peak_mib` is the whole step's peak
+    (weights, optimizer state, gradients, activations), `step_mib` what the step adds above what was held before it.
+    Out of memory is a row, not a crash, and leaves nothing allocated behind."""
     from longctx_nb.model import flops_per_token
     from longctx_nb.core import mfu as _mfu, format_mfu
     row = dict(block=model.cfg.block, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
-               peak_mib=None, disturbed=None, note='')
-    try: t, peak_bytes = train_step_timing(model, batch, L, device, reps, precision)
+               peak_mib=None, step_mib=None, disturbed=None, note='')
+    oom, step = False, None
+    try:
+        step = train_step_fn(model, batch, L, device, precision)
+        t = time_reps(step, device, reps, warmup=1)   # the warm-up step creates the optimizer state
+        total, above = step_memory(step, device)
     except Exception as e:
         if not _is_oom(e): raise
-        if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
+        oom = True
+    step = None                    # the optimizer state goes with it
+    if oom:                        # outside the `except`: the exception and its traceback are gone
+        free_after_oom(model, device)
         return row | dict(note='out of memory')
     fps = flops_per_token(model.cfg, L) * batch * L / t.min
     u = _mfu(fps, peak, 4)
     return row | dict(tokens_per_sec=round(batch * L / t.min, 1), tokens_per_sec_median=round(batch * L / t.median, 1),
-                      mfu=u, mfu_note='' if u is not None else format_mfu(fps, peak), peak_mib=round(peak_bytes / 2**20, 1),
-                      disturbed=t.disturbed)
+                      mfu=u, mfu_note='' if u is not None else format_mfu(fps, peak), peak_mib=round(total / 2**20, 1),
+                      step_mib=round(above / 2**20, 1), disturbed=t.disturbed)
 
 # %% ../nbs/50_bench.ipynb #19d107b5
+class TimeLimit(Exception):
+    "Raised by a `fits(L)` probe of `largest_fitting` that would not end in the time left."
+
+class ProbeFailed(Exception):
+    "Raised by a `fits(L)` probe of `largest_fitting` that failed for another reason than memory."
+
 def largest_fitting(fits,                 # fits(L) -> True (fits), False (out of memory) or None (fits, too slow to go on)
                     start: int = 2048,    # first length tried
                     max_len: int = 2**20, # longest length tried
                     step: int = 1024,     # the answer is a multiple of this
-                   ) -> tuple[int, str]:  # (largest length that fit, 0 if none; a note)
-    "The largest length in multiples of `step` (from `start`, up to `max_len`) for which `fits(L)` holds."
+                    rel: float = 0.0,     # also stop bisecting once the gap is at most this share of the length found
+                    deadline: float | None = None,  # no probe starts after this `clock()` time
+                    clock=time.monotonic, # the clock of `deadline`
+                   ) -> tuple[int, str, str]:  # (largest length that fit, 0 if none; a note; '' if exact, else why it is a lower bound)
+    """The largest length in multiples of `step` (from `start`, up to `max_len`) for which `fits(L)` holds.
+    A search cut short (time limit, a slow step, `max_len` reached) gives a lower bound and says why."""
     good, bad, L = 0, None, start
-    while L <= max_len:
-        ok = fits(L)
-        if ok is None: return L, f'a step at {L} took too long to try longer'
-        if not ok: bad = L; break
-        good, L = L, 2 * L
-    if bad is None: return good, (f'longest length tried ({max_len})' if good else '')
-    if not good: return 0, f'{start} does not fit'
-    while bad - good > step:
-        mid = (good + bad) // 2 // step * step
-        if mid <= good: break
-        ok = fits(mid)
-        if ok is None: return mid, f'a step at {mid} took too long to try longer'
-        good, bad = (mid, bad) if ok else (good, mid)
-    return good, ''
+    def probe(L):
+        if deadline is not None and clock() >= deadline: raise TimeLimit(f'{L} not tried')
+        return fits(L)
+    try:
+        while L <= max_len:
+            ok = probe(L)
+            if ok is None: return L, f'a step at {L} took too long to try longer', 'slow step'
+            if not ok: bad = L; break
+            good, L = L, 2 * L
+        if bad is None: return (good, f'longest length tried ({max_len})', 'longest tried') if good else (0, '', '')
+        if not good: return 0, f'{start} does not fit', ''
+        while bad - good > max(step, rel * good):
+            mid = (good + bad) // 2 // step * step
+            if mid <= good: break
+            ok = probe(mid)
+            if ok is None: return mid, f'a step at {mid} took too long to try longer', 'slow step'
+            good, bad = (mid, bad) if ok else (good, mid)
+        return good, ('' if bad - good <= step else f'{bad} does not fit'), ''
+    except TimeLimit as e: return good, f'time limit: {e}', 'time limit'
+    except ProbeFailed as e: return good, f'stopped: {e}', 'error'
+
 
 # %% ../nbs/50_bench.ipynb #1d7a6523
 def _fmt(x, spec: str, none: str = '-') -> str: return none if x is None else format(x, spec)
+
+def _result(r: dict) -> str:
+    note = r.get('note') or ''
+    return 'ok' if r['ok'] else f'absent: {note}' if r['ok'] is None else f'FAILED {note}'.rstrip()
+
+def _largest(r: dict) -> str:
+    if not r.get('bound'): return f"{r['largest']:,}"
+    return f"≥ {r['largest']:,} ({r['bound']})" if r['largest'] else f"- ({r['bound']})"
 
 def gpu_table(info: dict,                # the setting: device, torch, size, params, batch, precision, peak, kernels
               compare: list[dict] = (),  # rows of `compare_paths`
@@ -603,20 +700,24 @@ def gpu_table(info: dict,                # the setting: device, torch, size, par
         out += [f"## Kernels against their references (fp32, L={compare[0]['L']}; relative error)", '',
                 '| kernel | path | output error | gradient error | result |', '|---|---|---|---|---|']
         out += [f"| {r['kernel']} | {r['impl']} | {_fmt(r['out_err'], '.1e')} | {_fmt(r['grad_err'], '.1e')} | "
-                f"{'ok' if r['ok'] else 'FAILED ' + (r.get('note') or '')} |" for r in compare]
+                f"{_result(r)} |" for r in compare]
         out.append('')
     if blocks:
         out += ['## Training step per block (tokens/s: fastest of the timed steps, median in brackets)', '',
-                '| block | L | tokens/s | MFU | peak memory | note |', '|---|---:|---:|---:|---:|---|']
+                'peak memory: the whole step at its peak (weights, optimizer state, gradients, activations: what must fit); '
+                'above held: what the step adds to the weights and optimizer state it holds between steps.', '',
+                '| block | L | tokens/s | MFU | peak memory | above held | note |', '|---|---:|---:|---:|---:|---:|---|']
         for r in blocks:
             tps = f"{r['tokens_per_sec']:,.0f} ({r['tokens_per_sec_median']:,.0f})" if r['tokens_per_sec'] else '-'
             note = '; '.join(x for x in (r.get('note'), r.get('mfu_note'), 'disturbed' if r.get('disturbed') else '') if x)
-            mem = '-' if r['peak_mib'] is None else format_bytes(r['peak_mib'] * 2**20)
-            out.append(f"| {r['block']} | {r['L']} | {tps} | {_fmt(r['mfu'], '.1%', 'n/a' if r['mfu_note'] else '-')} | {mem} | {note} |")
+            mem = ['-' if r.get(k) is None else format_bytes(r[k] * 2**20) for k in ('peak_mib', 'step_mib')]
+            out.append(f"| {r['block']} | {r['L']} | {tps} | {_fmt(r['mfu'], '.1%', 'n/a' if r['mfu_note'] else '-')} | "
+                       f"{mem[0]} | {mem[1]} | {note} |")
         out.append('')
     if fits:
-        out += ['## Longest sequence that fits (one training step)', '', '| block | longest L | note |', '|---|---:|---|']
-        out += [f"| {r['block']} | {r['largest']:,} | {r['note']} |" for r in fits]
+        out += ['## Longest sequence that fits (one training step; ≥: the search stopped early, for the reason in brackets)', '',
+                '| block | longest L | note |', '|---|---:|---|']
+        out += [f"| {r['block']} | {_largest(r)} | {r['note']} |" for r in fits]
         out.append('')
     return '\n'.join(out)
 
@@ -634,13 +735,36 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
         del model
         if device.type == 'cuda': torch.cuda.empty_cache()
 
-def _fit_probe(model, device, precision, max_seconds):
-    "fits(L) for `largest_fitting`: one timed training step at L; out of memory -> False, slower than max_seconds -> None."
+def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic):
+    """fits(L) for `largest_fitting`: `gpu_block_row` at L (a warm-up, a timed and a measured training step); out of
+    memory -> False, a timed step slower than `max_seconds` -> None, another error -> `ProbeFailed`. It raises
+    `TimeLimit` rather than start a try that would not end before `deadline`, judged from the last one: its three
+    steps scaled as L squared (the worst a block scales), plus what it spent besides them (compiling FlexAttention
+    for a new length, say)."""
+    last = []
     def fits(L):
-        r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
+        if deadline is not None and last:
+            (L0, s0, extra), left = last[-1], deadline - clock()
+            if (need := 3 * s0 * (L / L0) ** 2 + extra) > left:
+                raise TimeLimit(f'{L} would take about {need:.0f} s, {max(left, 0):.0f} s left')
+        t0 = time.monotonic()
+        try: r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
+        except Exception as e:
+            free_after_oom(model, device)
+            raise ProbeFailed(f'{L}: {_one_line(e, 200)}') from None
         if r['note'] == 'out of memory': return False
-        return None if L / r['tokens_per_sec'] > max_seconds else True
+        s = L / r['tokens_per_sec']
+        last.append((L, s, max(0.0, time.monotonic() - t0 - 3 * s)))
+        return None if s > max_seconds else True
     return fits
+
+def _raise_recompile_limit(n: int = 256):
+    "FlexAttention is compiled once per sequence length: let torch.compile keep that many versions (the fit search tries many)."
+    import torch._dynamo
+    cfg = torch._dynamo.config
+    for names, v in ((('recompile_limit', 'cache_size_limit'), n), (('accumulated_recompile_limit', 'accumulated_cache_size_limit'), 16 * n)):
+        name = next((k for k in names if hasattr(cfg, k)), None)
+        if name: setattr(cfg, name, max(getattr(cfg, name), v))
 
 def _check_gpu_args(blocks, size, parts, precision):
     from longctx_nb.config import SIZE_PRESETS
@@ -651,28 +775,50 @@ def _check_gpu_args(blocks, size, parts, precision):
     parse_precision(precision)
 
 # %% ../nbs/50_bench.ipynb #fe08d733
+FIT_REL = 1 / 16   # the fit search stops bisecting once it knows the longest length to within this share
+
 def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
-               window_size, chunk_size, out, verbose, peak=None):
-    "The parts of `bench_gpu` on `device` (a CPU in the tests): rows saved as JSON, gpu_table.md written from all found."
+               window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, blocks_seconds=None, clock=time.monotonic):
+    """The parts of `bench_gpu` on `device` (a CPU in the tests). After each row, the rows of every part (this run's,
+    and earlier runs' of the other parts) are saved in gpu_rows.json and gpu_table.md is written from them."""
     from longctx_nb.core import device_peak_flops, device_name, autocast_dtype, parse_precision
     from longctx_nb.model import count_params
     out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
+    if device.type == 'cuda': _raise_recompile_limit()
     peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)
-    rows = {}
-    if 'compare' in parts: rows['compare'] = compare_paths(device, paths, check_len)
-    if 'blocks' in parts:
-        rows['blocks'] = [gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
-                          for _, m in _gpu_models(blocks, size, window_size, chunk_size, device) for L in Ls]
-    if 'fits' in parts:
-        rows['fits'] = [{'block': b, **dict(zip(('largest', 'note'), largest_fitting(
-                            _fit_probe(m, device, precision, max_seconds), min(Ls), max_len)))}
-                        for b, m in _gpu_models(blocks, size, window_size, chunk_size, device)]
-    for part, rs in rows.items(): (out / f'{part}.json').write_text(json.dumps(rs, indent=1))
     info = dict(device=device_name(device), torch=torch.__version__, size=size, batch=batch, precision=precision,
-                peak=f'{peak / 1e12:,.3g} TFLOP/s (measured)')
-    found = [json.loads((out / f'{p}.json').read_text()) if (out / f'{p}.json').exists() else [] for p in GPU_PARTS]
-    (out / 'gpu_table.md').write_text(md := gpu_table(info, *found))
-    if verbose: print(md); print(f'wrote {out / "gpu_table.md"}')
+                peak=f'{peak / 1e12:,.3g} TFLOP/s (measured)', kernels=kernel_paths(device))
+    path = out / 'gpu_rows.json'
+    try: saved = json.loads(path.read_text())
+    except (OSError, ValueError): saved = {}
+    rows = {p: [] for p in GPU_PARTS if p in parts}
+    def save():
+        allr = {p: rows.get(p, saved.get(p, [])) for p in GPU_PARTS}
+        path.write_text(json.dumps(dict(info=info, **allr), indent=1))
+        (out / 'gpu_table.md').write_text(gpu_table(info, *allr.values()))
+    if 'compare' in rows: rows['compare'] = compare_paths(device, paths, check_len); save()
+    def deadlines(seconds):     # each block's share of the time left (what one leaves unused passes on to the next),
+        t0, n = clock(), len(blocks)   # and at least a third of an equal share, should the blocks before overrun theirs
+        for i, (b, m) in enumerate(_gpu_models(blocks, size, window_size, chunk_size, device)):
+            yield b, m, None if not seconds else clock() + max((t0 + seconds - clock()) / (n - i), seconds / (3 * n))
+    empty = dict(tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='', peak_mib=None, step_mib=None, disturbed=None)
+    if 'blocks' in rows:
+        for b, m, deadline in deadlines(blocks_seconds):
+            for L in Ls:
+                if deadline is not None and clock() >= deadline: r = dict(block=b, L=L, **empty, note='not run (time limit)')
+                else:
+                    try: r = gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
+                    except Exception as e:      # one broken path must not cost the rest of the table
+                        free_after_oom(m, device)
+                        r = dict(block=b, L=L, **empty, note=f'error: {_one_line(e, 200)}')
+                rows['blocks'].append(r); save()
+    if 'fits' in rows:
+        for b, m, deadline in deadlines(fit_seconds):
+            L, note, bound = largest_fitting(_fit_probe(m, device, precision, max_seconds, deadline, clock), min(Ls), max_len,
+                                             rel=FIT_REL, deadline=deadline, clock=clock)
+            rows['fits'].append(dict(block=b, largest=L, note=note, bound=bound)); save()
+    save()
+    if verbose: print((out / 'gpu_table.md').read_text()); print(f'wrote {out / "gpu_table.md"} and {path}')
     return [r for rs in rows.values() for r in rs]
 
 # %% ../nbs/50_bench.ipynb #d91efe3b
@@ -685,15 +831,20 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
               reps: int = 5,               # timed steps per case
               check_len: int = 1024,       # sequence length of the kernel comparisons
               max_len: int = 2**20,        # longest length the fit search tries
-              max_seconds: float = 30.0,   # a step slower than this stops the fit search of its block
+              max_seconds: float = 10.0,   # a step slower than this stops the fit search of its block
+              fit_seconds: float = 150.0,  # time for the whole fit search, shared by the blocks; a search cut short says '≥ L (time limit)'
+              blocks_seconds: float = 0.0, # time for the blocks' table, shared by the blocks (0: no limit); rows past it say 'not run'
               window_size: int = 256,      # window of the local-attention blocks
               chunk_size: int = 256,       # chunk length of blade
-              out: str = 'gpu_check',      # folder of each part's rows (JSON) and of gpu_table.md
+              out: str = 'gpu_check',      # folder of gpu_rows.json (every part's rows) and gpu_table.md
               verbose: bool = True,        # print the table
              ) -> list[dict]:              # the rows of the parts run
     "On a CUDA GPU: kernels against references (values, gradients); tokens/s, MFU and peak memory per block and length; longest length that fits."
     require_cuda()
     _check_gpu_args(blocks, size, parts, precision)
-    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len)
+    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len, max_seconds=max_seconds,
+                   fit_seconds=fit_seconds)
+    if blocks_seconds < 0: raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
     return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len,
-                      max_seconds, window_size, chunk_size, out, verbose)
+                      max_seconds, window_size, chunk_size, out, verbose, fit_seconds=fit_seconds,
+                      blocks_seconds=blocks_seconds)

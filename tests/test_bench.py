@@ -91,9 +91,30 @@ def test_mfu_above_100_percent_is_a_measurement_error():
 def test_gpu_check_pieces_run_on_cpu_tensors():
     rows = compare_paths('cpu', {'selective_scan': 'torch', 'local_attention': 'blocked'}, L=64)
     assert [r['ok'] for r in rows] == [True, True]
-    assert largest_fitting(lambda L: L <= 5000, start=1024, step=512) == (4608, '')
-    md = gpu_table(dict(device='x'), rows, [], [dict(block='mamba', largest=4608, note='')])
+    assert largest_fitting(lambda L: L <= 5000, start=1024, step=512) == (4608, '', '')
+    md = gpu_table(dict(device='x'), rows, [], [dict(block='mamba', largest=4608, note='', bound='')])
     assert '| selective_scan | torch |' in md and '| mamba | 4,608 |' in md
+
+
+def test_gpu_blocks_and_fits_run_on_cpu_within_a_time_budget(tmp_path):
+    "The blocks and fits parts of `longctx_bench gpu` on a CPU: a fit search longer than its budget ends as a lower bound."
+    import time
+    from longctx_nb.bench import _gpu_parts
+    paths = {'selective_scan': 'torch'}
+    t0 = time.monotonic()
+    rows = _gpu_parts(torch.device('cpu'), paths, (64,), ('vanilla',), 'tiny', ('blocks', 'fits'), 1, '32', 2, 64, 2**20, 30.0,
+                      32, 32, str(tmp_path), False, peak=1e15, fit_seconds=3)
+    assert time.monotonic() - t0 < 20
+    step, fit = rows
+    assert step['block'] == 'vanilla' and step['tokens_per_sec'] > 0 and step['peak_mib'] > step['step_mib'] > 0, step
+    assert fit['block'] == 'vanilla' and fit['bound'] == 'time limit' and 128 <= fit['largest'] < 2**20, fit
+    assert fit['note'].startswith('time limit: '), fit
+    saved = json.loads((tmp_path / 'gpu_rows.json').read_text())
+    assert saved['blocks'] == [step] and saved['fits'] == [fit] and saved['compare'] == []
+    assert 'selective_scan' in saved['info']['kernels']
+    md = (tmp_path / 'gpu_table.md').read_text()
+    assert f"| vanilla | ≥ {fit['largest']:,} (time limit) | {fit['note']} |" in md, md
+    assert '| vanilla | 64 |' in md and 'peak memory: the whole step at its peak' in md, md
 
 
 @NO_CUDA
@@ -104,7 +125,8 @@ def test_gpu_check_refuses_without_cuda(tmp_path):
     assert p.stderr.startswith('gpu_check.sh: error: this check needs a CUDA GPU, and torch') and len(p.stderr.splitlines()) == 1
     assert not (tmp_path / 'out').exists()       # nothing written
     p = subprocess.run(['bash', str(ROOT / 'examples' / 'gpu_check.sh'), 'speed'], capture_output=True, text=True, env=env)
-    assert p.returncode == 2 and "unknown step 'speed'; valid choices: kernels cells compare blocks fits" in p.stderr
+    assert p.returncode == 2 and p.stdout == '' and p.stderr == ("gpu_check.sh: error: unknown step 'speed'; valid choices: quick kernels compare "
+                                                        "blocks fits cells (none: quick, which is kernels compare blocks fits cells in this order).\n")
 
 
 @NO_CUDA
@@ -169,3 +191,18 @@ def test_bench_blocks_times_transformers_models_beside_ours(capsys):
     assert ("note: hf-longformer: transformers' LongformerForMaskedLM at our longformer's size; it attends both ways: each query "
             "sees 33 keys around it (attention_window=32) and 2 global tokens, ours 32 keys up to itself and 2.") in out
     assert 'Loss: next-token cross-entropy on its masked-LM logits' in out
+
+
+def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_path):
+    for script in ('gpu_check.sh', 'build_cuda_kernels.sh'):
+        p = subprocess.run(['bash', '-n', str(ROOT / 'examples' / script)], capture_output=True, text=True)
+        assert p.returncode == 0, (script, p.stderr)
+    sys.path.insert(0, str(ROOT / 'examples'))
+    try: import cuda_cells
+    finally: sys.path.remove(str(ROOT / 'examples'))
+    found = {p.relative_to(ROOT).as_posix() for p in cuda_cells.cuda_notebooks()}
+    assert {'nbs/10_scan.ipynb', 'nbs/50_bench.ipynb', 'nbs/tutorials/02_gpu_and_cluster.ipynb'} <= found, found
+    assert 'nbs/00_core.ipynb' not in found and cuda_cells.skip_flags() == 'notest'
+    p = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cuda_cells.py'), str(tmp_path / 'none.ipynb')],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and 'no such notebook' in p.stderr and p.stdout == '', p
