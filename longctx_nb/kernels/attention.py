@@ -458,7 +458,7 @@ def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
                     max_ref_bytes: float = 8 * 2**30,  # skip 'ref' where its L x L tensors would need more
                     verbose: bool = True,              # print the table
                    ) -> list[dict]:                    # one row per (L, impl)
-    "Forward+backward time (best of `reps`) and peak memory of each impl per length; 'sdpa' is full causal SDPA."
+    "Forward+backward time (min and median of `reps`, timed in turn) and peak memory of each impl per length; 'sdpa' is full causal SDPA."
     device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
     def setup(L):
         gen = torch.Generator().manual_seed(L)
