@@ -274,6 +274,11 @@ def sweep_lrs(lr_sweep,           # None: no sweep; []: lr/3, lr, 3 lr; or the l
     lrs = sorted(set(float(x) for x in lr_sweep)) or [base / 3, base, base * 3]
     bad = [x for x in lrs if not (np.isfinite(x) and x > 0)]
     if bad: raise UsageError(f"--lr_sweep {' '.join(map(str, lr_sweep))}: learning rates must be positive and finite ({bad[0]} is not).")
+    shown = [f'{x:.3g}' for x in lrs]   # as run names and the report show them: two alike would share one run
+    if same := [x for x, s in zip(lrs, shown) if shown.count(s) > 1]:
+        raise UsageError(f"--lr_sweep {' '.join(map(str, lr_sweep))}: {' and '.join(map(str, same))} are the same to three "
+                         f"significant digits ({shown[lrs.index(same[0])]}), which the run names and the report show; give "
+                         "learning rates that differ there.")
     return lrs
 
 # %% ../nbs/61_report.ipynb #51d3e266
@@ -838,7 +843,7 @@ def _resume_dir(ns, argv: list) -> str:
     "The folder `--resume [DIR]` continues: DIR, else --output_dir; `UsageError` when both name one and differ."
     if ns.resume in ('',) + RESUME_LAST: return ns.output_dir
     given = any(a == '--output_dir' or a.startswith('--output_dir=') for a in argv)
-    if given and Path(ns.resume).expanduser() != Path(ns.output_dir).expanduser():
+    if given and Path(ns.resume).expanduser().resolve() != Path(ns.output_dir).expanduser().resolve():
         raise UsageError(f"--resume {ns.resume} and --output_dir {ns.output_dir} name two folders; the comparison continues in one: "
                          "give it once (--resume alone continues --output_dir).")
     return ns.resume
@@ -864,7 +869,9 @@ def _compare(argv=None) -> int:
     from longctx_nb.train import Stopped
     from longctx_nb.distributed import STOP_CODES
     if ns.resume is not None: ns.output_dir = _resume_dir(ns, argv)
-    def stop(signum, frame): raise _Signalled(signum)   # outside training (a training run catches its own, and writes a checkpoint)
+    def stop(signum, frame):   # outside training (a training run catches its own, and writes a checkpoint)
+        for s in STOP_CODES: signal.signal(s, signal.SIG_IGN)   # first: a second signal cannot interrupt the stop
+        raise _Signalled(signum)
     old = {s: signal.signal(s, stop) for s in STOP_CODES}
     try: compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size, ns.size,
                         ns.seed, ns.device, ns.match_params, ns.n_samples, setting_overrides(extra, p._option_string_actions),
