@@ -408,11 +408,12 @@ def create_model_from_hf(path,               # a local transformers Llama or Mam
     except UsageError as e:
         if not unset: raise
         raise UsageError(f"{str(e).rstrip('.')} (config.json does not set {', '.join(unset)}: transformers' defaults stood in for them).") from None
+    dts = sorted({str(t.dtype).removeprefix('torch.') for t in raw_sd.values() if t.is_floating_point()} - {'float32'})
+    del raw_sd   # before the model is built: its float32 copies in `sd` are what it loads
     model = LM(cfg); model.load_state_dict(sd)
-    if say and (dts := sorted({str(t.dtype).removeprefix('torch.') for t in raw_sd.values() if t.is_floating_point()} - {'float32'})):
+    if say and dts:
         say(f"note: the weights in {str(p)!r} are {', '.join(dts)}; the imported model holds (and writes) them in float32"
             + (", the same values" if set(dts) <= {'bfloat16', 'float16'} else ", rounded"))
-    del raw_sd
     tok = hf_folder_tokenizer(p)
     if tok is not None and tok.vocab_size > cfg.vocab_size:
         if say: say(f"note: {str(p / 'tokenizer.json')!r} has {tok.vocab_size} ids, more than the model's {cfg.vocab_size}: not used")
@@ -574,7 +575,7 @@ def _given_tokenizer(spec: str, ran, source, vocab_size: int, bpe_run: bool, say
                          "its tokenizer.json or prepared folder, or --tokenizer none.")
     if tok.vocab_size > vocab_size:
         raise UsageError(f"--tokenizer {spec} has {tok.vocab_size} ids, more than the {vocab_size} of the model in {source}.")
-    if ran is None: say(f"note: {source} records no tokenizer, so --tokenizer {spec} ({tok!r}) is written unchecked")
+    if ran is None: say(f"note: {source} records no tokenizer, so --tokenizer {spec} ({tok!r}) is taken unchecked")
     return tok
 
 def _run_tok(cfg, source):
