@@ -101,12 +101,12 @@ def test_resume_after_sigterm_from_checkpoint(tmp_path, reference):
     assert resume_line(r.stderr) == [f'resume: 1 of 2 runs finished in {out}, kept (vanilla); training 1: blade (from its step {step} checkpoint)'], r.stderr
     assert 'blade: training from its step' in r.stdout, r.stdout
     assert same(rows(out), rows(reference)) and table(out) == table(reference)
-    row, ref = (json.loads((d / 'results' / 'blade.json').read_text()) for d in (out, reference))
+    row = json.loads((out / 'results' / 'blade.json').read_text())
     secs, tokens = window_seconds(out / 'runs' / 'blade')            # every logged window, before the stop and after
     assert tokens == 150 * 4 * 32 and row['train_seconds'] == pytest.approx(secs, rel=0.02, abs=0.15), (row, secs)
     assert row['run_tokens_per_sec'] == pytest.approx(tokens / secs, rel=0.02), (row, tokens / secs)
-    assert 0.5 < row['train_seconds'] / ref['train_seconds'] < 2, (row['train_seconds'], ref['train_seconds'])   # not a third of it
-    assert 0.5 < row['run_tokens_per_sec'] / ref['run_tokens_per_sec'] < 2, (row['run_tokens_per_sec'], ref['run_tokens_per_sec'])
+    # (the windows summed span all 150 steps, before the stop and after, so the time is the whole run's, not a third of it;
+    #  a ratio to the reference's time would compare two processes' clocks, which a loaded machine skews)
 
 def test_second_signal_gives_the_comparisons_command(tmp_path):
     "Two SIGTERMs at once while a block trains: the run aborts, and the message gives the comparison's resume command, not the trainer's."
