@@ -333,8 +333,6 @@ def kernel_arg(t: torch.Tensor | None,              # an argument of a compiled 
 def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
     "mamba-ssm's kernel. B, C are `(batch, G, N, L)`."
     scan_impls.require('cuda', u.device, arg='u')
-    if A.shape[1] > 256:
-        raise UsageError(f"impl='cuda' supports a state size N <= 256 (mamba-ssm's kernel), got N = {A.shape[1]}; use impl='torch'.")
     u, delta, B, C, z = (kernel_arg(t, u.dtype) for t in (u, delta, B, C, z))
     A, D, delta_bias = (kernel_arg(t, whole=True) for t in (A, D, delta_bias))
     out, last = _SelectiveScanCuda.apply(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
@@ -374,6 +372,9 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
                   ):
     "Mamba's selective scan with mamba-ssm's `selective_scan_fn` semantics; output in `u`'s dtype, state math in fp32."
     _check_scan_inputs(u, delta, A, B, C, D, z, delta_bias, impl, merge, merge_gate)
+    if impl in _too_big(A.shape[1]):                  # before a kernel is built for nothing
+        kernel = "mamba-ssm's kernel" if impl == 'cuda' else 'the compiled CPU kernel'
+        raise UsageError(f"impl={impl!r} supports a state size N <= 256 ({kernel}), got N = {A.shape[1]}; use impl='torch'.")
     impl = scan_impls.resolve(impl, u.device, arg='u', skip=_too_big(A.shape[1]))   # 'auto' past a failed build: 'torch'
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
     if impl == 'cpu':                                 # '_scan_cpu' comes below; it fuses the merge
@@ -1032,8 +1033,6 @@ class _CpuScan(torch.autograd.Function):
 # %% ../../nbs/10_scan.ipynb #b35cc6dd
 def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge=None, merge_gate=None):
     "The compiled CPU kernel (`scan_impls.resolve` built it). B, C are `(batch, G, N, L)`; an fp32 merge without `z` is fused into its output stage."
-    if A.shape[1] > 256:
-        raise UsageError(f"impl='cpu' supports a state size N <= 256, got N = {A.shape[1]}; use impl='torch'.")
     fused = merge is not None and z is None and merge.dtype == merge_gate.dtype == torch.float32
     if merge is not None and not fused:                  # with z, or in low precision: the merge runs after the scan
         out = _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
