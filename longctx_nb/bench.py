@@ -152,8 +152,9 @@ def check_args(fn,         # the benchmark function
         one = d[0] if isinstance(d, (tuple, list)) and d else d
         flag = 'L' if k == 'Ls' else k
         if isinstance(one, int) and not isinstance(one, bool) and one > 0: check_positive(**{flag: v})
-        if isinstance(one, float) and v is not None and not (math.isfinite(v) and v > 0):
-            raise UsageError(f"--{flag}={v} must be a positive finite number.")
+        if isinstance(one, float) and v is not None:   # as the ints: positive where the default is; else the function says
+            if one > 0 and not (math.isfinite(v) and v > 0): raise UsageError(f"--{flag}={v} must be a positive finite number.")
+            if not math.isfinite(v): raise UsageError(f"--{flag}={v} must be a finite number.")
     if ns.get('reps', 1) > 1000: raise UsageError(f"--reps={ns['reps']}: at most 1000 timed repetitions.")
     if 'device' in ns: ns['device'] = str(device := get_device('auto' if ns['device'] is None else ns['device']))
     else: device = get_device('auto')
@@ -842,9 +843,11 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
     "On a CUDA GPU: kernels against references (values, gradients); tokens/s, MFU and peak memory per block and length; longest length that fits."
     require_cuda()
     _check_gpu_args(blocks, size, parts, precision)
-    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len, max_seconds=max_seconds,
-                   fit_seconds=fit_seconds)
-    if blocks_seconds < 0: raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
+    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len)
+    for flag, v in (('max_seconds', max_seconds), ('fit_seconds', fit_seconds)):   # seconds: any positive number, 0.5 too
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+            raise UsageError(f'--{flag} {v}: must be a positive number of seconds.')
+    if not (math.isfinite(blocks_seconds) and blocks_seconds >= 0): raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
     return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len,
                       max_seconds, window_size, chunk_size, out, verbose, fit_seconds=fit_seconds,
                       blocks_seconds=blocks_seconds)

@@ -206,3 +206,24 @@ def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_pat
     p = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cuda_cells.py'), str(tmp_path / 'none.ipynb')],
                        capture_output=True, text=True)
     assert p.returncode == 2 and 'no such notebook' in p.stderr and p.stdout == '', p
+
+
+def test_longctx_bench_gpu_takes_its_own_defaults(tmp_path, monkeypatch, capsys):
+    "On a CPU, with the CUDA check stubbed: the default flags (--blocks_seconds 0: no limit) reach the benchmark."
+    import longctx_nb.bench as bench
+    calls = []
+    monkeypatch.setattr(bench, 'require_cuda', lambda *a, **k: None)
+    monkeypatch.setattr(bench, '_gpu_parts', lambda *a, **k: calls.append((a, k)) or [])
+    assert run_bench(['gpu', '--parts', 'compare', '--out', str(tmp_path / 'out')]) == []
+    run_bench(['gpu', '--parts', 'compare', '--max_seconds', '0.5', '--blocks_seconds', '60', '--out', str(tmp_path / 'out')])
+    (a, k), (a2, k2) = calls
+    assert a[5] == ['compare'] and k['blocks_seconds'] == 0.0 and k['fit_seconds'] == 150.0 and a[11] == 10.0, (a, k)
+    assert a2[11] == 0.5 and k2['blocks_seconds'] == 60.0, (a2, k2)
+    for flag, v, msg in (('--blocks_seconds', '-1', '--blocks_seconds -1.0: must be 0 (no limit) or more.'),
+                         ('--blocks_seconds', 'nan', "--blocks_seconds: invalid finite float value: 'nan'"),
+                         ('--fit_seconds', '0', '--fit_seconds=0.0 must be a positive finite number.')):
+        with pytest.raises(SystemExit) as e: bench.bench_main(['gpu', '--parts', 'compare', flag, v, '--out', str(tmp_path / 'out')])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and msg in err, (flag, v, err)
+    assert len(calls) == 2
+    with pytest.raises(Exception, match='must be a finite number'): bench.check_args(bench.bench_gpu, dict(blocks_seconds=float('inf')))
