@@ -227,3 +227,30 @@ def test_longctx_bench_gpu_takes_its_own_defaults(tmp_path, monkeypatch, capsys)
         assert e.value.code == 2 and msg in err, (flag, v, err)
     assert len(calls) == 2
     with pytest.raises(Exception, match='must be a finite number'): bench.check_args(bench.bench_gpu, dict(blocks_seconds=float('inf')))
+
+
+def test_gpu_table_shows_only_rows_of_this_runs_settings(tmp_path, monkeypatch, capsys):
+    "Earlier rows for other settings are dropped (one line says so); a part's old rows go as soon as it starts again."
+    import longctx_nb.bench as bench
+    paths = {'selective_scan': 'torch', 'local_attention': 'blocked'}
+    def run(parts, batch):
+        return bench._gpu_parts(torch.device('cpu'), paths, (64,), ('vanilla',), 'tiny', parts, batch, '32', 1, 64, 2**20, 30.0,
+                                32, 32, str(tmp_path), False, peak=1e15)
+    saved = lambda: json.loads((tmp_path / 'gpu_rows.json').read_text())
+    assert len(run(('compare',), 1)) == 2 and len(saved()['compare']) == 2
+    capsys.readouterr()
+    run(('blocks',), 2)                    # another batch: the compare rows were measured for other settings
+    out = capsys.readouterr().out
+    assert out.count('\n') == 1 and f'the earlier rows in {tmp_path} were for other settings (batch 1, now 2) and are not shown' in out, out
+    assert saved()['compare'] == [] and len(saved()['blocks']) == 1 and saved()['info']['batch'] == 2
+    md = (tmp_path / 'gpu_table.md').read_text()
+    assert '| selective_scan |' not in md and '| vanilla | 64 |' in md, md
+    run(('compare',), 2)
+    assert len(saved()['compare']) == 2 and len(saved()['blocks']) == 1 and capsys.readouterr().out == ''   # same settings: kept
+    def killed(*a, **k):                   # a compare step stopped by its time limit, with its first rows unsaved
+        assert saved()['compare'] == [] and '| selective_scan |' not in (tmp_path / 'gpu_table.md').read_text()
+        raise KeyboardInterrupt
+    monkeypatch.setattr(bench, 'compare_paths', killed)
+    with pytest.raises(KeyboardInterrupt): run(('compare',), 2)
+    assert saved()['compare'] == [] and len(saved()['blocks']) == 1
+    assert not [p.name for p in tmp_path.iterdir() if p.name not in ('gpu_rows.json', 'gpu_table.md')]   # no temporary files left
