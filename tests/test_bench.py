@@ -254,3 +254,26 @@ def test_gpu_table_shows_only_rows_of_this_runs_settings(tmp_path, monkeypatch, 
     with pytest.raises(KeyboardInterrupt): run(('compare',), 2)
     assert saved()['compare'] == [] and len(saved()['blocks']) == 1
     assert not [p.name for p in tmp_path.iterdir() if p.name not in ('gpu_rows.json', 'gpu_table.md')]   # no temporary files left
+
+
+def test_gpu_check_fails_a_step_on_its_failed_rows(tmp_path):
+    "gpu_check.sh's row check (its Python, run here on rows written by hand): a fit search stopped by an error fails the step."
+    import re
+    script = (ROOT / 'examples' / 'gpu_check.sh').read_text()
+    code = re.search(r"failed_rows\(\) \{.*?<<'EOF'\n(.*?)\nEOF\n", script, re.S).group(1)
+    assert re.search(r'bench fits [^\n]*\n\s*failed_rows fits \|\| rc=1', script), 'the fits step checks its rows'
+    f = tmp_path / 'gpu_rows.json'
+    def check(part, **rows):
+        f.write_text(json.dumps(rows))
+        p = subprocess.run([sys.executable, '-', str(f), part], input=code, capture_output=True, text=True)
+        return p.returncode, p.stdout
+    fit = dict(block='mamba', largest=4096, note='', bound='')
+    assert check('fits', fits=[fit, fit | dict(block='vanilla', bound='time limit', note='time limit: 8192 not tried')]) == (0, '')
+    stopped = fit | dict(bound='error', note='stopped: 8192: RuntimeError: CUDA error: an illegal memory access')
+    assert check('fits', fits=[fit, stopped]) == (1, f"fits: FAILED mamba: {stopped['note']}\n")
+    assert check('compare', compare=[dict(kernel='selective_scan', impl='cuda', ok=False, note='off by 1.0e-01')]) == (
+        1, 'compare: FAILED selective_scan cuda: off by 1.0e-01\n')
+    assert check('blocks', blocks=[dict(block='blade', L=2048, note='error: ValueError: x')]) == (1, 'blocks: FAILED blade 2048: error: ValueError: x\n')
+    f.unlink()
+    p = subprocess.run([sys.executable, '-', str(f), 'fits'], input=code, capture_output=True, text=True)
+    assert p.returncode == 1 and p.stdout.startswith('fits: FAILED: no rows to check (FileNotFoundError') and not p.stderr, p
