@@ -277,3 +277,18 @@ def test_gpu_check_fails_a_step_on_its_failed_rows(tmp_path):
     f.unlink()
     p = subprocess.run([sys.executable, '-', str(f), 'fits'], input=code, capture_output=True, text=True)
     assert p.returncode == 1 and p.stdout.startswith('fits: FAILED: no rows to check (FileNotFoundError') and not p.stderr, p
+
+
+def test_cells_runner_starts_no_notebook_once_stopped(tmp_path, monkeypatch):
+    "After stop_all (SIGTERM), a worker thread about to start a notebook starts none: no process left holding the GPU."
+    sys.path.insert(0, str(ROOT / 'examples'))
+    try: import cuda_cells
+    finally: sys.path.remove(str(ROOT / 'examples'))
+    started = []
+    monkeypatch.setattr(cuda_cells.subprocess, 'Popen', lambda *a, **k: started.append(a) or pytest.fail('a notebook was started'))
+    monkeypatch.setattr(cuda_cells.signal, 'signal', lambda *a: None)   # leave this process's handlers alone
+    monkeypatch.setattr(cuda_cells, 'RUNNING', set())
+    monkeypatch.setattr(cuda_cells, 'STOPPING', False, raising=False)
+    cuda_cells.stop_all()
+    res, secs, out = cuda_cells.run_one(tmp_path / 'a.ipynb', 10, 1)
+    assert (res, started, cuda_cells.RUNNING) == ('NOT RUN', [], set()) and 'stopped' in out, (res, out)
