@@ -11,7 +11,7 @@ network, `make gpu-wheels` (run where a network exists) puts their wheels in .wh
 `bash examples/gpu_check.sh cells` unpacks them there before it runs this script.
 Exit codes: 0 every notebook passed, 1 one failed or ran past its time limit, 2 bad arguments or nbdev missing.
 """
-import argparse, configparser, json, os, signal, subprocess, sys, time
+import argparse, configparser, json, os, signal, subprocess, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -38,23 +38,31 @@ def skip_flags(root: Path = ROOT) -> str:
 
 
 RUNNING: set = set()   # the notebooks' processes now running: stopped with this script (SIGTERM, e.g. from `timeout`)
+STOPPING = False       # set by stop_all: no notebook starts after it
+LOCK = threading.RLock()   # guards RUNNING and STOPPING: a process is started and added, or not started, whole
 
 
 def stop_all(signum=None, frame=None):
+    "Kill every notebook's process group, and let no worker start another (a handler of SIGTERM and SIGINT)."
+    global STOPPING
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # `timeout` may signal the whole process group as well
-    for p in list(RUNNING):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with LOCK: STOPPING = True; running = list(RUNNING)
+    for p in running:
         try: os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError: pass
     if signum is not None: print('cells: stopped: the notebooks still running were killed', flush=True); os._exit(128 + signum)
 
 
 def run_one(nb: Path, timeout: float, threads: int) -> tuple[str, float, str]:
-    "('ok' | 'FAILED' | 'TIME LIMIT', seconds, output) of one notebook run in a process of its own."
+    "('ok' | 'FAILED' | 'TIME LIMIT' | 'NOT RUN' (stopped first), seconds, output) of one notebook run in a process of its own."
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, '-c', RUN, str(nb.resolve()), str(ROOT), skip_flags()], cwd=nb.parent, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    RUNNING.add(p)
+    with LOCK:   # stop_all either sees this process or has stopped it from starting
+        if STOPPING: return 'NOT RUN', 0.0, 'not started: the run was stopped'
+        p = subprocess.Popen([sys.executable, '-c', RUN, str(nb.resolve()), str(ROOT), skip_flags()], cwd=nb.parent, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        RUNNING.add(p)
     try:
         out, _ = p.communicate(timeout=timeout)
         return ('ok' if p.returncode == 0 else 'FAILED'), time.monotonic() - t0, out
@@ -62,7 +70,8 @@ def run_one(nb: Path, timeout: float, threads: int) -> tuple[str, float, str]:
         os.killpg(p.pid, signal.SIGKILL)       # the notebook's own processes (compilers, workers) too
         out, _ = p.communicate()
         return 'TIME LIMIT', time.monotonic() - t0, out
-    finally: RUNNING.discard(p)
+    finally:
+        with LOCK: RUNNING.discard(p)
 
 
 def main(argv=None) -> int:

@@ -18,7 +18,8 @@
 #             the references: values and gradients (longctx_bench gpu --parts compare)
 #   blocks    tokens/s, MFU and peak memory of each block's training step at 2K, 8K and 32K tokens in bf16
 #   fits      the longest sequence whose training step fits, per block, within $FIT_SECONDS in all, or less where
-#             the run's time is short ('≥ L (time limit)' where a block's search was cut short)
+#             the run's time is short ('≥ L (time limit)' where a block's search was cut short; one stopped by an
+#             error fails the step, as a path off its reference or a step that raised does in the steps before)
 #   cells     every notebook with a cell marked `#| cuda` run whole, in parallel (examples/cuda_cells.py; needs nbdev)
 #
 # Output, in $OUT: gpu_table.md (the tables), gpu_rows.json (their rows), gpu_check.log (everything printed).
@@ -143,12 +144,15 @@ bench() {
 left() { echo $((TOTAL_S - SECONDS)); }                          # seconds the run has left
 lim() { local l; l=$(left); echo $(( $1 < l ? $1 : (l > 10 ? l : 10) )); }  # a step's limit: its own, or what is left
 
-failed_rows() {   # rows of part $1 that failed: a path off its reference, a step that raised an error
+failed_rows() {   # rows of part $1 that failed: a path off its reference, a step that raised an error, a fit search stopped by one
   "$PYTHON" - "$OUT/gpu_rows.json" "$1" <<'EOF'
 import json, sys
-rows = json.load(open(sys.argv[1])).get(sys.argv[2], [])
-bad = [r for r in rows if r.get('ok') is False or str(r.get('note', '')).startswith('error')]
-for r in bad: print(f"{sys.argv[2]}: FAILED {r.get('kernel') or r.get('block')} {r.get('impl') or r.get('L')}: {r['note']}")
+try: rows = json.load(open(sys.argv[1])).get(sys.argv[2], [])
+except (OSError, ValueError) as e: print(f"{sys.argv[2]}: FAILED: no rows to check ({type(e).__name__}: {e})"); sys.exit(1)
+bad = [r for r in rows if r.get('ok') is False or str(r.get('note', '')).startswith('error') or r.get('bound') == 'error']
+for r in bad:
+    what = ' '.join(str(x) for x in (r.get('kernel') or r.get('block'), r.get('impl') or r.get('L')) if x is not None)
+    print(f"{sys.argv[2]}: FAILED {what}: {r.get('note')}")
 sys.exit(1 if bad else 0)
 EOF
 }
@@ -178,7 +182,8 @@ for s in "${STEPS[@]}"; do
     blocks)  b=$(lim "$BLOCKS_S"); bench blocks "$b" --blocks_seconds "$((b > 60 ? b - 30 : b / 2))" || rc=1
              failed_rows blocks || rc=1 ;;
     fits)    f=$(( $(left) - 45 )); f=$(( f < ${FIT_SECONDS%.*} ? f : ${FIT_SECONDS%.*} )); f=$(( f > 10 ? f : 10 ))
-             bench fits "$((f + 45))" --fit_seconds "$f" || rc=1 ;;
+             bench fits "$((f + 45))" --fit_seconds "$f" || rc=1
+             failed_rows fits || rc=1 ;;
     cells)   tools; cells || rc=1 ;;
   esac
   [ $rc = 0 ] || status=1

@@ -10,6 +10,7 @@ from pathlib import Path
 from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, busy_cores, get_device, pyplot, time_reps
 from .core import peak_memory_bytes, time_in_turn, try_import
 from .config import Config, apply_overrides, check_writable_dir
+from .checkpoint import atomic_write
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
 from .model import block_names
@@ -17,12 +18,12 @@ from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
 __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS',
-           'FIT_REL', 'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv',
-           'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench',
-           'plot_bench', 'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'rel_err', 'compare_impl',
-           'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases', 'compare_paths', 'held_bytes',
-           'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed', 'largest_fitting', 'gpu_table',
-           'bench_gpu']
+           'FIT_REL', 'GPU_SAME', 'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table',
+           'write_csv', 'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost',
+           'print_block_bench', 'plot_bench', 'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda',
+           'rel_err', 'compare_impl', 'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases', 'compare_paths',
+           'held_bytes', 'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed',
+           'largest_fitting', 'gpu_table', 'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -152,8 +153,9 @@ def check_args(fn,         # the benchmark function
         one = d[0] if isinstance(d, (tuple, list)) and d else d
         flag = 'L' if k == 'Ls' else k
         if isinstance(one, int) and not isinstance(one, bool) and one > 0: check_positive(**{flag: v})
-        if isinstance(one, float) and v is not None and not (math.isfinite(v) and v > 0):
-            raise UsageError(f"--{flag}={v} must be a positive finite number.")
+        if isinstance(one, float) and v is not None:   # as the ints: positive where the default is; else the function says
+            if one > 0 and not (math.isfinite(v) and v > 0): raise UsageError(f"--{flag}={v} must be a positive finite number.")
+            if not math.isfinite(v): raise UsageError(f"--{flag}={v} must be a finite number.")
     if ns.get('reps', 1) > 1000: raise UsageError(f"--reps={ns['reps']}: at most 1000 timed repetitions.")
     if 'device' in ns: ns['device'] = str(device := get_device('auto' if ns['device'] is None else ns['device']))
     else: device = get_device('auto')
@@ -776,11 +778,13 @@ def _check_gpu_args(blocks, size, parts, precision):
 
 # %% ../nbs/50_bench.ipynb #fe08d733
 FIT_REL = 1 / 16   # the fit search stops bisecting once it knows the longest length to within this share
+GPU_SAME = ('device', 'torch', 'size', 'batch', 'precision')   # what an earlier run's rows must share with this run's to be shown
 
 def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
                window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, blocks_seconds=None, clock=time.monotonic):
-    """The parts of `bench_gpu` on `device` (a CPU in the tests). After each row, the rows of every part (this run's,
-    and earlier runs' of the other parts) are saved in gpu_rows.json and gpu_table.md is written from them."""
+    """The parts of `bench_gpu` on `device` (a CPU in the tests). At the start and after each row, the rows of every
+    part (this run's, and an earlier run's of the other parts, if it had the same `GPU_SAME` settings) are saved in
+    gpu_rows.json and gpu_table.md is written from them, each file atomically."""
     from longctx_nb.core import device_peak_flops, device_name, autocast_dtype, parse_precision
     from longctx_nb.model import count_params
     out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
@@ -791,11 +795,18 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
     path = out / 'gpu_rows.json'
     try: saved = json.loads(path.read_text())
     except (OSError, ValueError): saved = {}
+    if not isinstance(saved, dict): saved = {}
+    old = saved.get('info') if isinstance(saved.get('info'), dict) else {}
+    if differ := [f'{k} {old.get(k, "not saved")}, now {info[k]}' for k in GPU_SAME if old.get(k) != info[k]]:
+        if any(saved.get(p) for p in GPU_PARTS if p not in parts):
+            print(f"gpu check: the earlier rows in {out} were for other settings ({'; '.join(differ)}) and are not shown")
+        saved = {}
     rows = {p: [] for p in GPU_PARTS if p in parts}
     def save():
         allr = {p: rows.get(p, saved.get(p, [])) for p in GPU_PARTS}
-        path.write_text(json.dumps(dict(info=info, **allr), indent=1))
-        (out / 'gpu_table.md').write_text(gpu_table(info, *allr.values()))
+        atomic_write(path, json.dumps(dict(info=info, **allr), indent=1))
+        atomic_write(out / 'gpu_table.md', gpu_table(info, *allr.values()))
+    save()     # now: the parts run here lose their earlier rows, should this run stop before its first row
     if 'compare' in rows: rows['compare'] = compare_paths(device, paths, check_len); save()
     def deadlines(seconds):     # each block's share of the time left (what one leaves unused passes on to the next),
         t0, n = clock(), len(blocks)   # and at least a third of an equal share, should the blocks before overrun theirs
@@ -842,9 +853,11 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
     "On a CUDA GPU: kernels against references (values, gradients); tokens/s, MFU and peak memory per block and length; longest length that fits."
     require_cuda()
     _check_gpu_args(blocks, size, parts, precision)
-    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len, max_seconds=max_seconds,
-                   fit_seconds=fit_seconds)
-    if blocks_seconds < 0: raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
+    check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len)
+    for flag, v in (('max_seconds', max_seconds), ('fit_seconds', fit_seconds)):   # seconds: any positive number, 0.5 too
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+            raise UsageError(f'--{flag} {v}: must be a positive number of seconds.')
+    if not (math.isfinite(blocks_seconds) and blocks_seconds >= 0): raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
     return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len,
                       max_seconds, window_size, chunk_size, out, verbose, fit_seconds=fit_seconds,
                       blocks_seconds=blocks_seconds)

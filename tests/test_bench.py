@@ -206,3 +206,89 @@ def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_pat
     p = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cuda_cells.py'), str(tmp_path / 'none.ipynb')],
                        capture_output=True, text=True)
     assert p.returncode == 2 and 'no such notebook' in p.stderr and p.stdout == '', p
+
+
+def test_longctx_bench_gpu_takes_its_own_defaults(tmp_path, monkeypatch, capsys):
+    "On a CPU, with the CUDA check stubbed: the default flags (--blocks_seconds 0: no limit) reach the benchmark."
+    import longctx_nb.bench as bench
+    calls = []
+    monkeypatch.setattr(bench, 'require_cuda', lambda *a, **k: None)
+    monkeypatch.setattr(bench, '_gpu_parts', lambda *a, **k: calls.append((a, k)) or [])
+    assert run_bench(['gpu', '--parts', 'compare', '--out', str(tmp_path / 'out')]) == []
+    run_bench(['gpu', '--parts', 'compare', '--max_seconds', '0.5', '--blocks_seconds', '60', '--out', str(tmp_path / 'out')])
+    (a, k), (a2, k2) = calls
+    assert a[5] == ['compare'] and k['blocks_seconds'] == 0.0 and k['fit_seconds'] == 150.0 and a[11] == 10.0, (a, k)
+    assert a2[11] == 0.5 and k2['blocks_seconds'] == 60.0, (a2, k2)
+    for flag, v, msg in (('--blocks_seconds', '-1', '--blocks_seconds -1.0: must be 0 (no limit) or more.'),
+                         ('--blocks_seconds', 'nan', "--blocks_seconds: invalid finite float value: 'nan'"),
+                         ('--fit_seconds', '0', '--fit_seconds=0.0 must be a positive finite number.')):
+        with pytest.raises(SystemExit) as e: bench.bench_main(['gpu', '--parts', 'compare', flag, v, '--out', str(tmp_path / 'out')])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and msg in err, (flag, v, err)
+    assert len(calls) == 2
+    with pytest.raises(Exception, match='must be a finite number'): bench.check_args(bench.bench_gpu, dict(blocks_seconds=float('inf')))
+
+
+def test_gpu_table_shows_only_rows_of_this_runs_settings(tmp_path, monkeypatch, capsys):
+    "Earlier rows for other settings are dropped (one line says so); a part's old rows go as soon as it starts again."
+    import longctx_nb.bench as bench
+    paths = {'selective_scan': 'torch', 'local_attention': 'blocked'}
+    def run(parts, batch):
+        return bench._gpu_parts(torch.device('cpu'), paths, (64,), ('vanilla',), 'tiny', parts, batch, '32', 1, 64, 2**20, 30.0,
+                                32, 32, str(tmp_path), False, peak=1e15)
+    saved = lambda: json.loads((tmp_path / 'gpu_rows.json').read_text())
+    assert len(run(('compare',), 1)) == 2 and len(saved()['compare']) == 2
+    capsys.readouterr()
+    run(('blocks',), 2)                    # another batch: the compare rows were measured for other settings
+    out = capsys.readouterr().out
+    assert out.count('\n') == 1 and f'the earlier rows in {tmp_path} were for other settings (batch 1, now 2) and are not shown' in out, out
+    assert saved()['compare'] == [] and len(saved()['blocks']) == 1 and saved()['info']['batch'] == 2
+    md = (tmp_path / 'gpu_table.md').read_text()
+    assert '| selective_scan |' not in md and '| vanilla | 64 |' in md, md
+    run(('compare',), 2)
+    assert len(saved()['compare']) == 2 and len(saved()['blocks']) == 1 and capsys.readouterr().out == ''   # same settings: kept
+    def killed(*a, **k):                   # a compare step stopped by its time limit, with its first rows unsaved
+        assert saved()['compare'] == [] and '| selective_scan |' not in (tmp_path / 'gpu_table.md').read_text()
+        raise KeyboardInterrupt
+    monkeypatch.setattr(bench, 'compare_paths', killed)
+    with pytest.raises(KeyboardInterrupt): run(('compare',), 2)
+    assert saved()['compare'] == [] and len(saved()['blocks']) == 1
+    assert not [p.name for p in tmp_path.iterdir() if p.name not in ('gpu_rows.json', 'gpu_table.md')]   # no temporary files left
+
+
+def test_gpu_check_fails_a_step_on_its_failed_rows(tmp_path):
+    "gpu_check.sh's row check (its Python, run here on rows written by hand): a fit search stopped by an error fails the step."
+    import re
+    script = (ROOT / 'examples' / 'gpu_check.sh').read_text()
+    code = re.search(r"failed_rows\(\) \{.*?<<'EOF'\n(.*?)\nEOF\n", script, re.S).group(1)
+    assert re.search(r'bench fits [^\n]*\n\s*failed_rows fits \|\| rc=1', script), 'the fits step checks its rows'
+    f = tmp_path / 'gpu_rows.json'
+    def check(part, **rows):
+        f.write_text(json.dumps(rows))
+        p = subprocess.run([sys.executable, '-', str(f), part], input=code, capture_output=True, text=True)
+        return p.returncode, p.stdout
+    fit = dict(block='mamba', largest=4096, note='', bound='')
+    assert check('fits', fits=[fit, fit | dict(block='vanilla', bound='time limit', note='time limit: 8192 not tried')]) == (0, '')
+    stopped = fit | dict(bound='error', note='stopped: 8192: RuntimeError: CUDA error: an illegal memory access')
+    assert check('fits', fits=[fit, stopped]) == (1, f"fits: FAILED mamba: {stopped['note']}\n")
+    assert check('compare', compare=[dict(kernel='selective_scan', impl='cuda', ok=False, note='off by 1.0e-01')]) == (
+        1, 'compare: FAILED selective_scan cuda: off by 1.0e-01\n')
+    assert check('blocks', blocks=[dict(block='blade', L=2048, note='error: ValueError: x')]) == (1, 'blocks: FAILED blade 2048: error: ValueError: x\n')
+    f.unlink()
+    p = subprocess.run([sys.executable, '-', str(f), 'fits'], input=code, capture_output=True, text=True)
+    assert p.returncode == 1 and p.stdout.startswith('fits: FAILED: no rows to check (FileNotFoundError') and not p.stderr, p
+
+
+def test_cells_runner_starts_no_notebook_once_stopped(tmp_path, monkeypatch):
+    "After stop_all (SIGTERM), a worker thread about to start a notebook starts none: no process left holding the GPU."
+    sys.path.insert(0, str(ROOT / 'examples'))
+    try: import cuda_cells
+    finally: sys.path.remove(str(ROOT / 'examples'))
+    started = []
+    monkeypatch.setattr(cuda_cells.subprocess, 'Popen', lambda *a, **k: started.append(a) or pytest.fail('a notebook was started'))
+    monkeypatch.setattr(cuda_cells.signal, 'signal', lambda *a: None)   # leave this process's handlers alone
+    monkeypatch.setattr(cuda_cells, 'RUNNING', set())
+    monkeypatch.setattr(cuda_cells, 'STOPPING', False, raising=False)
+    cuda_cells.stop_all()
+    res, secs, out = cuda_cells.run_one(tmp_path / 'a.ipynb', 10, 1)
+    assert (res, started, cuda_cells.RUNNING) == ('NOT RUN', [], set()) and 'stopped' in out, (res, out)
