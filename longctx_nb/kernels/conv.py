@@ -271,6 +271,8 @@ def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this
     if impl == 'auto':
         ok = 2 <= width <= 4 and conv_state.dtype == x.dtype
         impl = conv_impls.auto(x.device) if ok else 'ref'
+    elif impl == 'cpu' and x.device.type != 'cpu':    # as causal_conv1d refuses it (its one step needs no compiled kernel)
+        raise UsageError(f"causal_conv1d_update: impl='cpu' cannot run on {x.device}: it needs CPU tensors; use impl='ref' or 'auto'.")
     return (_update_cuda if impl == 'cuda' else _update_ref)(x, conv_state, weight, bias, activation)
 
 # %% ../../nbs/11_conv.ipynb #986e533c
