@@ -383,7 +383,7 @@ def kernel_report(m,       # a resolved `ModelConfig`
     "Which implementation each kernel's 'auto' (or the configured impl) runs on `device`, as one line."
     from longctx_nb.kernels.conv import kernel_backends
     from longctx_nb.kernels.attention import attention_impls
-    b = {**kernel_backends(device, m.scan_impl, m.conv_impl, m.d_state),
+    b = {**kernel_backends(device, m.scan_impl, m.conv_impl, m.d_state, m.d_conv),
          'local_attention': m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)}
     return ', '.join(f'{k}={v}' for k, v in b.items())
 

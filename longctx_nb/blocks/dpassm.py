@@ -264,7 +264,7 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     dev = torch.device(device).type
     BL, Dh, f32 = batch_size * L, D // H, a == 4
     attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
-    impls = kernel_backends(dev, cfg.scan_impl, cfg.conv_impl, N)   # what 'auto' resolves to, as Mamba's estimate asks
+    impls = kernel_backends(dev, cfg.scan_impl, cfg.conv_impl, N, K)   # what 'auto' resolves to, as Mamba's estimate asks
     scan, conv = impls['selective_scan'], impls['causal_conv1d']
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
     # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps its output instead, which is out_proj's

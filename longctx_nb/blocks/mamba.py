@@ -253,7 +253,7 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     "Bytes one `Mamba` mixer saves for backward (its input included), for the paths `scan_impl`/`conv_impl` take on `device`."
     a, L, D, N, dc = act_bytes(precision), seq_len, cfg.d_model, cfg.d_state, cfg.d_conv
     di, R = int(cfg.expand * D), cfg.dt_rank or math.ceil(D / 16)
-    impls = kernel_backends(device, cfg.scan_impl, cfg.conv_impl, N)
+    impls = kernel_backends(device, cfg.scan_impl, cfg.conv_impl, N, dc)
     scan, conv = impls['selective_scan'], impls['causal_conv1d']
     per = a * (D + di + R + 2 * N)                                # in_proj's and out_proj's inputs; x_proj's output (dt_proj reads a view)
     if a < 4: per += a * di                                       # autocast's copy of x_proj's input

@@ -214,6 +214,8 @@ def _conv_cpu(x, weight, bias, activation):
     return y.to(x.dtype)
 
 # %% ../../nbs/11_conv.ipynb #c7dd2d8f
+def _conv_skip(width): return () if 2 <= width <= 4 else ('cuda',)   # causal-conv1d's kernel takes widths 2 to 4
+
 def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
                   weight: torch.Tensor,              # (dim, width), or nn.Conv1d's depthwise (dim, 1, width)
                   bias: torch.Tensor | None = None,  # (dim,)
@@ -223,7 +225,7 @@ def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
     "Depthwise causal convolution: output `t` of channel `d` sees `x[d, t - width + 1 .. t]`; `(batch, dim, L)` in `x`'s dtype."
     weight = _check_conv_inputs(x, weight, bias, activation, impl)
     impl = conv_impls.resolve(impl, x.device, prefix='causal_conv1d: ', arg='x',   # 'auto' past a failed build: 'ref'
-                              skip=() if 2 <= weight.shape[1] <= 4 else ('cuda',))  # causal-conv1d takes widths 2 to 4
+                              skip=_conv_skip(weight.shape[1]))
     return {'cuda': _conv_cuda, 'cpu': _conv_cpu}.get(impl, _conv_ref)(x, weight, bias, activation)
 
 # %% ../../nbs/11_conv.ipynb #85531019
@@ -280,6 +282,7 @@ def kernel_backends(device='cpu',             # where Mamba runs
                     scan_impl: str = 'auto',  # `selective_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                     conv_impl: str = 'auto',  # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
                     d_state: int | None = None,  # the state size N (None: 'auto' as if N <= 256, which every kernel takes)
+                    d_conv: int | None = None,   # the conv's width (None: 'auto' as if 2 to 4, which every kernel takes)
                    ) -> dict:                 # op name -> the impl it runs
     "The implementation each of Mamba's ops runs on `device`, e.g. `{'selective_scan': 'torch', 'causal_conv1d': 'ref'}`."
     device = torch.device(device)
@@ -287,4 +290,4 @@ def kernel_backends(device='cpu',             # where Mamba runs
         raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(scan_impls.choices)} and "
                          f"conv_impl={conv_impl!r} one of {', '.join(conv_impls.choices)}.")
     return {'selective_scan': resolved_scan_impl(scan_impl, device, d_state or 0),
-            'causal_conv1d': conv_impls.auto(device) if conv_impl == 'auto' else conv_impl}
+            'causal_conv1d': conv_impls.auto(device, skip=_conv_skip(d_conv or 4)) if conv_impl == 'auto' else conv_impl}
