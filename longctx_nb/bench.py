@@ -409,20 +409,29 @@ def _check_block_fits(names,           # --blocks
                       kw: dict,        # the block settings (window_size, chunk_size)
                       device,          # where the models run
                      ):
-    "Every model fits at the longest length, before the first is built: ours by the memory estimator, transformers' as its counterpart (hf-mamba: plus the states its scan keeps)."
+    """Every model fits at the longest length, before the first is built: ours by the memory estimator, transformers' as its
+    counterpart (hf-mamba: plus the states its scan keeps); and all of them together, since each keeps its weights,
+    gradients and AdamW state (16 bytes a parameter) while the others are timed in turn."""
     from longctx_nb.config import resolve_model
+    from longctx_nb.memory import param_count
+    avail, needs, held = available_memory(device), [], []
     for name, block in zip(names, ours):
         m = apply_overrides(Config(), {'model.vocab_size': 256, 'model.size': size, 'model.block': block,
                                        **{f'model.{k}': v for k, v in kw.items()}}).model
         need = check_fits(m, batch, max_len, '32', device, hint='--L or --batch', override=None)
+        needs.append(need); held.append(16 * param_count(m))
         if str(name).lower() != 'hf-mamba': continue
         r = resolve_model(m)   # transformers' torch path keeps about 5 tensors of every step's states per layer (measured: 4.3)
-        need += 5 * r.n_layers * batch * max_len * r.expand * r.d_model * r.d_state * 4
-        avail = available_memory(device)
+        needs[-1] = need = need + 5 * r.n_layers * batch * max_len * r.expand * r.d_model * r.d_state * 4
         if avail is not None and need > avail[0]:
             raise UsageError(f"--blocks hf-mamba at --L {max_len} needs about {format_bytes(need)} (transformers' Mamba keeps the "
                              f"{r.d_state} states of its {r.expand * r.d_model} channels at every step), but {avail[1]}; lower --L "
                              "or --batch, or leave hf-mamba out.")
+    total = sum(held) + max(n - h for n, h in zip(needs, held))   # every model's state, one step's activations at a time
+    if len(names) > 1 and avail is not None and total > avail[0]:
+        raise UsageError(f"--blocks {' '.join(names)} at --L {max_len}: each model fits alone, but all of them stay in memory with "
+                         f"their gradients and optimizer state while each is timed in turn, about {format_bytes(total)} together, but "
+                         f"{avail[1]}; time fewer blocks at once, or lower --size, --L or --batch.")
 
 # %% ../nbs/50_bench.ipynb #67616e50
 def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' models at the size of ours: hf-llama, hf-longformer, hf-mamba
