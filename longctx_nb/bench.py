@@ -538,7 +538,7 @@ def kernel_paths(device,  # where the blocks run
     "What each kernel's `'auto'` runs on `device`, naming the compiled kernels that are not installed."
     out = []
     for k, ki in kernel_impls().items():
-        missing = [o.module for o in ki.optional if o.module and try_import(o.module)[1]]
+        missing = [o.module for o in ki.optional if not_installed(k, o.name)]
         out.append(f"{k} {ki.auto(device)}" + (f" ({', '.join(missing)} not installed)" if missing else ''))
     return ', '.join(out)
 
@@ -758,11 +758,12 @@ def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.
             (L0, s0, extra), left = last[-1], deadline - clock()
             if (need := 3 * s0 * (L / L0) ** 2 + extra) > left:
                 raise TimeLimit(f'{L} would take about {need:.0f} s, {max(left, 0):.0f} s left')
-        t0 = time.monotonic()
+        t0, failed = time.monotonic(), None
         try: r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
-        except Exception as e:
+        except Exception as e: failed = f'{L}: {_one_line(e, 200)}'
+        if failed:                 # outside the `except`, as in `gpu_block_row`: the traceback no longer holds the step
             free_after_oom(model, device)
-            raise ProbeFailed(f'{L}: {_one_line(e, 200)}') from None
+            raise ProbeFailed(failed)
         if r['note'] == 'out of memory': return False
         s = L / r['tokens_per_sec']
         last.append((L, s, max(0.0, time.monotonic() - t0 - 3 * s)))
@@ -829,8 +830,8 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
                 else:
                     try: r = gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
                     except Exception as e:      # one broken path must not cost the rest of the table
-                        free_after_oom(m, device)
                         r = dict(block=b, L=L, **empty, note=f'error: {_one_line(e, 200)}')
+                    if r['note'].startswith('error: '): free_after_oom(m, device)   # once the traceback is gone
                 rows['blocks'].append(r); save()
     if 'fits' in rows:
         for b, m, deadline in deadlines(fit_seconds):
