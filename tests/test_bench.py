@@ -193,13 +193,19 @@ def test_bench_blocks_times_transformers_models_beside_ours(capsys):
     assert 'Loss: next-token cross-entropy on its masked-LM logits' in out
 
 
+def _cuda_cells():
+    "examples/cuda_cells.py, imported as a module."
+    sys.path.insert(0, str(ROOT / 'examples'))
+    try: import cuda_cells
+    finally: sys.path.remove(str(ROOT / 'examples'))
+    return cuda_cells
+
+
 def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_path):
     for script in ('gpu_check.sh', 'build_cuda_kernels.sh'):
         p = subprocess.run(['bash', '-n', str(ROOT / 'examples' / script)], capture_output=True, text=True)
         assert p.returncode == 0, (script, p.stderr)
-    sys.path.insert(0, str(ROOT / 'examples'))
-    try: import cuda_cells
-    finally: sys.path.remove(str(ROOT / 'examples'))
+    cuda_cells = _cuda_cells()
     found = {p.relative_to(ROOT).as_posix() for p in cuda_cells.cuda_notebooks()}
     assert {'nbs/10_scan.ipynb', 'nbs/50_bench.ipynb', 'nbs/tutorials/02_gpu_and_cluster.ipynb'} <= found, found
     assert 'nbs/00_core.ipynb' not in found and cuda_cells.skip_flags() == 'notest'
@@ -281,9 +287,7 @@ def test_gpu_check_fails_a_step_on_its_failed_rows(tmp_path):
 
 def test_cells_runner_starts_no_notebook_once_stopped(tmp_path, monkeypatch):
     "After stop_all (SIGTERM), a worker thread about to start a notebook starts none: no process left holding the GPU."
-    sys.path.insert(0, str(ROOT / 'examples'))
-    try: import cuda_cells
-    finally: sys.path.remove(str(ROOT / 'examples'))
+    cuda_cells = _cuda_cells()
     started = []
     monkeypatch.setattr(cuda_cells.subprocess, 'Popen', lambda *a, **k: started.append(a) or pytest.fail('a notebook was started'))
     monkeypatch.setattr(cuda_cells.signal, 'signal', lambda *a: None)   # leave this process's handlers alone
