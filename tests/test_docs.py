@@ -128,3 +128,23 @@ def test_docs_site(site, tmp_path):
     data = shot.read_bytes()
     assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 10_000
     assert struct.unpack('>II', data[16:24]) == (1280, 2000)
+
+MACHINE_PATH = re.compile(r'/tmp/|/home/|/root/|/Users/|/work/')   # a folder of the machine a notebook ran on
+
+def saved_machine_paths(nb: Path) -> list[str]:
+    "Machine paths in `nb`'s saved outputs (text and text/* data), each with a little context."
+    hits = []
+    for i, cell in enumerate(json.loads(nb.read_text())['cells']):
+        for o in cell.get('outputs', []):
+            texts = [o.get('text', '')] + [v for k, v in o.get('data', {}).items() if k.startswith('text/')]
+            for t in (''.join(t) if isinstance(t, list) else t for t in texts):
+                hits += [f'{nb.name} cell {i}: ...{t[max(0, m.start() - 40):m.end() + 40]}...' for m in MACHINE_PATH.finditer(t)]
+    return hits
+
+def test_saved_outputs_name_no_machine_paths(tmp_path):
+    "Outputs kept in the notebooks are read on the docs site: a temporary folder or a home path there names a machine, not the library."
+    assert [h for nb in notebooks() for h in saved_machine_paths(nb)] == []
+    bad = tmp_path / 'bad.ipynb'
+    bad.write_text(json.dumps({'cells': [{'cell_type': 'code', 'source': [], 'outputs': [
+        {'output_type': 'stream', 'name': 'stdout', 'text': ['wrote /tmp/tmpyr2mlhm_/passkey/report.md\n']}]}]}))
+    assert saved_machine_paths(bad) == ['bad.ipynb cell 0: ...wrote /tmp/tmpyr2mlhm_/passkey/report.md\n...']
