@@ -380,10 +380,10 @@ def run_length(t: TrainerConfig,                 # fast_dev_run, max_epochs and 
 def kernel_report(m,       # a resolved `ModelConfig`
                   device,  # where the model runs
                  ) -> str:
-    "Which implementation each kernel's 'auto' (or the configured impl) runs on `device`, as one line."
+    "Which implementation each kernel's 'auto' (or the configured impl) runs on `device`, as one line (the CPU kernels built first)."
     from longctx_nb.kernels.conv import kernel_backends
     from longctx_nb.kernels.attention import attention_impls
-    b = {**kernel_backends(device, m.scan_impl, m.conv_impl, m.d_state, m.d_conv),
+    b = {**kernel_backends(device, m.scan_impl, m.conv_impl, m.d_state, m.d_conv, build=True),   # what runs: a failed build named so
          'local_attention': m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)}
     return ', '.join(f'{k}={v}' for k, v in b.items())
 
