@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #517d4c20
 from __future__ import annotations
-import contextlib, functools, importlib, json, os, platform, random, resource, subprocess, sys, time
+import contextlib, ctypes, functools, importlib, json, os, platform, random, resource, subprocess, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -15,7 +15,7 @@ import torch
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'UsageError',
            'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
            'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'best_time',
-           'time_in_turn', 'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key',
+           'time_in_turn', 'steady_heap', 'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key',
            'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes',
            'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
@@ -181,13 +181,34 @@ def time_in_turn(fns: dict,                      # name -> a function of no argu
                  warmup: int = 1,                # untimed calls of each first
                  timer: Callable | None = None,  # the clock (seconds); None: the `bench_clock` in force
                 ) -> dict:                       # name -> `Timing`
-    "Warm up each function, then time `reps` rounds, each calling every function once, in turn."
+    "Warm up each function, then time `reps` rounds, each calling every function once, in turn (on a `steady_heap`)."
+    steady_heap()
     for f in fns.values():
         for _ in range(warmup): f()
     times = {k: [] for k in fns}
     for _ in range(reps):
         for k, f in fns.items(): times[k] += time_reps(f, device, 1, 0, timer).times
     return {k: Timing(v) for k, v in times.items()}
+
+# %% ../nbs/00_core.ipynb #c4a1e7d3
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
+_STEADY = {}                                     # what steady_heap did, once per process
+
+def steady_heap(verbose: bool = True,  # print the line the first time
+               ) -> str | None:        # what was done, or None where the C library is not glibc
+    "Keep freed memory in glibc's heap for the rest of the process (no trimming, no `mmap` below 32 MiB): no call faults in pages another's frees gave back."
+    if 'line' not in _STEADY:
+        try:
+            libc = ctypes.CDLL(None)
+            libc.gnu_get_libc_version.restype = ctypes.c_char_p
+            version = libc.gnu_get_libc_version().decode()
+        except (OSError, AttributeError): _STEADY['line'] = None; return None
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
+        _STEADY['line'] = (f"allocator: glibc {version} keeps freed memory in its heap for this process (no trimming; "
+                           "allocations below 32 MiB come from the heap), so that no function timed in turn faults in pages "
+                           "another one's frees gave back" if ok else None)
+        if verbose and _STEADY['line']: print(_STEADY['line'])
+    return _STEADY['line']
 
 # %% ../nbs/00_core.ipynb #5e2528f4
 # a loop that ends within milliseconds of its parent's death: a benchmark killed with SIGKILL leaves no spinning process behind
