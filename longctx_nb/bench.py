@@ -34,7 +34,7 @@ BENCHES = {
     'gpu': 'longctx_nb.bench:bench_gpu',
 }
 BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': ('block', 'vanilla'),
-              'dpassm': ('impl', 'sum of paths')}  # name column, reference
+              'dpassm': ('impl', 'both paths')}  # name column, reference
 MIN_REPS = 5   # longctx_bench's default timed calls per case (at least): min and median need a few
 
 def get_bench(name: str,  # a key of `BENCHES`
