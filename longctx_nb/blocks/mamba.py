@@ -161,6 +161,21 @@ def extra_repr(self) -> str:
             f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
 
 # %% ../../nbs/23_mamba.ipynb #c7f3a1d1
+class _CfMm(torch.autograd.Function):
+    "`W @ x` for `W (O, K)`, `x (B, K, L)` as one batched matmul; `x`'s gradient comes in `x`'s layout (token-major for `x.mT`)."
+    @staticmethod
+    def forward(ctx, W, x):
+        ctx.save_for_backward(W, x)
+        return torch.bmm(W.expand(x.shape[0], -1, -1), x)
+
+    @staticmethod
+    def backward(ctx, g):
+        W, x = ctx.saved_tensors
+        Wb = W.expand(x.shape[0], -1, -1)
+        gW = torch.bmm(g, x.mT).sum(0) if ctx.needs_input_grad[0] else None
+        if not ctx.needs_input_grad[1]: return gW, None
+        return gW, torch.bmm(g.mT, Wb).mT if x.mT.is_contiguous() else torch.bmm(Wb.mT, g)
+
 def cf_mm(W: torch.Tensor,              # (O, K) weight
           x: torch.Tensor,              # (B, K, L) channel-first activations, any strides
           token_major: bool = False,    # return (B, L, O) instead of (B, O, L)
@@ -169,7 +184,7 @@ def cf_mm(W: torch.Tensor,              # (O, K) weight
     dev = x.device.type
     if torch.is_autocast_enabled(dev): W = W.to(torch.get_autocast_dtype(dev))   # cast once, before it is broadcast
     if token_major: return torch.bmm(x.mT, W.mT.expand(x.shape[0], -1, -1))
-    return torch.bmm(W.expand(x.shape[0], -1, -1), x)
+    return _CfMm.apply(W, x.to(W.dtype))   # under autocast, x cast as bmm would (in its own layout)
 
 # %% ../../nbs/23_mamba.ipynb #2cea7f04
 @patch_to(Mamba)
