@@ -380,12 +380,17 @@ def run_length(t: TrainerConfig,                 # fast_dev_run, max_epochs and 
 def kernel_report(m,       # a resolved `ModelConfig`
                   device,  # where the model runs
                  ) -> str:
-    "Which implementation each kernel's 'auto' (or the configured impl) runs on `device`, as one line (the CPU kernels built first)."
+    "The implementation each of the library's kernels that `m`'s block runs takes on `device` ('auto' resolved, the CPU kernels built first), as one line."
+    from longctx_nb.blocks.base import get_block
     from longctx_nb.kernels.conv import kernel_backends
     from longctx_nb.kernels.attention import attention_impls
-    b = {**kernel_backends(device, m.scan_impl, m.conv_impl, m.d_state, m.d_conv, build=True),   # what runs: a failed build named so
-         'local_attention': m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)}
-    return ', '.join(f'{k}={v}' for k, v in b.items())
+    mixer = get_block(m.block)
+    if not mixer.kernels: return f"none of the library's ({m.block} runs PyTorch's own operators)"
+    b = {'local_attention': m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)}
+    if {'selective_scan', 'causal_conv1d'} & set(mixer.kernels):   # built here if they will be: a failed build is named by what runs instead
+        N = m.ssm_state_dim if 'ssm_state_dim' in mixer.field_map() else m.d_state
+        b |= kernel_backends(device, m.scan_impl, m.conv_impl, N, m.d_conv, build=True)
+    return ', '.join(f'{k}={b[k]}' for k in mixer.kernels)
 
 # %% ../nbs/42_train.ipynb #3a065a69
 def profile_range(s: str | None,  # trainer.profile_steps: 'A:B', or None
@@ -629,6 +634,7 @@ def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
     "Count a skipped step; stop the run after `max_bad_steps` in a row."
     r.bad_in_row, r.skipped = r.bad_in_row + 1, r.skipped + 1
     if r.bad_in_row == 1: r.first_bad = step + 1
+    r.pending = None   # the checkpoint that fed this step is not healthy: a resume from it would take this step again
     r.say(f"step {step + 1:>6} | non-finite loss {step_loss} or gradient norm {grad_norm}: step skipped "
           f"({r.bad_in_row} in a row, {r.skipped} in all)")
     if r.bad_in_row >= r.t.max_bad_steps:
@@ -642,7 +648,8 @@ def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
             f"{r.t.gradient_clip_val}), or use bf16 instead of 16. "
             + (f"The newest healthy checkpoint is {kept} (a finite step followed it); continue from it with "
                f"--resume={kept} and a lower learning rate." if kept else "No healthy checkpoint was written.")
-            + (f" Checkpoints written after the trouble began were renamed *.diverged: {', '.join(set_aside)}." if set_aside else ''))
+            + (f" The checkpoints after it each fed a skipped step; they were renamed *.diverged, so that --resume passes over "
+               f"them: {', '.join(set_aside)}." if set_aside else ''))
 
 def _set_aside(r: Run, kept) -> list[str]:
     "Rename the checkpoints newer than `kept` (written as the run diverged) to `*.diverged`, so --resume skips them."

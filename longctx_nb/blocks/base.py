@@ -21,6 +21,7 @@ class Mixer(nn.Module):
     aliases: tuple[str, ...] = ()                           # other names accepted for it
     config_fields: dict[str, str] | tuple[str, ...] = ()    # ModelConfig fields read: {field: constructor keyword} or names
     uses_mlp: bool = True                                   # False: the layer replaces attention and MLP (no MLP in its blocks)
+    kernels: tuple[str, ...] = ()                           # the library's kernels it runs, named in a run's log: 'selective_scan', ...
 
     @classmethod
     def field_map(cls) -> dict[str, str]:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes, rmsnorm_bytes, patch_to
+from .base import Mixer, register_block, act_bytes, rmsnorm_bytes, patch_to, block_note
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -126,6 +126,9 @@ def from_config(cls, cfg,            # a resolved `ModelConfig`
                ):
     "Build from a resolved `ModelConfig`: `chunk_size`, `state_dim`, `n_mem_tokens`; `attn_impl='ref'` selects the reference path."
     kw = cls.config_kwargs(cfg)
+    if kw['impl'] in ('blocked', 'flex') and layer_idx == 0:   # a local-attention kernel: said once per model, not per layer
+        block_note(f"blade: attn_impl={kw['impl']!r} names a local-attention kernel, which blade does not run: it attends within "
+                   "its chunks with batched scaled_dot_product_attention (its 'fast' path); attn_impl='ref' runs its reference loop.")
     return cls(**{**kw, 'impl': 'ref' if kw['impl'] == 'ref' else 'fast'})
 
 @patch_to(Blade)

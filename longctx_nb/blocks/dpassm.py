@@ -67,6 +67,7 @@ def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_si
 class DPASSM(KeepFp32, Mixer):
     "Dual-path mixer: sliding-window attention and a selective SSM over the same input, merged by a learned per-channel gate: `(B, L, D) -> (B, L, D)`."
     name, aliases = 'dpassm', ('dp_assm', 'dp-assm')
+    kernels = ('selective_scan', 'causal_conv1d', 'local_attention')
     config_fields = {'d_model': 'd_model', 'n_heads': 'n_heads', 'window_size': 'window_size', 'ssm_state_dim': 'ssm_state_dim',
                      'd_conv': 'd_conv', 'dt_rank': 'dt_rank', 'dt_min': 'dt_min', 'dt_max': 'dt_max', 'dt_init_floor': 'dt_init_floor',
                      'rope_theta': 'rope_theta', 'dropout': 'dropout', 'bias': 'bias', 'attn_impl': 'attn_impl',

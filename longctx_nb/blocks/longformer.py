@@ -23,6 +23,7 @@ def _check_int(name: str, value, lo: int, what: str):
 class LongformerAttention(CausalSelfAttention):
     "Causal sliding-window attention plus global tokens at the start (Longformer), with RoPE: `(B, L, D) -> (B, L, D)`."
     name, aliases = 'baseline_longformer', ('longformer',)
+    kernels = ('local_attention',)
     config_fields = {**{f: f for f in CausalSelfAttention.config_fields}, 'window_size': 'window_size',
                      'n_global_tokens': 'n_global_tokens', 'attn_block_size': 'block_size', 'attn_impl': 'impl'}
 

@@ -109,6 +109,7 @@ class Mamba(KeepFp32, Mixer):
     config_fields = ('d_model', 'd_state', 'd_conv', 'expand', 'dt_rank', 'dt_min', 'dt_max', 'dt_init_floor', 'conv_bias',
                      'bias', 'scan_impl', 'conv_impl')
     uses_mlp = False                                  # a Mamba layer stands in for attention and MLP
+    kernels = ('selective_scan', 'causal_conv1d')     # the library's kernels it runs
     fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
 
     def __init__(self, d_model: int,                  # model width
