@@ -4,7 +4,7 @@
 
 # %% ../../nbs/10_scan.ipynb #117e5eb3
 from __future__ import annotations
-import contextlib, hashlib, math, os, re, shutil
+import contextlib, hashlib, math, os, re, shutil, sysconfig
 import torch
 import torch.nn.functional as F
 from pathlib import Path
@@ -971,7 +971,11 @@ class CpuExtension:
         "Name and compiler flags: one build per instruction set (as torch detects it), torch version and source."
         isa = torch.backends.cpu.get_cpu_capability()
         digest = hashlib.sha1('\n'.join(self.src.values()).encode()).hexdigest()[:10]   # two versions of the package never share a build
-        name = f"{self.prefix}_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}_{digest}"
+        # and two Python environments neither: the build's command line names their torch and Python headers, and ninja
+        # would rebuild it (a minute) each time another environment loaded it
+        env = hashlib.sha1(f"{Path(torch.__file__).parent}|{sysconfig.get_paths()['include']}".encode()).hexdigest()[:6]
+        name = (f"{self.prefix}_{re.sub(r'[^0-9a-zA-Z]+', '_', isa.lower())}_torch_{re.sub(r'[^0-9a-zA-Z]+', '_', torch.__version__)}"
+                f"_{digest}_{env}")
         return name, ['-O3', '-fopenmp', '-ffp-contract=fast', *_CPU_ISA_FLAGS.get(isa, [])]
 
     def build(self):
@@ -981,7 +985,7 @@ class CpuExtension:
         name, flags = self.spec()
         folder = Path(cpp_extension._get_build_directory(name, verbose=False))
         if not (folder / f'{name}.so').exists():   # the name carries the source's digest: a built one is this source
-            print(f"{self.op}: compiling its CPU kernel into {folder} (once per machine, torch version and kernel source, "
+            print(f"{self.op}: compiling its CPU kernel into {folder} (once per machine, Python environment, torch version and kernel source, "
                   "about a minute)", flush=True)
         return cpp_extension.load_inline(name, cpp_sources=['\n'.join(self.src.values())], functions=self.functions,
                                          extra_cflags=flags, extra_ldflags=['-fopenmp'])
