@@ -485,5 +485,5 @@ def test_compare_resume_other_machine(data, tmp_path):
             '--n_samples', '4', '--device', 'cpu', '--no_match_params', *[f'--{k}={v}' for k, v in tiny.items()], '--seq_len', '32', '--resume']
     msg = check(('compare_resume_other_machine', C, argv, 'was trained with other resolved settings than this machine gives: '), data, tmp_path)
     assert ("device cpu here, cuda there; GPU none here, NVIDIA H100 80GB HBM3 there; precision 32 here, bf16 there; kernels "
-            "none of the library's (vanilla runs PyTorch's own operators) here, flex there. Rows trained here would not compare with "
+            "none of the library's (PyTorch's own operators only) here, flex there. Rows trained here would not compare with "
             "its kept rows: resume it on the machine and versions it started with, or start a new comparison in a new --output_dir.") in msg, msg
