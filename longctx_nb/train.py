@@ -386,7 +386,8 @@ def kernel_report(m,       # a resolved `ModelConfig`
     from longctx_nb.kernels.attention import attention_impls
     mixer = get_block(m.block)
     if not mixer.kernels: return "none of the library's (PyTorch's own operators only)"
-    b = {'local_attention': m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)}
+    b = {}
+    if 'local_attention' in mixer.kernels: b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)
     if {'selective_scan', 'causal_conv1d'} & set(mixer.kernels):   # built here if they will be: a failed build is named by what runs instead
         N = m.ssm_state_dim if 'ssm_state_dim' in mixer.field_map() else m.d_state
         b |= kernel_backends(device, m.scan_impl, m.conv_impl, N, m.d_conv, build=True)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError, Impl, KernelImpls, try_import
-from .scan import CpuExtension, kernel_arg, scan_impls, _too_big, _CPU_SCAN_SRC
+from .scan import CpuExtension, kernel_arg, scan_impls, resolved_scan_impl, _CPU_SCAN_SRC
 
 # %% auto #0
 __all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update', 'kernel_backends']
@@ -290,6 +290,6 @@ def kernel_backends(device='cpu',             # where Mamba runs
     if scan_impl not in scan_impls.choices or conv_impl not in conv_impls.choices:
         raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(scan_impls.choices)} and "
                          f"conv_impl={conv_impl!r} one of {', '.join(conv_impls.choices)}.")
-    pick = (lambda impls, skip: impls.resolve('auto', device, skip=skip)) if build else (lambda impls, skip: impls.auto(device, skip))
-    return {'selective_scan': scan_impl if scan_impl != 'auto' else pick(scan_impls, _too_big(d_state or 0)),
-            'causal_conv1d': conv_impl if conv_impl != 'auto' else pick(conv_impls, _conv_skip(d_conv or 4))}
+    skip = _conv_skip(d_conv or 4)
+    conv = conv_impl if conv_impl != 'auto' else conv_impls.resolve('auto', device, skip=skip) if build else conv_impls.auto(device, skip)
+    return {'selective_scan': resolved_scan_impl(scan_impl, device, d_state or 0, build), 'causal_conv1d': conv}

@@ -342,9 +342,11 @@ def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_
 def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
                        device,     # where the scan runs
                        N: int,     # the state size per channel
+                       build: bool = False,  # build the CPU kernel 'auto' picks now, passing over it if that fails
                       ) -> str:    # what runs: 'ref', 'torch', 'cuda' or 'cpu'
     "What `selective_scan(impl=impl)` runs on `device` at state size `N`: 'auto' resolved (the kernels take N <= 256)."
-    return impl if impl != 'auto' else scan_impls.auto(device, skip=_too_big(N))
+    if impl != 'auto': return impl
+    return scan_impls.resolve('auto', device, skip=_too_big(N)) if build else scan_impls.auto(device, skip=_too_big(N))
 
 def _too_big(N): return ('cuda', 'cpu') if N > 256 else ()   # the kernels that cannot take a state size N
 
