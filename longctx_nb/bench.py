@@ -8,7 +8,7 @@ import contextlib, csv, gc, importlib, inspect, json, math, os, sys, time
 import torch
 from pathlib import Path
 from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, busy_cores, get_device, pyplot, time_reps
-from .core import peak_memory_bytes, time_in_turn, try_import
+from .core import peak_memory_bytes, paired_ratio, time_in_turn, try_import
 from .config import Config, apply_overrides, check_writable_dir
 from .checkpoint import atomic_write
 from .memory import available_memory, check_fits, check_positive, format_bytes
@@ -17,12 +17,12 @@ from .model import block_names
 from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
-__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'GPU_PATHS', 'GPU_PARTS',
-           'FIT_REL', 'GPU_SAME', 'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table',
-           'write_csv', 'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost',
-           'print_block_bench', 'plot_bench', 'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda',
-           'rel_err', 'compare_impl', 'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases', 'compare_paths',
-           'held_bytes', 'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed',
+__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'RATIOS_APART', 'ALL_BLOCKS',
+           'GPU_PATHS', 'GPU_PARTS', 'FIT_REL', 'GPU_SAME', 'get_bench', 'bench_parser', 'check_args', 'pinned_threads',
+           'timing_table', 'write_csv', 'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing',
+           'train_step_cost', 'print_block_bench', 'plot_bench', 'hf_counterpart', 'print_hf_pairs', 'bench_blocks',
+           'require_cuda', 'rel_err', 'compare_impl', 'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases',
+           'compare_paths', 'held_bytes', 'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed',
            'largest_fitting', 'gpu_table', 'bench_gpu']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
@@ -195,35 +195,43 @@ def pinned_threads(n: int | None = None,  # CPU threads for torch; None: keep th
     finally: torch.set_num_threads(old)
 
 # %% ../nbs/50_bench.ipynb #6cf1b48b
-def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), ms_median, disturbed, note
+RATIOS_APART = 0.1   # a ratio of the minima this far (relative) from the paired ratio is marked '~'
+
+def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), ms_median, disturbed, note, times_ms (per round)
                  key: str = 'impl',  # the name column ('impl', 'block')
                  ref: str | None = 'ref',  # the reference's name; None: no ratios
                 ) -> str:
-    "Min, median, median/min and the ratios reference/this at the same `L` (min and median), `!` marking disturbed timings."
+    "Min, median, median/min and the ratios reference/this at the same `L` (of the minima, of the medians, paired), `!` marking disturbed timings."
     get = lambda L: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
-    out = [f"timing in ms, ratio = {ref or 'reference'}'s time / this one's at the same L; '!': disturbed "
-           f"(median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
-           f"{'L':>7} {key:>14} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11}"]
-    bad = 0
+    out = [f"timing in ms, ratio = {ref or 'reference'}'s time / this one's at the same L (of the minima, of the medians, and "
+           f"paired: the median of the rounds' own ratios); '!': disturbed (median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
+           f"{'L':>7} {key:>14} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11} {'paired':>9}"]
+    bad = apart = 0
     for r in rows:
         if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>14}   {r.get('note') or 'not run'}"); continue
         b, med = get(r['L']), r.get('ms_median') or r['ms']
         mark = {True: ' !', None: ' ?', False: ''}[r.get('disturbed')]
         bad += r.get('disturbed') is True
+        p = paired_ratio(b.get('times_ms') or [], r.get('times_ms') or []) if b else None
+        if p is not None and abs(b['ms'] / r['ms'] / p - 1) > RATIOS_APART: apart += 1; mark += ' ~'
         rat = (f"{b['ms'] / r['ms']:>10.2f}x {(b.get('ms_median') or b['ms']) / med:>10.2f}x" if b else f"{'-':>11} {'-':>11}")
-        out.append(f"{r['L']:>7} {r[key]:>14} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}{mark}")
+        out.append(f"{r['L']:>7} {r[key]:>14} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat} "
+                   + (f"{p:>8.2f}x" if p is not None else f"{'-':>9}") + mark)
     out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
+    if apart: out.append(f"'~': {apart} ratio(s) of the minima more than {RATIOS_APART:.0%} from the paired one: the load moved "
+                         "between rounds; trust neither to that precision")
     return '\n'.join(out)
 
 # %% ../nbs/50_bench.ipynb #b78c9bc8
 def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
               path,              # CSV file to write (folders are created)
              ):
-    "Write benchmark rows (dicts) to a CSV file."
+    "Write benchmark rows (dicts) to a CSV file; a list (a row's time per round) is one cell of numbers split by spaces."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     cols = list(dict.fromkeys(k for r in rows for k in r))
+    cell = lambda v: ' '.join(map(str, v)) if isinstance(v, (list, tuple)) else v
     with open(path, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=cols); w.writeheader(); w.writerows(rows)
+        w = csv.DictWriter(f, fieldnames=cols); w.writeheader(); w.writerows({k: cell(v) for k, v in r.items()} for r in rows)
     return path
 
 def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys.argv[1:])
@@ -471,7 +479,7 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' models
             rows.append(dict(block=b, L=L, size=size, params=count_params(model), device=str(device), ms=round(ms, 2),
                              ms_median=round(1e3 * t.median, 2), spread=round(t.spread, 3), disturbed=t.disturbed,
                              tokens_per_sec=round(batch * L / ms * 1e3, 1), us_per_token=round(1e3 * ms / (batch * L), 3),
-                             peak_mib=round(res[L][1][b] / 2**20, 2))
+                             peak_mib=round(res[L][1][b] / 2**20, 2), times_ms=[round(1e3 * s, 3) for s in t.times])
                         | ({'counterpart': HF_BLOCKS[b.lower()]} if b.lower() in HF_BLOCKS else {}))
     if verbose: print_block_bench(rows); print_hf_pairs(rows, notes)
     if csv: write_csv(rows, csv)

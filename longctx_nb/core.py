@@ -15,9 +15,9 @@ import torch
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'UsageError',
            'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
            'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'best_time',
-           'time_in_turn', 'steady_heap', 'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key',
-           'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes',
-           'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
+           'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores', 'measure_peak_flops', 'cache_home',
+           'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes', 'profile_ops',
+           'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -189,6 +189,13 @@ def time_in_turn(fns: dict,                      # name -> a function of no argu
     for _ in range(reps):
         for k, f in fns.items(): times[k] += time_reps(f, device, 1, 0, timer).times
     return {k: Timing(v) for k, v in times.items()}
+
+def paired_ratio(ref: list[float],   # the reference's time in each round of `time_in_turn`
+                 this: list[float],  # the other's, in the same rounds
+                ) -> float | None:   # None unless both have the same rounds
+    "`ref`'s time over `this` one's: the median over rounds of the ratio within a round, whose two calls ran back to back."
+    if not ref or len(ref) != len(this) or min(this) <= 0: return None
+    return Timing([a / b for a, b in zip(ref, this)]).median
 
 # %% ../nbs/00_core.ipynb #c4a1e7d3
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
@@ -392,7 +399,7 @@ def bench_impls(Ls,               # sequence lengths
                 first=('impl', 'L'),  # the key columns, in this order
                 columns: dict | None = None,  # constant columns of every row, after the key columns
                 timer: Callable | None = None,  # the clock of `time_reps` (None: the `bench_clock` in force)
-               ) -> list[dict]:   # one row per (L, impl): keys, `columns`, ms (min), ms_median, spread, disturbed, us_per_token, peak_mib, note
+               ) -> list[dict]:   # one row per (L, impl): keys, `columns`, ms (min), ms_median, spread, disturbed, us_per_token, peak_mib, note, times_ms (per round)
     "Min and median time and peak memory of `step(impl)` per length and implementation; gradients of `leaves` are cleared between calls."
     rows = []
     for L in Ls:
@@ -403,14 +410,14 @@ def bench_impls(Ls,               # sequence lengths
         for impl in impls:
             key = dict(impl=impl, L=L)
             row = {k: key[k] for k in first} | (columns or {}) | dict(
-                ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='')
+                ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='', times_ms=None)
             rows.append(row)
             fn = step(impl)
             if isinstance(fn, str): row['note'] = fn; continue
             runs[impl], cases[impl] = (lambda fn=fn: (clear(), fn())), row
         for impl, t in time_in_turn(runs, device, reps, warmup, timer).items():
             cases[impl].update(ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3), disturbed=t.disturbed,
-                               us_per_token=1e6 * t.min / (tokens * L))
+                               us_per_token=1e6 * t.min / (tokens * L), times_ms=[1e3 * s for s in t.times])
         for impl, run in runs.items():
             clear(); cases[impl]['peak_mib'] = peak_memory_bytes(run, device) / 2**20
         clear()

@@ -33,7 +33,7 @@ def test_timing_table_gives_ratios_to_the_reference_and_marks_disturbed_rows():
     rows = [dict(block='vanilla', L=64, ms=10.0, ms_median=10.0, disturbed=False),
             dict(block='mamba', L=64, ms=20.0, ms_median=30.0, disturbed=True)]
     lines = timing_table(rows, 'block', 'vanilla').splitlines()
-    assert lines[3].split()[-3:] == ['0.50x', '0.33x', '!'] and lines[-1].startswith('1 disturbed timing(s)')
+    assert lines[3].split()[-4:] == ['0.50x', '0.33x', '-', '!'] and lines[-1].startswith('1 disturbed timing(s)')
 
 
 def test_longctx_bench_pins_and_prints_its_threads(capsys):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError
+from ..core import UsageError, paired_ratio
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
@@ -312,9 +312,9 @@ def dpassm_backward_workspace_bytes(cfg,                    # a resolved `ModelC
 DPASSM.backward_workspace_bytes = staticmethod(dpassm_backward_workspace_bytes)
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
-def _dp_row(impl, L, tmin, tmed, disturbed, batch):
-    return dict(impl=impl, L=L, ms=1e3 * tmin, ms_median=1e3 * tmed, spread=round(tmed / tmin, 3), disturbed=disturbed,
-                us_per_token=1e6 * tmin / (batch * L))
+def _dp_row(impl, L, t, batch):
+    return dict(impl=impl, L=L, ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3), disturbed=t.disturbed,
+                us_per_token=1e6 * t.min / (batch * L), times_ms=[1e3 * s for s in t.times])
 
 def _print_dpassm_bench(rows, device, D, H, N, w, B):
     print(f"DP-ASSM mixer forward+backward on {device} ({torch.get_num_threads()} threads), D={D} H={H} N={N} window={w} batch={B}")
@@ -324,7 +324,7 @@ def _print_dpassm_bench(rows, device, D, H, N, w, B):
     for L in dict.fromkeys(r['L'] for r in rows):
         d, s = (next(r for r in rows if r['L'] == L and r['impl'] == k) for k in ('dpassm', 'both paths'))
         print(f"L={L}: dpassm / (attention path then SSM path, one timed call) = {d['ms'] / s['ms']:.3f} (min), "
-              f"{d['ms_median'] / s['ms_median']:.3f} (median)")
+              f"{d['ms_median'] / s['ms_median']:.3f} (median), {paired_ratio(d['times_ms'], s['times_ms']):.3f} (paired)")
 
 
 # %% ../../nbs/27_dpassm.ipynb #a2336eba
@@ -353,7 +353,7 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
                  'SSM path': lambda: m.out_proj(m._ssm_path(x, si, ci)[0].mT).backward(gy)}
         cases['both paths'] = lambda: (cases['attention path'](), clear(), cases['SSM path']())   # their sum, timed as one call
         t = time_in_turn({k: (lambda f=f: (clear(), f())) for k, f in cases.items()}, device, reps)
-        for k, tk in t.items(): rows.append(_dp_row(k, L, tk.min, tk.median, tk.disturbed, batch))
+        for k, tk in t.items(): rows.append(_dp_row(k, L, tk, batch))
     if verbose: _print_dpassm_bench(rows, device, d_model, n_heads, ssm_state_dim, window_size, batch)
     return rows
 
