@@ -40,9 +40,9 @@ def compare(*args):
     return subprocess.run([Path(sys.executable).parent / 'longctx_compare', *map(str, args)], capture_output=True, text=True,
                           timeout=300, env=env)
 
-def start_and_stop(out: Path, until, *sigs) -> tuple[int, str]:
-    "Start the comparison into `out`, and send `sigs` (one after the other) as soon as `until()` holds: (exit status, stderr)."
-    p = subprocess.Popen([Path(sys.executable).parent / 'longctx_compare', *ARGS, '--output_dir', str(out)], stdout=subprocess.PIPE,
+def start_and_stop(out: Path, until, *sigs, args=ARGS) -> tuple[int, str]:
+    "Start the comparison `args` into `out`, and send `sigs` (one after the other) as soon as `until()` holds: (exit status, stderr)."
+    p = subprocess.Popen([Path(sys.executable).parent / 'longctx_compare', *args, '--output_dir', str(out)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
     t0 = time.time()
     while not until() and p.poll() is None and time.time() - t0 < 120: time.sleep(0.01)
@@ -123,12 +123,15 @@ def test_signal_outside_training(tmp_path, sig, code, at):
     "A signal while the first block is evaluated, or exports its model and draws its loss plot (its steps done): the comparison stops with the resume command."
     out = tmp_path / 'cmp'
     run = out / 'runs' / 'vanilla'
-    png = run / 'loss.png'   # the last file the training run writes; its evaluation takes about 75 ms more, the plot 100 ms or more
-    until = ((lambda: png.exists() and time.time() - png.stat().st_mtime > 0.02) if at == 'evaluation' else
+    png = run / 'loss.png'   # the last file the training run writes; the plot takes 100 ms or more
+    # on 2,048 samples (8 elsewhere) the evaluation after it takes about 1.5 s (0.1 s with 8): a window that a loaded
+    # machine's slow polling does not miss
+    args = [*ARGS[:ARGS.index('--n_samples') + 1], '2048', *ARGS[ARGS.index('--n_samples') + 2:]] if at == 'evaluation' else ARGS
+    until = ((lambda: png.exists() and time.time() - png.stat().st_mtime > 0.05) if at == 'evaluation' else
              (run / 'model.safetensors').exists)
-    got, err = start_and_stop(out, until, sig)
+    got, err = start_and_stop(out, until, sig, args=args)
     assert got == code and 'Traceback' not in err, err
-    cmd = shlex.join(['longctx_compare', *ARGS, '--output_dir', str(out), '--resume'])
+    cmd = shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
     assert err.strip() == (f'longctx_compare: stopped by {signal.Signals(sig).name}. The finished runs are kept in {out}; continue the '
                            f'comparison with: {cmd}'), err
     assert not (out / 'results' / 'vanilla.json').exists() and not (out / 'runs' / 'blade').exists()
