@@ -400,12 +400,15 @@ def print_hf_pairs(rows: list[dict],  # from `bench_blocks`: ours and transforme
     pairs = [(o, h) for h in rows if h.get('counterpart') for o in rows
              if o['L'] == h['L'] and not o.get('counterpart') and canonical_block(o['block']) == h['counterpart']]
     if pairs:
-        print("ours against transformers at the same size, timed in turn in each round; ratio = transformers' time / ours (> 1: ours is faster)")
-        print(f"{'L':>7} {'ours':>20} {'transformers':>14} {'ms ours':>9} {'ms hf':>9} {'ratio(min)':>11} {'ratio(med)':>11} {'MiB ours':>9} {'MiB hf':>9}")
+        print("ours against transformers at the same size, timed in turn in each round; ratio = transformers' time / ours (> 1: ours is faster), "
+              "of the minima, of the medians, and paired (the median of the rounds' own ratios)")
+        print(f"{'L':>7} {'ours':>20} {'transformers':>14} {'ms ours':>9} {'ms hf':>9} {'ratio(min)':>11} {'ratio(med)':>11} {'paired':>9} "
+              f"{'MiB ours':>9} {'MiB hf':>9}")
     for o, h in pairs:
+        p = paired_ratio(h.get('times_ms') or [], o.get('times_ms') or [])
         print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} {h['ms'] / o['ms']:>10.2f}x "
-              f"{h['ms_median'] / o['ms_median']:>10.2f}x {o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}"
-              + (' !' if o.get('disturbed') or h.get('disturbed') else ''))
+              f"{h['ms_median'] / o['ms_median']:>10.2f}x " + (f"{p:>8.2f}x" if p is not None else f"{'-':>9}")
+              + f" {o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}" + (' !' if o.get('disturbed') or h.get('disturbed') else ''))
     for n in notes: print('note:', n)
 
 # %% ../nbs/50_bench.ipynb #04780594
