@@ -68,7 +68,7 @@ mkdir -p "$OUT" || exit 2
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 
 # caches where they can be written (a home folder may be read-only on a lent machine)
-if ! { mkdir -p "${HOME:-/nonexistent}/.cache" && [ -w "$HOME/.cache" ]; } 2>/dev/null; then
+if ! { [ -n "${HOME:-}" ] && mkdir -p "$HOME/.cache" && [ -w "$HOME/.cache" ]; } 2>/dev/null; then
   C=${TMPDIR:-/tmp}/longctx_cache; mkdir -p "$C"
   export LONGCTX_CACHE=${LONGCTX_CACHE:-$C/longctx_nb} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$C/triton} \
          TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$C/inductor} TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$C/torch_extensions} \

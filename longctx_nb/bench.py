@@ -621,8 +621,9 @@ def step_memory(step,     # a `train_step_fn` step, run once already (the optimi
 def free_after_oom(model,   # the model whose step ran out of memory
                    device,  # where it runs
                   ):
-    "After an out-of-memory error: drop the gradients it left, collect the failed step's tensors, return the cache."
-    model.zero_grad(set_to_none=True)
+    "After an out-of-memory error: drop the gradients it left and the cached attention patterns, collect the failed step's tensors, return the cache."
+    from longctx_nb.kernels.attention import clear_pattern_caches
+    model.zero_grad(set_to_none=True); clear_pattern_caches()
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
     if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
 
@@ -747,14 +748,16 @@ def gpu_table(info: dict,                # the setting: device, torch, size, par
 GPU_PARTS = ('compare', 'blocks', 'fits')
 
 def _gpu_models(blocks, size, window_size, chunk_size, device):
-    "Each block's model on `device`, one at a time (the previous one is freed first)."
+    """Each block's model on `device`, one at a time: the previous one's memory is freed first (its tensors moved to
+    the meta device, whoever still holds the module), and the attention patterns cached for it are dropped."""
     from longctx_nb.model import create_model
     from longctx_nb.core import seed_everything
+    from longctx_nb.kernels.attention import clear_pattern_caches
     for block in blocks:
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
         yield block, model
-        del model
+        model.zero_grad(set_to_none=True); model.to('meta'); clear_pattern_caches()
         if device.type == 'cuda': torch.cuda.empty_cache()
 
 def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic):
@@ -781,14 +784,6 @@ def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.
         return None if s > max_seconds else True
     return fits
 
-def _raise_recompile_limit(n: int = 256):
-    "FlexAttention is compiled once per sequence length: let torch.compile keep that many versions (the fit search tries many)."
-    import torch._dynamo
-    cfg = torch._dynamo.config
-    for names, v in ((('recompile_limit', 'cache_size_limit'), n), (('accumulated_recompile_limit', 'accumulated_cache_size_limit'), 16 * n)):
-        name = next((k for k in names if hasattr(cfg, k)), None)
-        if name: setattr(cfg, name, max(getattr(cfg, name), v))
-
 def _check_gpu_args(blocks, size, parts, precision):
     from longctx_nb.config import SIZE_PRESETS
     from longctx_nb.core import parse_precision
@@ -809,7 +804,6 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
     from longctx_nb.core import device_peak_flops, device_name, autocast_dtype, parse_precision
     from longctx_nb.model import count_params
     out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
-    if device.type == 'cuda': _raise_recompile_limit()
     peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)
     info = dict(device=device_name(device), torch=torch.__version__, size=size, batch=batch, precision=precision,
                 peak=f'{peak / 1e12:,.3g} TFLOP/s (measured)', kernels=kernel_paths(device))

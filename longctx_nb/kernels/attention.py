@@ -14,7 +14,8 @@ from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
 __all__ = ['WINDOW_KINDS', 'LOG2E', 'LN2', 'attention_impls', 'RandomKeys', 'bigbird_random_keys', 'local_attention_mask',
-           'flex_available', 'flex_block_mask', 'local_attention', 'local_attention_saved_bytes', 'bench_attention']
+           'flex_available', 'flex_block_mask', 'clear_pattern_caches', 'local_attention',
+           'local_attention_saved_bytes', 'bench_attention']
 
 # %% ../../nbs/12_attention.ipynb #39a1d6e8
 @dataclass(frozen=True, eq=False)
@@ -370,8 +371,18 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
     return bm
 
 # %% ../../nbs/12_attention.ipynb #3699eec6
+def _raise_recompile_limit(n: int = 256):
+    "Let torch.compile keep `n` versions of a function (its default, 8, would quietly run FlexAttention eagerly after 8 shapes)."
+    import torch._dynamo
+    cfg = torch._dynamo.config
+    for names, v in ((('recompile_limit', 'cache_size_limit'), n), (('accumulated_recompile_limit', 'accumulated_cache_size_limit'), 16 * n)):
+        name = next((k for k in names if hasattr(cfg, k)), None)
+        if name: setattr(cfg, name, max(getattr(cfg, name), v))
+
 @functools.lru_cache(maxsize=None)
 def _flex_compiled():
+    "FlexAttention compiled once per shape (`dynamic=False`): a run over many lengths (a fit search, the tests) compiles many."
+    _raise_recompile_limit()
     return torch.compile(_flex_module().flex_attention, dynamic=False)
 
 def _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse):
@@ -391,6 +402,11 @@ def _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, retu
     if not return_lse: return out
     o, aux = out
     return o, getattr(aux, 'lse', aux)
+
+# %% ../../nbs/12_attention.ipynb #3764e0be
+def clear_pattern_caches():
+    "Forget the cached blocked layouts and FlexAttention block masks (and the device memory they hold)."
+    _BLOCKED_LAYOUTS.clear(); _BLOCK_MASKS.clear()
 
 # %% ../../nbs/12_attention.ipynb #40c1ad3f
 def _flex_why_not(device):
