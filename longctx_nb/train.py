@@ -383,11 +383,13 @@ def kernel_report(m,       # a resolved `ModelConfig`
     "The implementation each of the library's kernels that `m`'s block runs takes on `device` ('auto' resolved, the CPU kernels built first), as one line."
     from longctx_nb.blocks.base import get_block
     from longctx_nb.kernels.conv import kernel_backends
-    from longctx_nb.kernels.attention import attention_impls
+    from longctx_nb.kernels.attention import attention_impls, flex_width_why_not
     mixer = get_block(m.block)
     if not mixer.kernels: return "none of the library's (PyTorch's own operators only)"
     b = {}
-    if 'local_attention' in mixer.kernels: b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device)
+    if 'local_attention' in mixer.kernels:   # 'auto' as `local_attention` resolves it for the block's head width
+        Dh = m.d_model // m.n_heads
+        b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device, skip=('flex',) if flex_width_why_not(Dh, Dh, device) else ())
     if {'selective_scan', 'causal_conv1d'} & set(mixer.kernels):   # built here if they will be: a failed build is named by what runs instead
         N = m.ssm_state_dim if 'ssm_state_dim' in mixer.field_map() else m.d_state
         b |= kernel_backends(device, m.scan_impl, m.conv_impl, N, m.d_conv, build=True)

@@ -3,7 +3,7 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 
-from longctx_nb.core import Timing, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
+from longctx_nb.core import Timing, UsageError, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
 from longctx_nb.bench import timing_table, run_bench, largest_fitting, compare_paths, gpu_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,3 +295,15 @@ def test_cells_runner_starts_no_notebook_once_stopped(tmp_path, monkeypatch):
     cuda_cells.stop_all()
     res, secs, out = cuda_cells.run_one(tmp_path / 'a.ipynb', 10, 1)
     assert (res, started, cuda_cells.RUNNING) == ('NOT RUN', [], set()) and 'stopped' in out, (res, out)
+
+
+def test_default_impls_that_cannot_run_here_are_left_to_the_table(monkeypatch):
+    """`longctx_bench scan` with its default --impls runs on a device the CPU kernel cannot take (a GPU; here the meta device
+    stands in for it): the table skips that one with the reason. Named with --impls, it is refused before anything runs."""
+    import longctx_nb.bench as bench
+    from longctx_nb.kernels.scan import bench_scan
+    monkeypatch.setattr(bench, 'get_device', lambda d: torch.device('meta'))
+    ns = dict(Ls=[64], impls=('ref', 'torch', 'cpu', 'mambapy'), batch=1, dim=4, N=2, device=None, reps=1, max_ref_len=None)
+    bench.check_args(bench_scan, dict(ns))
+    with pytest.raises(UsageError, match='--impls cpu cannot run on meta: it needs CPU tensors; valid here: ref, torch, mambapy.'):
+        bench.check_args(bench_scan, dict(ns), given={'impls'})

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from ..kernels.attention import flex_available, _flex_module, _flex_compiled
+from ..kernels.attention import flex_available, flex_width_why_not, _flex_module, _flex_compiled
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
@@ -94,10 +94,12 @@ def document_attention(q: torch.Tensor,        # (B, H, L, Dh) queries
                        impl: str = 'auto',     # 'sdpa' (dense mask), 'flex' (block mask) or 'auto'
                       ) -> torch.Tensor:       # (B, H, L, Dv)
     "Causal attention within documents: SDPA with the dense `document_mask`, or FlexAttention with a block mask."
-    if impl == 'auto': impl = 'flex' if q.is_cuda and not dropout_p and flex_available(q.device) else 'sdpa'
+    narrow = flex_width_why_not(q.shape[-1], v.shape[-1], q.device)
+    if impl == 'auto': impl = 'flex' if q.is_cuda and not dropout_p and flex_available(q.device) and not narrow else 'sdpa'
     if impl == 'sdpa': return F.scaled_dot_product_attention(q, k, v, attn_mask=document_mask(doc_ids)[:, None], dropout_p=dropout_p)
     if impl != 'flex': raise UsageError(f"impl={impl!r} is not valid; choices: auto, sdpa, flex.")
     if dropout_p: raise UsageError("impl='flex' has no attention dropout; use impl='sdpa' (or dropout 0).")
+    if narrow: raise UsageError(f"impl='flex': {narrow}. Use impl='sdpa'.")
     if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise UsageError("impl='flex' has no backward pass off a CUDA GPU; use impl='sdpa' to train there, or call it under torch.no_grad().")
     fa, (B, _, L, _) = _flex_module(), q.shape

@@ -13,9 +13,9 @@ from torch.autograd.function import once_differentiable
 from ..core import UsageError, Impl, KernelImpls, try_import, bench_impls
 
 # %% auto #0
-__all__ = ['WINDOW_KINDS', 'LOG2E', 'LN2', 'attention_impls', 'RandomKeys', 'bigbird_random_keys', 'local_attention_mask',
-           'flex_available', 'flex_block_mask', 'clear_pattern_caches', 'local_attention',
-           'local_attention_saved_bytes', 'bench_attention']
+__all__ = ['WINDOW_KINDS', 'LOG2E', 'LN2', 'FLEX_MIN_HEAD_DIM', 'attention_impls', 'RandomKeys', 'bigbird_random_keys',
+           'local_attention_mask', 'flex_available', 'flex_block_mask', 'clear_pattern_caches', 'flex_width_why_not',
+           'local_attention', 'local_attention_saved_bytes', 'bench_attention']
 
 # %% ../../nbs/12_attention.ipynb #39a1d6e8
 @dataclass(frozen=True, eq=False)
@@ -391,6 +391,7 @@ def _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, retu
         raise UsageError(f"impl='flex' has no backward pass on {dev.type} (FlexAttention's backward needs a CUDA GPU); "
                          "use impl='blocked' to train off the GPU, or call it under torch.no_grad().")
     attention_impls.require('flex', dev)
+    if why := flex_width_why_not(q.shape[-1], v.shape[-1], dev): raise UsageError(f"impl='flex': {why}. Use impl='blocked'.")
     kw = dict(block_mask=flex_block_mask(q.shape[2], window_size, n_global, rk, window_kind, dev), scale=scale)
     if return_lse:
         if hasattr(fa, 'AuxRequest'): kw['return_aux'] = fa.AuxRequest(lse=True)
@@ -412,6 +413,17 @@ def clear_pattern_caches():
 def _flex_why_not(device):
     if flex_available(device): return None
     return "it needs torch.nn.attention.flex_attention and, on CUDA, Triton to compile it (pip install triton). Use impl='blocked'."
+
+FLEX_MIN_HEAD_DIM = 16   # compiled FlexAttention takes head widths of at least this on a GPU (Triton's matrix product)
+
+def flex_width_why_not(dq: int,     # head width of q and k
+                       dv: int,     # head width of v
+                       device,      # where it would run
+                      ) -> str | None:  # None where FlexAttention takes these widths
+    "Why compiled FlexAttention cannot take these head widths on `device`: `'auto'` passes over it then, and `impl='flex'` says so."
+    if torch.device(device).type != 'cuda' or min(dq, dv) >= FLEX_MIN_HEAD_DIM: return None
+    return (f"compiled FlexAttention takes head widths of {FLEX_MIN_HEAD_DIM} or more on a GPU, and these are {dq} (q, k) "
+            f"and {dv} (v)")
 
 attention_impls = KernelImpls('local_attention', ('ref', 'blocked'), (Impl('flex', check=_flex_why_not),),
                               fallback='blocked', unknown="impl={impl!r} is not valid; choices: {plain}.")
@@ -439,7 +451,7 @@ def local_attention(q: torch.Tensor,                                       # (B,
     rk = _as_random_keys(random_keys, block_size)
     _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_kind)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if impl == 'auto': impl = attention_impls.auto(q.device)
+    if impl == 'auto': impl = attention_impls.auto(q.device, skip=('flex',) if flex_width_why_not(q.shape[-1], v.shape[-1], q.device) else ())
     if impl == 'ref': return _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
     if impl == 'blocked': return _attention_blocked(q, k, v, window_size, n_global, rk, window_kind, block_size, scale, return_lse)
     return _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
