@@ -30,7 +30,7 @@ def rng_state() -> dict:
     kind, key, pos, has_gauss, gauss = np.random.get_state()
     return dict(python=random.getstate(), numpy=(kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss),
                 torch=torch.get_rng_state(),
-                cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
+                cuda=[torch.cuda.get_rng_state()] if torch.cuda.is_available() and torch.cuda.is_initialized() else [])   # this process's GPU
 
 def set_rng_state(s: dict,  # from `rng_state`
                  ):
@@ -39,7 +39,9 @@ def set_rng_state(s: dict,  # from `rng_state`
     kind, key, pos, has_gauss, gauss = s['numpy']
     np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(s['torch'])
-    if s['cuda'] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
+    if s['cuda'] and torch.cuda.is_available():   # this process's GPU; a checkpoint of an older version holds every GPU it saw
+        i = torch.cuda.current_device()
+        torch.cuda.set_rng_state(s['cuda'][i if len(s['cuda']) > 1 and i < len(s['cuda']) else 0])
 
 # %% ../nbs/40_checkpoint.ipynb #25b93a16
 _HINTS = {errno.ENOSPC: 'the disk is full: free space there or write elsewhere',

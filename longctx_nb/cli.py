@@ -192,7 +192,8 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
 
 # %% ../nbs/70_cli.ipynb #6b63386f
 def _train(argv=None) -> int:
-    from longctx_nb.train import train, Stopped  # heavy imports only when training
+    from longctx_nb.train import train, Stopped, cuda_allocator_defaults  # heavy imports only when training
+    cuda_allocator_defaults()   # before anything starts CUDA: its allocator reads the setting once
     from longctx_nb.distributed import launcher_env, launch
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, ns = parse_cli(argv, 'longctx_train')

@@ -280,6 +280,10 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
     t, d = cfg.trainer, cfg.data
     if getattr(t, 'skip_memory_check', False): return None
     dev = get_device(t.accelerator)
+    if dev.type == 'cuda' and dev.index is None:   # this process's own GPU, not GPU 0 for every rank (asking makes a CUDA context)
+        from longctx_nb.distributed import launcher_env
+        if (env := launcher_env()) is not None: dev = torch.device('cuda', env['LOCAL_RANK'])   # as `init_distributed` picks it
+        elif t.devices > 1: return None   # this process only starts the ranks; each checks its own GPU before it allocates
     p = pick_precision(t, dev)[0]   # the precision the run will use (auto, use_fp16, or the one given)
     vocab = cfg.model.vocab_size
     if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None: vocab = task_vocab(d)

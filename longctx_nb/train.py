@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_train.ipynb #8ebef1ac
 from __future__ import annotations
-import dataclasses, gc, importlib.util, io, itertools, json, math, os, re, shlex, shutil, signal, socket, sys, time, traceback
+import contextlib, dataclasses, gc, importlib.util, io, itertools, json, math, os, re, shlex, shutil, signal, socket, sys, time, traceback
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from pathlib import Path
@@ -25,11 +25,12 @@ from .distributed import (Dist, init_distributed, grad_accumulation, global_batc
                                     clip_grad_norm, STOP_CODES)
 
 # %% auto #0
-__all__ = ['RESUME_LAST', 'TB_NAMES', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'again',
-           'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'strict_json', 'EventFile', 'MetricsLog',
-           'plot_losses', 'TrainResult', 'resolve_precision', 'setup', 'stages', 'run_length', 'kernel_report',
-           'profile_range', 'StepProfiler', 'Run', 'open_run', 'announce', 'start_loop', 'step_seed', 'train_step',
-           'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish', 'Stopped', 'train']
+__all__ = ['RESUME_LAST', 'TB_NAMES', 'ALLOC_ENVS', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task',
+           'again', 'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'strict_json', 'EventFile',
+           'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision', 'cuda_allocator_defaults', 'setup',
+           'stages', 'run_length', 'kernel_report', 'profile_range', 'StepProfiler', 'Run', 'open_run', 'announce',
+           'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish',
+           'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -311,6 +312,17 @@ def resolve_precision(t: TrainerConfig,      # precision and use_fp16
     return check_precision(device, p)
 
 # %% ../nbs/42_train.ipynb #df3f1cce
+ALLOC_ENVS = ('PYTORCH_ALLOC_CONF', 'PYTORCH_CUDA_ALLOC_CONF')   # torch's allocator settings (the first is the newer name)
+
+def cuda_allocator_defaults():
+    """Expandable segments for CUDA's caching allocator (less fragmentation at long lengths), unless the user configured it.
+    The environment variable is read once, when CUDA starts: `longctx_train` calls this first thing; where CUDA has started
+    already (a notebook, a script), the setting is changed in place."""
+    if any(k in os.environ for k in ALLOC_ENVS): return
+    os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        with contextlib.suppress(Exception): torch.cuda.memory._set_allocator_settings('expandable_segments:True')
+
 def setup(cfg: Config,                      # the run's config
           tokens: TokenData | None = None,  # data to use instead of the configured data
           model: LM | None = None,          # model to use instead of building one
@@ -323,7 +335,7 @@ def setup(cfg: Config,                      # the run's config
         cfg = apply_overrides(cfg, {'trainer.accumulate_grad_batches': accum})
     t, device = cfg.trainer, dist.device
     if device.type == 'cuda':
-        os.environ.setdefault('PYTORCH_CUDA_ALLOC_CONF', 'expandable_segments:True')  # less fragmentation at long lengths
+        cuda_allocator_defaults()
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     precision = resolve_precision(t, device)
     if model is None: check_config_fits(cfg, device, precision, dist.world_size)   # before anything is allocated
@@ -759,7 +771,9 @@ def restore(r: Run,        # the run being opened
             ck: dict,      # the checkpoint
            ):
     "Load a checkpoint into the run: weights, optimizer, loss scale, random generators, step and tokens seen."
-    load_full_state(r.model, r.opt, ck['model'], ck['optimizer']); r.scaler.load_state_dict(ck['scaler'])
+    load_full_state(r.model, r.opt, ck['model'], ck['optimizer'])
+    if ck['scaler'] or not r.scaler.is_enabled(): r.scaler.load_state_dict(ck['scaler'])
+    else: r.say("the checkpoint was trained without fp16's loss scaler (its precision resolved otherwise there): this run's starts afresh")
     rngs = ck.get('rng_ranks') or []
     set_rng_state(rngs[r.dist.rank] if len(rngs) == r.dist.world_size else ck['rng'])
     r.run_dir, r.start, r.tokens_seen = run_dir, ck['step'], ck['tokens_seen']
