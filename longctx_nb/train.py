@@ -617,7 +617,7 @@ def train_step(r: Run,            # the run
     for g in r.opt.param_groups: g['lr'] = lr
     torch.manual_seed(step_seed(t.seed, step, dist.rank))   # dropout's stream: a function of the step, exact on resume
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    step_loss = 0.0
+    step_loss = torch.zeros((), dtype=torch.float64, device=device)   # summed where the losses are: no sync per micro-batch
     try:
         docs = doc.to(device, non_blocking=True) if doc is not None else [None] * len(x)
         for i, (xm, ym, dm) in enumerate(zip(x, y, docs)):  # micro-batches of the accumulation; gradients sync on the last
@@ -626,10 +626,10 @@ def train_step(r: Run,            # the run
                     logits = r.step_model(xm) if dm is None else r.step_model(xm, doc_ids=dm)
                 loss = F.cross_entropy(logits.float().flatten(0, 1), ym.flatten(), label_smoothing=t.label_smoothing)
                 r.scaler.scale(loss / t.accumulate_grad_batches).backward()
-            step_loss += loss.item() / t.accumulate_grad_batches
+            step_loss += loss.detach().double() / t.accumulate_grad_batches
     except torch.OutOfMemoryError:
         raise TrainingError(_oom_message(xm.shape, precision, r.model.cfg.gradient_checkpointing, step + 1, r.kept())) from None
-    step_loss, = dist.mean(step_loss)   # the loss of the global batch
+    step_loss, = dist.mean(step_loss.item())   # the loss of the global batch
     r.scaler.unscale_(r.opt)
     grad_norm = clip_grad_norm(r.model.parameters(), t.gradient_clip_val or float('inf'))
     # fp16: an inf gradient is the loss scaler's business (it skips the step and lowers the scale)
