@@ -18,6 +18,7 @@ IMAGE = {'torch', 'triton', 'numpy', 'tokenizers', 'tqdm', 'matplotlib', 'safete
          'typing-extensions', 'sympy', 'mpmath', 'networkx', 'jinja2', 'markupsafe', 'filelock', 'fsspec', 'pillow',
          'contourpy', 'cycler', 'fonttools', 'kiwisolver', 'pyparsing', 'python-dateutil', 'huggingface-hub'}
 DROP = {'setuptools', 'typing-extensions'}   # never carried: torch needs the image's own
+KERNELS = {'mamba-ssm', 'causal-conv1d'}     # wheels built for the GPU (build_cuda_kernels.sh): they may lie here too
 
 
 def norm(name: str) -> str: return re.sub(r'[-_.]+', '-', name).lower()
@@ -35,7 +36,7 @@ def pins() -> list[str]:
 def metadata(whl: Path) -> tuple[str, str, list[str]]:
     "(name, version, Requires-Dist lines) of a wheel."
     with zipfile.ZipFile(whl) as z:
-        meta = next(n for n in z.namelist() if n.endswith('.dist-info/METADATA'))
+        meta = next(n for n in z.namelist() if n.endswith('.dist-info/METADATA') and n.count('/') == 1)   # the wheel's own, not a vendored one
         lines = z.read(meta).decode().split('\n\n')[0].splitlines()
     get = lambda k: [l.split(':', 1)[1].strip() for l in lines if l.startswith(k + ':')]
     return get('Name')[0], get('Version')[0], get('Requires-Dist')
@@ -49,7 +50,7 @@ def unmet(folder: Path, python: str) -> list[str]:
                os_name='posix', platform_machine='x86_64', implementation_name='cpython',
                platform_python_implementation='CPython', extra='')
     have, out = {}, []
-    wheels = sorted(folder.glob('*.whl'))
+    wheels = [w for w in sorted(folder.glob('*.whl')) if norm(w.name.split('-')[0]) not in KERNELS]   # the tools' closure only
     for w in wheels:
         name, version, _ = metadata(w); have[norm(name)] = version
     for w in wheels:

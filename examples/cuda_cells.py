@@ -56,7 +56,9 @@ def stop_all(signum=None, frame=None):
 
 def run_one(nb: Path, timeout: float, threads: int) -> tuple[str, float, str]:
     "('ok' | 'FAILED' | 'TIME LIMIT' | 'NOT RUN' (stopped first), seconds, output) of one notebook run in a process of its own."
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    # its share of the cores, for torch and for torch.compile's workers (which count the cores, not OMP_NUM_THREADS):
+    # thirteen notebooks compiling FlexAttention at once would otherwise start sixteen workers each
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TORCHINDUCTOR_COMPILE_THREADS=str(threads))
     t0 = time.monotonic()
     with LOCK:   # stop_all either sees this process or has stopped it from starting
         if STOPPING: return 'NOT RUN', 0.0, 'not started: the run was stopped'

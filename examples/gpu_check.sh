@@ -158,9 +158,10 @@ EOF
 }
 
 cells() {
-  if ! py -c "import nbdev.test" 2>/dev/null; then
-    echo "cells: FAILED: nbdev does not import and $WHEELS/ holds no wheels of it: run \`make gpu-wheels\` where a network"
-    echo "cells: exists, carry .whl/ along, and run this step again (bash examples/gpu_check.sh cells)."
+  local err
+  if ! err=$(py -c "import nbdev.test" 2>&1); then
+    echo "cells: FAILED: nbdev.test does not import ($(printf '%s\n' "$err" | tail -n 1)). Without its wheels in $WHEELS/: run"
+    echo "cells: \`make gpu-wheels\` where a network exists, carry .whl/ along, and run this step again (bash examples/gpu_check.sh cells)."
     return 1
   fi
   local limit; limit=$(lim "$CELLS_S")

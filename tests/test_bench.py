@@ -307,3 +307,18 @@ def test_default_impls_that_cannot_run_here_are_left_to_the_table(monkeypatch):
     bench.check_args(bench_scan, dict(ns))
     with pytest.raises(UsageError, match='--impls cpu cannot run on meta: it needs CPU tensors; valid here: ref, torch, mambapy.'):
         bench.check_args(bench_scan, dict(ns), given={'impls'})
+
+
+def test_gpu_wheels_checks_the_tools_closure_not_the_kernel_wheels_beside_it(tmp_path):
+    "`make gpu-wheels`' check: a tool's unmet requirement is named; mamba-ssm's (built for the GPU, in the same folder) are not its business."
+    import importlib.util, zipfile
+    spec = importlib.util.spec_from_file_location('gpu_wheels', ROOT / '.ci' / 'gpu_wheels.py')
+    gw = importlib.util.module_from_spec(spec); spec.loader.exec_module(gw)
+    def wheel(fname, name, version, *reqs, vendored=False):
+        with zipfile.ZipFile(tmp_path / fname, 'w') as z:
+            if vendored: z.writestr('pkg/_vendor/other-9.dist-info/METADATA', 'Name: other\nVersion: 9\n')
+            z.writestr(f'{name}-{version}.dist-info/METADATA', '\n'.join([f'Name: {name}', f'Version: {version}', *(f'Requires-Dist: {r}' for r in reqs)]) + '\n')
+    wheel('fastcore-1.14.5-py3-none-any.whl', 'fastcore', '1.14.5', 'packaging', 'numpy', vendored=True)
+    wheel('mamba_ssm-2.2.4-cp312-cp312-linux_x86_64.whl', 'mamba_ssm', '2.2.4', 'einops', 'transformers')
+    assert gw.metadata(tmp_path / 'fastcore-1.14.5-py3-none-any.whl')[0] == 'fastcore'
+    assert gw.unmet(tmp_path, '3.12') == ['fastcore 1.14.5 needs packaging (no wheel)']
