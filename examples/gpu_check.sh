@@ -173,6 +173,13 @@ cells() {
 
 SECONDS=0
 echo "gpu_check.sh: steps ${STEPS[*]}; python $PYTHON ($("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name())')); output in $OUT; at most $TOTAL_S s; $(date -u '+%F %T UTC')"
+# the notebooks build the library's CPU kernels (about a minute, once per machine): built here meanwhile, beside the GPU
+# steps, so that the cells step finds them ready (a notebook that gets there first waits on the build's lock)
+case " ${STEPS[*]} " in *" cells "*)
+  py -c "from longctx_nb.kernels.scan import _CPU_SCAN; from longctx_nb.kernels.conv import _CPU_CONV; _CPU_SCAN.load(); _CPU_CONV.load()" \
+     > "$OUT/cpu_kernels.log" 2>&1 &
+  echo "cpu kernels: building in the background (log: $OUT/cpu_kernels.log)" ;;
+esac
 status=0; summary=()
 for s in "${STEPS[@]}"; do
   echo "== $s"
