@@ -1,6 +1,6 @@
 #!/bin/bash
 # The GPU-native trainer's medium_32k recipe: d_model 1536, 12 layers, micro-batch 2 x 8 accumulation steps
-# (effective batch 16), 32768-token sequences, 256-token chunks, activation checkpointing, mixed precision
+# (effective batch 16 per process: 16 x GPUS), 32768-token sequences, 256-token chunks, activation checkpointing, mixed precision
 # (--trainer.precision=auto: bf16 where the GPU has it). See it resolved: examples/train_medium_32k.sh --print_config
 #
 #   DATA_DIR   a folder made by longctx_prepare (default: prepared_32k), e.g.
