@@ -12,7 +12,7 @@ import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
                              reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu, pyplot)
-from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run
+from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run, resolve_model
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
@@ -400,7 +400,7 @@ def kernel_report(m,       # a resolved `ModelConfig`
     if not mixer.kernels: return "none of the library's (PyTorch's own operators only)"
     b = {}
     if 'local_attention' in mixer.kernels:   # 'auto' as `local_attention` resolves it for the block's head width
-        Dh = m.d_model // m.n_heads
+        Dh = (r := resolve_model(m)).d_model // r.n_heads   # the sizes a preset leaves to be filled in
         b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device, skip=('flex',) if flex_width_why_not(Dh, Dh, device) else ())
     if {'selective_scan', 'causal_conv1d'} & set(mixer.kernels):   # built here if they will be: a failed build is named by what runs instead
         N = m.ssm_state_dim if 'ssm_state_dim' in mixer.field_map() else m.d_state
@@ -542,7 +542,7 @@ def announce(r: Run,  # an opened run
           f"device {device}, precision {r.precision}" + (f" | run dir {r.run_dir}" if r.run_dir else ''))
     r.say(global_batch(d, r.t.accumulate_grad_batches, dist.world_size)
           + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else ''))
-    r.say(f"kernels: {kernel_report(cfg.model, device)}")
+    r.say(f"kernels: {kernel_report(r.model.cfg, device)}")
     r.est = estimate_memory(r.model.cfg, d.batch_size, max(L for L, _, _ in r.plan), r.precision, device=device.type)
     r.say(r.est.table())
     r.peak_flops = device_peak_flops(device, autocast_dtype(r.precision) or torch.float32, say=r.say) * dist.world_size  # all ranks
