@@ -13,9 +13,9 @@ import torch
 
 # %% auto #0
 __all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'UsageError',
-           'TrainingError', 'get_device', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
-           'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'best_time',
-           'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores', 'measure_peak_flops', 'cache_home',
+           'TrainingError', 'get_device', 'launcher_env', 'parse_precision', 'autocast_dtype', 'check_precision',
+           'autocast', 'seed_everything', 'reset_peak_memory', 'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps',
+           'best_time', 'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores', 'measure_peak_flops', 'cache_home',
            'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu', 'peak_memory_bytes', 'profile_ops',
            'saved_tensor_bytes', 'bench_impls', 'pyplot', 'try_import', 'Impl', 'KernelImpls']
 
@@ -51,6 +51,14 @@ def get_device(name: str = 'auto',  # one of `DEVICE_CHOICES`
     elif dev.type not in ('cpu', 'cuda', 'mps'):
         raise UsageError(f"unsupported device {name!r}; valid choices: {', '.join(DEVICE_CHOICES)}")
     return dev
+
+# %% ../nbs/00_core.ipynb #05dbe933
+def launcher_env() -> dict | None:
+    "RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE as torchrun sets them; None when not started by a launcher."
+    if 'WORLD_SIZE' not in os.environ or 'RANK' not in os.environ: return None
+    e = {k: int(os.environ.get(k, d)) for k, d in (('RANK', 0), ('WORLD_SIZE', 1), ('LOCAL_RANK', 0), ('LOCAL_WORLD_SIZE', 0))}
+    e['LOCAL_WORLD_SIZE'] = e['LOCAL_WORLD_SIZE'] or e['WORLD_SIZE']
+    return e
 
 # %% ../nbs/00_core.ipynb #ce2b34c1
 PRECISIONS = {'32': '32', '32-true': '32', 'fp32': '32', 'float32': '32',

@@ -7,22 +7,15 @@ from __future__ import annotations
 import contextlib, datetime, os, signal, subprocess, sys
 from dataclasses import dataclass, field
 import torch, torch.distributed as dist
-from .core import UsageError, get_device
+from .core import UsageError, get_device, launcher_env
 from .config import TrainerConfig, DataConfig
 
 # %% auto #0
-__all__ = ['STRATEGIES', 'STOP_CODES', 'launcher_env', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state',
-           'init_distributed', 'grad_accumulation', 'global_batch', 'launch']
+__all__ = ['STRATEGIES', 'STOP_CODES', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state', 'init_distributed',
+           'grad_accumulation', 'global_batch', 'launch']
 
 # %% ../nbs/41_distributed.ipynb #c9657bb1
 STRATEGIES = {'auto': 'ddp', 'ddp': 'ddp', 'fsdp': 'fsdp', 'deepspeed_stage_2': 'fsdp', 'deepspeed_stage_3': 'fsdp'}
-
-def launcher_env() -> dict | None:
-    "RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE as torchrun sets them; None when not started by a launcher."
-    if 'WORLD_SIZE' not in os.environ or 'RANK' not in os.environ: return None
-    e = {k: int(os.environ.get(k, d)) for k, d in (('RANK', 0), ('WORLD_SIZE', 1), ('LOCAL_RANK', 0), ('LOCAL_WORLD_SIZE', 0))}
-    e['LOCAL_WORLD_SIZE'] = e['LOCAL_WORLD_SIZE'] or e['WORLD_SIZE']
-    return e
 
 # %% ../nbs/41_distributed.ipynb #fd0b774b
 class _Collectives:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 from torch import nn
-from .core import UsageError, get_device, parse_precision, saved_tensor_bytes
+from .core import UsageError, get_device, launcher_env, parse_precision, saved_tensor_bytes
 from .config import ModelConfig, check_before_run, pick_precision, resolve_model
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes
@@ -281,7 +281,6 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
     if getattr(t, 'skip_memory_check', False): return None
     dev = get_device(t.accelerator)
     if dev.type == 'cuda' and dev.index is None:   # this process's own GPU, not GPU 0 for every rank (asking makes a CUDA context)
-        from longctx_nb.distributed import launcher_env
         if (env := launcher_env()) is not None: dev = torch.device('cuda', env['LOCAL_RANK'])   # as `init_distributed` picks it
         elif t.devices > 1: return None   # this process only starts the ranks; each checks its own GPU before it allocates
     p = pick_precision(t, dev)[0]   # the precision the run will use (auto, use_fp16, or the one given)
