@@ -6,7 +6,7 @@
 from __future__ import annotations
 import hashlib, itertools, json, os, re, shutil, sys, sysconfig, threading, time, uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
@@ -18,10 +18,9 @@ try: import fcntl   # locks the resumable folder; without it (Windows) an interr
 except ImportError: fcntl = None
 
 # %% auto #0
-__all__ = ['STDLIB_SKIP', 'HF_SHORT_NAMES', 'FORMAT_VERSION', 'MAX_INFERRED_VOCAB', 'stdlib_root', 'stdlib_documents',
-           'text_documents', 'hf_documents', 'token_dtype', 'is_prepared', 'prepare', 'load_tokenizer',
-           'prepare_corpus', 'load_tokens', 'check_tokens', 'TokenFile', 'TokenData', 'cache_root', 'corpus_cache_dir',
-           'load_corpus', 'cached_corpus']
+__all__ = ['STDLIB_SKIP', 'HF_SHORT_NAMES', 'FORMAT_VERSION', 'stdlib_root', 'stdlib_documents', 'text_documents', 'hf_documents',
+           'token_dtype', 'read_meta', 'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus', 'cache_root',
+           'corpus_cache_dir', 'cached_corpus', 'load_tokens', 'check_tokens', 'TokenFile']
 
 # %% ../nbs/04_corpus.ipynb #678831c3
 STDLIB_SKIP = frozenset({'site-packages', 'dist-packages', 'test', 'tests', 'idle_test', '__pycache__'})
@@ -39,14 +38,13 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()['stdlib'])
 
 def stdlib_documents() -> Iterator[tuple[str, str]]:
-    "(relative path, source) of every `.py` file of this Python's standard library, sorted, without tests and site-packages."
+    "(relative path, source) of every `.py` file of this Python's standard library, without tests and site-packages."
     root = stdlib_root()
     for p in _walk(root, STDLIB_SKIP):
         if p.suffix != '.py': continue
         try: yield p.relative_to(root).as_posix(), p.read_text(encoding='utf-8')
         except (OSError, UnicodeDecodeError): continue
 
-# %% ../nbs/04_corpus.ipynb #3d6cad09
 _BINARY = {'.bin', '.npy', '.npz', '.pt', '.pth', '.ckpt', '.safetensors', '.pkl', '.gz', '.zip', '.bz2', '.xz',
            '.zst', '.tar', '.png', '.jpg', '.jpeg', '.gif', '.pdf', '.so', '.pyc', '.parquet', '.arrow'}
 
@@ -84,25 +82,27 @@ def _text_docs(p: Path, files: list[Path]) -> Iterator[tuple[str, str]]:
     if n == 0: raise UsageError(f"data path {str(p)!r} holds no text: no non-empty UTF-8 text file was found there "
                                 "(binary files and files that are not valid UTF-8 are skipped).")
 
+def _no_path(p: Path) -> UsageError:
+    return UsageError(f"data path {str(p)!r} does not exist; give a text file or a folder of text files.")
+
 def text_documents(path,  # a text file, or a folder searched recursively
                   ) -> Iterator[tuple[str, str]]:
     "(name, text) of a text file, or of every text file under a folder (recursive, sorted)."
     p = Path(path).expanduser()
-    if not p.exists():
-        raise UsageError(f"data path {str(p)!r} does not exist; give a text file or a folder of text files.")
+    if not p.exists(): raise _no_path(p)
     return _text_docs(p, _text_files(p))
 
 # %% ../nbs/04_corpus.ipynb #918e5ee9
 HF_SHORT_NAMES = {   # names used by other trainers' scripts -> (Hugging Face dataset, config)
-    'finewebedu': ('HuggingFaceFW/fineweb-edu', 'sample-10BT'), 'fineweb-edu': ('HuggingFaceFW/fineweb-edu', 'sample-10BT'),
-    'fineweb': ('HuggingFaceFW/fineweb', 'sample-10BT')}
+    'finewebedu': ('HuggingFaceFW/fineweb-edu', 'sample-10BT'),
+    'fineweb-edu': ('HuggingFaceFW/fineweb-edu', 'sample-10BT'), 'fineweb': ('HuggingFaceFW/fineweb', 'sample-10BT')}
 
 def hf_documents(name: str,                  # Hugging Face dataset name
                  config: str | None = None,  # its config name, if it has several
                  split: str = 'train',       # the split to read
                  text_field: str = 'text',   # the column holding the text
                 ) -> Iterator[tuple[str, str]]:
-    "(name/split/row, text) of the rows of a Hugging Face dataset, streamed (`datasets.load_dataset(..., streaming=True)`)."
+    "(name/split/row, text) of the rows of a Hugging Face dataset, streamed."
     try: import datasets
     except ImportError:
         raise UsageError(f"data.dataset_name={name!r} is a Hugging Face dataset, which needs the `datasets` package: "
@@ -119,7 +119,8 @@ def hf_documents(name: str,                  # Hugging Face dataset name
                          "--data.dataset_config=path/to/text.") from None
     cols = getattr(ds, 'column_names', None)
     if cols is not None and text_field not in cols:
-        raise UsageError(f"the Hugging Face dataset {what} has no {text_field!r} column; its columns: {', '.join(cols)}.")
+        raise UsageError(f"the Hugging Face dataset {what} has no {text_field!r} column; "
+                         f"its columns: {', '.join(cols)}.")
     return ((f'{name}/{split}/{i}', row[text_field]) for i, row in enumerate(ds))
 
 # %% ../nbs/04_corpus.ipynb #23e9cb3f
@@ -130,7 +131,6 @@ def token_dtype(vocab_size: int,  # ids in the vocabulary
     "uint16 when every id fits in 16 bits (vocab_size <= 65536), else uint32."
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
-# %% ../nbs/04_corpus.ipynb #fba69d82
 def _is_val(name: str, val_fraction: float) -> bool:
     h = int.from_bytes(hashlib.blake2b(name.encode('utf-8', 'surrogatepass'), digest_size=8).digest(), 'little')
     return h / 2**64 < val_fraction
@@ -140,11 +140,13 @@ class _SplitWriter:
     "Appends token ids to `NAME.bin` and each document's first position to `NAME.docs.bin` (int64), through a buffer."
     def __init__(self, path: Path, dtype: np.dtype, buffer_tokens: int = 1 << 22, n: int = 0, docs: int = 0):
         "A new split; or, resuming, the one on disk cut back to its first `n` tokens and `docs` documents."
-        self.path, self.dpath, self.dtype, self.limit = path, path.with_name(path.stem + '.docs.bin'), np.dtype(dtype), buffer_tokens
+        self.path, self.dpath = path, path.with_name(path.stem + '.docs.bin')
+        self.dtype, self.limit = np.dtype(dtype), buffer_tokens
         for p, size in ((self.path, n * self.dtype.itemsize), (self.dpath, docs * 8)):
             if size: os.truncate(p, size)
             else: open(p, 'wb').close()
-        self.f, self.df, self.buf, self.starts, self.nbuf, self.n, self.docs = open(path, 'ab'), open(self.dpath, 'ab'), [], [], 0, n, docs
+        self.f, self.df, self.buf, self.starts = open(path, 'ab'), open(self.dpath, 'ab'), [], []
+        self.nbuf, self.n, self.docs = 0, n, docs
 
     def add(self, ids: np.ndarray, doc: bool = True):
         "Append `ids`; `doc`: they begin a document (else they continue the last one)."
@@ -174,7 +176,6 @@ class _SplitWriter:
 
     def close(self): self.flush(); self.f.close(); self.df.close()
 
-# %% ../nbs/04_corpus.ipynb #cdff8a52
 def _byte_doc(text: str) -> str:
     "The text followed by a blank line: documents joined by exactly one blank line."
     return text if text.endswith('\n\n') else text + ('\n' if text.endswith('\n') else '\n\n')
@@ -190,9 +191,8 @@ def _unspool(path: Path) -> Iterator[tuple[str, str]]:
     with open(path, encoding='utf-8') as f:
         for line in f: yield tuple(json.loads(line))
 
-# %% ../nbs/04_corpus.ipynb #41694297
 def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fraction: float) -> tuple:
-    "(tokenizer, documents): a 'bpe' is trained on the training documents, which are spooled to `d` to be read twice."
+    "(tokenizer, documents): a 'bpe' is trained on the training documents, spooled to `d` to be read twice."
     if not isinstance(tokenizer, str): return tokenizer, documents
     if tokenizer not in ('byte', 'bpe'): raise UsageError(f"unknown tokenizer {tokenizer!r}; valid choices: byte, bpe")
     if tokenizer == 'byte': return ByteTokenizer(), documents
@@ -202,13 +202,14 @@ def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fract
     has_train = any(True for _ in train_docs())
     tok = BPETokenizer.train(train_docs() if has_train else (t for _, t in _unspool(spool)), bpe_vocab_size)
     if tok.vocab_size < bpe_vocab_size:   # the text ran out of pairs to merge
-        print(f"note: the BPE tokenizer has {tok.vocab_size:,} ids, not the {bpe_vocab_size:,} of --data.bpe_vocab_size: "
-              "its training text has no more pairs to merge; the model's vocabulary follows the tokenizer's", file=sys.stderr)
+        print(f"note: the BPE tokenizer has {tok.vocab_size:,} ids, not the {bpe_vocab_size:,} of "
+              "--data.bpe_vocab_size: its training text has no more pairs to merge; the model's vocabulary follows "
+              "the tokenizer's", file=sys.stderr)
     return tok, _unspool(spool)
 
 # %% ../nbs/04_corpus.ipynb #07b4e02d
 def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
-    "(ids of each document in `dtype`, UTF-8 bytes read): BPE ids and `<|endoftext|>`, or the text's bytes and a blank line."
+    "(ids of each document in `dtype`, UTF-8 bytes read): BPE ids and `<|endoftext|>`, or bytes and a blank line."
     if tok.name == 'byte':
         ids = [np.frombuffer(_byte_doc(t).encode('utf-8'), np.uint8).astype(dtype) for t in texts]
         return ids, sum(map(len, ids))
@@ -218,15 +219,14 @@ def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
 
 _WORKER: tuple = ()
 def _init_worker(tok, dtype, parent: int):
-    "Set a worker's tokenizer; and make the worker exit when `parent`, the pool's process, dies (a killed `prepare` leaves no workers behind)."
+    "Set a worker's tokenizer; the worker exits when `parent`, the pool's process, dies (no workers left behind)."
     global _WORKER; _WORKER = (tok, dtype)
-    def watch():   # `parent` comes from the pool: a worker still starting when `prepare` was killed has been re-parented already
+    def watch():   # a worker still starting when `prepare` was killed has been re-parented already
         while os.getppid() == parent: time.sleep(0.5)
         os._exit(1)
     threading.Thread(target=watch, daemon=True).start()
 def _encode_in_worker(texts): return _encode(_WORKER[0], texts, _WORKER[1])
 
-# %% ../nbs/04_corpus.ipynb #1451838f
 _BATCH = dict(max_docs=256, max_chars=1 << 22)   # documents are tokenized (and resumed) in batches of this size
 
 def _doc_batches(docs, max_docs: int = 256, max_chars: int = 1 << 22) -> Iterator[list]:
@@ -239,15 +239,16 @@ def _doc_batches(docs, max_docs: int = 256, max_chars: int = 1 << 22) -> Iterato
     if buf: yield buf
 
 def _encoded(tok, batches, dtype, workers: int = 1) -> Iterator[tuple[list[str], list[np.ndarray], int]]:
-    "(names, ids of each, bytes) per batch, in order; `workers > 1`: encoded by a pool, two batches per worker in flight."
+    "(names, ids of each, bytes) per batch, in order; `workers > 1`: by a pool, two batches per worker in flight."
     if workers <= 1:
         for b in batches: yield [n for n, _ in b], *_encode(tok, [t for _, t in b], dtype)
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    from longctx_nb import corpus   # the workers import the functions from the package (also when run from this notebook)
+    from longctx_nb import corpus   # the workers import the functions from the package (also from this notebook)
     os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')   # one thread per worker: the pool is the parallelism
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=corpus._init_worker, initargs=(tok, dtype, os.getpid())) as ex:
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=corpus._init_worker,
+                             initargs=(tok, dtype, os.getpid())) as ex:
         pending = deque()
         for b in batches:
             pending.append(([n for n, _ in b], ex.submit(corpus._encode_in_worker, [t for _, t in b])))
@@ -256,13 +257,14 @@ def _encoded(tok, batches, dtype, workers: int = 1) -> Iterator[tuple[list[str],
 
 # %% ../nbs/04_corpus.ipynb #ed1ab7fc
 def _finish_split(w: _SplitWriter, chunk_size: int | None = None, block: int = 1 << 20) -> int:
-    "Cut split `w` to whole chunks and write its document offsets as `NAME.docs.npy`, streamed; returns the tokens dropped."
+    "Cut split `w` to whole chunks and write its document offsets as `NAME.docs.npy`; returns the tokens dropped."
     keep = w.n - w.n % chunk_size if chunk_size else w.n
     if keep < w.n: os.truncate(w.path, keep * w.dtype.itemsize)
     starts = np.memmap(w.dpath, np.int64, mode='r') if w.docs else np.zeros(0, np.int64)
     cut = int(np.searchsorted(starts, keep))          # documents that start before the cut
     lead = int(keep > 0 and (cut == 0 or starts[0] != 0))   # a split that begins inside a document (the 'tail' split)
-    out = np.lib.format.open_memmap(w.path.with_name(w.path.stem + '.docs.npy'), mode='w+', dtype=np.int64, shape=(lead + cut + 1,))
+    out = np.lib.format.open_memmap(w.path.with_name(w.path.stem + '.docs.npy'), mode='w+', dtype=np.int64,
+                                    shape=(lead + cut + 1,))
     if lead: out[0] = 0
     for i in range(0, cut, block): out[lead + i:lead + min(cut, i + block)] = starts[i:min(cut, i + block)]
     out[-1] = keep; out.flush(); del out, starts
@@ -274,24 +276,23 @@ def _finish_split(w: _SplitWriter, chunk_size: int | None = None, block: int = 1
 def _write_marker(d: Path, settings: dict, done: int, train: _SplitWriter, val: _SplitWriter):
     "Flush both splits, then record (atomically) how far they got."
     train.flush(); val.flush()
-    state = dict(settings=settings, documents_done=done, train=[train.n, train.docs], val=[val.n, val.docs], itemsize=train.dtype.itemsize)
+    state = dict(settings=settings, documents_done=done, train=[train.n, train.docs], val=[val.n, val.docs],
+                 itemsize=train.dtype.itemsize)
     (d / 'progress.json.tmp').write_text(json.dumps(state)); os.replace(d / 'progress.json.tmp', d / 'progress.json')
 
 def _read_marker(d: Path, settings: dict) -> dict | None:
-    "The resume marker of folder `d` when it was written with the same `settings`; a marker of others is dropped, with a note."
+    "The resume marker of folder `d` when written with the same `settings`; another's is dropped, with a note."
     p = d / 'progress.json'
     try: state = json.loads(p.read_text())
     except (OSError, ValueError): return None
-    if state.get('settings') != settings:
-        print(f"note: {d} holds an interrupted preparation with other settings; starting over.", file=sys.stderr)
-        return None
+    why = 'with other settings' if state.get('settings') != settings else None
     size = lambda f: (d / f).stat().st_size if (d / f).is_file() else -1
-    if any(size(f'{s}.bin') < n * state['itemsize'] or size(f'{s}.docs.bin') < k * 8 for s in ('train', 'val') for n, k in [state[s]]):
-        print(f"note: {d} holds an interrupted preparation whose files are shorter than its marker says; starting over.", file=sys.stderr)
-        return None
-    return state
+    if why is None and any(size(f'{s}.bin') < n * state['itemsize'] or size(f'{s}.docs.bin') < k * 8
+                           for s in ('train', 'val') for n, k in [state[s]]):
+        why = 'whose files are shorter than its marker says'
+    if why: print(f"note: {d} holds an interrupted preparation {why}; starting over.", file=sys.stderr)
+    return None if why else state
 
-# %% ../nbs/04_corpus.ipynb #aecf2407
 def _start(d: Path, tokenizer, documents, bpe_vocab_size: int, val_fraction: float, settings: dict | None) -> tuple:
     "(tokenizer, documents, marker or None) in folder `d`: what a marker with the same settings left, or a fresh start."
     state = _read_marker(d, settings) if settings else None
@@ -306,10 +307,9 @@ def _start(d: Path, tokenizer, documents, bpe_vocab_size: int, val_fraction: flo
     if tok.name == 'bpe': tok.save(d / 'tokenizer.json')
     return tok, documents, None
 
-# %% ../nbs/04_corpus.ipynb #d48e18b2
 def _tokenize(d: Path, tok, documents, val_fraction: float, settings: dict | None, state: dict | None,
               workers: int, progress: bool, total_bytes: int | None, resume_every: int) -> tuple:
-    "Stream `documents` into `d`/train.bin and val.bin (skipping those a resume marker says are done); the two writers."
+    "Stream `documents` into `d`/train.bin and val.bin (skipping those a marker says are done); the two writers."
     dtype, state = token_dtype(tok.vocab_size), state or dict(documents_done=0, train=[0, 0], val=[0, 0])
     train = _SplitWriter(d / 'train.bin', dtype, n=state['train'][0], docs=state['train'][1])
     val = _SplitWriter(d / 'val.bin', dtype, n=state['val'][0], docs=state['val'][1])
@@ -337,17 +337,17 @@ def _pack(w: _SplitWriter, name: str, chunk_size: int | None, source: str) -> in
     "Finish split `w` (see `_finish_split`), refusing one shorter than a chunk; returns the tokens dropped."
     if chunk_size and w.n < chunk_size:
         raise UsageError(f"the {name} split of {source or 'the corpus'} has {w.n:,} tokens, fewer than one chunk of "
-                         f"chunk_size={chunk_size:,}; use a smaller --chunk_size" + (", a larger --data.val_fraction" if name == 'val' else '')
-                         + " or more text.")
+                         f"chunk_size={chunk_size:,}; use a smaller --chunk_size"
+                         + (", a larger --data.val_fraction" if name == 'val' else '') + " or more text.")
     return _finish_split(w, chunk_size)
 
-# %% ../nbs/04_corpus.ipynb #7dc9a5b6
 def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str,
-                  chunk_size: int | None = None, workers: int = 1, progress: bool = False, total_bytes: int | None = None,
-                  resume_every: int = 1 << 26) -> dict:
-    "Tokenize `documents` into folder `d` (continuing an interrupted run there with the same settings); returns the meta."
-    settings = (dict(version=FORMAT_VERSION, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
-                     source=source, chunk_size=chunk_size) if isinstance(tokenizer, str) else None)  # a tokenizer object: no resume
+                  chunk_size: int | None = None, workers: int = 1, progress: bool = False,
+                  total_bytes: int | None = None, resume_every: int = 1 << 26) -> dict:
+    "Tokenize `documents` into folder `d` (continuing an interrupted run with the same settings); returns the meta."
+    settings = (dict(version=FORMAT_VERSION, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size,
+                     val_fraction=val_fraction, source=source, chunk_size=chunk_size)
+                if isinstance(tokenizer, str) else None)  # a tokenizer object: no resume
     tok, documents, state = _start(d, tokenizer, documents, bpe_vocab_size, val_fraction, settings)
     train, val = _tokenize(d, tok, documents, val_fraction, settings, state, workers, progress, total_bytes, resume_every)
     (d / 'progress.json').unlink(missing_ok=True)   # the files change from here on: an interruption now starts over
@@ -358,22 +358,25 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
     n_val_docs = val.docs
     dropped = {name: _pack(w, name, chunk_size, source) for name, w in (('train', train), ('val', val))}
     for name, n in dropped.items():
-        if n: print(f"note: dropped the last {n:,} tokens of the {name} split: a chunk shorter than chunk_size={chunk_size:,}", file=sys.stderr)
+        if n: print(f"note: dropped the last {n:,} tokens of the {name} split: a chunk shorter than "
+                    f"chunk_size={chunk_size:,}", file=sys.stderr)
     (d / '.documents.jsonl').unlink(missing_ok=True)
     meta = dict(format='longctx_nb.tokens', version=FORMAT_VERSION, tokenizer=tok.name, vocab_size=tok.vocab_size,
-                eot_id=tok.eot_id, dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n, n_documents=n_docs,
-                n_val_documents=n_val_docs, split=split, val_fraction=val_fraction, source=source,
+                eot_id=tok.eot_id, dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n,
+                n_documents=n_docs, n_val_documents=n_val_docs, split=split, val_fraction=val_fraction, source=source,
                 documents='train.docs.npy, val.docs.npy', chunk_size=chunk_size, n_dropped_tokens=sum(dropped.values()))
     (d / 'meta.json').write_text(json.dumps(meta, indent=2) + '\n')
     return meta
 
-# %% ../nbs/04_corpus.ipynb #c51892db
-def _read_meta(d: Path) -> dict:
+def read_meta(d,  # a folder
+             ) -> dict:
+    "The `meta.json` of folder `d` ({} when there is none)."
     p = Path(d) / 'meta.json'
     if not p.is_file(): return {}
     try: meta = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError): raise UsageError(f"{str(p)!r} is not valid JSON.") from None
-    if not isinstance(meta, dict): raise UsageError(f"{str(p)!r} must hold a JSON object (dtype, vocab_size, tokenizer, ...).")
+    if not isinstance(meta, dict):
+        raise UsageError(f"{str(p)!r} must hold a JSON object (dtype, vocab_size, tokenizer, ...).")
     return meta
 
 def is_prepared(d,  # a folder
@@ -384,12 +387,15 @@ def is_prepared(d,  # a folder
 
 # %% ../nbs/04_corpus.ipynb #e446d80c
 def _check_prepare_args(exists: str, val_fraction: float, chunk_size: int | None, workers: int):
-    if exists not in ('error', 'reuse', 'overwrite'): raise UsageError(f"exists={exists!r}; valid choices: error, reuse, overwrite")
+    if exists not in ('error', 'reuse', 'overwrite'):
+        raise UsageError(f"exists={exists!r}; valid choices: error, reuse, overwrite")
     if not 0 < val_fraction < 1: raise UsageError(f"val_fraction={val_fraction} must be between 0 and 1 (exclusive).")
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 2):
-        raise UsageError(f"chunk_size={chunk_size!r} must be a whole number of tokens >= 2, e.g. 32768 (or none: no packing).")
+        raise UsageError(f"chunk_size={chunk_size!r} must be a whole number of tokens >= 2, e.g. 32768 "
+                         "(or none: no packing).")
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
-        raise UsageError(f"workers={workers!r} must be a number of processes from 1 to 256 (1: tokenize in this process).")
+        raise UsageError(f"workers={workers!r} must be a number of processes from 1 to 256 "
+                         "(1: tokenize in this process).")
 
 def _publish(d: Path, out: Path, exists: str, meta: dict) -> dict:
     "Rename the finished folder `d` to `out` (atomic); if another process got there first, use its result (or replace it)."
@@ -401,11 +407,10 @@ def _publish(d: Path, out: Path, exists: str, meta: dict) -> dict:
         os.rename(out, old); os.rename(d, out); shutil.rmtree(old, ignore_errors=True)
         return meta
     shutil.rmtree(d, ignore_errors=True)  # another process finished the same folder first: use its result
-    return _read_meta(out)
+    return read_meta(out)
 
-# %% ../nbs/04_corpus.ipynb #c7b0d06c
 def _claim(out: Path) -> tuple[Path, object]:
-    "(folder to prepare `out` in, its lock): `.NAME.partial` (kept if interrupted, so a rerun continues it), or, while another process holds that, a private one."
+    "(folder to prepare `out` in, its lock): `.NAME.partial` (kept if interrupted), or, while another holds it, a private one."
     part = out.parent / f'.{out.name}.partial'
     try:
         part.mkdir(exist_ok=True)
@@ -417,7 +422,6 @@ def _claim(out: Path) -> tuple[Path, object]:
     tmp.mkdir()
     return tmp, None
 
-# %% ../nbs/04_corpus.ipynb #b62bffb1
 def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
             out_dir,                               # folder to create
             tokenizer='byte',                      # 'byte', 'bpe' (trained here) or a tokenizer object
@@ -431,11 +435,11 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
             total_bytes: int | None = None,        # the corpus size, for the progress bar (None: unknown)
             resume_every: int = 1 << 26,           # write a resume marker every this many bytes of text
            ) -> dict:
-    "Tokenize `documents` into `out_dir`/{train,val}.bin, {train,val}.docs.npy, meta.json[, tokenizer.json], atomically; returns the meta."
+    "Tokenize `documents` into `out_dir` ({train,val}.bin and .docs.npy, meta.json[, tokenizer.json]); the meta."
     out = Path(out_dir).expanduser()
     _check_prepare_args(exists, val_fraction, chunk_size, workers)
     if is_prepared(out):
-        if exists == 'reuse': return _read_meta(out)
+        if exists == 'reuse': return read_meta(out)
         if exists == 'error':
             raise UsageError(f"{str(out)!r} already holds prepared data (meta.json); choose a new folder, or "
                              "overwrite it (exists='overwrite').")
@@ -445,8 +449,8 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
     out.parent.mkdir(parents=True, exist_ok=True)
     d, lock = _claim(out)
     try:
-        meta = _prepare_into(d, documents, tokenizer, bpe_vocab_size, val_fraction, source, chunk_size, workers, progress,
-                             total_bytes, resume_every)
+        meta = _prepare_into(d, documents, tokenizer, bpe_vocab_size, val_fraction, source, chunk_size, workers,
+                             progress, total_bytes, resume_every)
         (d / '.lock').unlink(missing_ok=True)
         return _publish(d, out, exists, meta)
     except KeyboardInterrupt:
@@ -463,7 +467,7 @@ def load_tokenizer(prepared_dir,  # a folder written by `prepare`
                   ) -> ByteTokenizer | BPETokenizer:
     "The tokenizer that made the prepared folder `prepared_dir` (from its meta.json and tokenizer.json)."
     d = Path(prepared_dir).expanduser()
-    meta = _read_meta(d)
+    meta = read_meta(d)
     if not meta: raise UsageError(f"{str(d)!r} has no meta.json: it was not made by prepare / longctx_prepare.")
     name = meta.get('tokenizer')
     if name == 'byte': return ByteTokenizer()
@@ -473,8 +477,9 @@ def load_tokenizer(prepared_dir,  # a folder written by `prepare`
 # %% ../nbs/04_corpus.ipynb #7399605d
 def _local_corpus(path) -> tuple:
     p = Path(path).expanduser().resolve()
-    if not p.exists(): raise UsageError(f"data path {str(p)!r} does not exist; give a text file or a folder of text files.")
-    stats = [(f.relative_to(p).as_posix() if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in _text_files(p)]
+    if not p.exists(): raise _no_path(p)
+    stats = [(f.relative_to(p).as_posix() if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns)
+             for f in _text_files(p)]
     return (lambda: text_documents(p)), f'local:{p}', {'files': stats}
 
 _SPELLED: set = set()   # short names already noted in this process
@@ -484,13 +489,15 @@ def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
     if name not in HF_SHORT_NAMES: return name, config
     full, cfg = HF_SHORT_NAMES[name]
     if name not in _SPELLED:
-        _SPELLED.add(name); print(f"note: data.dataset_name={name} is the Hugging Face dataset {full} (config {config or cfg})", file=sys.stderr)
+        _SPELLED.add(name)
+        print(f"note: data.dataset_name={name} is the Hugging Face dataset {full} (config {config or cfg})", file=sys.stderr)
     return full, config or cfg
 
 def _corpus(cfg: DataConfig) -> tuple:
     "(documents factory, source, cache key extras) of the text corpus `cfg` names."
     if cfg.data_dir is not None:
-        if is_prepared(cfg.data_dir): raise UsageError(f"data.data_dir={cfg.data_dir!r} is already prepared (it has meta.json and train.bin).")
+        if is_prepared(cfg.data_dir):
+            raise UsageError(f"data.data_dir={cfg.data_dir!r} is already prepared (it has meta.json and train.bin).")
         return _local_corpus(cfg.data_dir)
     name = cfg.dataset_name
     if name == 'stdlib':
@@ -508,7 +515,6 @@ def _corpus(cfg: DataConfig) -> tuple:
     name, config = _hf_name(name, cfg.dataset_config)
     return (lambda: hf_documents(name, config)), f"hf:{name}" + (f"/{config}" if config else ''), {}
 
-# %% ../nbs/04_corpus.ipynb #7b93ca1f
 def prepare_corpus(cfg: DataConfig,                # names the corpus and the tokenizer
                    out_dir,                        # folder to create
                    exists: str = 'error',          # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
@@ -519,11 +525,49 @@ def prepare_corpus(cfg: DataConfig,                # names the corpus and the to
                   ) -> dict:
     "Prepare the text corpus that `cfg` names into `out_dir` (see `prepare`); returns the meta."
     if cfg.train_data is not None:
-        raise UsageError("data.train_data is already tokenized; prepare_corpus tokenizes text (data.dataset_name or data.data_dir).")
+        raise UsageError("data.train_data is already tokenized; prepare_corpus tokenizes text (data.dataset_name or "
+                         "data.data_dir).")
     documents, source, extra = _corpus(cfg)
     total = sum(s for _, s, _ in extra['files']) if 'files' in extra else None
     return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists=exists,
                    chunk_size=chunk_size, workers=workers, progress=progress, total_bytes=total, resume_every=resume_every)
+
+# %% ../nbs/04_corpus.ipynb #0cfe4b15
+def cache_root(cache_dir: str | None = None,  # data.cache_dir; it comes first
+              ) -> Path:
+    "Where prepared corpora are cached: data.cache_dir, else $LONGCTX_CACHE, else ~/.cache/longctx_nb."
+    return Path(cache_dir or os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
+
+def corpus_cache_dir(cfg: DataConfig,  # names the corpus and the tokenizer
+                     tok=None,         # a trained tokenizer to use instead of `cfg.tokenizer` (a checkpoint's own)
+                    ) -> Path:
+    "The cache folder of the text corpus `cfg` names, keyed by everything its tokens depend on."
+    _, source, extra = _corpus(cfg)
+    if tok is not None: by, label = dict(tokenizer=tok.tok.to_str(), eot=tok.eot_id), f'tok{tok.vocab_size}'
+    elif cfg.tokenizer == 'bpe':
+        by, label = dict(tokenizer='bpe', bpe_vocab_size=cfg.bpe_vocab_size), f'bpe{cfg.bpe_vocab_size}'
+    else: by, label = dict(tokenizer=cfg.tokenizer), cfg.tokenizer
+    key = dict(source=source, val_fraction=cfg.val_fraction, version=FORMAT_VERSION, **extra, **by)
+    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
+    name = source.split('/')[-1] if source.startswith('local:') else source
+    slug = re.sub(r'[^A-Za-z0-9.]+', '_', name).strip('_')[:48]
+    return cache_root(cfg.cache_dir) / f'{slug}-{label}-{digest}'
+
+def cached_corpus(cfg: DataConfig,  # names the text corpus and the tokenizer
+                  tok=None,         # a trained tokenizer to use instead of `cfg.tokenizer` (a checkpoint's own)
+                  note=None,        # note(source, folder): says that it is prepared now (default: one line on stderr)
+                 ) -> Path:         # the prepared folder in the cache
+    "The cache folder of the text corpus `cfg` names, prepared into it first (once) if it is not there."
+    out = corpus_cache_dir(cfg, tok)
+    if not is_prepared(out):
+        documents, source, _ = _corpus(cfg)
+        docs = documents()   # a source that cannot be read is refused here, before anything is said or written
+        if note: note(source, out)
+        else: print(f"preparing {source} with the {cfg.tokenizer} tokenizer into {out} (once; later runs reuse it)",
+                    file=sys.stderr, flush=True)
+        prepare(docs, out, cfg.tokenizer if tok is None else tok, cfg.bpe_vocab_size, cfg.val_fraction, source,
+                exists='reuse', progress=sys.stderr.isatty())
+    return out
 
 # %% ../nbs/04_corpus.ipynb #c353fe56
 def _load_npy(p: Path) -> np.ndarray:
@@ -541,13 +585,11 @@ def _load_npy(p: Path) -> np.ndarray:
                          "(documents one after another): save ids.reshape(-1) if its rows are consecutive text.")
     return a
 
-# %% ../nbs/04_corpus.ipynb #bca4aaf1
 _NOTED: set = set()
 
 def _bin_dtype(p: Path, dtype) -> np.dtype:
     "The dtype of a raw .bin: meta.json's, else `dtype`, else uint16 (nanoGPT's), with a note."
-    meta = _read_meta(p.parent)
-    spelled = meta.get('dtype') or dtype
+    spelled = read_meta(p.parent).get('dtype') or dtype
     if spelled is None:
         spelled = 'uint16'
         if str(p) not in _NOTED:
@@ -555,35 +597,35 @@ def _bin_dtype(p: Path, dtype) -> np.dtype:
             print(f"note: {str(p)!r} has no meta.json beside it: its ids are read as uint16 (nanoGPT's convention); write "
                   'a meta.json holding {"dtype": "uint32"} beside it if they are 32-bit.', file=sys.stderr)
     try: return np.dtype(spelled)
-    except TypeError: raise UsageError(f"unknown token dtype {spelled!r}; valid choices: uint16, uint32, int32, int64") from None
+    except TypeError:
+        raise UsageError(f"unknown token dtype {spelled!r}; valid choices: uint16, uint32, int32, int64") from None
 
 def _looks_wider(a: np.ndarray) -> bool:
     "Whether uint16 words look like little-endian 32-bit ids: every odd word zero, some even word not."
     head = np.asarray(a[:1 << 16])
     return len(head) >= 2 and len(head) % 2 == 0 and not head[1::2].any() and bool(head[0::2].any())
 
-# %% ../nbs/04_corpus.ipynb #c2cff3ff
 def load_tokens(path,            # a .npy array or raw .bin ids
                 dtype=None,      # dtype of a .bin without a meta.json beside it (default uint16)
                ) -> np.ndarray:  # 1-D memory map of the ids
     "Memory-map a token file: `.npy`, or raw `.bin` ids (dtype from meta.json beside it, else `dtype`, else uint16)."
     p = Path(path).expanduser()
-    if p.is_dir(): raise UsageError(f"token file {str(p)!r} is a folder; give a .bin or .npy file (a prepared folder goes in --data.data_dir).")
-    if not p.is_file(): raise UsageError(f"token file {str(p)!r} does not exist.")
+    bad = lambda why: UsageError(f"token file {str(p)!r} {why}")
+    if p.is_dir(): raise bad("is a folder; give a .bin or .npy file (a prepared folder goes in --data.data_dir).")
+    if not p.is_file(): raise bad("does not exist.")
     if p.suffix == '.npy': a = _load_npy(p); dt = a.dtype
     elif p.suffix == '.bin':
         dt, size = _bin_dtype(p, dtype), p.stat().st_size
         if dt.kind in 'iu' and size % dt.itemsize:
-            raise UsageError(f"token file {str(p)!r} has {size} bytes, not a whole number of {dt.name} ids; is the dtype wrong?")
+            raise bad(f"has {size} bytes, not a whole number of {dt.name} ids; is the dtype wrong?")
         a = np.memmap(p, dtype=dt, mode='r') if size else np.zeros(0, dt)
-        if dt == np.uint16 and not _read_meta(p.parent).get('dtype') and dtype is None and _looks_wider(a):
-            raise UsageError(f"token file {str(p)!r} has no meta.json, and read as uint16 every second id is 0: it looks like "
-                             'uint32 ids. Write a meta.json holding {"dtype": "uint32"} beside it (or int32), or save it as .npy.')
-    else:
-        raise UsageError(f"token file {str(p)!r} has suffix {p.suffix!r}; valid choices: .bin (raw token ids) or .npy (a NumPy array)")
+        if dt == np.uint16 and not read_meta(p.parent).get('dtype') and dtype is None and _looks_wider(a):
+            raise bad('has no meta.json, and read as uint16 every second id is 0: it looks like uint32 ids. Write a '
+                      'meta.json holding {"dtype": "uint32"} beside it (or int32), or save it as .npy.')
+    else: raise bad(f"has suffix {p.suffix!r}; valid choices: .bin (raw token ids) or .npy (a NumPy array)")
     if dt.kind not in 'iu':
-        raise UsageError(f"token file {str(p)!r} holds {dt.name} values; token ids must be integers (uint16, uint32, int32 or int64).")
-    if len(a) == 0: raise UsageError(f"token file {str(p)!r} holds no token ids.")
+        raise bad(f"holds {dt.name} values; token ids must be integers (uint16, uint32, int32 or int64).")
+    if len(a) == 0: raise bad("holds no token ids.")
     return a.reshape(-1)
 
 # %% ../nbs/04_corpus.ipynb #8dbaede4
@@ -600,11 +642,10 @@ def check_tokens(data,                    # token ids (read in chunks)
         if c.dtype.kind == 'i': lo = min(lo, int(c.min()))
     if lo < 0: raise UsageError(f"token ids in {name} include negative values (down to {lo}); token ids must be >= 0.")
     if hi >= vocab_size:
-        raise UsageError(f"token ids in {name} go up to {hi}, but the vocabulary has {vocab_size} ids (0..{vocab_size - 1}); "
-                         f"set --model.vocab_size to at least {hi + 1} or re-tokenize the data.")
+        raise UsageError(f"token ids in {name} go up to {hi}, but the vocabulary has {vocab_size} ids "
+                         f"(0..{vocab_size - 1}); set --model.vocab_size to at least {hi + 1} or re-tokenize the data.")
     return hi
 
-# %% ../nbs/04_corpus.ipynb #c3e68012
 @dataclass(frozen=True)
 class TokenFile:
     "Where a split's tokens live: a .bin/.npy file and the [start, stop) range of it."
@@ -613,134 +654,3 @@ class TokenFile:
     start: int = 0            # first token of the range
     stop: int | None = None   # end of the range (None: the file's end)
     def open(self) -> np.ndarray: return load_tokens(self.path, self.dtype)[self.start:self.stop]
-
-@dataclass
-class TokenData:
-    "Training and validation tokens, their vocabulary and where they came from."
-    train: np.ndarray                                       # training token ids (a memory map)
-    val: np.ndarray | None                                  # validation token ids, if any
-    vocab_size: int                                         # ids in the vocabulary
-    tokenizer: ByteTokenizer | BPETokenizer | None = None   # None for pre-tokenized input without a meta.json
-    meta: dict = field(default_factory=dict)                # the prepared folder's meta.json
-    source: str = ''                                        # where the tokens came from
-    train_file: TokenFile | None = None                     # where `train` lives, to reopen it in workers
-    val_file: TokenFile | None = None                       # where `val` lives
-    train_docs: np.ndarray | None = None                    # document offsets of `train` (doc i: train[o[i]:o[i+1]]), if known
-    val_docs: np.ndarray | None = None                      # document offsets of `val`, if known
-    def __repr__(self):
-        nv = 0 if self.val is None else len(self.val)
-        tok = self.tokenizer.name if self.tokenizer is not None else None
-        return f"TokenData({self.source!r}: {len(self.train):,} train / {nv:,} val tokens, vocab {self.vocab_size}, tokenizer {tok})"
-
-# %% ../nbs/04_corpus.ipynb #0cfe4b15
-def cache_root(cache_dir: str | None = None,  # data.cache_dir; it comes first
-              ) -> Path:
-    "Where prepared corpora are cached: data.cache_dir, else $LONGCTX_CACHE, else ~/.cache/longctx_nb."
-    return Path(cache_dir or os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
-
-def corpus_cache_dir(cfg: DataConfig,  # names the corpus and the tokenizer
-                     tok=None,         # a trained tokenizer to use instead of `cfg.tokenizer` (a checkpoint's own)
-                    ) -> Path:
-    "The cache folder of the text corpus `cfg` names, keyed by everything its tokens depend on."
-    _, source, extra = _corpus(cfg)
-    if tok is not None: by, label = dict(tokenizer=tok.tok.to_str(), eot=tok.eot_id), f'tok{tok.vocab_size}'
-    elif cfg.tokenizer == 'bpe': by, label = dict(tokenizer='bpe', bpe_vocab_size=cfg.bpe_vocab_size), f'bpe{cfg.bpe_vocab_size}'
-    else: by, label = dict(tokenizer=cfg.tokenizer), cfg.tokenizer
-    key = dict(source=source, val_fraction=cfg.val_fraction, version=FORMAT_VERSION, **extra, **by)
-    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
-    slug = re.sub(r'[^A-Za-z0-9.]+', '_', source.split('/')[-1] if source.startswith('local:') else source).strip('_')[:48]
-    return cache_root(cfg.cache_dir) / f'{slug}-{label}-{digest}'
-
-# %% ../nbs/04_corpus.ipynb #1587037d
-MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
-
-def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = True) -> int:
-    "The data's vocabulary size, checking the ids fit the model's `vocab_size` when given (and a foreign meta.json's)."
-    known = meta.get('vocab_size')
-    if known is not None and (isinstance(known, bool) or not isinstance(known, int) or known <= 0):
-        raise UsageError(f"meta.json says vocab_size={known!r}; it must be a positive integer.")
-    if vocab_size is not None and (known is None or known > vocab_size):
-        for name, a in arrays.items(): check_tokens(a, vocab_size, name)
-    elif known is not None and not trust_meta:
-        for name, a in arrays.items(): check_tokens(a, known, name)
-    if known is not None: return int(known)
-    if vocab_size is not None: return int(vocab_size)
-    hi = max(check_tokens(a, 2**63 - 1, name) for name, a in arrays.items())
-    if hi + 1 > MAX_INFERRED_VOCAB:
-        raise UsageError(f"the token ids go up to {hi:,}, which would make a vocabulary of {hi + 1:,} ids (an embedding table "
-                         f"of that many rows); read off the ids, a vocabulary is at most {MAX_INFERRED_VOCAB:,}. Check that "
-                         "the file holds token ids (and its dtype), or give the vocabulary with --model.vocab_size.")
-    return hi + 1
-
-# %% ../nbs/04_corpus.ipynb #43ce9ab9
-def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
-    "The document offsets of the `n` tokens `tf` names, from the `.docs.npy` beside its file (None: there is none)."
-    if tf is None: return None
-    p = Path(tf.path); p = p.with_name(p.stem + '.docs.npy')
-    if not p.is_file(): return None
-    off = np.load(p, mmap_mode='r', allow_pickle=False)
-    if tf.start == 0 and len(off) and off[0] == 0 and off[-1] == n: return off   # the whole file: as it is
-    lo = tf.start
-    inner = np.asarray(off[(off > lo) & (off < lo + n)]) - lo
-    return np.concatenate([[0], inner, [n]]).astype(np.int64)
-
-def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -> TokenData:
-    meta = _read_meta(d)
-    tf = TokenFile(str(d / 'train.bin'))
-    vf = TokenFile(str(d / 'val.bin')) if meta.get('n_val_tokens') else None
-    train, val = tf.open(), vf.open() if vf else None
-    arrays = {f'{d}/train.bin': train, **({f'{d}/val.bin': val} if vf is not None else {})}
-    return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
-                     source or meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)), _docs_of(vf, len(val) if vf else 0))
-
-# %% ../nbs/04_corpus.ipynb #22f69712
-def _same_kind(tp: Path, meta: dict, vp: Path):
-    "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
-    vmeta = _read_meta(vp.parent) if vp.suffix == '.bin' else {}
-    for k in ('tokenizer', 'vocab_size'):
-        if meta.get(k) is not None and vmeta.get(k) is not None and meta[k] != vmeta[k]:
-            raise UsageError(f"the training and validation tokens disagree: {str(tp)!r} has {k}={meta[k]!r} and {str(vp)!r} "
-                             f"has {k}={vmeta[k]!r} (their meta.json files); give files made with one tokenizer.")
-
-def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: float, vocab_size: int | None) -> TokenData:
-    tp = Path(train_data).expanduser()
-    train = load_tokens(tp)
-    meta = _read_meta(tp.parent) if tp.suffix == '.bin' else {}
-    if val_data is not None:
-        tf, vf = TokenFile(str(tp)), TokenFile(str(Path(val_data).expanduser()))
-        val = vf.open()
-        _same_kind(tp, meta, Path(vf.path))
-    else:  # hold out the tail
-        cut = len(train) - max(1, int(len(train) * val_fraction))
-        tf, vf = TokenFile(str(tp), stop=cut), TokenFile(str(tp), start=cut)
-        train, val = train[:cut], train[cut:]
-    arrays = {f'the training split of {tp}': train, **({f'the validation split of {vf.path}': val} if len(val) else {})}
-    tok = load_tokenizer(tp.parent) if meta.get('tokenizer') in ('byte', 'bpe') else None
-    vf = vf if len(val) else None
-    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta, str(tp), tf, vf,
-                     _docs_of(tf, len(train)), _docs_of(vf, len(val)) if vf else None)
-
-# %% ../nbs/04_corpus.ipynb #fdb9179c
-def load_corpus(cfg: DataConfig,                # the data section: train_data, data_dir or a named corpus
-                vocab_size: int | None = None,  # the model's vocabulary, to check the ids against (None: the data's)
-               ) -> TokenData:
-    "The tokens of pre-tokenized files, a prepared folder, or a text corpus prepared into the cache (once)."
-    if cfg.train_data is not None: return _load_pretokenized(cfg.train_data, cfg.val_data, cfg.val_fraction, vocab_size)
-    if cfg.data_dir is not None and is_prepared(cfg.data_dir): return _load_prepared(Path(cfg.data_dir).expanduser(), vocab_size)
-    return _load_prepared(cached_corpus(cfg), vocab_size)
-
-def cached_corpus(cfg: DataConfig,  # names the text corpus and the tokenizer
-                  tok=None,         # a trained tokenizer to use instead of `cfg.tokenizer` (a checkpoint's own)
-                  note=None,        # note(source, folder): says that it is prepared now (default: one line on stderr)
-                 ) -> Path:         # the prepared folder in the cache
-    "The cache folder of the text corpus `cfg` names, prepared into it first (once) if it is not there."
-    out = corpus_cache_dir(cfg, tok)
-    if not is_prepared(out):
-        documents, source, _ = _corpus(cfg)
-        docs = documents()   # a source that cannot be read is refused here, before anything is said or written
-        if note: note(source, out)
-        else: print(f"preparing {source} with the {cfg.tokenizer} tokenizer into {out} (once; later runs reuse it)",
-                    file=sys.stderr, flush=True)
-        prepare(docs, out, cfg.tokenizer if tok is None else tok, cfg.bpe_vocab_size, cfg.val_fraction, source, exists='reuse',
-                progress=sys.stderr.isatty())
-    return out

@@ -5,6 +5,7 @@
 # %% ../nbs/06_data.ipynb #7bb304f6
 from __future__ import annotations
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 import numpy as np
@@ -13,25 +14,122 @@ from torch.utils.data import DataLoader, Dataset
 from .core import UsageError
 from .config import DataConfig, unread_rule
 from .synthetic import SyntheticData, from_config as synthetic_from_config
-# re-exported: what `longctx_nb.data` offered before the tokenizers and corpora got notebooks of their own
+from .corpus import read_meta, cached_corpus
+# the tokenizers and token files too, so that the whole data pipeline imports from here
 from .tokenizer import EOT, ByteTokenizer, BPETokenizer
 from .corpus import (STDLIB_SKIP, FORMAT_VERSION, stdlib_root, stdlib_documents, text_documents, hf_documents,
-                               token_dtype, is_prepared, prepare, load_tokenizer, prepare_corpus, load_tokens, check_tokens,
-                               TokenFile, TokenData, cache_root, corpus_cache_dir, load_corpus)
+                               token_dtype, is_prepared, prepare, load_tokenizer, prepare_corpus, load_tokens,
+                               check_tokens, TokenFile, cache_root, corpus_cache_dir)
 
 # %% auto #0
-__all__ = ['load_synthetic', 'load_dataset', 'batch_offsets', 'get_batch', 'doc_ids', 'step_batch', 'val_batches', 'StepBatches',
-           'make_loader']
+__all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'load_synthetic', 'load_dataset', 'batch_offsets', 'get_batch',
+           'doc_ids', 'step_batch', 'val_batches', 'StepBatches', 'make_loader']
+
+# %% ../nbs/06_data.ipynb #c3e68012
+MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
+
+@dataclass
+class TokenData:
+    "Training and validation tokens, their vocabulary and where they came from."
+    train: np.ndarray                                       # training token ids (a memory map)
+    val: np.ndarray | None                                  # validation token ids, if any
+    vocab_size: int                                         # ids in the vocabulary
+    tokenizer: ByteTokenizer | BPETokenizer | None = None   # None for pre-tokenized input without a meta.json
+    meta: dict = field(default_factory=dict)                # the prepared folder's meta.json
+    source: str = ''                                        # where the tokens came from
+    train_file: TokenFile | None = None                     # where `train` lives, to reopen it in workers
+    val_file: TokenFile | None = None                       # where `val` lives
+    train_docs: np.ndarray | None = None                    # document offsets of `train` (doc i: train[o[i]:o[i+1]])
+    val_docs: np.ndarray | None = None                      # document offsets of `val`, if known
+    def __repr__(self):
+        nv = 0 if self.val is None else len(self.val)
+        tok = self.tokenizer.name if self.tokenizer is not None else None
+        return (f"TokenData({self.source!r}: {len(self.train):,} train / {nv:,} val tokens, vocab {self.vocab_size}, "
+                f"tokenizer {tok})")
+
+def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = True) -> int:
+    "The data's vocabulary size, checking the ids fit the model's `vocab_size` when given (and a foreign meta.json's)."
+    known = meta.get('vocab_size')
+    if known is not None and (isinstance(known, bool) or not isinstance(known, int) or known <= 0):
+        raise UsageError(f"meta.json says vocab_size={known!r}; it must be a positive integer.")
+    if vocab_size is not None and (known is None or known > vocab_size):
+        for name, a in arrays.items(): check_tokens(a, vocab_size, name)
+    elif known is not None and not trust_meta:
+        for name, a in arrays.items(): check_tokens(a, known, name)
+    if known is not None: return int(known)
+    if vocab_size is not None: return int(vocab_size)
+    hi = max(check_tokens(a, 2**63 - 1, name) for name, a in arrays.items())
+    if hi + 1 > MAX_INFERRED_VOCAB:
+        raise UsageError(f"the token ids go up to {hi:,}, which would make a vocabulary of {hi + 1:,} ids (an embedding "
+                         f"table of that many rows); read off the ids, a vocabulary is at most {MAX_INFERRED_VOCAB:,}. "
+                         "Check that the file holds token ids (and its dtype), or give the vocabulary with "
+                         "--model.vocab_size.")
+    return hi + 1
+
+def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
+    "The document offsets of the `n` tokens `tf` names, from the `.docs.npy` beside its file (None: there is none)."
+    if tf is None: return None
+    p = Path(tf.path); p = p.with_name(p.stem + '.docs.npy')
+    if not p.is_file(): return None
+    off = np.load(p, mmap_mode='r', allow_pickle=False)
+    if tf.start == 0 and len(off) and off[0] == 0 and off[-1] == n: return off   # the whole file: as it is
+    lo = tf.start
+    inner = np.asarray(off[(off > lo) & (off < lo + n)]) - lo
+    return np.concatenate([[0], inner, [n]]).astype(np.int64)
+
+def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -> TokenData:
+    meta = read_meta(d)
+    tf = TokenFile(str(d / 'train.bin'))
+    vf = TokenFile(str(d / 'val.bin')) if meta.get('n_val_tokens') else None
+    train, val = tf.open(), vf.open() if vf else None
+    arrays = {f'{d}/train.bin': train, **({f'{d}/val.bin': val} if vf is not None else {})}
+    return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
+                     source or meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)),
+                     _docs_of(vf, len(val) if vf else 0))
+
+def _same_kind(tp: Path, meta: dict, vp: Path):
+    "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
+    vmeta = read_meta(vp.parent) if vp.suffix == '.bin' else {}
+    for k in ('tokenizer', 'vocab_size'):
+        if meta.get(k) is not None and vmeta.get(k) is not None and meta[k] != vmeta[k]:
+            raise UsageError(f"the training and validation tokens disagree: {str(tp)!r} has {k}={meta[k]!r} and "
+                             f"{str(vp)!r} has {k}={vmeta[k]!r} (their meta.json files); give files made with one "
+                             "tokenizer.")
+
+def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: float, vocab_size: int | None) -> TokenData:
+    tp = Path(train_data).expanduser()
+    train = load_tokens(tp)
+    meta = read_meta(tp.parent) if tp.suffix == '.bin' else {}
+    if val_data is not None:
+        tf, vf = TokenFile(str(tp)), TokenFile(str(Path(val_data).expanduser()))
+        val = vf.open()
+        _same_kind(tp, meta, Path(vf.path))
+    else:  # hold out the tail
+        cut = len(train) - max(1, int(len(train) * val_fraction))
+        tf, vf = TokenFile(str(tp), stop=cut), TokenFile(str(tp), start=cut)
+        train, val = train[:cut], train[cut:]
+    arrays = {f'the training split of {tp}': train, **({f'the validation split of {vf.path}': val} if len(val) else {})}
+    tok = load_tokenizer(tp.parent) if meta.get('tokenizer') in ('byte', 'bpe') else None
+    vf = vf if len(val) else None
+    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta,
+                     str(tp), tf, vf, _docs_of(tf, len(train)), _docs_of(vf, len(val)) if vf else None)
+
+def load_corpus(cfg: DataConfig,                # the data section: train_data, data_dir or a named corpus
+                vocab_size: int | None = None,  # the model's vocabulary, to check the ids against (None: the data's)
+               ) -> TokenData:
+    "The tokens of pre-tokenized files, a prepared folder, or a text corpus prepared into the cache (once)."
+    if cfg.train_data is not None: return _load_pretokenized(cfg.train_data, cfg.val_data, cfg.val_fraction, vocab_size)
+    if cfg.data_dir is not None and is_prepared(cfg.data_dir):
+        return _load_prepared(Path(cfg.data_dir).expanduser(), vocab_size)
+    return _load_prepared(cached_corpus(cfg), vocab_size)
 
 # %% ../nbs/06_data.ipynb #a962195e
 def _check_lengths(td: TokenData, seq_len: int):
-    if len(td.train) < seq_len + 1:
-        raise UsageError(f"data.seq_len={seq_len} is longer than the {len(td.train):,} tokens of the training split of "
-                         f"{td.source} allow (a sequence needs seq_len + 1 tokens); use a shorter --data.seq_len or more data.")
-    if td.val is not None and len(td.val) < seq_len + 1:
-        raise UsageError(f"data.seq_len={seq_len} is longer than the {len(td.val):,} tokens of the validation split of "
-                         f"{td.source} allow (a sequence needs seq_len + 1 tokens); use a shorter --data.seq_len, a larger "
-                         "--data.val_fraction or more data.")
+    for name, a, more in (('training', td.train, ''), ('validation', td.val, ', a larger --data.val_fraction')):
+        if a is not None and len(a) < seq_len + 1:
+            raise UsageError(f"data.seq_len={seq_len} is longer than the {len(a):,} tokens of the {name} split of "
+                             f"{td.source} allow (a sequence needs seq_len + 1 tokens); use a shorter --data.seq_len"
+                             f"{more} or more data.")
 
 def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', task and task knobs
                    vocab_size: int | None = None,  # the model's vocabulary, to check against (None: no check)
@@ -40,25 +138,25 @@ def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', t
     sd = synthetic_from_config(cfg)
     if vocab_size is not None and vocab_size < sd.vocab_size:
         raise UsageError(f"model.vocab_size={vocab_size} is smaller than the {sd.vocab_size} ids of the synthetic task "
-                         f"{cfg.task!r}; leave --model.vocab_size unset or set --data.task_vocab_size (at most {vocab_size}).")
+                         f"{cfg.task!r}; leave --model.vocab_size unset or set --data.task_vocab_size "
+                         f"(at most {vocab_size}).")
     return sd
 
-# %% ../nbs/06_data.ipynb #f3181768
 def _check_doc_mask(data: TokenData | SyntheticData, cfg: DataConfig):
     "Refuse data.doc_mask=true where the data has no document boundaries."
     if not cfg.doc_mask: return
     if isinstance(data, SyntheticData):
-        raise UsageError(f"data.doc_mask=true masks attention across documents, and the synthetic task {cfg.task!r} has none "
-                         "(each sequence is one example); leave --data.doc_mask out.")
+        raise UsageError(f"data.doc_mask=true masks attention across documents, and the synthetic task {cfg.task!r} "
+                         "has none (each sequence is one example); leave --data.doc_mask out.")
     if data.train_docs is None or (data.val is not None and data.val_docs is None):
-        raise UsageError(f"data.doc_mask=true needs the document boundaries of {data.source}, and it has no .docs.npy beside its "
-                         "tokens; prepare the text with longctx_prepare (it writes train.docs.npy and val.docs.npy), or leave "
-                         "--data.doc_mask out.")
+        raise UsageError(f"data.doc_mask=true needs the document boundaries of {data.source}, and it has no .docs.npy "
+                         "beside its tokens; prepare the text with longctx_prepare (it writes train.docs.npy and "
+                         "val.docs.npy), or leave --data.doc_mask out.")
 
 def load_dataset(cfg: DataConfig,                # the data section
                  vocab_size: int | None = None,  # the model's vocabulary, to check the ids against (None: the data's)
                 ) -> TokenData | SyntheticData:
-    "The tokens `cfg` names (pre-tokenized files, a prepared folder, a text corpus prepared into the cache, or a synthetic task), checked."
+    "The tokens `cfg` names (token files, a prepared folder, a text corpus in the cache, or a synthetic task), checked."
     if cfg.dataset_name == 'synthetic' and cfg.train_data is None and cfg.data_dir is None:
         sd = load_synthetic(cfg, vocab_size); _check_doc_mask(sd, cfg); return sd
     td = load_corpus(cfg, vocab_size)
@@ -70,11 +168,12 @@ _TEXT_ONLY = ('data.tokenizer', 'data.bpe_vocab_size', 'data.val_fraction', 'dat
 
 @unread_rule
 def _unread_data(cfg, key: str) -> str | None:
-    "Why a run does not read data setting `key` (or `trainer.max_epochs`) with the tokens `cfg` names; None where it does."
+    "Why a run does not read data setting `key` (or `trainer.max_epochs`) with the tokens `cfg` names; None if it does."
     d = cfg.data
     synthetic = d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None
     if key == 'trainer.max_epochs' and synthetic:
-        return "the synthetic tasks draw new sequences at every step, so there are no epochs; --trainer.max_steps sets the length"
+        return ("the synthetic tasks draw new sequences at every step, so there are no epochs; --trainer.max_steps "
+                "sets the length")
     if key == 'trainer.limit_val_batches' and synthetic and cfg.trainer.limit_val_batches == 0:
         return ("0 means the whole validation split, and the synthetic tasks have none: they validate on fixed batches "
                 "(20 unless a number is given)")
@@ -100,7 +199,8 @@ def batch_offsets(n_tokens: int,   # length of the token array
                  ) -> np.ndarray:  # int64 (n,)
     "`n` start offsets, uniform in [0, n_tokens - seq_len - 1], from the random stream of (`seed`, `step`)."
     hi = n_tokens - seq_len - 1
-    if hi < 0: raise UsageError(f"data.seq_len={seq_len} is longer than the {n_tokens:,} tokens allow (a sequence needs seq_len + 1).")
+    if hi < 0: raise UsageError(f"data.seq_len={seq_len} is longer than the {n_tokens:,} tokens allow "
+                                "(a sequence needs seq_len + 1).")
     rng = np.random.default_rng([seed % 2**64, step])
     return rng.integers(0, hi, size=n, endpoint=True, dtype=np.int64)
 
@@ -109,12 +209,11 @@ def get_batch(data,                                   # token array (np.memmap o
               offsets,                                # start of each window
               seq_len: int,                           # tokens per sequence
              ) -> tuple[torch.Tensor, torch.Tensor]:  # (x, y) int64, each (len(offsets), seq_len)
-    "Inputs `data[o:o+seq_len]` and targets `data[o+1:o+seq_len+1]` for each offset, as int64 (len(offsets), seq_len) tensors."
+    "Inputs `data[o:o+seq_len]` and targets `data[o+1:o+seq_len+1]` for each offset, int64 (len(offsets), seq_len)."
     offsets = np.asarray(offsets, dtype=np.int64)
     win = np.asarray(data[offsets[:, None] + np.arange(seq_len + 1)]).astype(np.int64)
     return torch.from_numpy(np.ascontiguousarray(win[:, :-1])), torch.from_numpy(np.ascontiguousarray(win[:, 1:]))
 
-# %% ../nbs/06_data.ipynb #9f551223
 def doc_ids(docs,                    # document offsets of the token array (doc i: data[docs[i]:docs[i+1]])
             offsets,                 # start of each window
             seq_len: int,            # tokens per sequence
@@ -134,7 +233,7 @@ def step_batch(data,                                   # token array (np.memmap 
                world_size: int = 1,                    # processes sharing the step's global batch
                docs=None,                              # document offsets of `data`: also return each token's document
               ) -> tuple[torch.Tensor, ...]:           # (x, y[, documents]) int64, each (accum, batch_size, seq_len)
-    "This rank's share of step `step`'s global batch: (x, y), each (accum, batch_size, seq_len), and with `docs` the document ids of x."
+    "This rank's share of step `step`'s global batch: (x, y[, document ids of x]), each (accum, batch_size, seq_len)."
     if not 0 <= rank < world_size: raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
     n = accum * batch_size
     if isinstance(data, SyntheticData):  # generated from the same (seed, step) stream; y is -100 away from the answers
@@ -146,13 +245,13 @@ def step_batch(data,                                   # token array (np.memmap 
     return tuple(t.view(accum, batch_size, seq_len) for t in out)
 
 # %% ../nbs/06_data.ipynb #588e55f6
-def val_batches(data,                                             # validation token array
-                seq_len: int,                                     # tokens per sequence
-                batch_size: int,                                  # sequences per batch
-                max_batches: int | None = None,                   # at most this many batches (None: cover the split)
-                docs=None,                                        # document offsets of `data`: also yield each token's document
-               ) -> Iterator[tuple[torch.Tensor, ...]]:           # (x, y[, documents]) int64 (<= batch_size, seq_len) batches
-    "(x, y) batches of non-overlapping windows covering each target token once, or `max_batches` batches of evenly spread windows."
+def val_batches(data,                                    # validation token array
+                seq_len: int,                            # tokens per sequence
+                batch_size: int,                         # sequences per batch
+                max_batches: int | None = None,          # at most this many batches (None: cover the split)
+                docs=None,                               # document offsets of `data`: also yield each token's document
+               ) -> Iterator[tuple[torch.Tensor, ...]]:  # (x, y[, documents]) int64 (<= batch_size, seq_len) batches
+    "(x, y) batches of non-overlapping windows covering each target once, or `max_batches` of evenly spread windows."
     n = len(data)
     if n < 2: return
     n_full, rest = divmod(n - 1, seq_len)
@@ -165,7 +264,7 @@ def val_batches(data,                                             # validation t
 
 # %% ../nbs/06_data.ipynb #82be361d
 class StepBatches(Dataset):
-    "Item `step` is `step_batch(data, step, ...)`: this rank's share of that step's global batch, of tokens or of a synthetic task."
+    "Item `step` is `step_batch(data, step, ...)`: this rank's share of that step's global batch."
     def __init__(self, data,                     # token array (np.memmap or array), or a `SyntheticData` task
                  seq_len: int,                   # tokens per sequence
                  batch_size: int,                # sequences per micro-batch
@@ -187,7 +286,8 @@ class StepBatches(Dataset):
     def __getstate__(self):
         state = self.__dict__.copy()
         if self.file is not None: state['data'] = None  # re-opened from the file, not copied
-        if isinstance(self.docs, np.memmap) and self.docs.filename: state['docs'] = Path(self.docs.filename)  # so are the offsets
+        if isinstance(self.docs, np.memmap) and self.docs.filename:
+            state['docs'] = Path(self.docs.filename)  # so are the offsets
         return state
 
     def __setstate__(self, state):
@@ -205,16 +305,13 @@ class _StepLoader:
     def __len__(self): return len(self.steps)
     def __iter__(self):
         if self.num_workers == 0:
-            for step in self.steps:
-                yield (step, *(t.pin_memory() if self.pin else t for t in self.ds[step]))
+            for step in self.steps: yield (step, *(t.pin_memory() if self.pin else t for t in self.ds[step]))
             return
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')  # silence tokenizers' warning in forked workers
-        dl = DataLoader(self.ds, batch_size=None, sampler=self.steps, num_workers=self.num_workers,
-                        pin_memory=self.pin, prefetch_factor=self.prefetch_factor,
-                        persistent_workers=self.persistent_workers)
+        dl = DataLoader(self.ds, batch_size=None, sampler=self.steps, num_workers=self.num_workers, pin_memory=self.pin,
+                        prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers)
         for step, item in zip(self.steps, dl): yield (step, *item)
 
-# %% ../nbs/06_data.ipynb #abed963f
 def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_dataset`
                 cfg: DataConfig,           # seq_len, batch_size, num_workers, prefetch, doc_mask
                 accum: int,                # micro-batches per step
@@ -225,7 +322,7 @@ def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_datas
                 world_size: int = 1,       # processes sharing each step's batch
                 pin_memory: bool = False,  # pin host memory (when CUDA is available)
                ):
-    "An iterable of (step, x, y) for steps `start_step`..`max_steps - 1`; x, y are (accum, batch_size, seq_len) int64; with `cfg.doc_mask`, (step, x, y, documents)."
+    "(step, x, y[, documents with `cfg.doc_mask`]) for steps `start_step`..`max_steps - 1`, each (accum, batch_size, seq_len)."
     synthetic = isinstance(tokens, SyntheticData)  # generated per step: no token file
     _check_doc_mask(tokens, cfg)
     ds = StepBatches(tokens if synthetic else tokens.train, cfg.seq_len, cfg.batch_size, accum, seed, rank, world_size,
