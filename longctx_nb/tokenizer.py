@@ -17,26 +17,23 @@ __all__ = ['EOT', 'ByteTokenizer', 'BPETokenizer']
 class ByteTokenizer:
     "UTF-8 bytes as tokens: 256 ids, nothing to train or download."
     name, vocab_size, eot_id = 'byte', 256, None
-
     def encode(self, text: str,  # any text
               ) -> np.ndarray:   # int64 ids, one per UTF-8 byte
         "The ids (0..255) of `text`'s UTF-8 bytes."
         return np.frombuffer(text.encode('utf-8'), dtype=np.uint8).astype(np.int64)
-
     def decode(self, ids,  # byte ids 0..255, any shape
               ) -> str:
         "Text of byte ids; bytes that are not valid UTF-8 (a window cut mid-character) become U+FFFD."
         a = np.asarray(ids, dtype=np.int64).ravel()
-        if a.size and (a.min() < 0 or a.max() > 255): raise ValueError(f"byte ids must be in 0..255, got {a.min()}..{a.max()}")
+        if a.size and (a.min() < 0 or a.max() > 255):
+            raise ValueError(f"byte ids must be in 0..255, got {a.min()}..{a.max()}")
         return a.astype(np.uint8).tobytes().decode('utf-8', errors='replace')
-
     def __repr__(self): return 'ByteTokenizer(vocab_size=256)'
 
 # %% ../nbs/03_tokenizer.ipynb #138cc9b0
 EOT = '<|endoftext|>'
-
 def _train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
-    "A byte-level BPE `tokenizers.Tokenizer` whose vocabulary (256 bytes, merges, `<|endoftext|>`) has `vocab_size` ids."
+    "A byte-level BPE `tokenizers.Tokenizer` of `vocab_size` ids: 256 bytes, merges and `<|endoftext|>`."
     if vocab_size < 257:
         raise UsageError(f"bpe_vocab_size={vocab_size} is too small: a byte-level BPE needs at least 257 ids "
                          "(256 bytes and <|endoftext|>); use --data.bpe_vocab_size=4096 or --data.tokenizer=byte.")
@@ -57,14 +54,12 @@ class BPETokenizer:
         self.tok = tok
         # the text '<|endoftext|>' inside a document is encoded as text: only `prepare` puts the real eot id in
         if hasattr(tok, 'encode_special_tokens'): tok.encode_special_tokens = True
-
     @classmethod
     def train(cls, texts: Iterable[str],  # training documents
               vocab_size: int = 4096,     # ids in all, >= 257
              ) -> BPETokenizer:
         "Learn merges from `texts` until the vocabulary (256 bytes, merges, `<|endoftext|>`) has `vocab_size` ids."
         return cls(_train_bpe(texts, vocab_size))
-
     @classmethod
     def load(cls, path,  # a tokenizer.json, or a folder holding one
             ) -> BPETokenizer:
@@ -73,7 +68,6 @@ class BPETokenizer:
         if p.is_dir(): p = p / 'tokenizer.json'
         if not p.is_file(): raise UsageError(f"tokenizer file {str(p)!r} does not exist.")
         return cls(Tokenizer.from_file(str(p)))
-
     def save(self, path,  # the tokenizer.json to write
             ):
         self.tok.save(str(path))
@@ -81,7 +75,6 @@ class BPETokenizer:
     def vocab_size(self) -> int: return self.tok.get_vocab_size()
     @property
     def eot_id(self) -> int: return self.tok.token_to_id(EOT)
-
     def encode(self, text: str,  # any text
               ) -> np.ndarray:   # int64 ids
         return np.array(self.tok.encode(text).ids, dtype=np.int64)
