@@ -43,6 +43,7 @@ def stdlib_documents() -> Iterator[tuple[str, str]]:
         if p.suffix != '.py': continue
         try: yield p.relative_to(root).as_posix(), p.read_text(encoding='utf-8')
         except (OSError, UnicodeDecodeError): continue
+
 _BINARY = {'.bin', '.npy', '.npz', '.pt', '.pth', '.ckpt', '.safetensors', '.pkl', '.gz', '.zip', '.bz2', '.xz',
            '.zst', '.tar', '.png', '.jpg', '.jpeg', '.gif', '.pdf', '.so', '.pyc', '.parquet', '.arrow'}
 def _text_files(p: Path) -> list[Path]:
@@ -53,6 +54,7 @@ def _read_text(p: Path) -> str | None:
     if b'\0' in b[:8192]: return None
     try: return b.decode('utf-8-sig')
     except UnicodeDecodeError: return None
+
 def _jsonl_docs(f: Path, name: str) -> Iterator[tuple[str, str]]:
     "(name:line, text) of each line of a JSON-lines file: one document per line, its `text` field, read line by line."
     what = 'a .jsonl file holds one JSON object per line, the document in its "text" field'
@@ -66,6 +68,7 @@ def _jsonl_docs(f: Path, name: str) -> Iterator[tuple[str, str]]:
                     raise UsageError(f"{str(f)!r} line {i} has no \"text\" string; {what}.")
                 yield f'{name}:{i}', row['text']
         except UnicodeDecodeError: raise UsageError(f"{str(f)!r} is not UTF-8 text; {what}.") from None
+
 def _text_docs(p: Path, files: list[Path]) -> Iterator[tuple[str, str]]:
     n = 0
     for f in files:
@@ -75,6 +78,7 @@ def _text_docs(p: Path, files: list[Path]) -> Iterator[tuple[str, str]]:
             if text: n += 1; yield name, text
     if n == 0: raise UsageError(f"data path {str(p)!r} holds no text: no non-empty UTF-8 text file was found there "
                                 "(binary files and files that are not valid UTF-8 are skipped).")
+
 def _no_path(p: Path) -> UsageError:
     return UsageError(f"data path {str(p)!r} does not exist; give a text file or a folder of text files.")
 
@@ -123,6 +127,7 @@ def token_dtype(vocab_size: int,  # ids in the vocabulary
                ) -> np.dtype:
     "uint16 when every id fits in 16 bits (vocab_size <= 65536), else uint32."
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
+
 def _is_val(name: str, val_fraction: float) -> bool:
     h = int.from_bytes(hashlib.blake2b(name.encode('utf-8', 'surrogatepass'), digest_size=8).digest(), 'little')
     return h / 2**64 < val_fraction
@@ -162,16 +167,20 @@ class _SplitWriter:
         os.truncate(self.dpath, self.docs * 8)
         return tail
     def close(self): self.flush(); self.f.close(); self.df.close()
+
 def _byte_doc(text: str) -> str:
     "The text followed by a blank line: documents joined by exactly one blank line."
     return text if text.endswith('\n\n') else text + ('\n' if text.endswith('\n') else '\n\n')
+
 def _spool(documents, path: Path):
     with open(path, 'w', encoding='utf-8') as f:
         for name, text in documents:
             if text: f.write(json.dumps([name, text]) + '\n')
+
 def _unspool(path: Path) -> Iterator[tuple[str, str]]:
     with open(path, encoding='utf-8') as f:
         for line in f: yield tuple(json.loads(line))
+
 def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fraction: float) -> tuple:
     "(tokenizer, documents): a 'bpe' is trained on the training documents, spooled to `d` to be read twice."
     if not isinstance(tokenizer, str): return tokenizer, documents
@@ -197,6 +206,7 @@ def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
     nbytes = sum(len(t.encode('utf-8')) for t in texts)
     if tok.name == 'bpe': return [np.append(ids, tok.eot_id).astype(dtype) for ids in tok.encode_batch(texts)], nbytes
     return [np.asarray(tok.encode(t)).astype(dtype) for t in texts], nbytes
+
 _WORKER: tuple = ()
 def _init_worker(tok, dtype, parent: int):
     "Set a worker's tokenizer; the worker exits when `parent`, the pool's process, dies (no workers left behind)."
@@ -205,6 +215,7 @@ def _init_worker(tok, dtype, parent: int):
         while os.getppid() == parent: time.sleep(0.5)
         os._exit(1)
     threading.Thread(target=watch, daemon=True).start()
+
 def _encode_in_worker(texts): return _encode(_WORKER[0], texts, _WORKER[1])
 _BATCH = dict(max_docs=256, max_chars=1 << 22)   # documents are tokenized (and resumed) in batches of this size
 def _doc_batches(docs, max_docs: int = 256, max_chars: int = 1 << 22) -> Iterator[list]:
@@ -215,6 +226,7 @@ def _doc_batches(docs, max_docs: int = 256, max_chars: int = 1 << 22) -> Iterato
         buf.append((name, text)); size += len(text)
         if len(buf) == max_docs: yield buf; buf, size = [], 0
     if buf: yield buf
+
 def _encoded(tok, batches, dtype, workers: int = 1) -> Iterator[tuple[list[str], list[np.ndarray], int]]:
     "(names, ids of each, bytes) per batch, in order; `workers > 1`: by a pool, two batches per worker in flight."
     if workers <= 1:
@@ -239,6 +251,7 @@ def _write_marker(d: Path, settings: dict, done: int, train: _SplitWriter, val: 
     state = dict(settings=settings, documents_done=done, train=[train.n, train.docs], val=[val.n, val.docs],
                  itemsize=train.dtype.itemsize)
     (d / 'progress.json.tmp').write_text(json.dumps(state)); os.replace(d / 'progress.json.tmp', d / 'progress.json')
+
 def _read_marker(d: Path, settings: dict) -> dict | None:
     "The resume marker of folder `d` when written with the same `settings`; another's is dropped, with a note."
     p = d / 'progress.json'
@@ -251,6 +264,7 @@ def _read_marker(d: Path, settings: dict) -> dict | None:
         why = 'whose files are shorter than its marker says'
     if why: print(f"note: {d} holds an interrupted preparation {why}; starting over.", file=sys.stderr)
     return None if why else state
+
 def _start(d: Path, tokenizer, documents, bpe_vocab_size: int, val_fraction: float, settings: dict | None) -> tuple:
     "(tokenizer, documents, marker or None) in folder `d`: what a marker with the same settings left, or a fresh start."
     state = _read_marker(d, settings) if settings else None
@@ -264,6 +278,7 @@ def _start(d: Path, tokenizer, documents, bpe_vocab_size: int, val_fraction: flo
     tok, documents = _tokenizer_for(tokenizer, documents, d, bpe_vocab_size, val_fraction)
     if tok.name == 'bpe': tok.save(d / 'tokenizer.json')
     return tok, documents, None
+
 def _tokenize(d: Path, tok, documents, val_fraction: float, settings: dict | None, state: dict | None,
               workers: int, progress: bool, total_bytes: int | None, resume_every: int) -> tuple:
     "Stream `documents` into `d`/train.bin and val.bin (skipping those a marker says are done); the two writers."
@@ -297,6 +312,7 @@ def _finish_split(w: _SplitWriter, chunk_size: int | None = None, block: int = 1
     w.dpath.unlink()
     dropped, w.n = w.n - keep, keep
     return dropped
+
 def _even_splits(train: _SplitWriter, val: _SplitWriter, val_fraction: float) -> str:
     "Make both splits non-empty (a document moves over; a single document is cut by tokens); returns how it split."
     if train.docs == 0: train.add(val.pop_tail(val.last_start if val.docs > 1 else 0))
@@ -304,6 +320,7 @@ def _even_splits(train: _SplitWriter, val: _SplitWriter, val_fraction: float) ->
     if train.docs > 1: val.add(train.pop_tail(train.last_start)); return 'document'
     val.add(train.pop_tail(train.n - max(1, round(train.n * val_fraction)), doc=False), doc=False)  # last val_fraction
     return 'tail'
+
 def _pack(w: _SplitWriter, name: str, chunk_size: int | None, source: str) -> int:
     "Finish split `w` (see `_finish_split`), refusing one shorter than a chunk; returns the tokens dropped."
     if chunk_size and w.n < chunk_size:
@@ -311,6 +328,7 @@ def _pack(w: _SplitWriter, name: str, chunk_size: int | None, source: str) -> in
                          f"chunk_size={chunk_size:,}; use a smaller --chunk_size"
                          + (", a larger --data.val_fraction" if name == 'val' else '') + " or more text.")
     return _finish_split(w, chunk_size)
+
 def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str,
                   chunk_size: int | None = None, workers: int = 1, progress: bool = False,
                   total_bytes: int | None = None, resume_every: int = 1 << 26) -> dict:
@@ -366,6 +384,7 @@ def _check_prepare_args(exists: str, val_fraction: float, chunk_size: int | None
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
         raise UsageError(f"workers={workers!r} must be a number of processes from 1 to 256 "
                          "(1: tokenize in this process).")
+
 def _publish(d: Path, out: Path, exists: str, meta: dict) -> dict:
     "Rename the finished folder `d` to `out` (atomic); if another process was first, use its result (or replace it)."
     try: os.rename(d, out); return meta   # fails when `out` is a folder that is not empty
@@ -377,6 +396,7 @@ def _publish(d: Path, out: Path, exists: str, meta: dict) -> dict:
         return meta
     shutil.rmtree(d, ignore_errors=True)  # another process finished the same folder first: use its result
     return read_meta(out)
+
 def _claim(out: Path) -> tuple[Path, object]:
     "(folder to prepare `out` in, its lock): `.NAME.partial` (kept if interrupted), or a private one while it is held."
     part = out.parent / f'.{out.name}.partial'
@@ -450,6 +470,7 @@ def _local_corpus(path) -> tuple:
     stats = [(f.relative_to(p).as_posix() if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns)
              for f in _text_files(p)]
     return (lambda: text_documents(p)), f'local:{p}', {'files': stats}
+
 _SPELLED: set = set()   # short names already noted in this process
 def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
     "A short name of `HF_SHORT_NAMES` spelled out (with a note), any other name as it is."
@@ -460,6 +481,7 @@ def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
         print(f"note: data.dataset_name={name} is the Hugging Face dataset {full} (config {config or cfg})",
               file=sys.stderr)
     return full, config or cfg
+
 def _corpus(cfg: DataConfig) -> tuple:
     "(documents factory, source, cache key extras) of the text corpus `cfg` names."
     if cfg.data_dir is not None:
@@ -552,6 +574,7 @@ def _load_npy(p: Path) -> np.ndarray:
         raise bad(f"holds a {a.ndim}-D array of shape {a.shape}; token ids are one 1-D array (documents one after "
                   "another): save ids.reshape(-1) if its rows are consecutive text.")
     return a
+
 _NOTED: set = set()
 def _bin_dtype(p: Path, dtype) -> np.dtype:
     "The dtype of a raw .bin: meta.json's, else `dtype`, else uint16 (nanoGPT's), with a note."
@@ -565,6 +588,7 @@ def _bin_dtype(p: Path, dtype) -> np.dtype:
     try: return np.dtype(spelled)
     except TypeError:
         raise UsageError(f"unknown token dtype {spelled!r}; valid choices: uint16, uint32, int32, int64") from None
+
 def _looks_wider(a: np.ndarray) -> bool:
     "Whether uint16 words look like little-endian 32-bit ids: every odd word zero, some even word not."
     head = np.asarray(a[:1 << 16])

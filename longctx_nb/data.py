@@ -46,6 +46,7 @@ class TokenData:
         tok = self.tokenizer.name if self.tokenizer is not None else None
         return (f"TokenData({self.source!r}: {len(self.train):,} train / {nv:,} val tokens, vocab {self.vocab_size}, "
                 f"tokenizer {tok})")
+
 def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = True) -> int:
     "The data's vocabulary size, checking the ids fit the model's `vocab_size` when given (and a foreign meta.json's)."
     known = meta.get('vocab_size')
@@ -64,6 +65,7 @@ def _vocab(meta: dict, arrays: dict, vocab_size: int | None, trust_meta: bool = 
                          f"{MAX_INFERRED_VOCAB:,}. Check that the file holds token ids (and its dtype), or give the "
                          "vocabulary with --model.vocab_size.")
     return hi + 1
+
 def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
     "The document offsets of the `n` tokens `tf` names, from the `.docs.npy` beside its file (None: there is none)."
     if tf is None: return None
@@ -74,6 +76,7 @@ def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
     lo = tf.start
     inner = np.asarray(off[(off > lo) & (off < lo + n)]) - lo
     return np.concatenate([[0], inner, [n]]).astype(np.int64)
+
 def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -> TokenData:
     meta = read_meta(d)
     tf = TokenFile(str(d / 'train.bin'))
@@ -83,6 +86,7 @@ def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -
     return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
                      source or meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)),
                      _docs_of(vf, len(val) if vf else 0))
+
 def _same_kind(tp: Path, meta: dict, vp: Path):
     "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
     vmeta = read_meta(vp.parent) if vp.suffix == '.bin' else {}
@@ -91,6 +95,7 @@ def _same_kind(tp: Path, meta: dict, vp: Path):
             raise UsageError(f"the training and validation tokens disagree: {str(tp)!r} has {k}={meta[k]!r} and "
                              f"{str(vp)!r} has {k}={vmeta[k]!r} (their meta.json files); give files made with one "
                              "tokenizer.")
+
 def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: float, vocab_size: int | None) -> TokenData:
     tp = Path(train_data).expanduser()
     train = load_tokens(tp)
@@ -136,6 +141,7 @@ def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', t
                          f"{cfg.task!r}; leave --model.vocab_size unset or set --data.task_vocab_size "
                          f"(at most {vocab_size}).")
     return sd
+
 def _check_doc_mask(data: TokenData | SyntheticData, cfg: DataConfig):
     "Refuse data.doc_mask=true where the data has no document boundaries."
     if not cfg.doc_mask: return

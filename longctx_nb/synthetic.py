@@ -156,6 +156,7 @@ def get_task(name: str,  # a key of `TASKS`
     "The registered task `name`; `UsageError` naming the valid choices otherwise."
     if name not in TASKS: raise UsageError(f"unknown synthetic task {name!r}; valid choices: {', '.join(TASKS)}.")
     return TASKS[name]
+
 def task_params(task: str,  # a key of `TASKS`
                 **params,   # overrides of the task's defaults
                ) -> dict:   # every parameter of the task
@@ -211,6 +212,7 @@ class SyntheticData:
         for i in range(n_batches): yield self.batch(batch_size, seq_len, VAL_STEP0 + i, seed)
     def __repr__(self):
         return f"SyntheticData({self.source!r}, {', '.join(f'{k}={v}' for k, v in self.params.items())})"
+
 def synthetic_data(task: str,          # a key of `TASKS`
                    seq_len: int,       # tokens per sequence, checked against the parameters
                    **params,           # the task's parameters (see `task_params`)
