@@ -144,11 +144,13 @@ class _SplitWriter:
             else: open(p, 'wb').close()
         self.f, self.df, self.buf, self.starts = open(path, 'ab'), open(self.dpath, 'ab'), [], []
         self.nbuf, self.n, self.docs = 0, n, docs
+
     def add(self, ids: np.ndarray, doc: bool = True):
         "Append `ids`; `doc`: they begin a document (else they continue the last one)."
         if doc: self.starts.append(self.n); self.docs += 1
         self.buf.append(np.asarray(ids).astype(self.dtype, copy=False)); self.nbuf += len(ids); self.n += len(ids)
         if self.nbuf >= self.limit: self.flush()
+
     def flush(self):
         if self.buf: np.concatenate(self.buf).tofile(self.f); self.buf, self.nbuf = [], 0
         if self.starts: np.array(self.starts, np.int64).tofile(self.df); self.starts = []
@@ -158,6 +160,7 @@ class _SplitWriter:
         "Where the last document starts."
         self.flush()
         return int(np.fromfile(self.dpath, np.int64, count=1, offset=(self.docs - 1) * 8)[0]) if self.docs else 0
+
     def pop_tail(self, start: int, doc: bool = True) -> np.ndarray:
         "Remove the tokens from `start` on (and, `doc`, the last document's start) and return them."
         self.flush()
@@ -166,6 +169,7 @@ class _SplitWriter:
         self.n, self.docs = start, self.docs - doc
         os.truncate(self.dpath, self.docs * 8)
         return tail
+
     def close(self): self.flush(); self.f.close(); self.df.close()
 
 def _byte_doc(text: str) -> str:

@@ -14,12 +14,11 @@ from torch.utils.data import DataLoader, Dataset
 from .core import UsageError
 from .config import DataConfig, unread_rule
 from .synthetic import SyntheticData, from_config as synthetic_from_config
-from .corpus import read_meta, cached_corpus
 # the tokenizers and token files too, so that the whole data pipeline imports from here
 from .tokenizer import EOT, ByteTokenizer, BPETokenizer
 from .corpus import (STDLIB_SKIP, FORMAT_VERSION, stdlib_root, stdlib_documents, text_documents, hf_documents,
-                               token_dtype, is_prepared, prepare, load_tokenizer, prepare_corpus, load_tokens,
-                               check_tokens, TokenFile, cache_root, corpus_cache_dir)
+                               token_dtype, read_meta, is_prepared, prepare, load_tokenizer, prepare_corpus,
+                               load_tokens, check_tokens, TokenFile, cache_root, corpus_cache_dir, cached_corpus)
 
 # %% auto #0
 __all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'load_synthetic', 'load_dataset', 'batch_offsets', 'get_batch',
@@ -279,6 +278,7 @@ class StepBatches(Dataset):
         if not 0 <= rank < world_size: raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
         self.data, self.seq_len, self.batch_size, self.accum = data, seq_len, batch_size, accum
         self.seed, self.rank, self.world_size, self.file, self.docs = seed, rank, world_size, file, docs
+
     def __getitem__(self, step: int):
         return step_batch(self.data, int(step), self.seq_len, self.batch_size, self.accum, self.seed, self.rank,
                           self.world_size, self.docs)
@@ -288,6 +288,7 @@ class StepBatches(Dataset):
         if isinstance(self.docs, np.memmap) and self.docs.filename:
             state['docs'] = Path(self.docs.filename)  # so are the offsets
         return state
+
     def __setstate__(self, state):
         self.__dict__.update(state)
         if self.data is None: self.data = self.file.open()

@@ -203,6 +203,7 @@ class SyntheticData:
         "`make_batch` as int64 tensors."
         x, y = make_batch(self.task, n, seq_len, step, seed, **self.params)
         return torch.from_numpy(x), torch.from_numpy(y)
+
     def val_batches(self, seq_len: int,  # tokens per sequence
                     batch_size: int,     # sequences per batch
                     n_batches: int,      # batches to yield
@@ -210,6 +211,7 @@ class SyntheticData:
                    ):
         "`n_batches` fixed validation batches: steps VAL_STEP0, VAL_STEP0 + 1, ... of the stream."
         for i in range(n_batches): yield self.batch(batch_size, seq_len, VAL_STEP0 + i, seed)
+
     def __repr__(self):
         return f"SyntheticData({self.source!r}, {', '.join(f'{k}={v}' for k, v in self.params.items())})"
 

@@ -28,6 +28,7 @@ class ByteTokenizer:
         if a.size and (a.min() < 0 or a.max() > 255):
             raise ValueError(f"byte ids must be in 0..255, got {a.min()}..{a.max()}")
         return a.astype(np.uint8).tobytes().decode('utf-8', errors='replace')
+
     def __repr__(self): return 'ByteTokenizer(vocab_size=256)'
 
 # %% ../nbs/03_tokenizer.ipynb #138cc9b0
@@ -54,12 +55,14 @@ class BPETokenizer:
         self.tok = tok
         # the text '<|endoftext|>' inside a document is encoded as text: only `prepare` puts the real eot id in
         if hasattr(tok, 'encode_special_tokens'): tok.encode_special_tokens = True
+
     @classmethod
     def train(cls, texts: Iterable[str],  # training documents
               vocab_size: int = 4096,     # ids in all, >= 257
              ) -> BPETokenizer:
         "Learn merges from `texts` until the vocabulary (256 bytes, merges, `<|endoftext|>`) has `vocab_size` ids."
         return cls(_train_bpe(texts, vocab_size))
+
     @classmethod
     def load(cls, path,  # a tokenizer.json, or a folder holding one
             ) -> BPETokenizer:
@@ -68,6 +71,7 @@ class BPETokenizer:
         if p.is_dir(): p = p / 'tokenizer.json'
         if not p.is_file(): raise UsageError(f"tokenizer file {str(p)!r} does not exist.")
         return cls(Tokenizer.from_file(str(p)))
+
     def save(self, path,  # the tokenizer.json to write
             ):
         self.tok.save(str(path))
