@@ -47,17 +47,18 @@ def quiet_transformers():
         log.set_verbosity(level)
         if bars: log.enable_progress_bar()
 
-def _no_hf_class(block: str) -> UsageError:
-    return UsageError(f"block {block!r} has no transformers class (transformers knows "
-                      f"{', '.join(HF_CLASSES.values())}, i.e. our blocks {', '.join(HF_CLASSES)}); export it in our "
-                      "own format instead: longctx_export --format safetensors (model.safetensors + model_config.json, "
-                      "read by `load_model`).")
+def _hf_block(block: str) -> str:
+    "The canonical name of `block`; a `UsageError` if it has no transformers class."
+    if (block := canonical_block(block)) in HF_CLASSES: return block
+    raise UsageError(f"block {block!r} has no transformers class (transformers knows "
+                     f"{', '.join(HF_CLASSES.values())}, i.e. our blocks {', '.join(HF_CLASSES)}); export it in our "
+                     "own format instead: longctx_export --format safetensors (model.safetensors + model_config.json, "
+                     "read by `load_model`).")
 
 def hf_config(cfg: ModelConfig, eos_token_id: int | None = None, max_position_embeddings: int = 2048):
     "The transformers config (`LlamaConfig` for vanilla, `MambaConfig` for mamba) of the same network as `cfg`."
     tf, cfg = require_transformers(), resolve_model(cfg)
-    block = canonical_block(cfg.block)
-    if block not in HF_CLASSES: raise _no_hf_class(block)
+    block = _hf_block(cfg.block)
     common = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
                   tie_word_embeddings=cfg.tie_embeddings, bos_token_id=None, eos_token_id=eos_token_id,
                   pad_token_id=None, architectures=[HF_CLASSES[block]])
@@ -94,8 +95,7 @@ def hf_name(block: str, name: str) -> str:
 
 def hf_state_dict(model: LM) -> dict:
     "A vanilla or mamba `model`'s weights under transformers' names, the fused `qkv` split into q, k and v."
-    block = canonical_block(model.cfg.block)
-    if block not in HF_CLASSES: raise _no_hf_class(block)
+    block = _hf_block(model.cfg.block)
     out = {}
     for k, v in model.state_dict().items():
         if '.mixer.qkv.' in k:   # rows [q; k; v], each (heads x head_dim) in the order q_proj wants: no permutation
@@ -176,7 +176,7 @@ _SAMPLE = '2 random sequences of 24 tokens'   # what `logit_gap` compares by def
 
 @contextlib.contextmanager
 def _writing(out_dir, overwrite: bool):
-    "A temporary sibling folder to write into, moved to `out_dir` at the end; a non-empty `out_dir` only if `overwrite`."
+    "A temporary sibling folder to write into, moved to `out_dir` at the end (a non-empty one only if `overwrite`)."
     out = Path(out_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise UsageError(f"{str(out)!r} exists and is not empty; choose a new folder or pass --overwrite.")
@@ -201,9 +201,8 @@ def save_pretrained(model: LM,                      # a vanilla or mamba `LM`
                     tokenizer=None,                 # a `ByteTokenizer` or `BPETokenizer` to save with it (None: none)
                     max_position_embeddings: int = 2048,  # the context length written into a Llama config
                     check: bool = True, overwrite: bool = False, say=print) -> Path:
-    "Write `model` for `AutoModelForCausalLM` (config.json, model.safetensors, tokenizer.json), `check`ed first (to `say`)."
-    block = canonical_block(model.cfg.block)
-    if block not in HF_CLASSES: raise _no_hf_class(block)
+    "Write `model` for `AutoModelForCausalLM` (config.json, model.safetensors, tokenizer.json), `check`ed first."
+    block = _hf_block(model.cfg.block)
     if tokenizer is not None and tokenizer.vocab_size > model.cfg.vocab_size:
         raise UsageError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only {model.cfg.vocab_size}.")
     hf = to_hf(_cpu_fp32(model), getattr(tokenizer, 'eot_id', None), max_position_embeddings)
@@ -230,8 +229,7 @@ def _rope(c) -> tuple[float, str]:
 def model_config_from_hf(c) -> ModelConfig:
     "Our `ModelConfig` of a transformers `LlamaConfig` or `MambaConfig`; a `UsageError` names each setting we lack."
     kind, bad = getattr(c, 'model_type', None), []
-    def need(ok, msg):
-        if not ok: bad.append(msg)
+    need = lambda ok, msg: ok or bad.append(msg)
     common = dict(vocab_size=c.vocab_size, d_model=c.hidden_size, n_layers=c.num_hidden_layers,
                   tie_embeddings=bool(getattr(c, 'tie_word_embeddings', True)))
     need(getattr(c, 'hidden_act', 'silu') == 'silu', f"hidden_act={getattr(c, 'hidden_act', None)!r} (ours: 'silu')")
@@ -422,8 +420,7 @@ def load_source(path) -> tuple[LM, Config | None]:
         raise UsageError(f"{str(p)!r} holds no checkpoint (checkpoints/step_N.pt), no exported model "
                          "(model.safetensors + model_config.json) and is not a transformers checkpoint folder"
                          + (f" ({why})." if why else '.'))
-    f = d / 'config.json'
-    return load_model(d).eval(), _run_config(json.loads(f.read_text())) if f.is_file() else None
+    return load_model(d).eval(), _run_config(json.loads(f.read_text())) if (f := d / 'config.json').is_file() else None
 
 def run_tokenizer(cfg: Config | None, where, spec: str = 'auto'):
     """A run's tokenizer (or None): `spec` ('byte', 'none', a tokenizer.json or prepared folder) unless 'auto', else a
@@ -482,13 +479,12 @@ def init_data(cfg: Config, tok, path, context=None, say=print) -> dict:
                          "(--data.train_data).")
     note = lambda source, out: say(f"init_from: tokenizing {source} with the tokenizer of {src} into {out} (once; "
                                    "later runs reuse it)")
-    out = cached_corpus(d, tok, note=note)
-    return {'data.data_dir': str(out)}
+    return {'data.data_dir': str(cached_corpus(d, tok, note=note))}
 
 _SIZES = ('block', 'vocab_size', 'd_model', 'n_layers', 'n_heads', 'd_ff', 'rope_theta', 'bias', 'tie_embeddings',
           'd_state', 'd_conv', 'expand', 'dt_rank', 'conv_bias')
 
-def init_from(path,                       # a transformers Llama/Mamba folder, our export, a checkpoint or a run directory
+def init_from(path,                       # a transformers Llama/Mamba folder, our export, a checkpoint or a run
               cfg: Config | None = None,  # the new run's config: also give the data overrides it needs (`init_data`)
               say=print) -> tuple[dict, dict, object]:   # where the checks' results and notes go
     "What `longctx_train --init_from PATH` starts from: (dotted `model.*`/`data.*` overrides, state_dict, tokenizer)."
@@ -566,8 +562,7 @@ def export(source, out_dir, format: str = 'hf', tokenizer: str = 'auto', max_pos
         if tokenizer != 'auto': tok = _given_tokenizer(tokenizer, tok, source, model.cfg.vocab_size, False, say)
         return _save_ours(model, tok, out_dir, overwrite)
     model, cfg = load_source(source)
-    block = canonical_block(model.cfg.block)
-    if format == 'hf' and block not in HF_CLASSES: raise _no_hf_class(block)
+    block = _hf_block(model.cfg.block) if format == 'hf' else canonical_block(model.cfg.block)
     if block != 'vanilla' and max_position_embeddings is not None:
         has = f", whose {HF_CLASSES[block].replace('ForCausalLM', 'Config')} has none" if block in HF_CLASSES else ''
         raise UsageError("--max_position_embeddings is read only for a vanilla model (Llama's context length); "
