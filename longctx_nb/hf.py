@@ -262,6 +262,7 @@ def model_config_from_hf(c) -> ModelConfig:
                          f"{'; '.join(bad)}.")
     return cfg
 
+# %% ../nbs/44_hf.ipynb #36911c73
 def _load_weights(f: Path) -> dict:
     "The tensors of one weights file; a `UsageError` names the file if it cannot be read (truncated, not weights)."
     from safetensors.torch import load_file
@@ -353,6 +354,7 @@ def hf_folder_tokenizer(path):
     if is_byte_tokenizer(tok) or tok.token_to_id(EOT) is not None: return tokenizer_from_json(tok)
     return HFTokenizer(tok, _eos_id(Path(path), tok))
 
+# %% ../nbs/44_hf.ipynb #33f0b90a
 _SIZE_KEYS = {'llama': ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads'),
               'mamba': ('vocab_size', 'hidden_size', 'num_hidden_layers', 'state_size')}
 
@@ -443,6 +445,7 @@ def run_tokenizer(cfg: Config | None, where, spec: str = 'auto'):
     raise UsageError("the run's BPE tokenizer was not found (its prepared corpus is gone); give it with --tokenizer "
                      "PATH (a tokenizer.json or a prepared folder), or --tokenizer none.")
 
+# %% ../nbs/44_hf.ipynb #7d9fdbdb
 def _same_tokenizer(a, b) -> bool:
     "Whether two of our tokenizers give the same ids."
     if isinstance(a, ByteTokenizer) or isinstance(b, ByteTokenizer): return type(a) is type(b)
@@ -523,6 +526,7 @@ def export_parser():
                '  longctx_export --format safetensors runs/version_0 exported/\n'
                '  longctx_export --format safetensors ~/mamba-130m-hf mamba130m/')
 
+# %% ../nbs/44_hf.ipynb #b582740f
 def _save_ours(model: LM, tok, out_dir, overwrite: bool) -> Path:
     "Our format (`export_model`) plus the tokenizer.json of a BPE tokenizer, written atomically."
     with _writing(out_dir, overwrite) as tmp:
