@@ -13,7 +13,7 @@ NBS, DOCS, PROC = ROOT / 'nbs', ROOT / '_docs', ROOT / '_proc'
 PLOTTED = ['12_attention', '42_train', '01_first_model', '03_choosing_a_block', '04_profiling']  # notebooks known to draw plots
 # Pages that the tutorials link to while their notebooks are written on other branches: a link to one is not
 # checked until its notebook exists in nbs/ (then it is, like every link). Remove names once they have landed.
-PENDING = {'06_coming_from_another_trainer'}
+PENDING = set()
 BROWSER_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
                  '--disable-background-networking', '--disable-component-update', '--disable-sync']
 
