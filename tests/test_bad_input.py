@@ -8,9 +8,9 @@ import pytest
 import torch
 
 def _mains():
-    from longctx_nb import cli, evals, report, bench, hf
+    from longctx_nb import cli, compare, evals, report, bench, hf
     return {'longctx_train': cli.train_main, 'longctx_prepare': cli.prepare_main, 'longctx_eval': evals.eval_main,
-            'longctx_compare': report.compare_main, 'longctx_report': report.report_main, 'longctx_bench': bench.bench_main,
+            'longctx_compare': compare.compare_main, 'longctx_report': report.report_main, 'longctx_bench': bench.bench_main,
             'longctx_export': hf.export_main}
 
 @pytest.fixture(scope='module')
@@ -454,7 +454,7 @@ def test_absurd_sizes_refused_by_the_memory_guard(case):
 
 def test_compare_resume_other_settings(data, tmp_path):
     "--resume into a comparison started with other settings: exit 2, one paragraph naming each difference, nothing written."
-    from longctx_nb.report import compare_blocks
+    from longctx_nb.compare import compare_blocks
     cmp = tmp_path / 'cmp'
     tiny = {'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2, 'model.d_ff': 64, 'data.copy_len': 4}
     with contextlib.redirect_stderr(io.StringIO()):
@@ -471,7 +471,7 @@ def test_compare_resume_other_settings(data, tmp_path):
 def test_compare_resume_other_machine(data, tmp_path):
     """--resume of a comparison whose settings resolved otherwise where it started (device, GPU, precision, kernels): exit 2,
     one paragraph naming each difference, nothing written."""
-    from longctx_nb.report import compare_blocks
+    from longctx_nb.compare import compare_blocks
     cmp = tmp_path / 'cmp'
     tiny = {'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2, 'model.d_ff': 64, 'data.copy_len': 4}
     with contextlib.redirect_stderr(io.StringIO()):

@@ -121,8 +121,8 @@ def test_every_command_has_version_and_help(bindir):
 
 def parsers():
     "The parsers of the console scripts (and of each benchmark)."
-    from longctx_nb import cli, evals, report, bench, hf
-    ps = [cli.build_parser(), cli.prepare_parser(), evals.eval_parser(), report.compare_parser(), report.report_parser(),
+    from longctx_nb import cli, compare, evals, report, bench, hf
+    ps = [cli.build_parser(), cli.prepare_parser(), evals.eval_parser(), compare.compare_parser(), report.report_parser(),
           bench.bench_parser(), hf.export_parser()]
     return ps + [bench.bench_parser(n) for n in bench.BENCHES]
 

@@ -6,7 +6,8 @@ from longctx_nb.blocks.bigbird import BigBirdAttention, random_block_size
 from longctx_nb.config import ModelConfig
 from longctx_nb.flags import main
 from longctx_nb.model import LM
-from longctx_nb.report import COMPARE_FLAGS, _compare, at_chance, chance_note, compare_blocks, compare_parser, report_table
+from longctx_nb.compare import COMPARE_FLAGS, _compare, compare_blocks, compare_parser
+from longctx_nb.report import at_chance, chance_note, report_table
 
 SMALL = {'model.n_layers': 2, 'model.d_model': 64, 'model.n_heads': 4, 'model.d_ff': 128, 'data.copy_len': 4}
 TINY_PK = {'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2, 'model.d_ff': 64}
