@@ -15,7 +15,7 @@ from .core import UsageError
 __all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'reset_peak_memory', 'peak_memory_mb', 'Timing',
            'bench_clock', 'time_reps', 'best_time', 'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores',
            'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu',
-           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot']
+           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
 def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
@@ -354,3 +354,12 @@ def pyplot(save: bool = False,  # the figure will be saved to a file
         matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     return plt
+
+# %% ../nbs/07_measure.ipynb #3dfcd43d
+def rel_err(a: torch.Tensor | None,  # a result
+            b: torch.Tensor | None,  # the reference's
+           ) -> float:
+    "max |a - b| / max |b|, in fp32; inf when only one of them exists, 0 when neither does."
+    if a is None or b is None: return 0.0 if a is b else float('inf')
+    a, b = a.detach().float(), b.detach().float()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Callable
 import torch
 from ..core import UsageError
+from ..measure import rel_err
 
 # %% auto #0
-__all__ = ['try_import', 'Impl', 'KernelImpls']
+__all__ = ['try_import', 'Impl', 'KernelImpls', 'compare_impls']
 
 # %% ../../nbs/10_dispatch.ipynb #1545c2cd
 @functools.lru_cache(maxsize=None)
@@ -120,3 +121,15 @@ class KernelImpls:
             self.require(impl, device, prefix, arg, load=True)
             return impl
         return next((o.name for o in self._candidates(device, skip) if o.load is None or o.load(device) is None), self.fallback)
+
+# %% ../../nbs/10_dispatch.ipynb #f924dd98
+def compare_impls(a: dict,            # name -> tensor (an output, a gradient) from the implementation checked
+                  b: dict,            # the same names from the reference
+                  eps: float = 1e-4,  # the largest `rel_err` allowed
+                 ) -> float:          # the largest `rel_err` found
+    "Assert that every result of `a` is within `eps` of `b`'s, naming the first that is not."
+    if set(a) != set(b): raise AssertionError(f"different results: {sorted(a)} against {sorted(b)}")
+    errs = {k: rel_err(a[k], b[k]) for k in b}
+    for k, e in errs.items():
+        if not e < eps: raise AssertionError(f"{k} differs: {e:.2e} (eps {eps:.0e})")
+    return max(errs.values(), default=0.0)
