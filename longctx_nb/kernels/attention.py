@@ -148,8 +148,7 @@ def _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_k
                              f"q_block={rk.q_block}: build it for at least this length.")
         if rk.index[:nq].numel() and int(rk.index[:nq].max()) >= nk:
             raise UsageError(f"random_keys names key block {int(rk.index[:nq].max())} but seq_len={L} has only {nk} "
-                             "key "
-                             f"blocks of k_block={rk.k_block} (ids 0..{nk - 1}, -1 for none).")
+                             f"key blocks of k_block={rk.k_block} (ids 0..{nk - 1}, -1 for none).")
 
 def _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse):
     mask = local_attention_mask(q.shape[2], window_size, n_global, rk, window_kind, q.device)
@@ -446,8 +445,7 @@ def flex_width_why_not(dq: int,     # head width of q and k
     `impl='flex'` says so."""
     if torch.device(device).type != 'cuda' or min(dq, dv) >= FLEX_MIN_HEAD_DIM: return None
     return (f"compiled FlexAttention takes head widths of {FLEX_MIN_HEAD_DIM} or more on a GPU, and these are {dq} "
-            "(q, k) "
-            f"and {dv} (v)")
+            f"(q, k) and {dv} (v)")
 
 attention_impls = KernelImpls('local_attention', ('ref', 'blocked'), (Impl('flex', check=_flex_why_not),),
                               fallback='blocked', unknown="impl={impl!r} is not valid; choices: {plain}.")
@@ -457,8 +455,7 @@ def _as_random_keys(random_keys, block_size):
     if random_keys is None or isinstance(random_keys, RandomKeys): return random_keys
     if isinstance(random_keys, torch.Tensor): return RandomKeys(random_keys, block_size, block_size)
     raise UsageError("random_keys must be None, a RandomKeys or an integer tensor (n_query_blocks, r) of key-block "
-                     "ids, "
-                     f"got {type(random_keys).__name__}.")
+                     f"ids, got {type(random_keys).__name__}.")
 
 def local_attention(q: torch.Tensor,                                       # (B, H, L, Dh) queries
                     k: torch.Tensor,                                       # (B, H, L, Dh) keys

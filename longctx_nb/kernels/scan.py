@@ -21,8 +21,7 @@ __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_EL
 # %% ../../nbs/12_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
                "mamba-ssm and causal-conv1d for the detected compute capability, ~15 minutes; `--wheels DIR` builds "
-               "wheels "
-               "to carry to an offline machine), or use impl='torch' (pure PyTorch, any device) or impl='auto'.")
+               "wheels to carry to an offline machine), or use impl='torch' (pure PyTorch, any device) or impl='auto'.")
 
 scan_impls = KernelImpls('selective_scan', ('ref', 'torch'), (
     Impl('cuda', module='selective_scan_cuda', cuda=True, install=_BUILD_HINT,
@@ -606,6 +605,5 @@ def _print_scan_bench(rows):
     one = [r['L'] for r in rows if r['impl'] == 'torch' and r['ms'] is not None and r['device'] == 'cpu' and nt > 1
            and _torch_scan_plan(r['batch'], r['dim'], r['N'], r['L'], torch.device('cpu'))[2] == 1]
     if one: print(f"note: 'torch' ran on one thread of {nt} at L = {', '.join(map(str, one))}: each of its operations "
-                  "there touches "
-                  f"fewer than {TORCH_SCAN_PARALLEL_ELEMS['cpu']:,} numbers, too few to share between threads beside "
-                  "other work")
+                  f"there touches fewer than {TORCH_SCAN_PARALLEL_ELEMS['cpu']:,} numbers, too few to share between "
+                  "threads beside other work")
