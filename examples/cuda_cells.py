@@ -4,7 +4,7 @@ time limit per notebook: each notebook that has such a cell runs whole (its othe
 what they define), in its own process. Prints one line per notebook and, for one that failed, the end of its output.
 
     python examples/cuda_cells.py                      # every notebook with a `#| cuda` cell
-    python examples/cuda_cells.py --timeout 240 --jobs 8 nbs/10_scan.ipynb nbs/23_mamba.ipynb
+    python examples/cuda_cells.py --timeout 240 --jobs 8 nbs/12_scan.ipynb nbs/23_mamba.ipynb
 
 Needs nbdev 2.4.14 with fastcore 1.14.5 and execnb 0.1.18 importable: for a machine without them or without a
 network, `make gpu-wheels` (run where a network exists) puts their wheels in .whl/ to carry, and

@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib, csv, gc, importlib, inspect, json, math, os, sys, time
 import torch
 from pathlib import Path
-from .core import UsageError, DISTURBED_SPREAD, Timing, bench_clock, busy_cores, get_device, pyplot, time_reps
-from .core import peak_memory_bytes, paired_ratio, time_in_turn, try_import
+from .core import UsageError, get_device
+from .measure import DISTURBED_SPREAD, Timing, bench_clock, busy_cores, pyplot, time_reps
+from .measure import peak_memory_bytes, paired_ratio, time_in_turn
+from .kernels.dispatch import try_import
 from .config import Config, apply_overrides, check_writable_dir
 from .checkpoint import atomic_write
 from .memory import available_memory, check_fits, check_positive, format_bytes
@@ -641,7 +643,7 @@ def gpu_block_row(model,             # an `LM` on `device`
     (weights, optimizer state, gradients, activations), `step_mib` what the step adds above what was held before it.
     Out of memory is a row, not a crash, and leaves nothing allocated behind."""
     from longctx_nb.model import flops_per_token
-    from longctx_nb.core import mfu as _mfu, format_mfu
+    from longctx_nb.measure import mfu as _mfu, format_mfu
     row = dict(block=model.cfg.block, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
                peak_mib=None, step_mib=None, disturbed=None, note='')
     oom, step = False, None
@@ -803,7 +805,8 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
     """The parts of `bench_gpu` on `device` (a CPU in the tests). At the start and after each row, the rows of every
     part (this run's, and an earlier run's of the other parts, if it had the same `GPU_SAME` settings) are saved in
     gpu_rows.json and gpu_table.md is written from them, each file atomically."""
-    from longctx_nb.core import device_peak_flops, device_name, autocast_dtype, parse_precision
+    from longctx_nb.core import autocast_dtype, parse_precision
+    from longctx_nb.measure import device_peak_flops, device_name
     from longctx_nb.model import count_params
     out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
     peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)

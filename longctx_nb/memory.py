@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 from torch import nn
-from .core import UsageError, get_device, launcher_env, parse_precision, saved_tensor_bytes
+from .core import UsageError, get_device, launcher_env, parse_precision
+from .measure import saved_tensor_bytes
 from .config import ModelConfig, check_before_run, pick_precision, resolve_model
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import get_block, act_bytes, rmsnorm_bytes

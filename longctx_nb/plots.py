@@ -6,7 +6,7 @@
 from __future__ import annotations
 import textwrap
 import numpy as np
-from .core import pyplot
+from .measure import pyplot
 
 # %% auto #0
 __all__ = ['legend_outside', 'fit_title', 'plot_heatmap', 'plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
-from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
-                             reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu, pyplot)
+from .core import UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything
+from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu, pyplot
 from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run, resolve_model
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData

@@ -3,7 +3,8 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 
-from longctx_nb.core import Timing, UsageError, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
+from longctx_nb.core import UsageError
+from longctx_nb.measure import Timing, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
 from longctx_nb.bench import timing_table, run_bench, largest_fitting, compare_paths, gpu_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +207,7 @@ def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_pat
         assert p.returncode == 0, (script, p.stderr)
     cuda_cells = _cuda_cells()
     found = {p.relative_to(ROOT).as_posix() for p in cuda_cells.cuda_notebooks()}
-    assert {'nbs/10_scan.ipynb', 'nbs/50_bench.ipynb', 'nbs/tutorials/02_gpu_and_cluster.ipynb'} <= found, found
+    assert {'nbs/12_scan.ipynb', 'nbs/50_bench.ipynb', 'nbs/tutorials/02_gpu_and_cluster.ipynb'} <= found, found
     assert 'nbs/00_core.ipynb' not in found and cuda_cells.skip_flags() == 'notest'
     p = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cuda_cells.py'), str(tmp_path / 'none.ipynb')],
                        capture_output=True, text=True)

@@ -8,7 +8,8 @@ import contextlib, functools, inspect
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError, parse_precision, saved_tensor_bytes
+from ..core import UsageError, parse_precision
+from ..measure import saved_tensor_bytes
 
 # %% auto #0
 __all__ = ['Mixer', 'patch_to', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',

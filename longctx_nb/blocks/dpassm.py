@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError, paired_ratio
+from ..core import UsageError
+from ..measure import paired_ratio
 from .base import Mixer, register_block, act_bytes, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
@@ -339,7 +340,8 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
                  verbose: bool = True,      # print the table
                 ) -> list[dict]:            # per L: rows 'dpassm', 'attention path', 'SSM path', 'both paths'
     "Forward+backward of the DP-ASSM mixer against its attention path and its SSM path run alone, and both one after the other, timed in turn."
-    from longctx_nb.core import get_device, time_in_turn, seed_everything
+    from longctx_nb.core import get_device, seed_everything
+    from longctx_nb.measure import time_in_turn
     device = get_device(device or 'auto'); seed_everything(0)
     m = DPASSM(d_model, n_heads, window_size=window_size, ssm_state_dim=ssm_state_dim).to(device)
     ai, si, ci = m._impls(None)
