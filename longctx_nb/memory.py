@@ -12,7 +12,7 @@ from torch import nn
 from .core import UsageError, get_device, launcher_env, parse_precision, saved_tensor_bytes
 from .config import ModelConfig, check_before_run, pick_precision, resolve_model
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
-from .blocks.base import get_block, act_bytes, rmsnorm_bytes
+from .blocks.base import Workload, get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block
 from .model import LM, count_params
 
@@ -33,14 +33,10 @@ def format_bytes(n: float,  # bytes
         if abs(n) < 1024 or unit == 'TiB': return f"{n:.{2 if unit in ('GiB', 'TiB') else 1}f} {unit}"
 
 # %% ../nbs/31_memory.ipynb #4b7a926b
-def block_shell_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
-                      batch_size: int,        # sequences per micro-batch
-                      seq_len: int,           # tokens per sequence
-                      precision: str = '32',  # '32', 'bf16' or '16'
-                      device: str = 'cuda',   # picks the kernels (CUDA or not)
-                     ) -> int:                # bytes
+def block_shell_bytes(w: Workload) -> int:   # bytes
     "Bytes the parts of `Block` around the mixer save for backward: two RMSNorms, the SwiGLU MLP, dropout masks."
-    a, dev, D, Ff = act_bytes(precision), torch.device(device).type, cfg.d_model, cfg.d_ff
+    cfg, a, dev = w.cfg, w.act, w.dev
+    D, Ff = cfg.d_model, cfg.d_ff
     mask = lambda elem: 1 if dev == 'cuda' else elem     # bool mask on CUDA, the noise tensor elsewhere
     per = rmsnorm_bytes(D, dev)                          # norm1
     if cfg.dropout: per += D * mask(a)                   # dropout after the mixer
@@ -49,34 +45,26 @@ def block_shell_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
         per += D * a if a == 4 else 2 * D * a            # w1's and w3's input (autocast casts it once for each)
         per += 4 * Ff * a                                # w1 x, silu(w1 x), w3 x, their product (w2's input)
         if cfg.dropout: per += D * mask(a)               # dropout after the MLP
-    return batch_size * seq_len * per
+    return w.tokens * per
 
-def block_activation_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
-                           batch_size: int,        # sequences per micro-batch
-                           seq_len: int,           # tokens per sequence
-                           precision: str = '32',  # '32', 'bf16' or '16'
-                           device: str = 'cuda',   # picks the kernels (CUDA or not)
-                          ) -> int:                # bytes
-    "Bytes one block saves for backward: `block_shell_bytes` plus its mixer's `activation_bytes` (vanilla's if it has none)."
+def block_activation_bytes(w: Workload) -> int:   # bytes (`w.cfg` is resolved here)
+    "Bytes one block saves for backward: `block_shell_bytes` plus its mixer's `activation_bytes` (else vanilla's)."
+    cfg = w.cfg
     cfg = resolve_model(cfg)
     mixer = get_block(cfg.block)
-    if not mixer.uses_mlp: cfg = dataclasses.replace(cfg, d_ff=0)  # e.g. Mamba
-    n = mixer.activation_bytes(cfg, batch_size, seq_len, precision, device)
+    w = w._replace(cfg=cfg if mixer.uses_mlp else dataclasses.replace(cfg, d_ff=0))  # e.g. Mamba: no MLP
+    n = mixer.activation_bytes(w)
     if n is None:
-        warnings.warn(f"block {mixer.name!r} declares no activation_bytes: its activations are estimated as vanilla attention's.")
-        n = get_block('vanilla').activation_bytes(cfg, batch_size, seq_len, precision, device)
-    return block_shell_bytes(cfg, batch_size, seq_len, precision, device) + n
+        warnings.warn(f"block {mixer.name!r} declares no activation_bytes: its activations are estimated as "
+                      "vanilla attention's.")
+        n = get_block('vanilla').activation_bytes(w)
+    return block_shell_bytes(w) + n
 
-def block_workspace_bytes(cfg: ModelConfig,       # a resolved `ModelConfig`
-                          batch_size: int,        # sequences per micro-batch
-                          seq_len: int,           # tokens per sequence
-                          precision: str = '32',  # '32', 'bf16' or '16'
-                          device: str = 'cuda',   # picks the kernels (CUDA or not)
-                         ) -> int:                # bytes
-    "Bytes one block's backward holds for a moment beyond what it saved and the gradients: its mixer's `backward_workspace_bytes` (0 if none)."
+def block_workspace_bytes(w: Workload) -> int:   # bytes (`w.cfg` is resolved here)
+    "Bytes one block's backward holds for a moment beyond what it saved: its mixer's `backward_workspace_bytes`."
+    cfg = w.cfg
     cfg = resolve_model(cfg)
-    f = getattr(get_block(cfg.block), 'backward_workspace_bytes', None)
-    return 0 if f is None else f(cfg, batch_size, seq_len, precision, device)
+    return get_block(cfg.block).backward_workspace_bytes(w._replace(cfg=cfg))
 
 # %% ../nbs/31_memory.ipynb #8e409b92
 _PARTS = [('weights', 'weights (fp32)'), ('grads', 'gradients (fp32)'), ('optimizer', 'AdamW moments (2 x fp32)'),
@@ -132,13 +120,13 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
     n = count_params(model)
     n_train = sum(q.numel() for q in model.parameters() if q.requires_grad)
     lin = [sum(m.weight.numel() for m in b.modules() if isinstance(m, nn.Linear)) for b in model.blocks]
-    BL, D, V = batch_size * seq_len, cfg.d_model, cfg.vocab_size
+    BL, D, V, w = batch_size * seq_len, cfg.d_model, cfg.vocab_size, Workload(cfg, batch_size, seq_len, p, dev)
 
-    block = block_activation_bytes(cfg, batch_size, seq_len, p, dev)
+    block = block_activation_bytes(w)
     outside = BL * (8 + rmsnorm_bytes(D, dev) + D * a)   # token ids, final norm, head input
     if cfg.dropout: outside += BL * D * (1 if dev == 'cuda' else 4)   # embedding dropout
     kept = cfg.n_layers * (4 * BL * D if ckpt else block)          # block inputs, or all of every block
-    ws = block_workspace_bytes(cfg, batch_size, seq_len, p, dev)  # one block's backward workspace (e.g. the CPU scan's sums)
+    ws = block_workspace_bytes(w)                                  # one block's backward workspace (the CPU scan's sums)
     activations = kept + outside + (block if ckpt else 0) + ws     # + one block during recompute
     head_cast = model.head.weight.numel()
     casts_saved = 0 if a == 4 else 2 * (head_cast + (0 if ckpt else sum(lin)))
@@ -146,7 +134,7 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
     loss_saved = BL * (4 * V + 8)                        # fp32 log-probabilities and int64 targets
     logits = BL * ((a + 12) * V + 8)                     # + head output, two fp32 gradients at backward's start
 
-    note = '' if get_block(cfg.block).activation_bytes(cfg, batch_size, seq_len, p, dev) is not None else \
+    note = '' if get_block(cfg.block).activation_bytes(w) is not None else \
         f"no activation count for block {cfg.block!r}: estimated as vanilla attention"
     desc = (f"{cfg.block} (d_model {D}, {cfg.n_layers} layers, {n / 1e6:,.1f}M params), batch {batch_size} x {seq_len}, "
             f"{p}, {'checkpointing' if ckpt else 'no checkpointing'}, {dev}")
@@ -201,13 +189,14 @@ TRAIN_HINT = ("--data.batch_size (raise --trainer.accumulate_grad_batches to kee
               "(--model.size, --model.d_model, --model.n_layers, --model.vocab_size), or set --model.gradient_checkpointing=true "
               "or --trainer.precision=bf16 (a smaller --vram preset does several of these)")
 
-def _need(cfg: ModelConfig, n: int, batch_size: int, seq_len: int, p: str, dev: str, ckpt, training: bool, shards: int) -> int:
-    "Bytes a training step (or an evaluation forward pass) needs, extrapolated from one and two layers."
-    BL, V, a = batch_size * seq_len, cfg.vocab_size, act_bytes(p)
+def _step_bytes(w: Workload, n: int, ckpt, training: bool, shards: int) -> int:
+    "Bytes a training step (or an evaluation forward pass) of `n` parameters needs, extrapolated from 1 and 2 layers."
+    cfg, BL = w.cfg, w.tokens
     if not training:
-        one = dataclasses.replace(cfg, n_layers=1)
-        return 4 * n + BL * V * (a + 4) + block_activation_bytes(one, batch_size, seq_len, p, dev) + 2 * BL * cfg.d_model * 4
-    e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=k), batch_size, seq_len, p, ckpt, dev) for k in (1, 2))
+        one = w._replace(cfg=dataclasses.replace(cfg, n_layers=1))
+        return 4 * n + BL * cfg.vocab_size * (w.act + 4) + block_activation_bytes(one) + 2 * BL * cfg.d_model * 4
+    e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=k), w.batch_size, w.seq_len, w.precision, ckpt, w.device)
+              for k in (1, 2))
     rest = lambda e: e.total - e.weights - e.grads - e.optimizer
     return 16 * n // shards + rest(e1) + (cfg.n_layers - 1) * (rest(e2) - rest(e1))
 
@@ -234,7 +223,8 @@ def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None
     else:
         bound = (16 * n // shards if training else 4 * n) + batch_size * seq_len * cfg.vocab_size * (act_bytes(p) + 4)
         early = avail is not None and bound * processes > avail[0]
-        need = processes * (bound if early else _need(cfg, n, batch_size, seq_len, p, dev, gradient_checkpointing, training, shards))
+        w = Workload(cfg, batch_size, seq_len, p, dev)
+        need = processes * (bound if early else _step_bytes(w, n, gradient_checkpointing, training, shards))
         desc = f"{'at least' if early else 'about'} {format_bytes(need)} for {n:,} parameters and {size}" + (f" in each of {processes} processes" if processes > 1 else '')
     if need is None or (avail is not None and need > avail[0]):
         raise UsageError(f"this run cannot fit in memory: to {what} it needs {desc}, but {avail[1] if avail else 'the device is too small'}. "

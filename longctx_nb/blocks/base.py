@@ -5,23 +5,25 @@
 # %% ../../nbs/20_blocks.ipynb #5a19572e
 from __future__ import annotations
 import contextlib, functools, inspect
+from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError, parse_precision, saved_tensor_bytes
 
 # %% auto #0
-__all__ = ['Mixer', 'patch_to', 'register_block', 'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal',
-           'quiet_notes', 'block_note', 'act_bytes', 'rmsnorm_bytes']
+__all__ = ['Mixer', 'check_int', 'patch_to', 'Workload', 'act_bytes', 'register_block', 'block_names', 'canonical_block',
+           'get_block', 'blocks_reading', 'check_causal', 'check_paths', 'quiet_notes', 'block_note', 'measure_mixer',
+           'linear_casts', 'rmsnorm_bytes']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Mixer(nn.Module):
-    "A causal sequence mixer `(B, L, d_model) -> (B, L, d_model)` that declares what the rest of the package needs to know."
-    name: str = ''                                          # the block's name in configs and on the command line
-    aliases: tuple[str, ...] = ()                           # other names accepted for it
-    config_fields: dict[str, str] | tuple[str, ...] = ()    # ModelConfig fields read: {field: constructor keyword} or names
-    uses_mlp: bool = True                                   # False: the layer replaces attention and MLP (no MLP in its blocks)
-    kernels: tuple[str, ...] = ()                           # the library's kernels it runs, named in a run's log: 'selective_scan', ...
+    "A causal sequence mixer `(B, L, d_model) -> (B, L, d_model)` that declares what the package needs to know."
+    name: str = ''                                        # the block's name in configs and on the command line
+    aliases: tuple[str, ...] = ()                         # other names accepted for it
+    config_fields: dict[str, str] | tuple[str, ...] = ()  # ModelConfig fields read: {field: constructor keyword} or names
+    uses_mlp: bool = True                                 # False: the layer replaces attention and MLP (no MLP)
+    kernels: tuple[str, ...] = ()                         # the library's kernels it runs, named in a run's log
 
     @classmethod
     def field_map(cls) -> dict[str, str]:
@@ -37,12 +39,23 @@ class Mixer(nn.Module):
 
     @classmethod
     def from_config(cls, cfg,            # a resolved `ModelConfig`
-                    layer_idx: int = 0,  # the layer's index in the model (passed on if the constructor takes `layer_idx`)
+                    layer_idx: int = 0,  # the layer's index (passed on if the constructor takes `layer_idx`)
                    ):
         "Build layer `layer_idx` from a resolved `ModelConfig`; a block overrides it only to translate a setting."
         kw = cls.config_kwargs(cfg)
         if 'layer_idx' in inspect.signature(cls.__init__).parameters: kw['layer_idx'] = layer_idx
         return cls(**kw)
+
+# %% ../../nbs/20_blocks.ipynb #aa2849fa
+def check_int(name: str,     # the setting
+              value,         # its value
+              lo: int,       # the smallest valid value
+              what: str,     # what the setting is, for the message
+              who: str = '', # the block's name, to start the message with (none: no prefix)
+             ):
+    "Raise `UsageError` unless `value` is an integer (not a bool) `>= lo`."
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise UsageError(f"{who + ': ' if who else ''}{name}={value!r} is not valid: {what}, an integer >= {lo}.")
 
 # %% ../../nbs/20_blocks.ipynb #50426007
 def patch_to(cls: type,  # the class that gets the method
@@ -56,24 +69,45 @@ def patch_to(cls: type,  # the class that gets the method
     return add
 
 # %% ../../nbs/20_blocks.ipynb #36093cc1
+class Workload(NamedTuple):
+    "What a memory count is for: a resolved `ModelConfig` on `(batch_size, seq_len)` batches in `precision` on `device`."
+    cfg: Any               # a resolved `ModelConfig`
+    batch_size: int        # sequences per micro-batch
+    seq_len: int           # tokens per sequence
+    precision: str = '32'  # '32', 'bf16' or '16'
+    device: str = 'cuda'   # picks the kernels (CUDA or not)
+
+    @property
+    def act(self) -> int: return act_bytes(self.precision)   # bytes per element of a matmul output
+    @property
+    def dev(self) -> str: return torch.device(self.device).type
+    @property
+    def tokens(self) -> int: return self.batch_size * self.seq_len
+
+def act_bytes(precision: str,  # '32', 'bf16' or '16'
+             ) -> int:
+    "Bytes per element of matmul outputs: 4 in fp32, 2 under bf16/fp16 autocast."
+    return 4 if parse_precision(precision) == '32' else 2
+
 @patch_to(Mixer)
 @staticmethod
 def flops_per_token(cfg,           # a resolved `ModelConfig`
                     seq_len: int,  # tokens per sequence
                    ) -> float:     # FLOPs per token
-    "Training FLOPs per token of one layer's matmuls without parameters (attention's `q k^T` and `A v`, a scan): none here."
+    "Training FLOPs per token of one layer's parameter-free matmuls (attention's `q k^T` and `A v`, a scan): none here."
     return 0.0
 
 @patch_to(Mixer)
 @staticmethod
-def activation_bytes(cfg,                    # a resolved `ModelConfig`
-                     batch_size: int,        # sequences per micro-batch
-                     seq_len: int,           # tokens per sequence
-                     precision: str = '32',  # '32', 'bf16' or '16'
-                     device: str = 'cuda',   # picks the kernels (CUDA or not)
-                    ) -> int | None:         # bytes, or None: the block does not say
-    "Bytes one mixer saves for backward on a `(batch_size, seq_len)` batch, its input included."
+def activation_bytes(w: Workload) -> int | None:   # bytes, or None: the block does not say
+    "Bytes one mixer saves for backward on workload `w`, its input included."
     return None
+
+@patch_to(Mixer)
+@staticmethod
+def backward_workspace_bytes(w: Workload) -> int:
+    "Bytes the mixer's backward holds for a moment beyond what it saved and the gradients (a kernel's partial sums)."
+    return 0
 
 @patch_to(Mixer)
 @classmethod
@@ -102,7 +136,7 @@ def block_names() -> list[str]:
 
 def canonical_block(name: str,  # a block name or alias, any case
                    ) -> str:    # the registered name
-    "The registered name of block `name` (or of the block it is an alias of); a `UsageError` naming the valid ones otherwise."
+    "The registered name of block (or alias) `name`; a `UsageError` naming the valid ones otherwise."
     key = str(name).lower()
     key = _ALIASES.get(key, key)
     if key not in _BLOCKS:
@@ -128,7 +162,7 @@ def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
                  atol: float = 1e-5,  # tolerance of "unchanged"
                  seed: int = 0,       # the perturbations' random stream
                 ):
-    "Assert the sequence map `f: (B, L, D) -> (B, L, D)` is causal at every cut point, by perturbation and by gradients."
+    "Assert the sequence map `f` is causal at every cut point, by perturbation and by gradients."
     gen = torch.Generator().manual_seed(seed)
     L = x.shape[1]
     y = f(x)
@@ -136,7 +170,8 @@ def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
         x2 = x.clone()
         x2[:, t:] = torch.randn(x2[:, t:].shape, generator=gen).to(x)
         y2 = f(x2)
-        assert torch.allclose(y2[:, :t], y[:, :t], atol=atol), f"outputs before position {t} changed when inputs >= {t} did"
+        assert torch.allclose(y2[:, :t], y[:, :t], atol=atol), \
+            f"outputs before position {t} changed when inputs >= {t} did"
         assert not torch.allclose(y2[:, t:], y[:, t:], atol=atol), f"outputs from position {t} on ignore their inputs"
     xg = x.clone().requires_grad_(True)
     yg = f(xg)
@@ -144,6 +179,26 @@ def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
         g, = torch.autograd.grad(yg[:, t].sum(), xg, retain_graph=True)
         if t + 1 < L: assert g[:, t + 1:].abs().max() <= atol, f"output {t} has a gradient from a later input"
         assert g[:, t].abs().max() > 0, f"output {t} does not depend on its own input"
+
+# %% ../../nbs/20_blocks.ipynb #433f2a0e
+def _close(a, b, eps, what):
+    assert a.shape == b.shape and bool(((a - b).abs() < eps).all()), \
+        f"{what} differ by {(a - b).abs().max():.2e} (eps {eps:.1e})"
+
+def check_paths(m: nn.Module,          # a mixer whose forward takes `impl=`
+                x: torch.Tensor,       # (B, L, D) input
+                fast='blocked',        # the `impl` checked against `impl='ref'`
+                eps: float = 1e-5,     # tolerance (scaled by the largest weight gradient)
+               ):
+    "Assert `m(x, impl=fast)` equals `m(x, impl='ref')`: outputs and gradients of `x` and every parameter."
+    outs = {}
+    for impl in ('ref', fast):
+        m.zero_grad(); xg = x.clone().requires_grad_(True)
+        y = m(xg, impl=impl); y.backward(torch.ones_like(y) + x[..., :1])   # a non-uniform output gradient
+        outs[impl] = (y.detach(), xg.grad, [p.grad.clone() for p in m.parameters()])
+    (y0, gx0, gp0), (y1, gx1, gp1) = outs['ref'], outs[fast]
+    _close(y1, y0, eps, 'outputs'); _close(gx1, gx0, eps, "the input's gradients")
+    for a, b in zip(gp1, gp0): _close(a, b, eps * max(1.0, b.abs().max().item()), 'weight gradients')  # sums over B*L
 
 # %% ../../nbs/20_blocks.ipynb #f3bfc629
 _QUIET = []   # depth of `quiet_notes` blocks
@@ -162,15 +217,28 @@ def block_note(msg: str,  # what the block changed, and why
     print(msg, flush=True)
     return True
 
-# %% ../../nbs/20_blocks.ipynb #f25ded19
-def act_bytes(precision: str,  # '32', 'bf16' or '16'
-             ) -> int:
-    "Bytes per element of matmul outputs: 4 in fp32, 2 under bf16/fp16 autocast."
-    return 4 if parse_precision(precision) == '32' else 2
+# %% ../../nbs/20_blocks.ipynb #c12d886e
+from ..core import autocast
 
+def measure_mixer(m: nn.Module,     # a mixer
+                  x: torch.Tensor,  # its input
+                  precision: str,   # '32', 'bf16' or '16'
+                 ) -> int:          # bytes
+    "Bytes `m(x)` saves for backward under `precision`'s autocast on `x`'s device, `m`'s parameters left out."
+    def run():
+        with autocast(x.device, precision): return m(x)
+    return saved_tensor_bytes(run, params=m)
+
+def linear_casts(m: nn.Module,    # a mixer
+                 precision: str,  # '32', 'bf16' or '16'
+                ) -> int:         # bytes
+    "Bytes of autocast's 2-byte copies of `m`'s `nn.Linear` weights (0 in fp32)."
+    return 0 if precision == '32' else 2 * sum(l.weight.numel() for l in m.modules() if isinstance(l, nn.Linear))
+
+# %% ../../nbs/20_blocks.ipynb #f25ded19
 @functools.lru_cache(maxsize=None)
 def _norm_saves_normalized(device: str) -> bool:
-    "Whether `F.rms_norm` saves `x / rms` besides `x` and `1/rms`: measured where `device` exists, else True except on CUDA."
+    "Whether `F.rms_norm` saves `x / rms` besides `x` and `1/rms`: measured where `device` exists, else not on CUDA."
     try:
         x = torch.randn(2, 16, device=device, requires_grad=True)
         w = torch.ones(16, device=device, requires_grad=True)

@@ -5,11 +5,11 @@
 # %% ../../nbs/25_bigbird.ipynb #82b04ee3
 from __future__ import annotations
 from ..kernels.attention import RandomKeys, bigbird_random_keys
-from .base import register_block, patch_to, block_note
-from .longformer import LongformerAttention, local_mixer_bytes, _check_int
+from .base import check_int, register_block, patch_to, block_note
+from .longformer import LongformerAttention
 
 # %% auto #0
-__all__ = ['BigBirdAttention', 'random_block_size', 'bigbird_mixer_bytes']
+__all__ = ['BigBirdAttention', 'random_block_size']
 
 # %% ../../nbs/25_bigbird.ipynb #c37ad85f
 @register_block
@@ -32,8 +32,8 @@ class BigBirdAttention(LongformerAttention):
                 ):
         super().__init__(d_model, n_heads, window_size=window_size, n_global_tokens=n_global_tokens, rope_theta=rope_theta,
                          dropout=dropout, bias=bias, block_size=block_size, impl=impl)
-        _check_int('n_random_tokens', n_random_tokens, 0, 'the number of random keys per query block')
-        _check_int('seed', seed, 0, "the seed of the layer's random keys")
+        check_int('n_random_tokens', n_random_tokens, 0, 'the number of random keys per query block')
+        check_int('seed', seed, 0, "the seed of the layer's random keys")
         self.n_random_tokens, self.seed = n_random_tokens, seed
         self._random: RandomKeys | None = None
 
@@ -90,15 +90,3 @@ def random_keys(self, seq_len: int,     # tokens per sequence
         n = max(seq_len, 2 * rk.index.shape[0] * q if rk is not None and rk.q_block == q else 0)
         self._random = bigbird_random_keys(n, self.n_random_tokens, q, self.window_size, self.n_global_tokens, seed=self.seed)
     return self._random
-
-# %% ../../nbs/25_bigbird.ipynb #b4224608
-def bigbird_mixer_bytes(cfg,                    # a resolved `ModelConfig`
-                        batch_size: int,        # sequences per micro-batch
-                        seq_len: int,           # tokens per sequence
-                        precision: str = '32',  # '32', 'bf16' or '16'
-                        device: str = 'cuda',   # picks the kernels (CUDA or not)
-                       ) -> int:                # bytes
-    "Bytes `BigBirdAttention` saves for backward, its input included."
-    return local_mixer_bytes(cfg, batch_size, seq_len, precision, device)
-
-BigBirdAttention.activation_bytes = staticmethod(bigbird_mixer_bytes)

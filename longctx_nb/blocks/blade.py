@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes, rmsnorm_bytes, patch_to, block_note
+from .base import Mixer, Workload, register_block, rmsnorm_bytes, patch_to, block_note
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['chunk_states', 'BladeCache', 'Blade', 'blade_mixer_bytes']
+__all__ = ['chunk_states', 'BladeCache', 'Blade']
 
 # %% ../../nbs/26_blade.ipynb #04fa3b31
 def _segsum(cum: torch.Tensor, strict: bool) -> torch.Tensor:
@@ -280,15 +280,12 @@ def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next t
     return y.view(x_t.shape), cache
 
 # %% ../../nbs/26_blade.ipynb #2ec9409c
-def blade_mixer_bytes(cfg,                    # a resolved `ModelConfig`
-                      batch_size: int,        # sequences per micro-batch
-                      seq_len: int,           # tokens per sequence
-                      precision: str = '32',  # '32', 'bf16' or '16'
-                      device: str = 'cuda',   # picks the kernels (CUDA or not)
-                     ) -> int:                # bytes
+@patch_to(Blade)
+@staticmethod
+def activation_bytes(w: Workload) -> int:   # bytes
     "Bytes `Blade`'s fast path saves for backward, its input included."
-    a, dev = act_bytes(precision), torch.device(device).type
-    B, L, D, H, C, S = batch_size, seq_len, cfg.d_model, cfg.n_heads, cfg.chunk_size, cfg.state_dim
+    cfg, a, dev, B, L = w.cfg, w.act, w.dev, w.batch_size, w.seq_len
+    D, H, C, S = cfg.d_model, cfg.n_heads, cfg.chunk_size, cfg.state_dim
     m = r = cfg.n_mem_tokens
     Dh, N = D // H, -(-L // C)
     Lp, n = N * C, N - 1
@@ -296,11 +293,9 @@ def blade_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     total += 8 * C * Dh + (C * (C + m) * a if dev != 'cuda' else 0)
     if n:
         total += B * n * (H * r * C + 2 * C * D + r * D) * a + (2 * H * r * Dh if a == 2 else 0)   # write
-        T = math.isqrt(n - 1) + 1; nb = -(-n // T)                                                    # carry:
-        total += 4 * B * S * (2 * n + nb * T * T + 3 * nb * T + nb * nb) + T * T + (nb + 1) ** 2     #   fp32 decays, weights, masks
-        total += B * S * nb * (T + T * T + 2 + nb) * a + (B * S * nb * T * a if a == 2 else 0)       #   einsum operands
-        total += B * N * (rmsnorm_bytes(S, dev) + S * a)                                              # read
+        T = math.isqrt(n - 1) + 1; nb = -(-n // T)                                 # carry: fp32 decays, weights, masks,
+        total += 4 * B * S * (2 * n + nb * T * T + 3 * nb * T + nb * nb) + T * T + (nb + 1) ** 2
+        total += B * S * nb * (T + T * T + 2 + nb) * a + (B * S * nb * T * a if a == 2 else 0)    # einsum operands
+        total += B * N * (rmsnorm_bytes(S, dev) + S * a)                                           # read
     else: total += B * (4 * S + S * a)          # one chunk: the zero state's norm saves only its output
     return total
-
-Blade.activation_bytes = staticmethod(blade_mixer_bytes)

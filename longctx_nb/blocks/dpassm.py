@@ -4,13 +4,13 @@
 
 # %% ../../nbs/27_dpassm.ipynb #4f42339b
 from __future__ import annotations
-import math
+import functools, math
 from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError, paired_ratio
-from .base import Mixer, register_block, act_bytes, patch_to
+from .base import Mixer, Workload, check_int, register_block, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
@@ -18,7 +18,7 @@ from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selecti
 from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'dpassm_mixer_bytes', 'dpassm_backward_workspace_bytes', 'bench_dpassm']
+__all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'bench_dpassm']
 
 # %% ../../nbs/27_dpassm.ipynb #e022d913
 @dataclass
@@ -38,24 +38,21 @@ class DPASSMCache:
 # %% ../../nbs/27_dpassm.ipynb #2a058f14
 PATHS = {'ref': ('ref', 'ref', 'ref'), 'fast': ('blocked', 'torch', 'ref')}   # impl -> (attention, scan, conv)
 
-def _check_int(name: str, value, lo: int, what: str):
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise UsageError(f"dpassm: {name}={value!r} is not valid: {what}, an integer >= {lo}.")
-
 def _check_choice(name: str, value, choices):
     if value not in choices: raise UsageError(f"dpassm: {name}={value!r} is not valid; choices: {', '.join(choices)}.")
 
 def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_size, dt_rank, dt_min, dt_max, dt_init_floor, attn_impl, scan_impl, conv_impl) -> int:
     "Check DP-ASSM's settings, naming the first bad one; the resolved `dt_rank`."
-    _check_int('d_model', d_model, 1, 'the model width')
-    _check_int('n_heads', n_heads, 1, 'the number of attention heads')
+    ck = functools.partial(check_int, who='dpassm')
+    ck('d_model', d_model, 1, 'the model width')
+    ck('n_heads', n_heads, 1, 'the number of attention heads')
     if d_model % n_heads: raise UsageError(f"dpassm: d_model={d_model} must be divisible by n_heads={n_heads}.")
-    _check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
-    _check_int('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel')
-    _check_int('d_conv', d_conv, 1, 'the causal conv width (1 for a per-channel scale, i.e. no conv)')
-    _check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
+    ck('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
+    ck('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel')
+    ck('d_conv', d_conv, 1, 'the causal conv width (1 for a per-channel scale, i.e. no conv)')
+    ck('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
     if dt_rank in (None, 'auto'): dt_rank = math.ceil(d_model / 16)
-    _check_int('dt_rank', dt_rank, 1, "the rank of the step-size projection (or 'auto')")
+    ck('dt_rank', dt_rank, 1, "the rank of the step-size projection (or 'auto')")
     if not 0 < dt_min <= dt_max: raise UsageError(f"dpassm: dt_min={dt_min!r} and dt_max={dt_max!r} must satisfy 0 < dt_min <= dt_max.")
     if not dt_init_floor > 0: raise UsageError(f"dpassm: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
     _check_choice('attn_impl', attn_impl, attention_impls.choices); _check_choice('scan_impl', scan_impl, scan_impls.choices)
@@ -253,23 +250,20 @@ def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next 
     return y.view(x_t.shape), cache
 
 # %% ../../nbs/27_dpassm.ipynb #868f1a06
-def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
-                       batch_size: int,        # sequences per micro-batch
-                       seq_len: int,           # tokens per sequence
-                       precision: str = '32',  # '32', 'bf16' or '16'
-                       device: str = 'cuda',   # picks the kernels (CUDA or not)
-                      ) -> int:                # bytes
-    "Bytes `DPASSM` saves for backward, its input included (weights' autocast copies of `nn.Linear`s excluded: the estimator counts those)."
-    a, D, H, N, L, K = act_bytes(precision), cfg.d_model, cfg.n_heads, cfg.ssm_state_dim, seq_len, cfg.d_conv
+@patch_to(DPASSM)
+@staticmethod
+def activation_bytes(w: Workload) -> int:   # bytes
+    "Bytes `DPASSM` saves for backward, its input included (not the `nn.Linear` weights' autocast copies)."
+    cfg, a, L, dev, batch_size = w.cfg, w.act, w.seq_len, w.dev, w.batch_size
+    D, H, N, K = cfg.d_model, cfg.n_heads, cfg.ssm_state_dim, cfg.d_conv
     R = cfg.dt_rank or math.ceil(D / 16)
-    dev = torch.device(device).type
-    BL, Dh, f32 = batch_size * L, D // H, a == 4
+    Dh, f32 = D // H, a == 4
     attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
-    impls = kernel_backends(dev, cfg.scan_impl, cfg.conv_impl, N, K)   # what 'auto' resolves to, as Mamba's estimate asks
+    impls = kernel_backends(dev, cfg.scan_impl, cfg.conv_impl, N, K)   # what 'auto' resolves to, as for Mamba
     scan, conv = impls['selective_scan'], impls['causal_conv1d']
-    # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate),
-    # the merge (SSM output, attention output, gate; the CPU kernel merging in fp32 keeps its output instead, which is out_proj's
-    # input unless dropout comes between) and out_proj's input; dropout's mask
+    # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate), the merge (SSM output,
+    # attention output, gate; the CPU kernel merging in fp32 keeps its output instead, which is out_proj's input unless
+    # dropout comes between) and out_proj's input; dropout's mask
     fused = scan == 'cpu' and f32
     per = (D * 4 if f32 else 3 * D * a) + (2 if fused else 3) * D * a + D * a
     if cfg.dropout: per += D * (1 if dev == 'cuda' else a) + (D * 4 if fused else 0)
@@ -277,39 +271,33 @@ def dpassm_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     # attention path
     if attn in ('blocked', 'flex'): per += 2 * D * a + 3 * D * a + D * a + 4 * H   # rotated q, k; qkv output; output; lse
     else: per += 3 * D * a; const += L * L + batch_size * H * L * L * (a + 4 if a < 4 and dev == 'cuda' else a)
-    # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads and
-    # x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)
+    # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads
+    # and x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)
     per += 0 if f32 else D * a + (R + 2 * N) * a
-    if conv == 'cpu': per += D * 4                     # the compiled conv keeps only its input, in fp32 (a copy under autocast)
+    if conv == 'cpu': per += D * 4                     # the compiled conv keeps only its input, in fp32
     else:
         per += D * a + D * a
         const += batch_size * D * (K - 1) * a + (0 if f32 else 2 * D * K)   # conv padding; the conv weight's bf16 copy
     if scan == 'torch':      # softplus input, dt, u in fp32 (twice under autocast), B and C fp32, chunk-start states
         per += 2 * D * 4 + (D * 4 if f32 else 2 * D * 4) + ((R + 2 * N) * 4 if f32 else 2 * N * 4)
         const += batch_size * -(-L // TORCH_SCAN_CHUNK.get(dev, TORCH_SCAN_CHUNK['cpu'])) * D * N * 4
-    elif scan == 'cpu':      # u and delta in fp32, B and C transposed fp32 copies, x_proj's output (fp32), chunk-start states
+    elif scan == 'cpu':      # u, delta fp32; B, C transposed fp32 copies; x_proj's output (fp32); chunk-start states
         per += 2 * D * 4 + 2 * N * 4 + ((R + 2 * N) * 4 if f32 else 0)
         const += batch_size * -(-L // CPU_SCAN_CHUNK) * D * N * 4
-    elif scan == 'cuda':     # mamba-ssm: u, delta, x_proj's output (B, C are views), states every 2048 steps (not measured here)
+    elif scan == 'cuda':     # mamba-ssm: u, delta, x_proj's output (B, C are views), states every 2048 steps
         per += (0 if f32 else D * a) + D * a + (R + 2 * N) * a
         const += batch_size * -(-L // 2048) * D * 2 * N * 4
     else:                    # the sequential reference: per step the decay and input terms and the state (approximate)
         per += 4 * D * 4 + 2 * D * N * 4 + (R + 2 * N) * 4
-    return BL * per + const
-
-DPASSM.activation_bytes = staticmethod(dpassm_mixer_bytes)
+    return w.tokens * per + const
 
 # %% ../../nbs/27_dpassm.ipynb #dc3a5fa5
-def dpassm_backward_workspace_bytes(cfg,                    # a resolved `ModelConfig`
-                                    batch_size: int,        # sequences per micro-batch
-                                    seq_len: int,           # tokens per sequence
-                                    precision: str = '32',  # '32', 'bf16' or '16' (the CPU scan works in fp32 whatever it is)
-                                    device: str = 'cuda',   # picks the kernels (CUDA or not)
-                                   ) -> int:                # bytes
-    "Bytes `DPASSM`'s backward holds beyond what it saved and the gradients: the CPU scan's partial sums (0 with the other scans)."
-    return scan_backward_workspace_bytes(cfg.scan_impl, device, batch_size, cfg.d_model, seq_len, cfg.ssm_state_dim)
-
-DPASSM.backward_workspace_bytes = staticmethod(dpassm_backward_workspace_bytes)
+@patch_to(DPASSM)
+@staticmethod
+def backward_workspace_bytes(w: Workload) -> int:   # bytes
+    "The CPU scan's partial sums, which `DPASSM`'s backward holds for a moment (0 with the other scans)."
+    c = w.cfg
+    return scan_backward_workspace_bytes(c.scan_impl, w.device, w.batch_size, c.d_model, w.seq_len, c.ssm_state_dim)
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _dp_row(impl, L, t, batch):

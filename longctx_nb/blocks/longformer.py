@@ -6,19 +6,14 @@
 from __future__ import annotations
 import torch
 import torch.nn.functional as F
-from ..core import UsageError
-from .base import register_block, act_bytes, patch_to
+from .base import Workload, check_int, register_block, patch_to
 from .vanilla import CausalSelfAttention
 from ..kernels.attention import attention_impls, local_attention
 
 # %% auto #0
-__all__ = ['LongformerAttention', 'local_mixer_bytes', 'longformer_mixer_bytes']
+__all__ = ['LongformerAttention']
 
 # %% ../../nbs/24_longformer.ipynb #961f1404
-def _check_int(name: str, value, lo: int, what: str):
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise UsageError(f"{name}={value!r} is not valid: {what}, an integer >= {lo}.")
-
 @register_block
 class LongformerAttention(CausalSelfAttention):
     "Causal sliding-window attention plus global tokens at the start (Longformer), with RoPE: `(B, L, D) -> (B, L, D)`."
@@ -37,9 +32,9 @@ class LongformerAttention(CausalSelfAttention):
                  block_size: int = 64,         # query block length of the blocked kernel
                  impl: str = 'auto',           # `local_attention`'s impl: 'auto', 'ref', 'blocked' or 'flex'
                 ):
-        _check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
-        _check_int('n_global_tokens', n_global_tokens, 0, 'the number of global tokens at the start of the sequence')
-        _check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
+        check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
+        check_int('n_global_tokens', n_global_tokens, 0, 'the number of global tokens at the start of the sequence')
+        check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
         attention_impls.check_name(impl)
         super().__init__(d_model, n_heads, rope_theta=rope_theta, dropout=dropout, bias=bias)  # qkv, rope, out_proj
         self.window_size, self.n_global_tokens, self.block_size, self.impl = window_size, n_global_tokens, block_size, impl
@@ -76,33 +71,19 @@ def extra_repr(self) -> str:
     return f'window_size={self.window_size}, n_global_tokens={self.n_global_tokens}, block_size={self.block_size}, impl={self.impl!r}'
 
 # %% ../../nbs/24_longformer.ipynb #4f9206d2
-def local_mixer_bytes(cfg,                    # a resolved `ModelConfig`
-                      batch_size: int,        # sequences per micro-batch
-                      seq_len: int,           # tokens per sequence
-                      precision: str = '32',  # '32', 'bf16' or '16'
-                      device: str = 'cuda',   # picks the kernels (CUDA or not)
-                     ) -> int:                # bytes
-    "Bytes a `LongformerAttention`-style mixer saves for backward, its input included."
-    a, D, H, L = act_bytes(precision), cfg.d_model, cfg.n_heads, seq_len
-    impl = cfg.attn_impl
-    if impl == 'auto': impl = 'flex' if torch.device(device).type == 'cuda' else 'blocked'
-    BL, Dh = batch_size * L, D // H
+@patch_to(LongformerAttention)
+@staticmethod
+def activation_bytes(w: Workload) -> int:   # bytes
+    "Bytes a `LongformerAttention` (or `BigBirdAttention`) mixer saves for backward, its input included."
+    cfg, a, L, dev = w.cfg, w.act, w.seq_len, w.dev
+    D, H, impl = cfg.d_model, cfg.n_heads, cfg.attn_impl
+    if impl == 'auto': impl = 'flex' if dev == 'cuda' else 'blocked'
+    Dh = D // H
     per = 2 * D * a                                        # qkv's input (autocast's copy) and out_proj's input
-    if cfg.dropout: per += D * (1 if torch.device(device).type == 'cuda' else a)   # dropout's mask
+    if cfg.dropout: per += D * (1 if dev == 'cuda' else a)   # dropout's mask
     tables = 2 * L * Dh * 4                                # RoPE's fp32 cos and sin
     if impl in ('blocked', 'flex'):                        # rotated q, k; the qkv output (v is a view); output; lse
-        return BL * (per + 2 * D * a + 3 * D * a + D * a + 4 * H) + tables
-    # the reference: q, k, v and the L x L probabilities, in autocast's dtype (CUDA's autocast softmax adds an fp32 copy)
-    probs = a + 4 if a < 4 and torch.device(device).type == 'cuda' else a
-    return BL * (per + 3 * D * a) + tables + L * L + batch_size * H * L * L * probs
-
-def longformer_mixer_bytes(cfg,                    # a resolved `ModelConfig`
-                           batch_size: int,        # sequences per micro-batch
-                           seq_len: int,           # tokens per sequence
-                           precision: str = '32',  # '32', 'bf16' or '16'
-                           device: str = 'cuda',   # picks the kernels (CUDA or not)
-                          ) -> int:                # bytes
-    "Bytes `LongformerAttention` saves for backward, its input included."
-    return local_mixer_bytes(cfg, batch_size, seq_len, precision, device)
-
-LongformerAttention.activation_bytes = staticmethod(longformer_mixer_bytes)
+        return w.tokens * (per + 2 * D * a + 3 * D * a + D * a + 4 * H) + tables
+    # the reference: q, k, v and the L x L probabilities in autocast's dtype (CUDA's autocast softmax adds an fp32 copy)
+    probs = a + 4 if a < 4 and dev == 'cuda' else a
+    return w.tokens * (per + 3 * D * a) + tables + L * L + w.batch_size * H * L * L * probs

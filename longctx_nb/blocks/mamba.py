@@ -9,15 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, register_block, act_bytes, patch_to
+from .base import Mixer, Workload, register_block, patch_to
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm', 'mamba_mixer_bytes',
-           'mamba_backward_workspace_bytes']
+__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
@@ -260,18 +259,16 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
     return out[:, None] if one else out
 
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
-def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
-                      batch_size: int,        # sequences per micro-batch
-                      seq_len: int,           # tokens per sequence
-                      precision: str = '32',  # '32', 'bf16' or '16'
-                      device: str = 'cuda',   # picks the kernels, as `kernel_backends`
-                     ) -> int:                # bytes
-    "Bytes one `Mamba` mixer saves for backward (its input included), for the paths `scan_impl`/`conv_impl` take on `device`."
-    a, L, D, N, dc = act_bytes(precision), seq_len, cfg.d_model, cfg.d_state, cfg.d_conv
+@patch_to(Mamba)
+@staticmethod
+def activation_bytes(w: Workload) -> int:   # bytes
+    "Bytes one `Mamba` mixer saves for backward (its input included), on the kernels `kernel_backends` picks."
+    cfg, a, L = w.cfg, w.act, w.seq_len
+    D, N, dc = cfg.d_model, cfg.d_state, cfg.d_conv
     di, R = int(cfg.expand * D), cfg.dt_rank or math.ceil(D / 16)
-    impls = kernel_backends(device, cfg.scan_impl, cfg.conv_impl, N, dc)
+    impls = kernel_backends(w.device, cfg.scan_impl, cfg.conv_impl, N, dc)
     scan, conv = impls['selective_scan'], impls['causal_conv1d']
-    per = a * (D + di + R + 2 * N)                                # in_proj's and out_proj's inputs; x_proj's output (dt_proj reads a view)
+    per = a * (D + di + R + 2 * N)          # in_proj's and out_proj's inputs; x_proj's output (dt_proj reads a view)
     if a < 4: per += a * di                                       # autocast's copy of x_proj's input
     const = 2 * 4 * di * N                                        # A = -exp(A_log), twice
     if conv == 'cuda' or scan == 'cuda' or a == 4: per += 2 * di * a      # xz, kept through views of it
@@ -284,29 +281,24 @@ def mamba_mixer_bytes(cfg,                    # a resolved `ModelConfig`
     if scan == 'cuda':
         per += a * 3 * di                                         # u, delta, ungated output (B, C: views of x_proj's output)
         states = 4 * di * 2 * N * math.ceil(L / 2048)
-    elif scan == 'cpu':                                           # u, delta (and z under autocast) in fp32; B, C transposed copies
+    elif scan == 'cpu':                                           # u, delta (z under autocast) fp32; B, C transposed
         per += 4 * di * (2 if a == 4 else 3) + 4 * 2 * N
         states = 4 * di * N * math.ceil(L / kscan.CPU_SCAN_CHUNK)
     else:
         per += 4 * di * 5                                         # u, softplus in and out, the gate's two factors
         if a < 4: per += 4 * 2 * N + 4 * di * 2                   # fp32 copies of B, C, u, z (in fp32, views)
         if scan == 'torch':
-            T = kscan.TORCH_SCAN_CHUNK['cuda' if torch.device(device).type == 'cuda' else 'cpu']
+            T = kscan.TORCH_SCAN_CHUNK['cuda' if w.dev == 'cuda' else 'cpu']
             states = 4 * di * N * math.ceil(L / T)
         else:                                                     # 'ref': every decay and state, dt * u, the zero h_0
             per, states = per + 4 * di * (2 * N + 1), 4 * di * N
-    return int(batch_size * (L * per + states) + const)
-
-Mamba.activation_bytes = staticmethod(mamba_mixer_bytes)
+    return int(w.batch_size * (L * per + states) + const)
 
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
-def mamba_backward_workspace_bytes(cfg,                    # a resolved `ModelConfig`
-                                   batch_size: int,        # sequences per micro-batch
-                                   seq_len: int,           # tokens per sequence
-                                   precision: str = '32',  # '32', 'bf16' or '16' (the CPU scan works in fp32 whatever it is)
-                                   device: str = 'cuda',   # picks the kernels, as `kernel_backends`
-                                  ) -> int:                # bytes
-    "Bytes `Mamba`'s backward holds beyond what it saved and the gradients: the CPU scan's partial sums (0 with the other scans)."
-    return kscan.scan_backward_workspace_bytes(cfg.scan_impl, device, batch_size, int(cfg.expand * cfg.d_model), seq_len, cfg.d_state)
-
-Mamba.backward_workspace_bytes = staticmethod(mamba_backward_workspace_bytes)
+@patch_to(Mamba)
+@staticmethod
+def backward_workspace_bytes(w: Workload) -> int:   # bytes
+    "The CPU scan's partial sums, which `Mamba`'s backward holds for a moment (0 with the other scans)."
+    c = w.cfg
+    return kscan.scan_backward_workspace_bytes(c.scan_impl, w.device, w.batch_size, int(c.expand * c.d_model), w.seq_len,
+                                               c.d_state)

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
 from ..kernels.attention import flex_available, flex_width_why_not, _flex_module, _flex_compiled
-from .base import Mixer, register_block, act_bytes, patch_to
+from .base import Mixer, Workload, register_block, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['attention_ref', 'CausalSelfAttention', 'document_mask', 'document_attention', 'vanilla_mixer_bytes']
+__all__ = ['attention_ref', 'CausalSelfAttention', 'document_mask', 'document_attention']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -110,20 +110,15 @@ def document_attention(q: torch.Tensor,        # (B, H, L, Dh) queries
         warnings.simplefilter('ignore'); return fa.flex_attention(q, k, v, block_mask=bm)
 
 # %% ../../nbs/22_vanilla.ipynb #1cb76766
-def vanilla_mixer_bytes(cfg,                    # a resolved `ModelConfig`
-                        batch_size: int,        # sequences per micro-batch
-                        seq_len: int,           # tokens per sequence
-                        precision: str = '32',  # '32', 'bf16' or '16'
-                        device: str = 'cuda',   # picks the kernels (CUDA or not)
-                       ) -> int:                # bytes
+@patch_to(CausalSelfAttention)
+@staticmethod
+def activation_bytes(w: Workload) -> int:   # bytes
     "Bytes `CausalSelfAttention` saves for backward, its input included."
-    a, D, H = act_bytes(precision), cfg.d_model, cfg.n_heads
+    a, D, H = w.act, w.cfg.d_model, w.cfg.n_heads
     per = (D * a                # qkv's input: the normed x (autocast's copy of it)
            + 3 * D * a          # qkv's output: v is a view of it, so all of it stays
            + 2 * D * a          # rotated q and k, SDPA's inputs
            + D * a              # SDPA's output; out_proj's input is a view of it
            + 4 * H)             # SDPA's logsumexp, fp32
-    tables = 2 * seq_len * (D // H) * 4   # RoPE's fp32 cos and sin, saved by the rotation's multiplies
-    return batch_size * seq_len * per + tables
-
-CausalSelfAttention.activation_bytes = staticmethod(vanilla_mixer_bytes)
+    tables = 2 * w.seq_len * (D // H) * 4   # RoPE's fp32 cos and sin, saved by the rotation's multiplies
+    return w.tokens * per + tables
