@@ -23,8 +23,7 @@ __all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_
            'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
-def format_bytes(n: float,  # bytes
-                ) -> str:
+def format_bytes(n: float) -> str:   # bytes
     "`n` bytes in binary units: '512 B', '1.5 KiB', '12.0 MiB', '1.50 GiB'."
     n = float(n)
     if abs(n) < 1024: return f'{n:.0f} B'
@@ -101,7 +100,6 @@ class MemoryEstimate:
 
     def __str__(self): return self.table()
 
-# %% ../nbs/31_memory.ipynb #799d97ac
 def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or its config (vocab_size set)
                     batch_size: int,                             # sequences per micro-batch
                     seq_len: int,                                # tokens per sequence
@@ -144,8 +142,7 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
                           desc=desc, note=note)
 
 # %% ../nbs/31_memory.ipynb #0ed5aaf7
-def param_count(mcfg: ModelConfig,  # the model's config (vocab_size set; None counts as 256, the smallest tokenizer)
-               ) -> int | None:     # parameters; None: one layer alone is too large to describe (over 2**63 bytes)
+def param_count(mcfg: ModelConfig) -> int | None:   # vocab_size None: 256; None: one layer is over 2**63 bytes
     "Parameters of `LM(mcfg)`, counted from one block built on the meta device: cheap at any size."
     cfg = resolve_model(mcfg)
     mixer, V, D = get_block(cfg.block), cfg.vocab_size or 256, cfg.d_model
@@ -165,8 +162,7 @@ def _cgroup_free() -> int | None:
         return int(limit) - int(Path('/sys/fs/cgroup/memory.current').read_text())
     except (OSError, ValueError): return None
 
-def available_memory(device='cpu',  # a torch device or its name
-                    ) -> tuple[int, str] | None:  # (bytes, what they are), or None where unknown (e.g. MPS)
+def available_memory(device='cpu') -> tuple[int, str] | None:   # (bytes, what), or None where unknown
     "The memory a run on `device` may still take: a GPU's free memory, or the RAM available to this process."
     dev = torch.device(device)
     if dev.type == 'cuda':
@@ -263,15 +259,13 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
 
 
 # %% ../nbs/31_memory.ipynb #ed425dde
-def task_vocab(d,  # a `DataConfig` naming a synthetic task
-              ) -> int:
+def task_vocab(d) -> int:   # a `DataConfig` naming a synthetic task
     "The vocabulary of `d`'s synthetic task, from its settings alone: no sequence is generated (whatever the length)."
     knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
     return task_params(d.task, **knobs)['vocab_size']
 
 @check_before_run
-def fits_when_parsed(cfg,  # a training `Config` straight from the command line
-                    ) -> int | None:  # bytes needed (None: skipped)
+def fits_when_parsed(cfg) -> int | None:   # cfg from the command line; bytes (None: skipped)
     "`check_config_fits` with what the flags say: the device, the processes on this machine, the vocabulary if known."
     t, d = cfg.trainer, cfg.data
     if getattr(t, 'skip_memory_check', False): return None
@@ -288,8 +282,7 @@ def fits_when_parsed(cfg,  # a training `Config` straight from the command line
 
 # %% ../nbs/31_memory.ipynb #a9f3c1d1
 @check_before_run
-def task_settings_read(cfg,  # a training `Config` straight from the command line
-                      ):
+def task_settings_read(cfg):   # a training `Config` straight from the command line
     "Refuse a synthetic task's setting (not at its default) that the run's task does not read, naming those that do."
     d = cfg.data
     if d.dataset_name != 'synthetic': return
@@ -306,8 +299,7 @@ def task_settings_read(cfg,  # a training `Config` straight from the command lin
 MAX_COUNTS = {'n_samples': 100_000, 'seeds': 100}   # the most an evaluation or benchmark count may ask for
 MAX_SEED = 2**32 - 1   # the largest seed every generator takes (numpy's)
 
-def check_positive(**flags,  # flag name (no '--') -> a value or a list of them, positive integers (None: unset)
-                  ):
+def check_positive(**flags):   # flag name (no '--') -> a value or a list of them, positive integers (None: unset)
     "Refuse a count or length that is not a positive integer, or a count above `MAX_COUNTS`, naming its flag."
     for name, v in flags.items():
         shown = ' '.join(map(str, v)) if isinstance(v, (list, tuple)) else v
@@ -320,9 +312,7 @@ def check_positive(**flags,  # flag name (no '--') -> a value or a list of them,
                 raise UsageError(f"--{name} {shown}: at most {MAX_COUNTS[name]:,}; a count this large would run for "
                                  "days.")
 
-def check_seed(seed,            # the seed given
-               flag: str = '--seed',  # its flag
-              ):
+def check_seed(seed, flag: str = '--seed'):   # the seed given; its flag
     "A seed is an integer from 0 to `MAX_SEED`."
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise UsageError(f"{flag}={seed} must be "

@@ -12,63 +12,11 @@ from torch import nn
 from ..core import UsageError, parse_precision, saved_tensor_bytes
 
 # %% auto #0
-__all__ = ['Mixer', 'check_int', 'patch_to', 'Workload', 'act_bytes', 'register_block', 'block_names', 'canonical_block',
+__all__ = ['Workload', 'act_bytes', 'Mixer', 'check_int', 'patch_to', 'register_block', 'block_names', 'canonical_block',
            'get_block', 'blocks_reading', 'check_causal', 'check_paths', 'quiet_notes', 'block_note', 'measure_mixer',
            'linear_casts', 'rmsnorm_bytes']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
-class Mixer(nn.Module):
-    "A causal sequence mixer `(B, L, d_model) -> (B, L, d_model)` that declares what the package needs to know."
-    name: str = ''                                        # the block's name in configs and on the command line
-    aliases: tuple[str, ...] = ()                         # other names accepted for it
-    config_fields: dict[str, str] | tuple[str, ...] = ()  # ModelConfig fields read: {field: keyword} or names
-    uses_mlp: bool = True                                 # False: the layer replaces attention and MLP (no MLP)
-    kernels: tuple[str, ...] = ()                         # the library's kernels it runs, named in a run's log
-
-    @classmethod
-    def field_map(cls) -> dict[str, str]:
-        "`config_fields` as a mapping `ModelConfig` field -> constructor keyword."
-        f = cls.config_fields
-        return dict(f) if isinstance(f, dict) else {k: k for k in f}
-
-    @classmethod
-    def config_kwargs(cls, cfg,  # a resolved `ModelConfig`
-                     ) -> dict:  # constructor keyword -> value
-        "The constructor's keyword arguments, read from `cfg` as `config_fields` declares."
-        return {kw: getattr(cfg, f) for f, kw in cls.field_map().items()}
-
-    @classmethod
-    def from_config(cls, cfg,            # a resolved `ModelConfig`
-                    layer_idx: int = 0,  # the layer's index (passed on if the constructor takes `layer_idx`)
-                   ):
-        "Build layer `layer_idx` from a resolved `ModelConfig`; a block overrides it only to translate a setting."
-        kw = cls.config_kwargs(cfg)
-        if 'layer_idx' in inspect.signature(cls.__init__).parameters: kw['layer_idx'] = layer_idx
-        return cls(**kw)
-
-# %% ../../nbs/20_blocks.ipynb #aa2849fa
-def check_int(name: str,     # the setting
-              value,         # its value
-              lo: int,       # the smallest valid value
-              what: str,     # what the setting is, for the message
-              who: str = '', # the block's name, to start the message with (none: no prefix)
-             ):
-    "Raise `UsageError` unless `value` is an integer (not a bool) `>= lo`."
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise UsageError(f"{who + ': ' if who else ''}{name}={value!r} is not valid: {what}, an integer >= {lo}.")
-
-# %% ../../nbs/20_blocks.ipynb #50426007
-def patch_to(cls: type,  # the class that gets the method
-            ):
-    "Decorator: add the decorated function (or static or class method) to `cls` as a method of the same name."
-    def add(f):
-        fn = f.__func__ if isinstance(f, (staticmethod, classmethod)) else f
-        fn.__qualname__ = f'{cls.__qualname__}.{fn.__name__}'
-        setattr(cls, fn.__name__, f)
-        return f
-    return add
-
-# %% ../../nbs/20_blocks.ipynb #36093cc1
 class Workload(NamedTuple):
     "What a memory count is for: a resolved `ModelConfig` on `(batch_size, seq_len)` batches, a precision, a device."
     cfg: Any               # a resolved `ModelConfig`
@@ -84,43 +32,82 @@ class Workload(NamedTuple):
     @property
     def tokens(self) -> int: return self.batch_size * self.seq_len
 
-def act_bytes(precision: str,  # '32', 'bf16' or '16'
-             ) -> int:
+def act_bytes(precision: str) -> int:   # '32', 'bf16' or '16'
     "Bytes per element of matmul outputs: 4 in fp32, 2 under bf16/fp16 autocast."
     return 4 if parse_precision(precision) == '32' else 2
 
-@patch_to(Mixer)
-@staticmethod
-def flops_per_token(cfg,           # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:     # FLOPs per token
-    "Training FLOPs per token of one layer's parameter-free matmuls (attention's `q k^T` and `A v`, a scan): none here."
-    return 0.0
+class Mixer(nn.Module):
+    "A causal sequence mixer `(B, L, d_model) -> (B, L, d_model)` that declares what the package needs to know."
+    name: str = ''                                        # the block's name in configs and on the command line
+    aliases: tuple[str, ...] = ()                         # other names accepted for it
+    config_fields: dict[str, str] | tuple[str, ...] = ()  # ModelConfig fields read: {field: keyword} or names
+    uses_mlp: bool = True                                 # False: the layer replaces attention and MLP (no MLP)
+    kernels: tuple[str, ...] = ()                         # the library's kernels it runs, named in a run's log
 
-@patch_to(Mixer)
-@staticmethod
-def activation_bytes(w: Workload) -> int | None:   # bytes, or None: the block does not say
-    "Bytes one mixer saves for backward on workload `w`, its input included."
-    return None
+    @classmethod
+    def field_map(cls) -> dict[str, str]:
+        "`config_fields` as a mapping `ModelConfig` field -> constructor keyword."
+        f = cls.config_fields
+        return dict(f) if isinstance(f, dict) else {k: k for k in f}
 
-@patch_to(Mixer)
-@staticmethod
-def backward_workspace_bytes(w: Workload) -> int:
-    "Bytes the mixer's backward holds for a moment beyond what it saved and the gradients (a kernel's partial sums)."
-    return 0
+    @classmethod
+    def config_kwargs(cls, cfg) -> dict:   # a resolved `ModelConfig`; constructor keyword -> value
+        "The constructor's keyword arguments, read from `cfg` as `config_fields` declares."
+        return {kw: getattr(cfg, f) for f, kw in cls.field_map().items()}
 
-@patch_to(Mixer)
-@classmethod
-def can_stream(cls) -> bool:
-    "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
-    return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
+    @classmethod
+    def from_config(cls, cfg, layer_idx: int = 0):   # a resolved ModelConfig, the layer's index
+        "Build layer `layer_idx` from a resolved `ModelConfig`; a block overrides it only to translate a setting."
+        kw = cls.config_kwargs(cfg)
+        if 'layer_idx' in inspect.signature(cls.__init__).parameters: kw['layer_idx'] = layer_idx
+        return cls(**kw)
+
+    @staticmethod
+    def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+        "Training FLOPs per token of one layer's parameter-free matmuls (attention's `q k^T` and `A v`, a scan)."
+        return 0.0
+
+    @staticmethod
+    def activation_bytes(w: Workload) -> int | None:   # bytes, or None: the block does not say
+        "Bytes one mixer saves for backward on workload `w`, its input included."
+        return None
+
+    @staticmethod
+    def backward_workspace_bytes(w: Workload) -> int:
+        "Bytes the mixer's backward holds for a moment beyond what it saved and the gradients (a kernel's sums)."
+        return 0
+
+    @classmethod
+    def can_stream(cls) -> bool:
+        "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
+        return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
+
+# %% ../../nbs/20_blocks.ipynb #aa2849fa
+def check_int(name: str,     # the setting
+              value,         # its value
+              lo: int,       # the smallest valid value
+              what: str,     # what the setting is, for the message
+              who: str = '', # the block's name, to start the message with (none: no prefix)
+             ):
+    "Raise `UsageError` unless `value` is an integer (not a bool) `>= lo`."
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise UsageError(f"{who + ': ' if who else ''}{name}={value!r} is not valid: {what}, an integer >= {lo}.")
+
+# %% ../../nbs/20_blocks.ipynb #50426007
+def patch_to(cls: type):   # the class that gets the method
+    "Decorator: add the decorated function (or static or class method) to `cls` as a method of the same name."
+    def add(f):
+        fn = f.__func__ if isinstance(f, (staticmethod, classmethod)) else f
+        fn.__qualname__ = f'{cls.__qualname__}.{fn.__name__}'
+        setattr(cls, fn.__name__, f)
+        return f
+    return add
 
 # %% ../../nbs/20_blocks.ipynb #073db687
 _BLOCKS: dict[str, type] = {}   # name -> mixer class, in registration order
 _ALIASES: dict[str, str] = {}   # alias -> name
 
-def register_block(cls: type,  # a `Mixer` subclass that declares its `name` (and `aliases`)
-                  ) -> type:   # `cls` itself
+def register_block(cls: type) -> type:   # a `Mixer` subclass that declares its `name` (and `aliases`); `cls` itself
     "Class decorator: make the mixer `cls` a block type, named `cls.name` and its `aliases`."
     if not (isinstance(cls, type) and issubclass(cls, Mixer)):
         raise TypeError(f"{cls!r} is not a block: a block's mixer derives from longctx_nb.blocks.base.Mixer.")
@@ -134,8 +121,7 @@ def block_names() -> list[str]:
     "The registered block names, in registration order."
     return list(_BLOCKS)
 
-def canonical_block(name: str,  # a block name or alias, any case
-                   ) -> str:    # the registered name
+def canonical_block(name: str) -> str:   # a block name or alias, any case; the registered name
     "The registered name of block (or alias) `name`; a `UsageError` naming the valid ones otherwise."
     key = str(name).lower()
     key = _ALIASES.get(key, key)
@@ -145,13 +131,11 @@ def canonical_block(name: str,  # a block name or alias, any case
                          + (f"; aliases: {', '.join(aliases)}" if aliases else ''))
     return key
 
-def get_block(name: str,  # a block name or alias, any case
-             ) -> type:   # its `Mixer` subclass
+def get_block(name: str) -> type:   # a block name or alias, any case; its `Mixer` subclass
     "The mixer class of block `name`."
     return _BLOCKS[canonical_block(name)]
 
-def blocks_reading(field: str,  # a `ModelConfig` field, e.g. 'window_size' or 'model.window_size'
-                  ) -> list[str]:
+def blocks_reading(field: str) -> list[str]:   # a `ModelConfig` field, e.g. 'window_size' or 'model.window_size'
     "The registered blocks whose mixer reads `field` (declared in its `config_fields`)."
     field = field.removeprefix('model.')
     return [n for n, c in _BLOCKS.items() if field in c.field_map()]
@@ -210,8 +194,7 @@ def quiet_notes():
     try: yield
     finally: _QUIET.pop()
 
-def block_note(msg: str,  # what the block changed, and why
-              ) -> bool:  # whether it was printed
+def block_note(msg: str) -> bool:   # what the block changed, and why; whether it was printed
     "Print `msg` unless inside `quiet_notes()`."
     if _QUIET: return False
     print(msg, flush=True)
@@ -220,18 +203,13 @@ def block_note(msg: str,  # what the block changed, and why
 # %% ../../nbs/20_blocks.ipynb #c12d886e
 from ..core import autocast
 
-def measure_mixer(m: nn.Module,     # a mixer
-                  x: torch.Tensor,  # its input
-                  precision: str,   # '32', 'bf16' or '16'
-                 ) -> int:          # bytes
+def measure_mixer(m: nn.Module, x: torch.Tensor, precision: str) -> int:   # bytes
     "Bytes `m(x)` saves for backward under `precision`'s autocast on `x`'s device, `m`'s parameters left out."
     def run():
         with autocast(x.device, precision): return m(x)
     return saved_tensor_bytes(run, params=m)
 
-def linear_casts(m: nn.Module,    # a mixer
-                 precision: str,  # '32', 'bf16' or '16'
-                ) -> int:         # bytes
+def linear_casts(m: nn.Module, precision: str) -> int:   # a mixer; '32', 'bf16' or '16'; bytes
     "Bytes of autocast's 2-byte copies of `m`'s `nn.Linear` weights (0 in fp32)."
     return 0 if precision == '32' else 2 * sum(l.weight.numel() for l in m.modules() if isinstance(l, nn.Linear))
 
@@ -245,8 +223,6 @@ def _norm_saves_normalized(device: str) -> bool:
     except Exception: return device != 'cuda'   # CUDA has a fused kernel (saves x and 1/rms only)
     return saved_tensor_bytes(lambda: F.rms_norm(x, (16,), w, 1e-5), params=[w]) > 2 * 16 * 4 + 2 * 4
 
-def rmsnorm_bytes(d_model: int,          # model width
-                  device: str = 'cuda',  # CUDA's fused kernel saves less
-                 ) -> int:               # bytes per token
+def rmsnorm_bytes(d_model: int, device: str = 'cuda') -> int:   # bytes per token
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)

@@ -61,7 +61,6 @@ class BladeCache:
         "Bytes held: fixed by the shapes, independent of `seen`."
         return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.mem_k, self.mem_v, self.state))
 
-# %% ../../nbs/26_blade.ipynb #8a6d7674
 def _positive_int(name: str, value, what: str):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"blade: {name}={value!r} is not valid: it must be a positive integer ({what}).")
@@ -122,9 +121,7 @@ class Blade(Mixer):
 # %% ../../nbs/26_blade.ipynb #730e8002
 @patch_to(Blade)
 @classmethod
-def from_config(cls, cfg,            # a resolved `ModelConfig`
-                layer_idx: int = 0,  # the layer's index in the model
-               ):
+def from_config(cls, cfg, layer_idx: int = 0):   # a resolved `ModelConfig`, the layer's index
     "Build from a resolved `ModelConfig`; `attn_impl='ref'` selects the reference path, any other value the fast one."
     kw = cls.config_kwargs(cfg)
     if kw['impl'] in ('blocked', 'flex') and layer_idx == 0:   # a local-attention kernel: said once per model
@@ -135,9 +132,7 @@ def from_config(cls, cfg,            # a resolved `ModelConfig`
 
 @patch_to(Blade)
 @staticmethod
-def flops_per_token(cfg,           # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:     # FLOPs per token
+def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
     "Training FLOPs per token of the parameter-free matmuls: attention over `C + m` keys and the `r` summary queries."
     return 12.0 * cfg.d_model * (min(cfg.chunk_size, seq_len) + 2 * cfg.n_mem_tokens)
 
@@ -167,8 +162,7 @@ def memory(self, state: torch.Tensor,              # (..., state_dim)
 
 # %% ../../nbs/26_blade.ipynb #1e5b73a7
 @patch_to(Blade)
-def forward(self, x: torch.Tensor,  # (B, L, d_model)
-           ) -> torch.Tensor:       # (B, L, d_model)
+def forward(self, x: torch.Tensor) -> torch.Tensor:   # (B, L, d_model); (B, L, d_model)
     return self._forward_ref(x) if self.impl == 'ref' else self._forward_fast(x)[0]
 
 @patch_to(Blade)
@@ -235,10 +229,7 @@ def _forward_fast(self, x, want_cache: bool = False):
 
 # %% ../../nbs/26_blade.ipynb #fb320500
 @patch_to(Blade)
-def allocate_cache(self, batch_size: int,  # sequences
-                   device=None,            # default: the module's
-                   dtype=None,             # default: the module's
-                  ) -> BladeCache:
+def allocate_cache(self, batch_size: int, device=None, dtype=None) -> BladeCache:   # default: the module's
     "An empty cache (no tokens seen) for `batch_size` sequences; its size never changes."
     w = self.qkv.weight
     device, dtype = device or w.device, dtype or w.dtype
@@ -248,8 +239,7 @@ def allocate_cache(self, batch_size: int,  # sequences
     return BladeCache(kv, kv.clone(), mk, mv, state)
 
 @patch_to(Blade)
-def prefill(self, x: torch.Tensor,                # (B, L, d_model) prompt
-           ) -> tuple[torch.Tensor, BladeCache]:  # (output (B, L, d_model), cache)
+def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, BladeCache]:   # (B, L, d_model) prompt -> (output, cache)
     "The fast forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward_fast(x, want_cache=True)
 

@@ -36,7 +36,6 @@ class DPASSMCache:
         "Bytes held: fixed by the shapes, independent of `seen`."
         return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.conv_state, self.ssm_state))
 
-# %% ../../nbs/27_dpassm.ipynb #2a058f14
 PATHS = {'ref': ('ref', 'ref', 'ref'), 'fast': ('blocked', 'torch', 'ref')}   # impl -> (attention, scan, conv)
 
 def _check_choice(name: str, value, choices):
@@ -117,9 +116,7 @@ def reset_parameters(self):
 
 @patch_to(DPASSM)
 @staticmethod
-def flops_per_token(cfg,           # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:     # FLOPs per token
+def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
     "Training FLOPs per token outside `nn.Linear`: windowed `q k^T` and `A v`, the scan and the conv."
     D = cfg.d_model
     return 12.0 * D * min(seq_len, cfg.window_size) + 3.0 * D * (9 * cfg.ssm_state_dim + 2 * cfg.d_conv)
@@ -187,20 +184,14 @@ def _forward(self, x, impl=None, want_cache=False):
     cache.seen = L
     return y, cache
 
-# %% ../../nbs/27_dpassm.ipynb #9afaa4aa
 @patch_to(DPASSM)
-def forward(self, x: torch.Tensor,    # (B, L, d_model)
-            impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
-           ) -> torch.Tensor:         # (B, L, d_model)
+def forward(self, x: torch.Tensor, impl: str | None = None) -> torch.Tensor:   # impl None: the module's; 'ref'/'fast'
     "`(B, L, d_model) -> (B, L, d_model)`, causal."
     return self._forward(x, impl)
 
 # %% ../../nbs/27_dpassm.ipynb #d5c74ed2
 @patch_to(DPASSM)
-def allocate_cache(self, batch_size: int,  # sequences
-                   device=None,            # default: the module's
-                   dtype=None,             # default: the module's (the SSM state is fp32)
-                  ) -> DPASSMCache:
+def allocate_cache(self, batch_size: int, device=None, dtype=None) -> DPASSMCache:   # SSM state: fp32
     "An empty cache for `batch_size` sequences; its size is fixed by `window_size`, never by the length."
     w = self.qkv.weight
     device, dtype = device or w.device, dtype or w.dtype
@@ -210,9 +201,7 @@ def allocate_cache(self, batch_size: int,  # sequences
     return DPASSMCache(kv, kv.clone(), conv, ssm)
 
 @patch_to(DPASSM)
-def prefill(self, x: torch.Tensor,                 # (B, L, d_model) prompt
-            impl: str | None = None,               # as in `forward`
-           ) -> tuple[torch.Tensor, DPASSMCache]:  # (output (B, L, d_model), cache)
+def prefill(self, x: torch.Tensor, impl: str | None = None) -> tuple[torch.Tensor, DPASSMCache]:   # impl: as `forward`
     "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward(x, impl, want_cache=True)
 
@@ -326,8 +315,6 @@ def _print_dpassm_bench(rows, device, D, H, N, w, B):
               f"{d['ms_median'] / s['ms_median']:.3f} (median), "
               f"{paired_ratio(d['times_ms'], s['times_ms']):.3f} (paired)")
 
-
-# %% ../../nbs/27_dpassm.ipynb #a2336eba
 def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
                  d_model: int = 128,        # model width (the tiny preset's)
                  n_heads: int = 4,          # attention heads
@@ -356,4 +343,3 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
         for k, tk in t.items(): rows.append(_dp_row(k, L, tk, batch))
     if verbose: _print_dpassm_bench(rows, device, d_model, n_heads, ssm_state_dim, window_size, batch)
     return rows
-

@@ -40,7 +40,6 @@ def init_selective_ssm_(dt_proj: nn.Linear,           # step-size projection; we
     A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                  # S4D-real: A[:, n-1] = -n
     D.fill_(1.0)
 
-# %% ../../nbs/23_mamba.ipynb #53ff2097
 def add_selective_ssm_(m: nn.Module,           # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
                        d_inner: int,           # channels of the SSM
                        d_state: int,           # state size per channel
@@ -151,9 +150,7 @@ def reset_parameters(self):
 
 @patch_to(Mamba)
 @staticmethod
-def flops_per_token(cfg,           # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:     # FLOPs per token
+def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
     "Training FLOPs per token outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
     d_inner = int(cfg.expand * cfg.d_model)
     return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
@@ -218,23 +215,18 @@ def _mix(self, x: torch.Tensor, return_state: bool = False):
     return out, conv_state.detach().contiguous(), last.detach().float()
 
 @patch_to(Mamba)
-def forward(self, x: torch.Tensor,  # (B, L, d_model)
-           ) -> torch.Tensor:       # (B, L, d_model)
+def forward(self, x: torch.Tensor) -> torch.Tensor:   # (B, L, d_model); (B, L, d_model)
     "`(B, L, d_model) -> (B, L, d_model)`, causal."
     return self._mix(x)
 
 @patch_to(Mamba)
-def prefill(self, x: torch.Tensor,  # (B, L, d_model) prompt
-           ):
+def prefill(self, x: torch.Tensor):   # (B, L, d_model) prompt
     "The parallel forward of a prompt `x` `(B, L, D)`, and the states `(conv_state, ssm_state)` `step` continues."
     return self._mix(x, return_state=True)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
 @patch_to(Mamba)
-def allocate_inference_cache(self, batch_size: int,  # sequences
-                             device=None,            # default: the module's
-                             dtype=None,             # conv_state's dtype (default: the conv weight's)
-                            ):
+def allocate_inference_cache(self, batch_size: int, device=None, dtype=None):   # dtype: conv_state's
     "Zero states for generation: `conv_state` `(B, d_inner, d_conv)`, `ssm_state` `(B, d_inner, d_state)` fp32."
     device = self.out_proj.weight.device if device is None else device
     dtype = dtype or self.conv1d.weight.dtype
