@@ -83,13 +83,8 @@ class Mixer(nn.Module):
         return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
 
 # %% ../../nbs/20_blocks.ipynb #aa2849fa
-def check_int(name: str,     # the setting
-              value,         # its value
-              lo: int,       # the smallest valid value
-              what: str,     # what the setting is, for the message
-              who: str = '', # the block's name, to start the message with (none: no prefix)
-             ):
-    "Raise `UsageError` unless `value` is an integer (not a bool) `>= lo`."
+def check_int(name: str, value, lo: int, what: str, who: str = ''):   # `who`: the block, to start the message
+    "Raise `UsageError` unless setting `name`'s `value` is an integer (not a bool) `>= lo`; `what` says what it is."
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise UsageError(f"{who + ': ' if who else ''}{name}={value!r} is not valid: {what}, an integer >= {lo}.")
 
@@ -169,11 +164,7 @@ def _close(a, b, eps, what):
     assert a.shape == b.shape and bool(((a - b).abs() < eps).all()), \
         f"{what} differ by {(a - b).abs().max():.2e} (eps {eps:.1e})"
 
-def check_paths(m: nn.Module,          # a mixer whose forward takes `impl=`
-                x: torch.Tensor,       # (B, L, D) input
-                fast='blocked',        # the `impl` checked against `impl='ref'`
-                eps: float = 1e-5,     # tolerance (scaled by the largest weight gradient)
-               ):
+def check_paths(m: nn.Module, x: torch.Tensor, fast='blocked', eps: float = 1e-5):   # eps: scaled for weight grads
     "Assert `m(x, impl=fast)` equals `m(x, impl='ref')`: outputs and gradients of `x` and every parameter."
     outs = {}
     for impl in ('ref', fast):
