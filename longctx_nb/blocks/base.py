@@ -136,12 +136,8 @@ def blocks_reading(field: str) -> list[str]:   # a `ModelConfig` field, e.g. 'wi
     return [n for n, c in _BLOCKS.items() if field in c.field_map()]
 
 # %% ../../nbs/20_blocks.ipynb #3fae3bb8
-def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
-                 x: torch.Tensor,     # (B, L, D) input to perturb
-                 atol: float = 1e-5,  # tolerance of "unchanged"
-                 seed: int = 0,       # the perturbations' random stream
-                ):
-    "Assert the sequence map `f` is causal at every cut point, by perturbation and by gradients."
+def check_causal(f, x: torch.Tensor, atol: float = 1e-5, seed: int = 0):   # x: (B, L, D) input to perturb
+    "Assert the sequence map `f: (B, L, D) -> (B, L, D)` is causal at every cut point, by perturbation and gradients."
     gen = torch.Generator().manual_seed(seed)
     L = x.shape[1]
     y = f(x)

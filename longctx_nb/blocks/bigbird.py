@@ -45,12 +45,8 @@ def _has_random(seq_len, q, window_size, n_global) -> bool:
     "Whether the last query block of `q` tokens at `seq_len` has a key before its window and after the globals."
     return ((seq_len - 1) // q) * q - window_size + 1 > n_global
 
-def random_block_size(seq_len: int,      # tokens per sequence
-                      block_size: int,   # the configured query block (`attn_block_size`)
-                      window_size: int,  # keys per query in the window
-                      n_global: int,     # global tokens at the start
-                     ) -> int | None:    # None: no key is outside every window at this length
-    "The query block of the random keys at `seq_len`: `block_size`, halved until a block has a key before its window."
+def random_block_size(seq_len: int, block_size: int, window_size: int, n_global: int) -> int | None:
+    "The random keys' query block at `seq_len`: `block_size`, halved until a block has keys before its window; or None."
     if seq_len <= window_size + n_global: return None
     q = block_size
     while q > 1 and not _has_random(seq_len, q, window_size, n_global): q //= 2

@@ -20,16 +20,10 @@ __all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
-def init_selective_ssm_(dt_proj: nn.Linear,           # step-size projection; weight and bias are set
-                        A_log: nn.Parameter,          # (d_inner, d_state); set to log(1..d_state)
-                        D: nn.Parameter,              # (d_inner,) skip weights; set to 1
-                        dt_min: float = 0.001,        # smallest initial step size
-                        dt_max: float = 0.1,          # largest initial step size
-                        dt_init_floor: float = 1e-4,  # floor of the initial step sizes
-                        dt_scale: float = 1.0,        # scales the weight init's bound
-                        dt_init: str = 'random',      # 'random' (uniform weight) or 'constant'
-                       ):
-    "Initialise a selective SSM's `dt_proj`, `A_log` and `D` in place, as mamba-ssm does."
+def init_selective_ssm_(dt_proj: nn.Linear, A_log: nn.Parameter, D: nn.Parameter, dt_min: float = 0.001,
+                        dt_max: float = 0.1, dt_init_floor: float = 1e-4, dt_scale: float = 1.0,
+                        dt_init: str = 'random'):   # 'random' (uniform weight) or 'constant'
+    "Initialise `dt_proj`, `A_log` `(d_inner, d_state)` (to `log(1..d_state)`) and `D` (to 1) as mamba-ssm does."
     bound = dt_proj.in_features ** -0.5 * dt_scale
     if dt_init == 'constant': dt_proj.weight.fill_(bound)
     else: dt_proj.weight.uniform_(-bound, bound)
@@ -40,14 +34,9 @@ def init_selective_ssm_(dt_proj: nn.Linear,           # step-size projection; we
     A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                  # S4D-real: A[:, n-1] = -n
     D.fill_(1.0)
 
-def add_selective_ssm_(m: nn.Module,           # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
-                       d_inner: int,           # channels of the SSM
-                       d_state: int,           # state size per channel
-                       dt_rank: int,           # rank of the step-size projection
-                       d_conv: int,            # width of the causal depthwise conv
-                       conv_bias: bool = True, # bias in the conv
-                      ) -> nn.Module:          # `m`
-    "Declare a selective SSM's layers on `m` (Mamba's and DP-ASSM's SSM path), flagged for the model's init and AdamW."
+def add_selective_ssm_(m: nn.Module, d_inner: int, d_state: int, dt_rank: int, d_conv: int,
+                       conv_bias: bool = True) -> nn.Module:
+    "Declare a selective SSM's `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D` on `m`, flagged for the init and AdamW."
     m.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1, bias=conv_bias)
     m.x_proj = nn.Linear(d_inner, dt_rank + 2 * d_state, bias=False)
     m.dt_proj = nn.Linear(dt_rank, d_inner, bias=True)
