@@ -6,13 +6,13 @@
 from __future__ import annotations
 import contextlib, dataclasses, gc, importlib.util, io, itertools, json, math, os, re, shlex, shutil, signal, socket, sys, time, traceback
 from dataclasses import dataclass, field
-from types import SimpleNamespace
+from typing import Callable
 from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
                              reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu, pyplot)
-from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run, resolve_model
+from .config import Config, ModelConfig, DataConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run, resolve_model
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
@@ -20,7 +20,7 @@ from .blocks.base import quiet_notes
 from .checkpoint import (save_checkpoint, read_checkpoint, latest_checkpoint, list_checkpoints, checkpoint_path,
                                    prune_checkpoints, check_same_model, rng_state, set_rng_state, export_model, find_checkpoint,
                                    atomic_write, StorageError)
-from .memory import estimate_memory, check_config_fits
+from .memory import MemoryEstimate, estimate_memory, check_config_fits
 from .distributed import (Dist, init_distributed, grad_accumulation, global_batch, full_state, load_full_state,
                                     clip_grad_norm, STOP_CODES)
 
@@ -28,9 +28,9 @@ from .distributed import (Dist, init_distributed, grad_accumulation, global_batc
 __all__ = ['RESUME_LAST', 'TB_NAMES', 'ALLOC_ENVS', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task',
            'again', 'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'strict_json', 'EventFile',
            'MetricsLog', 'plot_losses', 'TrainResult', 'resolve_precision', 'cuda_allocator_defaults', 'setup',
-           'stages', 'run_length', 'kernel_report', 'profile_range', 'StepProfiler', 'Run', 'open_run', 'announce',
-           'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state', 'fork', 'restore', 'finish',
-           'Stopped', 'train']
+           'stages', 'run_length', 'kernel_report', 'profile_range', 'StepProfiler', 'Window', 'Counters', 'Run',
+           'open_run', 'announce', 'start_loop', 'step_seed', 'train_step', 'log_window', 'validate', 'save_state',
+           'fork', 'restore', 'finish', 'Stopped', 'train']
 
 # %% ../nbs/42_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -430,10 +430,10 @@ class StepProfiler:
         self.prof, self.ranges, self.trace = None, [], None
         if rng is None: return
         if not r.run_dir: raise UsageError("trainer.profile_steps writes its trace into the run directory; fast_dev_run has none.")
-        if not (r.start < self.b and self.a <= r.max_steps):
-            raise UsageError(f"trainer.profile_steps={r.t.profile_steps}: this run takes steps {r.start + 1} to {r.max_steps}; "
+        if not (r.count.start < self.b and self.a <= r.max_steps):
+            raise UsageError(f"trainer.profile_steps={r.t.profile_steps}: this run takes steps {r.count.start + 1} to {r.max_steps}; "
                              "choose A:B among them.")
-        self.a, self.b = max(self.a, r.start + 1), min(self.b, r.max_steps)
+        self.a, self.b = max(self.a, r.count.start + 1), min(self.b, r.max_steps)
         if r.dist.main: self.trace = r.run_dir / 'profile' / f'rank0.steps_{self.a}-{self.b}.pt.trace.json'
     def before(self, step: int,  # the step about to run, 0-based
               ):
@@ -477,19 +477,82 @@ def _finish(self: StepProfiler, write: bool = True,  # write the trace (False: a
 StepProfiler.after, StepProfiler.finish = _after, _finish
 
 # %% ../nbs/42_train.ipynb #492dabc7
-class Run(SimpleNamespace):
-    "One training run between steps: its settings, model, optimizer, data, and the counters the loop updates."
+@dataclass
+class Window:
+    "The open log window: the steps since the last metrics row (a checkpoint saves it, a resume goes on with it)."
+    loss: float = 0.0   # summed loss of its finite steps
+    steps: int = 0      # its finite steps
+    tokens: int = 0     # tokens trained on, all ranks
+    flops: float = 0.0  # their FLOPs, each length at its own cost
+    t0: float = field(default_factory=time.perf_counter)  # its start, less its seconds before a checkpoint
+
+    @classmethod
+    def resume(cls, w: dict | None = None):   # a checkpoint's `window` (None: a new, empty one)
+        "Go on with the window a checkpoint was written in, its seconds before the checkpoint counted."
+        w = w or {}
+        return cls(float(w.get('loss', 0.0)), int(w.get('steps', 0)), int(w.get('tokens', 0)),
+                   float(w.get('flops', 0.0)), time.perf_counter() - float(w.get('seconds', 0.0)))
+
+    def saved(self, paused_at: float | None = None) -> dict:   # when training paused (None: now)
+        "The window for a checkpoint: its counters and its training seconds (evaluation excluded)."
+        secs = (paused_at if paused_at is not None else time.perf_counter()) - self.t0
+        return dict(steps=self.steps, tokens=self.tokens, flops=self.flops, loss=self.loss, seconds=secs)
+
+@dataclass
+class Counters:
+    "What the loop counts over the whole run; a checkpoint stores them and a resume goes on from them."
+    start: int = 0                   # the first step this process takes (a resume: its checkpoint's)
+    tokens_seen: int = 0             # tokens trained on, all ranks
+    train_time: float = 0.0          # seconds of the logged windows' steps
+    train_tokens: int = 0            # their tokens
+    train_flops: float | None = 0.0  # their FLOPs (None: unknown, an older checkpoint of a curriculum)
+    skipped: int = 0                 # steps skipped for a NaN or inf
+    bad_in_row: int = 0              # skipped in a row, up to now
+    first_bad: int | None = None     # the first step of that row
+
+@dataclass(kw_only=True)
+class Run:
+    "One training run between steps: every field the stages share, declared here; `open_run` fills them."
+    # the settings and what `setup` built
+    cfg: Config = None; t: TrainerConfig = None; d: DataConfig = None   # the config and its trainer and data sections
+    dist: Dist = None; device: torch.device = None; precision: str = None
+    tokens: TokenData | SyntheticData = None; synthetic: bool = False
+    model: LM = None; n_params: int = None
+    quiet: bool = False; say: Callable = None   # `say(line)`: a log line (rank 0, not quiet)
+    # the plan
+    plan: list = None; max_steps: int = None   # `stages` and `run_length`
+    est: MemoryEstimate = None; peak_flops: float = None; fpt: dict = None   # memory estimate, FLOP/s, FLOPs per token
+    # what trains
+    wrapped: torch.nn.Module = None; step_model: torch.nn.Module = None   # DDP/FSDP2 (or `model`), compiled or not
+    opt: torch.optim.Optimizer = None; scaler: torch.amp.GradScaler = None
+    # where it writes
+    run_dir: Path | None = None; writes: bool = False   # only rank 0 writes
+    log: MetricsLog = None; prof: StepProfiler = None; bar: tqdm = None
+    # checkpoints
+    resumed: tuple | None = None    # (run dir, checkpoint path, checkpoint) `--resume` continues from
+    restart: Path | None = None     # a run dir with a config and no checkpoint yet: it starts again there
+    ckpt: Path | None = None        # the last checkpoint written
+    healthy: Path | None = None     # the newest a finite step followed
+    pending: Path | None = None     # written, its next step not yet taken
+    save_owed: bool = False         # a checkpoint was due while the state was not healthy
+    final_state: tuple | None = None   # (model, optimizer) state gathered at the last checkpoint
+    # the loop
+    count: Counters = field(default_factory=Counters)
+    window: Window = field(default_factory=Window)
+    last_loss: float = math.nan; val_loss: float | None = None; val_acc: float | None = None   # what it reports
+    paused_at: float | None = None  # evaluation or a checkpoint in progress since (not training time)
+    signal: int | None = None       # a stop signal caught
+
     def kept(self):
-        "The newest healthy checkpoint: the last one a finite step followed, else the last written or resumed (None: none)."
-        if getattr(self, 'bad_in_row', 0): return getattr(self, 'healthy', None)
-        return getattr(self, 'ckpt', None) or (self.resumed[1] if self.resumed else None)
+        "The newest healthy checkpoint: the last one a finite step followed, else the last written or resumed."
+        if self.count.bad_in_row: return self.healthy
+        return self.ckpt or (self.resumed[1] if self.resumed else None)
 
 def _find_resume(r: Run):
     "Where `--resume` continues: `r.resumed` (run dir, checkpoint path, checkpoint), or `r.restart`, a run dir with no checkpoint yet."
     t, dist = r.t, r.dist
     r.resumed = (resume_point(t, r.cfg.model, None if dist.main else (lambda m: None))
                  if t.resume and not t.fork_from and not t.fast_dev_run else None)
-    r.restart = None
     if r.resumed and r.resumed[1] is None:   # killed before its first checkpoint: start again in the same directory
         r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
         r.resumed, r.restart = None, r.resumed[0]
@@ -505,7 +568,7 @@ def _open_dir(r: Run):
     r.writes = bool(r.run_dir) and dist.main   # only rank 0 writes
     try:
         if r.writes: atomic_write(r.run_dir / 'config.json', json.dumps(r.cfg.to_dict(), indent=2) + '\n')
-        r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.start if r.resumed or r.restart else None)
+        r.log = MetricsLog(r.run_dir if r.writes else None, t.tensorboard, resume_step=r.count.start if r.resumed or r.restart else None)
     except StorageError as e: raise e.with_checkpoint(r.kept()) from None
 
 # %% ../nbs/42_train.ipynb #fb20cc3b
@@ -528,7 +591,6 @@ def open_run(cfg: Config,                      # the run's config
     r.wrapped = dist.wrap(model)   # DDP replica or FSDP2 shards; `model` itself under one process
     r.opt = make_optimizer(model, t, device)
     r.scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
-    r.start, r.tokens_seen = 0, 0
     _open_dir(r)
     return r
 
@@ -556,7 +618,7 @@ def announce(r: Run,  # an opened run
 def start_loop(r: Run,  # an announced run
               ):        # iterator of (step, x, y); x and y are (accumulate_grad_batches, batch_size, seq_len)
     "The batches from the first step not yet taken to `max_steps`; counters, progress bar and clock at zero, or where a checkpoint left them."
-    t, d, dist, start = r.t, r.d, r.dist, r.start
+    t, d, dist, start = r.t, r.d, r.dist, r.count.start
     r.step_model = torch.compile(r.wrapped) if r.cfg.model.compile else r.wrapped
     pin = d.pin_memory and r.device.type == 'cuda'
     loader = itertools.chain.from_iterable(
@@ -569,32 +631,17 @@ def start_loop(r: Run,  # an announced run
     r.bar = tqdm(total=r.max_steps, initial=start, disable=r.quiet or not t.enable_progress_bar or not dist.main,
                  desc='train', unit='step', dynamic_ncols=True,
                  mininterval=0.1 if sys.stderr.isatty() else 30)  # in a log file: an update every 30 s
-    ck = r.resumed[2] if r.resumed else {}   # a resumed run goes on from its checkpoint's counters: they cover the whole run
-    r.train_time, r.train_tokens = float(ck.get('train_time', 0.0)), int(ck.get('train_tokens', 0))
-    r.train_flops = ck['train_flops'] if 'train_flops' in ck else (   # an older checkpoint's: exact with one length only
-        r.train_tokens * r.fpt[r.plan[0][0]] if len(r.plan) == 1 or not r.train_tokens else None)
-    r.last_loss, r.val_loss, r.val_acc = float(ck.get('last_loss', float('nan'))), ck.get('val_loss'), ck.get('val_acc')
-    r.ckpt, r.bad_in_row, r.skipped, r.paused_at = None, 0, int(ck.get('skipped', 0)), None
-    r.final_state, r.healthy, r.pending, r.first_bad, r.save_owed = None, (r.resumed[1] if r.resumed else None), None, None, False
+    ck, n = r.resumed[2] if r.resumed else {}, r.count   # a resume goes on from its checkpoint's counters
+    n.train_time, n.train_tokens = float(ck.get('train_time', 0.0)), int(ck.get('train_tokens', 0))
+    n.train_flops = ck['train_flops'] if 'train_flops' in ck else (   # an older checkpoint's: exact with one length only
+        n.train_tokens * r.fpt[r.plan[0][0]] if len(r.plan) == 1 or not n.train_tokens else None)
+    r.last_loss, r.val_loss, r.val_acc = float(ck.get('last_loss', math.nan)), ck.get('val_loss'), ck.get('val_acc')
+    n.skipped, r.healthy = int(ck.get('skipped', 0)), r.resumed[1] if r.resumed else None
     if r.resumed and 'window' not in ck and start % t.log_every_n_steps and start < r.max_steps:
         r.say(f"note: {r.resumed[1].name} was written by an older longctx_nb, without its open log window: the row at step "
               f"{min(r.max_steps, start - start % t.log_every_n_steps + t.log_every_n_steps)} covers only the steps from {start + 1} on")
-    _new_window(r, ck.get('window'))
+    r.window = Window.resume(ck.get('window'))
     return loader
-
-def _new_window(r: Run,
-                saved: dict | None = None,  # a checkpoint's open window (None: start an empty one)
-               ):
-    "Start the counters of the next log line, or go on with the window a checkpoint was written in: its steps, tokens, FLOPs, loss and seconds."
-    w = saved or {}
-    r.window_loss, r.window_steps = float(w.get('loss', 0.0)), int(w.get('steps', 0))
-    r.window_tokens, r.window_flops = int(w.get('tokens', 0)), float(w.get('flops', 0.0))
-    r.window_t0 = time.perf_counter() - float(w.get('seconds', 0.0))   # its seconds before the checkpoint count, as if never stopped
-
-def _open_window(r: Run) -> dict:
-    "The window in progress, for a checkpoint: its training seconds up to the end of the last step (evaluation excluded) and its counters."
-    secs = (r.paused_at if r.paused_at is not None else time.perf_counter()) - r.window_t0
-    return dict(steps=r.window_steps, tokens=r.window_tokens, flops=r.window_flops, loss=r.window_loss, seconds=secs)
 
 # %% ../nbs/42_train.ipynb #5689eef3
 def step_seed(seed: int,  # the run's seed
@@ -634,31 +681,31 @@ def train_step(r: Run,            # the run
     grad_norm = clip_grad_norm(r.model.parameters(), t.gradient_clip_val or float('inf'))
     # fp16: an inf gradient is the loss scaler's business (it skips the step and lowers the scale)
     if math.isfinite(step_loss) and (math.isfinite(grad_norm) or precision == '16'):
-        r.scaler.step(r.opt); r.bad_in_row = 0
+        r.scaler.step(r.opt); r.count.bad_in_row = 0
         if r.pending: r.healthy, r.pending = r.pending, None   # a finite step from its weights: verified healthy
     else: _skip(r, step, step_loss, grad_norm)
     r.scaler.update(); r.opt.zero_grad(set_to_none=True)
-    n_tok = x.numel() * dist.world_size; r.tokens_seen += n_tok
-    if math.isfinite(step_loss): r.window_loss, r.window_steps = r.window_loss + step_loss, r.window_steps + 1
-    r.window_tokens, r.window_flops = r.window_tokens + n_tok, r.window_flops + n_tok * r.fpt[x.shape[-1]]
+    n_tok = x.numel() * dist.world_size; r.count.tokens_seen += n_tok
+    if math.isfinite(step_loss): r.window.loss, r.window.steps = r.window.loss + step_loss, r.window.steps + 1
+    r.window.tokens, r.window.flops = r.window.tokens + n_tok, r.window.flops + n_tok * r.fpt[x.shape[-1]]
     r.bar.update(1); r.bar.set_postfix(loss=f'{step_loss:.3f}', lr=f'{lr:.1e}')
     return lr, step_loss, grad_norm
 
 # %% ../nbs/42_train.ipynb #55e3105f
 def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
     "Count a skipped step; stop the run after `max_bad_steps` in a row."
-    r.bad_in_row, r.skipped = r.bad_in_row + 1, r.skipped + 1
-    if r.bad_in_row == 1: r.first_bad = step + 1
+    r.count.bad_in_row, r.count.skipped = r.count.bad_in_row + 1, r.count.skipped + 1
+    if r.count.bad_in_row == 1: r.count.first_bad = step + 1
     r.pending = None   # the checkpoint that fed this step is not healthy: a resume from it would take this step again
     r.say(f"step {step + 1:>6} | non-finite loss {step_loss} or gradient norm {grad_norm}: step skipped "
-          f"({r.bad_in_row} in a row, {r.skipped} in all)")
-    if r.bad_in_row >= r.t.max_bad_steps:
-        if getattr(r, 'log', None): r.log.log(step=step + 1, loss=step_loss, grad_norm=grad_norm, skipped_steps=r.skipped)
+          f"({r.count.bad_in_row} in a row, {r.count.skipped} in all)")
+    if r.count.bad_in_row >= r.t.max_bad_steps:
+        if r.log: r.log.log(step=step + 1, loss=step_loss, grad_norm=grad_norm, skipped_steps=r.count.skipped)
         kept = r.kept()
         set_aside = _set_aside(r, kept)
         raise TrainingError(
-            f"the loss or gradient was NaN or inf for {r.bad_in_row} steps in a row (steps {r.first_bad} to {step + 1}): the "
-            f"run diverged at step {r.first_bad}. Lower --trainer.learning_rate (now {r.t.learning_rate:g}), lengthen "
+            f"the loss or gradient was NaN or inf for {r.count.bad_in_row} steps in a row (steps {r.count.first_bad} to {step + 1}): the "
+            f"run diverged at step {r.count.first_bad}. Lower --trainer.learning_rate (now {r.t.learning_rate:g}), lengthen "
             f"--trainer.warmup_steps (now {r.t.warmup_steps}) or lower --trainer.gradient_clip_val (now "
             f"{r.t.gradient_clip_val}), or use bf16 instead of 16. "
             + (f"The newest healthy checkpoint is {kept} (a finite step followed it); continue from it with "
@@ -668,7 +715,7 @@ def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
 
 def _set_aside(r: Run, kept) -> list[str]:
     "Rename the checkpoints newer than `kept` (written as the run diverged) to `*.diverged`, so --resume skips them."
-    if not (getattr(r, 'writes', False) and r.run_dir): return []
+    if not (r.writes and r.run_dir): return []
     newer = [p for p in list_checkpoints(r.run_dir) if kept is None or p.name > Path(kept).name]
     for p in newer: p.rename(p.with_name(p.name + '.diverged'))
     return [p.name for p in newer]
@@ -681,16 +728,16 @@ def log_window(r: Run,            # the run
                seq_len: int,      # the step's sequence length
               ):
     "Log the steps since the last row: mean loss, tokens per second, MFU and peak memory."
-    dt = time.perf_counter() - r.window_t0; r.train_time += dt; r.train_tokens += r.window_tokens
-    if r.train_flops is not None: r.train_flops += r.window_flops
-    r.last_loss = r.window_loss / max(r.window_steps, 1)
-    row = dict(step=step, loss=r.last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(r.window_tokens / dt, 1),
-               mfu=mfu(r.window_flops / dt, r.peak_flops, 5), peak_mem_mb=round(peak_memory_mb(r.device), 1),
-               tokens=r.tokens_seen, seq_len=seq_len, skipped_steps=r.skipped)
+    dt = time.perf_counter() - r.window.t0; r.count.train_time += dt; r.count.train_tokens += r.window.tokens
+    if r.count.train_flops is not None: r.count.train_flops += r.window.flops
+    r.last_loss = r.window.loss / max(r.window.steps, 1)
+    row = dict(step=step, loss=r.last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(r.window.tokens / dt, 1),
+               mfu=mfu(r.window.flops / dt, r.peak_flops, 5), peak_mem_mb=round(peak_memory_mb(r.device), 1),
+               tokens=r.count.tokens_seen, seq_len=seq_len, skipped_steps=r.count.skipped)
     r.log.log(**row)
     r.say(f"step {step:>6} | loss {r.last_loss:.4f} | lr {lr:.2e} | grad norm {grad_norm:.3f} | "
-          f"{row['tokens_per_sec']:,.0f} tok/s | {format_mfu(r.window_flops / dt, r.peak_flops)} | {row['peak_mem_mb']:,.0f} MiB")
-    _new_window(r)
+          f"{row['tokens_per_sec']:,.0f} tok/s | {format_mfu(r.window.flops / dt, r.peak_flops)} | {row['peak_mem_mb']:,.0f} MiB")
+    r.window = Window()
 
 # %% ../nbs/42_train.ipynb #a15b3109
 def validate(r: Run,     # the run
@@ -713,9 +760,9 @@ def save_state(r: Run,       # the run
                n_seqs: int,  # sequences in the step's global batch
               ):
     "Checkpoint the full training state (rank 0 writes it) if it is healthy, and prune old checkpoints; else owe one."
-    if r.bad_in_row or not _finite_state(r):
+    if r.count.bad_in_row or not _finite_state(r):
         r.save_owed = True
-        r.say(f"step {step:>6} | checkpoint skipped: " + ('a run of skipped steps is in progress' if r.bad_in_row else
+        r.say(f"step {step:>6} | checkpoint skipped: " + ('a run of skipped steps is in progress' if r.count.bad_in_row else
               'the parameters or optimizer state hold NaN or inf') + "; the next healthy step writes it")
         return
     r.save_owed = False
@@ -724,10 +771,10 @@ def save_state(r: Run,       # the run
     if r.writes:
         r.ckpt = save_checkpoint(checkpoint_path(r.run_dir, step), dict(
             model=r.final_state[0], optimizer=r.final_state[1], scaler=r.scaler.state_dict(), rng=rngs[0],
-            rng_ranks=rngs, step=step, tokens_seen=r.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict(),
-            train_time=r.train_time, train_tokens=r.train_tokens,   # the logged windows' training time and tokens, for a resume
-            train_flops=r.train_flops,                              # and their FLOPs (each length counted at its own cost)
-            window=_open_window(r), skipped=r.skipped,              # the window not yet logged: a resume goes on with it
+            rng_ranks=rngs, step=step, tokens_seen=r.count.tokens_seen, global_batch=n_seqs, config=r.cfg.to_dict(),
+            train_time=r.count.train_time, train_tokens=r.count.train_tokens,   # the logged windows' training time and tokens, for a resume
+            train_flops=r.count.train_flops,                              # and their FLOPs (each length counted at its own cost)
+            window=r.window.saved(r.paused_at), skipped=r.count.skipped,              # the window not yet logged: a resume goes on with it
             last_loss=r.last_loss, val_loss=r.val_loss, val_acc=r.val_acc))   # what a resumed finished run reports
         _prune(r)
         if r.t.checkpoint_path and Path(r.t.checkpoint_path).suffix:   # cs336-style: the newest checkpoint at that file too
@@ -776,9 +823,9 @@ def restore(r: Run,        # the run being opened
     else: r.say("the checkpoint was trained without fp16's loss scaler (its precision resolved otherwise there): this run's starts afresh")
     rngs = ck.get('rng_ranks') or []
     set_rng_state(rngs[r.dist.rank] if len(rngs) == r.dist.world_size else ck['rng'])
-    r.run_dir, r.start, r.tokens_seen = run_dir, ck['step'], ck['tokens_seen']
-    r.say(f"resuming {run_dir} from {path.name} (step {r.start})")
-    if r.start >= r.max_steps:
+    r.run_dir, r.count.start, r.count.tokens_seen = run_dir, ck['step'], ck['tokens_seen']
+    r.say(f"resuming {run_dir} from {path.name} (step {r.count.start})")
+    if r.count.start >= r.max_steps:
         r.say(f"all {r.max_steps} steps were done: nothing to train; the model is exported from the checkpoint and the run reports "
               + ("the results stored with it" if 'last_loss' in ck else "no training loss (an older longctx_nb did not store it)"))
     gb = r.d.batch_size * r.t.accumulate_grad_batches * r.dist.world_size
@@ -792,22 +839,22 @@ def finish(r: Run,  # a run whose loop ended
     "Export the model, draw the loss plot, report the memory; the run's `TrainResult`."
     r.bar.close(); r.log.close()
     plot, fsdp = None, r.dist.strategy == 'fsdp'
-    if r.run_dir and fsdp and (r.final_state is None or r.bad_in_row):  # no state gathered at the last step
+    if r.run_dir and fsdp and (r.final_state is None or r.count.bad_in_row):  # no state gathered at the last step
         r.final_state = full_state(r.wrapped, r.opt)
-    if r.writes and r.ckpt and not r.bad_in_row: prune_checkpoints(r.run_dir, r.t.keep_last)   # the run ended well
+    if r.writes and r.ckpt and not r.count.bad_in_row: prune_checkpoints(r.run_dir, r.t.keep_last)   # the run ended well
     if r.writes:
         export_model(r.model if not fsdp else _plain(r.model.cfg, r.final_state[0]), r.run_dir)
         if r.t.plot:
             plot = r.run_dir / 'loss.png'
             plot_losses(r.log.rows, plot, title=f'{r.cfg.model.block} {r.cfg.model.size}')
     peak = peak_memory_mb(r.device)
-    if r.start < r.max_steps: r.say(f"memory: estimated {r.est.total / 2**20:,.0f} MiB, measured peak {peak:,.0f} MiB"
+    if r.count.start < r.max_steps: r.say(f"memory: estimated {r.est.total / 2**20:,.0f} MiB, measured peak {peak:,.0f} MiB"
                                     + (" (process RSS, includes the runtime)" if r.device.type != 'cuda' else ''))
-    tps = r.train_tokens / max(r.train_time, 1e-9)
+    tps = r.count.train_tokens / max(r.count.train_time, 1e-9)
     return TrainResult(r.run_dir, r.max_steps, r.last_loss, r.val_loss, tps, peak, r.n_params, r.ckpt, plot, r.log.rows,
-                       mfu=mfu(r.train_flops / r.train_time, r.peak_flops) if r.train_tokens and r.train_flops is not None else None,
+                       mfu=mfu(r.count.train_flops / r.count.train_time, r.peak_flops) if r.count.train_tokens and r.count.train_flops is not None else None,
                        val_acc=r.val_acc,
-                       train_seconds=r.train_time, stop_signal=getattr(r, 'signal', None))
+                       train_seconds=r.count.train_time, stop_signal=r.signal)
 
 def _plain(cfg, state: dict) -> LM:
     "An unsharded `LM` holding a full state dict (for the safetensors export of an FSDP2 run)."
@@ -865,7 +912,7 @@ def _stop_message(r: Run, step: int) -> tuple[str, str]:   # (what stopped the r
             f"No checkpoint could be written. Start it again with: {again(resume=r.run_dir)}")
 
 def _abort_message(r: Run, e: _Terminated) -> tuple[str, str]:   # (what stopped the run, how to continue)
-    kept = r.kept() if hasattr(r, 'ckpt') else None
+    kept = r.kept()
     return (f"aborted by a second {e}: the step in flight and any checkpoint being written were dropped (nothing partial "
             "is left).", f"The newest checkpoint is {kept}; continue with: {again(resume=r.run_dir)}" if kept else
             "No checkpoint was written." if r.run_dir else "This run writes no checkpoints.")
@@ -935,7 +982,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             if can_validate and _due(step, r.t.eval_interval, done): validate(r, step + 1)
             if r.run_dir and (_due(step, r.t.checkpoint_interval, done or stop) or r.save_owed):
                 save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
-            r.window_t0 += time.perf_counter() - r.paused_at; r.paused_at = None
+            r.window.t0 += time.perf_counter() - r.paused_at; r.paused_at = None
             if stop and not done:
                 prof.finish()
                 raise _stopped(*_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
