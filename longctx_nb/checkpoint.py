@@ -265,7 +265,6 @@ def export_model(model: torch.nn.Module, out_dir) -> Path:
     _fsync_dir(out)
     return out / 'model.safetensors'
 
-# %% ../nbs/40_checkpoint.ipynb #8b61f1d7
 def verify_export(d):
     "Check the files of an export against its SHA256SUMS; `CheckpointError` naming the file and the reason."
     d = Path(d); sums = d / _SUMS
@@ -293,7 +292,6 @@ def verify_export(d):
         except OSError as e: raise CheckpointError(f"{str(f)!r} cannot be verified: {e.strerror}.") from None
         if got != h: raise CheckpointError(f"{str(f)!r} is damaged: its SHA-256 does not match {_SUMS}.")
 
-# %% ../nbs/40_checkpoint.ipynb #cbd7a3db
 def load_model(path, device='cpu'):
     "An `LM` from a verified exported folder (model.safetensors + model_config.json) or training checkpoint (.pt)."
     from longctx_nb.model import LM

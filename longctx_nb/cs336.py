@@ -91,7 +91,6 @@ def _load_into(obj, state, what: str, name: str, hint: str):
         why = ' '.join(str(e).split())[:400]
         raise CheckpointError(f"the {what} in {name} does not fit this {what}: {why}. {hint}") from None
 
-# %% ../nbs/45_cs336.ipynb #18ea3f95
 def load_checkpoint(src, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> int:
     "Restore `model` and `optimizer` from `src` (verified first); the iteration to continue from."
     name = repr(str(src)) if isinstance(src, (str, os.PathLike)) else 'the file object'

@@ -75,9 +75,7 @@ def evaluate(model,                           # the model
 
 @torch.no_grad()
 def evaluate_task(model, data: SyntheticData, seq_len: int, batch_size: int, device, precision='32',
-                  n_batches: int = 20,      # validation batches
-                  seed: int = 0,            # the run's seed
-                 ) -> tuple[float, float]:  # (loss in nats per answer token, accuracy)
+                  n_batches: int = 20, seed: int = 0) -> tuple[float, float]:  # (nats per answer token, accuracy)
     "`evaluate` for a synthetic task: (mean loss, accuracy) over the answers of `n_batches` fixed validation batches."
     was_training = model.training; model.eval()
     total, correct, count = 0.0, 0, 0
@@ -558,10 +556,8 @@ class _Terminated(BaseException):   # as KeyboardInterrupt: no `except Exception
 
 class Stopped(Exception):
     "The run stopped on a signal; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
-    def __init__(self, message: str,  # where the checkpoint is and how to continue
-                 code: int,           # exit status
-                 reason: str | None = None,  # what stopped it, without how to continue (default: the message)
-                ): super().__init__(message); self.code, self.reason = code, reason or message
+    def __init__(self, message: str, code: int, reason: str | None = None):   # reason: the message less how to continue
+        super().__init__(message); self.code, self.reason = code, reason or message
 
 def _catch_signals(r: Run) -> dict:
     "SIGTERM, SIGINT and SIGUSR1 ask the run to stop after the step in flight; a second one aborts at once."
@@ -626,12 +622,8 @@ def _due(step: int, every: int, done: bool) -> bool:
     return done or bool(every and (step + 1) % every == 0)
 
 # %% ../nbs/44_train.ipynb #00e56d1f
-def train(cfg: Config,                      # the run's config
-          tokens: TokenData | None = None,  # data to use instead of the configured data
-          quiet: bool = False,              # no progress bar or log lines
-          model: LM | None = None,          # model to use instead of building one
-         ) -> TrainResult:
-    "Train as `cfg` says; returns a `TrainResult`. `tokens` replaces the configured data, `model` the configured model."
+def train(cfg: Config, tokens: TokenData | None = None, quiet: bool = False, model: LM | None = None) -> TrainResult:
+    "Train as `cfg` says. `tokens` replaces the configured data, `model` the configured model; `quiet`: no output."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
     import threading
     old = {s: signal.getsignal(s) for s in STOP_CODES} if threading.current_thread() is threading.main_thread() else {}
