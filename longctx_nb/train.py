@@ -53,16 +53,9 @@ def make_optimizer(model: torch.nn.Module, t: TrainerConfig, device: torch.devic
 
 # %% ../nbs/44_train.ipynb #94615f75
 @torch.no_grad()
-def evaluate(model,                           # the model
-             data,                            # validation token array
-             seq_len: int,                    # tokens per sequence
-             batch_size: int,                 # sequences per batch
-             device,                          # where the model is
-             precision='32',                  # '32', 'bf16' or '16'
-             max_batches: int | None = None,  # at most this many batches (None: the whole split)
-             docs=None,                       # document offsets of `data`: attention within documents (data.doc_mask)
-            ) -> float:                       # nats per token
-    "Mean loss per token over validation batches of `data`."
+def evaluate(model, data, seq_len: int, batch_size: int, device, precision='32', max_batches: int | None = None,
+             docs=None) -> float:
+    "Mean loss per token (nats) over `max_batches` (None: all) batches of `data`; `docs`: its document offsets."
     was_training = model.training; model.eval()
     total, count = 0.0, 0
     for x, y, *d in val_batches(data, seq_len, batch_size, max_batches=max_batches or None, docs=docs):
@@ -374,13 +367,9 @@ def step_seed(seed: int, step: int, rank: int) -> int:
     "The seed of step `step`'s random numbers (dropout) on `rank`: the same whether or not the run was resumed."
     return (seed * 1_000_003 + step * 7919 + rank * 104_729) % 2**63
 
-def train_step(r: Run,            # the run
-               step: int,         # optimizer step, 0-based
-               x: torch.Tensor,   # (accumulate_grad_batches, batch_size, seq_len) inputs
-               y: torch.Tensor,   # their targets
-               doc: torch.Tensor | None = None,  # document ids of x (data.doc_mask)
-              ) -> tuple[float, float, float]:  # (learning rate, loss of the global batch, gradient norm)
-    "One optimizer step with gradient accumulation and clipping; a step with a NaN or inf is skipped."
+def train_step(r: Run, step: int, x: torch.Tensor, y: torch.Tensor, doc: torch.Tensor | None = None):
+    """Optimizer step `step` (0-based) on `x`, `y` and `doc` (accumulate_grad_batches, batch_size, seq_len), clipped; a
+    NaN or inf skips it. Returns (learning rate, loss of the global batch, gradient norm)."""
     t, dist, device, precision, w = r.t, r.dist, r.device, r.precision, r.window
     lr = lr_at(step, t, r.max_steps)
     for g in r.opt.param_groups: g['lr'] = lr
