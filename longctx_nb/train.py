@@ -208,7 +208,7 @@ class Window:
     steps: int = 0      # its finite steps
     tokens: int = 0     # tokens trained on, all ranks
     flops: float = 0.0  # their FLOPs, each length at its own cost
-    t0: float = field(default_factory=time.perf_counter)  # its start, less its seconds before a checkpoint
+    t0: float = field(default_factory=lambda: time.perf_counter())  # its start, less its seconds before a checkpoint
 
     @classmethod
     def resume(cls, w: dict | None = None):   # a checkpoint's `window` (None: a new, empty one)
