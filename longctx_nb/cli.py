@@ -89,7 +89,7 @@ def _flat(cfg: Config) -> dict:
 
 def _source_run(src: str, t) -> Path | None:
     "The run directory that a --resume or --trainer.fork_from value names (None: none found)."
-    from longctx_nb.train import RESUME_LAST, resume_pick
+    from longctx_nb.runs import RESUME_LAST, resume_pick
     if src.lower() in RESUME_LAST: return resume_pick(t)   # the run the trainer will continue
     p = Path(src)
     return p.parent.parent if p.is_file() else p if p.is_dir() else None
@@ -163,7 +163,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
                  ):
     "Before any data is prepared: a --resume, --trainer.fork_from or --init_from must name something, and a new named run's directory must be free."
     from longctx_nb.checkpoint import list_checkpoints, verify_digest
-    from longctx_nb.train import RESUME_LAST, new_run_dir, resume_pick
+    from longctx_nb.runs import RESUME_LAST, new_run_dir, resume_pick
     t = cfg.trainer
     if init_from is not None:
         if t.resume: raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")

@@ -16,7 +16,8 @@ from .blocks.base import canonical_block, get_block
 from .blocks.bigbird import random_block_size
 from .model import LM, count_params, flops_per_token
 from .synthetic import from_config as task_from_config
-from .train import train, RESUME_LAST, Stopped, kernel_report
+from .train import train, Stopped, kernel_report
+from .runs import RESUME_LAST
 from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
 from .bench import ALL_BLOCKS, train_step_cost
 from .scores import (load_for_eval, task_accuracy, passkey_grid, passkey_generator, text_data, perplexity, drift_curve,

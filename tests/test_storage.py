@@ -123,7 +123,7 @@ def test_tensorboard_disk_full_stops_cleanly(bindir, small_fs):
     [json.loads(l) for l in (run_dir / 'metrics.jsonl').read_text().splitlines()]   # no half line either
 
 def test_loss_plot_and_event_file_on_a_full_disk(small_fs):
-    from longctx_nb.train import plot_losses, EventFile
+    from longctx_nb.metrics import plot_losses, EventFile
     ev = EventFile(small_fs)
     size = ev.path.stat().st_size
     fill(small_fs)
