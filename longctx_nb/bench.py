@@ -636,6 +636,7 @@ def gpu_block_row(model,             # an `LM` on `device`
                   batch: int = 1,    # sequences per step
                   precision: str = 'bf16',  # autocast precision
                   reps: int = 5,     # timed steps
+                  timer=None,        # the steps' clock (seconds); None: the `bench_clock` in force; a test passes a fake one
                  ) -> dict:          # block, L, tokens_per_sec, tokens_per_sec_median, mfu, mfu_note, peak_mib, step_mib, disturbed, note
     """Throughput, MFU and memory of one training step of `model` at length `L`: `peak_mib` is the whole step's peak
     (weights, optimizer state, gradients, activations), `step_mib` what the step adds above what was held before it.
@@ -647,7 +648,7 @@ def gpu_block_row(model,             # an `LM` on `device`
     oom, step = False, None
     try:
         step = train_step_fn(model, batch, L, device, precision)
-        t = time_reps(step, device, reps, warmup=1)   # the warm-up step creates the optimizer state
+        t = time_reps(step, device, reps, warmup=1, timer=timer)   # the warm-up step creates the optimizer state
         total, above = step_memory(step, device)
     except Exception as e:
         if not _is_oom(e): raise
@@ -762,27 +763,28 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
         model.zero_grad(set_to_none=True); model.to('meta'); clear_pattern_caches()
         if device.type == 'cuda': torch.cuda.empty_cache()
 
-def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic):
+def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic, timer=None):
     """fits(L) for `largest_fitting`: `gpu_block_row` at L (a warm-up, a timed and a measured training step); out of
     memory -> False, a timed step slower than `max_seconds` -> None, another error -> `ProbeFailed`. It raises
     `TimeLimit` rather than start a try that would not end before `deadline`, judged from the last one: its three
     steps scaled as L squared (the worst a block scales), plus what it spent besides them (compiling FlexAttention
-    for a new length, say)."""
-    last = []
+    for a new length, say). `timer` times the tries and their steps (None: the wall clock; a test passes a fake one,
+    so that what it asserts does not depend on the machine's speed)."""
+    last, now = [], timer or time.perf_counter
     def fits(L):
         if deadline is not None and last:
             (L0, s0, extra), left = last[-1], deadline - clock()
             if (need := 3 * s0 * (L / L0) ** 2 + extra) > left:
                 raise TimeLimit(f'{L} would take about {need:.0f} s, {max(left, 0):.0f} s left')
-        t0, failed = time.monotonic(), None
-        try: r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1)
+        t0, failed = now(), None
+        try: r = gpu_block_row(model, L, device, peak=float('inf'), precision=precision, reps=1, timer=timer)
         except Exception as e: failed = f'{L}: {_one_line(e, 200)}'
         if failed:                 # outside the `except`, as in `gpu_block_row`: the traceback no longer holds the step
             free_after_oom(model, device)
             raise ProbeFailed(failed)
         if r['note'] == 'out of memory': return False
         s = L / r['tokens_per_sec']
-        last.append((L, s, max(0.0, time.monotonic() - t0 - 3 * s)))
+        last.append((L, s, max(0.0, now() - t0 - 3 * s)))
         return None if s > max_seconds else True
     return fits
 
@@ -799,7 +801,8 @@ FIT_REL = 1 / 16   # the fit search stops bisecting once it knows the longest le
 GPU_SAME = ('device', 'torch', 'size', 'batch', 'precision')   # what an earlier run's rows must share with this run's to be shown
 
 def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
-               window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, blocks_seconds=None, clock=time.monotonic):
+               window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, blocks_seconds=None, clock=time.monotonic,
+               timer=None):
     """The parts of `bench_gpu` on `device` (a CPU in the tests). At the start and after each row, the rows of every
     part (this run's, and an earlier run's of the other parts, if it had the same `GPU_SAME` settings) are saved in
     gpu_rows.json and gpu_table.md is written from them, each file atomically."""
@@ -842,7 +845,7 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
                 rows['blocks'].append(r); save()
     if 'fits' in rows:
         for b, m, deadline in deadlines(fit_seconds):
-            L, note, bound = largest_fitting(_fit_probe(m, device, precision, max_seconds, deadline, clock), min(Ls), max_len,
+            L, note, bound = largest_fitting(_fit_probe(m, device, precision, max_seconds, deadline, clock, timer), min(Ls), max_len,
                                              rel=FIT_REL, deadline=deadline, clock=clock)
             rows['fits'].append(dict(block=b, largest=L, note=note, bound=bound)); save()
     save()
