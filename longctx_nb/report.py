@@ -8,6 +8,7 @@ import argparse, json, shlex, shutil, signal, sys, time
 from pathlib import Path
 import numpy as np
 import torch
+from .core import hold
 from .core import UsageError, get_device
 from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_read, check_writable_dir, parse_curriculum,
                                pick_precision, resolve_model)
@@ -240,6 +241,7 @@ def train_and_eval(cfg: Config,          # the training config
     res = train(cfg, quiet=quiet)   # its time and tokens/s cover every part of a run continued from its checkpoint
     if res.stop_signal: signal.raise_signal(res.stop_signal)   # asked to stop while the run exported its model: stop now
     ev = load_for_eval(res.run_dir, get_device(cfg.trainer.accelerator))
+    hold(f'{res.run_dir.name} evaluation')
     row = dict(block=cfg.model.block, n_layers=ev.model.cfg.n_layers, params=count_params(ev.model),
                flops_per_token=flops_per_token(ev.model.cfg, cfg.data.seq_len), lr=cfg.trainer.learning_rate, seed=cfg.trainer.seed,
                train_seconds=round(res.train_seconds, 1), run_tokens_per_sec=round(res.tokens_per_sec, 1), val_loss=round(res.val_loss, 4),

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
+from .core import hold
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype, seed_everything,
                              reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu, pyplot)
 from .config import Config, ModelConfig, TrainerConfig, apply_overrides, parse_curriculum, check_before_run, resolve_model
@@ -797,6 +798,7 @@ def finish(r: Run,  # a run whose loop ended
     if r.writes and r.ckpt and not r.bad_in_row: prune_checkpoints(r.run_dir, r.t.keep_last)   # the run ended well
     if r.writes:
         export_model(r.model if not fsdp else _plain(r.model.cfg, r.final_state[0]), r.run_dir)
+        hold(f'{r.run_dir.name} export')
         if r.t.plot:
             plot = r.run_dir / 'loss.png'
             plot_losses(r.log.rows, plot, title=f'{r.cfg.model.block} {r.cfg.model.size}')
@@ -931,6 +933,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             stop = _stop_requested(r)
             done = step + 1 == r.max_steps
             if (step + 1) % r.t.log_every_n_steps == 0 or done or stop: log_window(r, step + 1, lr, grad_norm, x.shape[-1])
+            hold(f"{r.run_dir.name if r.run_dir else 'run'} step {step + 1}")   # a test's stop signal, at a known step
             r.paused_at = time.perf_counter()  # evaluation and checkpoints do not count as training time
             if can_validate and _due(step, r.t.eval_interval, done): validate(r, step + 1)
             if r.run_dir and (_due(step, r.t.checkpoint_interval, done or stop) or r.save_owed):
