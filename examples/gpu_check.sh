@@ -107,7 +107,7 @@ import importlib, torch
 for name in ('selective_scan_cuda', 'causal_conv1d_cuda'):
     try: importlib.import_module(name); print(f'kernels: {name} imports')
     except Exception as e: print(f'kernels: {name} does not import ({type(e).__name__}: {" ".join(str(e).split())[:200]})')
-from longctx_nb.bench import kernel_paths
+from longctx_nb.gpu import kernel_paths
 print('kernels: the blocks run', kernel_paths('cuda'))
 EOF
 }

@@ -8,7 +8,7 @@ import errno, hashlib, io, json, os, random, re, warnings
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, TrainingError
+from .core import UsageError, TrainingError, hold
 from .config import ModelConfig, resolve_model
 
 # %% auto #0
@@ -113,6 +113,7 @@ def atomic_write(path, write, digest: bool = False) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         h = _write_tmp(tmps[0], write)
+        hold(f'write {path.name}')   # a test's signal, inside the write
         if digest:
             _write_tmp(tmps[1], f"{h}  {path.name}\n")
             os.replace(tmps[1], sidecar(path))

@@ -8,7 +8,7 @@ import argparse, json, shlex, shutil, signal, sys, time
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, get_device
+from .core import UsageError, get_device, hold
 from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_read, check_writable_dir,
                                pick_precision, resolve_model)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
@@ -237,6 +237,7 @@ def train_and_eval(cfg: Config,          # the training config
     res = train(cfg, quiet=quiet)   # its time and tokens/s cover every part of a run continued from its checkpoint
     if res.stop_signal: signal.raise_signal(res.stop_signal)   # asked to stop while the run exported its model
     ev = load_for_eval(res.run_dir, get_device(cfg.trainer.accelerator))
+    hold(f'{res.run_dir.name} evaluation')
     curve = [(r['step'], r['loss']) for r in res.metrics if 'loss' in r]
     row = dict(block=cfg.model.block, n_layers=ev.model.cfg.n_layers, params=count_params(ev.model),
                flops_per_token=flops_per_token(ev.model.cfg, cfg.data.seq_len), lr=cfg.trainer.learning_rate,

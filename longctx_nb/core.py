@@ -4,13 +4,14 @@
 
 # %% ../nbs/00_core.ipynb #517d4c20
 from __future__ import annotations
-import contextlib, os, random
+import contextlib, os, random, time
+from pathlib import Path
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_CHOICES', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'launcher_env', 'parse_precision',
-           'autocast_dtype', 'check_precision', 'autocast', 'seed_everything']
+__all__ = ['DEVICE_CHOICES', 'HOLD_ENV', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'launcher_env', 'hold',
+           'parse_precision', 'autocast_dtype', 'check_precision', 'autocast', 'seed_everything']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -57,6 +58,26 @@ def launcher_env() -> dict | None:
     e = {k: int(os.environ.get(k, d)) for k, d in keys}
     e['LOCAL_WORLD_SIZE'] = e['LOCAL_WORLD_SIZE'] or e['WORLD_SIZE']
     return e
+
+# %% ../nbs/00_core.ipynb #9e4391e5
+HOLD_ENV = 'LONGCTX_HOLD'   # 'POINT=FILE;...': `hold(POINT)` creates FILE and waits there for a stop signal (tests)
+
+def hold(point: str,  # where the process is, e.g. 'version_0 step 5' (the trainer) or 'vanilla evaluation'
+        ):
+    """A test's handle on a running process: when `HOLD_ENV` names this `point` ('POINT=FILE'), create FILE and wait
+    here for SIGTERM, SIGINT or SIGUSR1, then hand it to the handler in place, as if it came at this point (SIGKILL
+    needs no help). A test then signals a known place, on a busy machine too, instead of racing the process to it."""
+    spec = dict(s.split('=', 1) for s in os.environ.get(HOLD_ENV, '').split(';') if '=' in s)
+    if not (path := spec.get(point)): return
+    import signal
+    got, old = [], {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    def caught(signum, frame):
+        for s, h in old.items(): signal.signal(s, h)
+        got.append(signum)
+    for s in old: signal.signal(s, caught)
+    Path(path).touch()
+    while not got: time.sleep(0.01)   # a flag the handler sets, not a time window
+    signal.raise_signal(got[0])
 
 # %% ../nbs/00_core.ipynb #ce2b34c1
 PRECISIONS = {'32': '32', '32-true': '32', 'fp32': '32', 'float32': '32',

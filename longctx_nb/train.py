@@ -11,7 +11,7 @@ from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype,
-                             seed_everything)
+                             seed_everything, hold)
 from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu
 from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_curriculum,
                                pick_precision, resolve_model)
@@ -523,6 +523,7 @@ def finish(r: Run) -> TrainResult:
     if r.writes and r.ckpt and not n.bad_in_row: prune_checkpoints(r.run_dir, r.t.keep_last)   # the run ended well
     if r.writes:
         export_model(r.model if not fsdp else _plain(r.model.cfg, r.final_state[0]), r.run_dir)
+        hold(f'{r.run_dir.name} export')
         if r.t.plot:
             plot = r.run_dir / 'loss.png'
             plot_losses(r.log.rows, plot, title=f'{r.cfg.model.block} {r.cfg.model.size}')
@@ -650,6 +651,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             stop, done = _stop_requested(r), step + 1 == r.max_steps
             if (step + 1) % t.log_every_n_steps == 0 or done or stop:
                 log_window(r, step + 1, lr, grad_norm, x.shape[-1])
+            hold(f"{r.run_dir.name if r.run_dir else 'run'} step {step + 1}")   # a test's stop signal, at a known step
             r.paused_at = time.perf_counter()  # evaluation and checkpoints do not count as training time
             if can_validate and _due(step, t.eval_interval, done): log_validation(r, step + 1)
             if r.run_dir and (_due(step, t.checkpoint_interval, done or stop) or r.save_owed):

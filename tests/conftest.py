@@ -1,4 +1,4 @@
-import errno, os, subprocess, sys
+import errno, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 
@@ -27,6 +27,23 @@ def notebook_runs(request):
     nbs = docs.notebooks()
     if any('nb' not in getattr(getattr(it, 'callspec', None), 'params', {}) for it in users): wanted = set(nbs)
     return docs.execute([nb for nb in nbs if nb in wanted], force=True, log=lambda *a: None)
+
+@pytest.fixture
+def held(tmp_path):
+    """held(cmd, *points, **popen) -> the process of `cmd`, started so that it waits at each of `points` (`core.hold`),
+    once it is at the first; `p.reached(point)` waits until it is at another. A test signals it at a known place, on a
+    busy machine too, instead of polling a file and racing the process."""
+    def start(cmd, *points, env=None, **kw):
+        files = {pt: tmp_path / f'held_{i}' for i, pt in enumerate(points)}
+        hold = ';'.join(f'{pt}={f}' for pt, f in files.items())
+        p = subprocess.Popen([str(c) for c in cmd], env={**(env or os.environ), 'LONGCTX_HOLD': hold}, **kw)
+        def reached(point):
+            while not files[point].exists() and p.poll() is None: time.sleep(0.01)   # an event (the file), no time window
+            assert p.poll() is None, f'the process ended before it reached {point!r}: {p.returncode}, {p.communicate()}'
+        p.reached = reached
+        reached(points[0])
+        return p
+    return start
 
 @pytest.fixture
 def mount_tmpfs(tmp_path):

@@ -5,7 +5,8 @@ import pytest, torch
 
 from longctx_nb.core import UsageError
 from longctx_nb.measure import Timing, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
-from longctx_nb.bench import timing_table, run_bench, largest_fitting, compare_paths, gpu_table
+from longctx_nb.bench import timing_table, run_bench
+from longctx_nb.gpu import largest_fitting, compare_paths, gpu_table
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason='tests the refusal on a machine without CUDA')
@@ -98,14 +99,16 @@ def test_gpu_check_pieces_run_on_cpu_tensors():
 
 
 def test_gpu_blocks_and_fits_run_on_cpu_within_a_time_budget(tmp_path):
-    "The blocks and fits parts of `longctx_bench gpu` on a CPU: a fit search longer than its budget ends as a lower bound."
-    import time
-    from longctx_nb.bench import _gpu_parts
+    """The blocks and fits parts of `longctx_bench gpu` on a CPU: a fit search longer than its budget ends as a lower bound.
+    Its clock ticks once per look (12 ticks of budget) and its steps' timer 10 ms per look: the machine's speed decides nothing."""
+    import itertools
+    from longctx_nb.gpu import _gpu_parts
     paths = {'selective_scan': 'torch'}
-    t0 = time.monotonic()
+    ticks, steps = itertools.count(), itertools.count(0, 0.01)
     rows = _gpu_parts(torch.device('cpu'), paths, (64,), ('vanilla',), 'tiny', ('blocks', 'fits'), 1, '32', 2, 64, 2**20, 30.0,
-                      32, 32, str(tmp_path), False, peak=1e15, fit_seconds=3)
-    assert time.monotonic() - t0 < 20
+                      32, 32, str(tmp_path), False, peak=1e15, fit_seconds=12, clock=lambda: next(ticks),
+                      timer=lambda: next(steps))
+    assert next(ticks) <= 13          # the search stopped at its budget, far short of 2**20
     step, fit = rows
     assert step['block'] == 'vanilla' and step['tokens_per_sec'] > 0 and step['peak_mib'] > step['step_mib'] > 0, step
     assert fit['block'] == 'vanilla' and fit['bound'] == 'time limit' and 128 <= fit['largest'] < 2**20, fit
@@ -207,7 +210,7 @@ def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_pat
         assert p.returncode == 0, (script, p.stderr)
     cuda_cells = _cuda_cells()
     found = {p.relative_to(ROOT).as_posix() for p in cuda_cells.cuda_notebooks()}
-    assert {'nbs/12_scan.ipynb', 'nbs/50_bench.ipynb', 'nbs/tutorials/02_gpu_and_cluster.ipynb'} <= found, found
+    assert {'nbs/12_scan.ipynb', 'nbs/51_gpu.ipynb', 'nbs/tutorials/02_gpu_and_cluster.ipynb'} <= found, found
     assert 'nbs/00_core.ipynb' not in found and cuda_cells.skip_flags() == 'notest'
     p = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cuda_cells.py'), str(tmp_path / 'none.ipynb')],
                        capture_output=True, text=True)
@@ -216,10 +219,10 @@ def test_gpu_scripts_parse_and_the_cells_runner_finds_the_cuda_notebooks(tmp_pat
 
 def test_longctx_bench_gpu_takes_its_own_defaults(tmp_path, monkeypatch, capsys):
     "On a CPU, with the CUDA check stubbed: the default flags (--blocks_seconds 0: no limit) reach the benchmark."
-    import longctx_nb.bench as bench
+    import longctx_nb.bench as bench, longctx_nb.gpu as gpu
     calls = []
-    monkeypatch.setattr(bench, 'require_cuda', lambda *a, **k: None)
-    monkeypatch.setattr(bench, '_gpu_parts', lambda *a, **k: calls.append((a, k)) or [])
+    for m in (bench, gpu): monkeypatch.setattr(m, 'require_cuda', lambda *a, **k: None)
+    monkeypatch.setattr(gpu, '_gpu_parts', lambda *a, **k: calls.append((a, k)) or [])
     assert run_bench(['gpu', '--parts', 'compare', '--out', str(tmp_path / 'out')]) == []
     run_bench(['gpu', '--parts', 'compare', '--max_seconds', '0.5', '--blocks_seconds', '60', '--out', str(tmp_path / 'out')])
     (a, k), (a2, k2) = calls
@@ -232,15 +235,15 @@ def test_longctx_bench_gpu_takes_its_own_defaults(tmp_path, monkeypatch, capsys)
         err = capsys.readouterr().err
         assert e.value.code == 2 and msg in err, (flag, v, err)
     assert len(calls) == 2
-    with pytest.raises(Exception, match='must be a finite number'): bench.check_args(bench.bench_gpu, dict(blocks_seconds=float('inf')))
+    with pytest.raises(Exception, match='must be a finite number'): bench.check_args(gpu.bench_gpu, dict(blocks_seconds=float('inf')))
 
 
 def test_gpu_table_shows_only_rows_of_this_runs_settings(tmp_path, monkeypatch, capsys):
     "Earlier rows for other settings are dropped (one line says so); a part's old rows go as soon as it starts again."
-    import longctx_nb.bench as bench
+    import longctx_nb.gpu as gpu
     paths = {'selective_scan': 'torch', 'local_attention': 'blocked'}
     def run(parts, batch):
-        return bench._gpu_parts(torch.device('cpu'), paths, (64,), ('vanilla',), 'tiny', parts, batch, '32', 1, 64, 2**20, 30.0,
+        return gpu._gpu_parts(torch.device('cpu'), paths, (64,), ('vanilla',), 'tiny', parts, batch, '32', 1, 64, 2**20, 30.0,
                                 32, 32, str(tmp_path), False, peak=1e15)
     saved = lambda: json.loads((tmp_path / 'gpu_rows.json').read_text())
     assert len(run(('compare',), 1)) == 2 and len(saved()['compare']) == 2
@@ -256,7 +259,7 @@ def test_gpu_table_shows_only_rows_of_this_runs_settings(tmp_path, monkeypatch, 
     def killed(*a, **k):                   # a compare step stopped by its time limit, with its first rows unsaved
         assert saved()['compare'] == [] and '| selective_scan |' not in (tmp_path / 'gpu_table.md').read_text()
         raise KeyboardInterrupt
-    monkeypatch.setattr(bench, 'compare_paths', killed)
+    monkeypatch.setattr(gpu, 'compare_paths', killed)
     with pytest.raises(KeyboardInterrupt): run(('compare',), 2)
     assert saved()['compare'] == [] and len(saved()['blocks']) == 1
     assert not [p.name for p in tmp_path.iterdir() if p.name not in ('gpu_rows.json', 'gpu_table.md')]   # no temporary files left

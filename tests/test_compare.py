@@ -94,15 +94,14 @@ def test_bigbird_random_keys_at_two_blocks(capsys):
     out = capsys.readouterr().out
     assert out.count('baseline_bigbird: at seq_len 64') == 1 and 'query block of 32 tokens' in out, out
 
-def test_sigterm_stops_with_a_message(bindir, tmp_path):
+def test_sigterm_stops_with_a_message(bindir, tmp_path, held):
     "SIGTERM while a block trains: exit 143 and one line naming the checkpoint and the command that continues the comparison; no traceback."
-    import signal, time
+    import signal
     out = tmp_path / 'cmp'
-    p = subprocess.Popen([bindir / 'longctx_compare', '--blocks', 'vanilla', '--task', 'copy', '--seq_len', '32', '--max_steps', '100000', '--trainer.checkpoint_interval=5',
-                          '--output_dir', out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ckpts = out / 'runs' / 'vanilla' / 'checkpoints'
-    t0 = time.time()
-    while not (ckpts.exists() and any(ckpts.iterdir())) and time.time() - t0 < 120 and p.poll() is None: time.sleep(0.2)
+    p = held([bindir / 'longctx_compare', '--blocks', 'vanilla', '--task', 'copy', '--seq_len', '32', '--max_steps', '100000',
+              '--trainer.checkpoint_interval=5', '--output_dir', out], 'vanilla step 6',   # held once a checkpoint is written
+             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert any((out / 'runs' / 'vanilla' / 'checkpoints').iterdir())
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 143 and 'Traceback' not in err, err

@@ -54,13 +54,10 @@ def reference(bindir, tmp_path_factory):
     return losses(root / 'version_0'), torch.load(root / 'version_0' / 'checkpoints' / 'step_0000014.pt', weights_only=True)['model']
 
 @pytest.mark.parametrize('sig,code', [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGUSR1, 75)])
-def test_signal_stops_with_checkpoint_and_resumes_exactly(bindir, tmp_path, reference, sig, code):
+def test_signal_stops_with_checkpoint_and_resumes_exactly(bindir, tmp_path, reference, sig, code, held):
     stop_after = random.Random(int(sig)).randint(3, 10)
-    proc = subprocess.Popen([str(bindir / 'longctx_train'), *TINY, *ARGS, f'--trainer.default_root_dir={tmp_path}'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    metrics = tmp_path / 'version_0' / 'metrics.jsonl'
-    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= stop_after): time.sleep(0.01)
-    assert proc.poll() is None, 'the run finished before the signal'
+    proc = held([bindir / 'longctx_train', *TINY, *ARGS, f'--trainer.default_root_dir={tmp_path}'], f'version_0 step {stop_after}',
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
@@ -85,11 +82,11 @@ def test_dropout_resume_is_bitwise_exact(bindir, tmp_path):
     a, b = losses(tmp_path / 'a' / 'version_0'), losses(tmp_path / 'b' / 'version_0')
     assert sorted(b) == list(range(1, 9)) and a == b
 
-def test_killed_before_first_checkpoint_restarts(bindir, tmp_path):
+def test_killed_before_first_checkpoint_restarts(bindir, tmp_path, held):
     d = tmp_path / 'exp1'
-    proc = subprocess.Popen([str(bindir / 'longctx_train'), *TINY, f'--trainer.default_root_dir={tmp_path}', '--trainer.max_steps=50',
-                             '--trainer.run_name=exp1'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
-    while proc.poll() is None and not ((d / 'metrics.jsonl').exists() and (d / 'metrics.jsonl').read_text()): time.sleep(0.01)
+    proc = held([bindir / 'longctx_train', *TINY, f'--trainer.default_root_dir={tmp_path}', '--trainer.max_steps=50',
+                 '--trainer.run_name=exp1'], 'exp1 step 1', stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    assert (d / 'metrics.jsonl').read_text()   # its first step logged
     proc.send_signal(signal.SIGKILL); proc.wait()   # killed before its first checkpoint (every 1000 steps)
     assert not (d / 'checkpoints').exists()
     p = run(bindir, tmp_path, '--trainer.max_steps=3', '--trainer.run_name=exp1', check=False)
@@ -121,19 +118,18 @@ def test_resume_restores_the_runs_config(bindir, tmp_path):
     p = run(bindir, tmp_path, f'--checkpoint_path={ck}', '--resume', '--trainer.max_steps=7')
     assert f'from {ck.name}' in p.stdout and max(losses(tmp_path / 'exp1')) == 7
 
-def test_second_signal_during_the_checkpoint_write_aborts_at_once(bindir, tmp_path):
-    "A model large enough that writing its checkpoint takes a while: the second SIGTERM lands inside the write."
+def test_second_signal_during_the_checkpoint_write_aborts_at_once(bindir, tmp_path, held):
+    "The first SIGTERM after step 3, the second inside the write of the stop's checkpoint (step 4's; the run is held there)."
     big = ['--model.d_model=512', '--model.n_layers=4', '--model.n_heads=8', '--data.seq_len=32', '--data.batch_size=1',
            '--trainer.max_steps=50', '--trainer.checkpoint_interval=2', '--trainer.keep_last=0']
-    proc = subprocess.Popen([str(bindir / 'longctx_train'), *TINY, *big, f'--trainer.default_root_dir={tmp_path}'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = held([bindir / 'longctx_train', *TINY, *big, f'--trainer.default_root_dir={tmp_path}'], 'version_0 step 3',
+                'write step_0000004.pt', stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     ckdir = tmp_path / 'version_0' / 'checkpoints'
     first = ckdir / 'step_0000002.pt'
-    while proc.poll() is None and not first.exists(): time.sleep(0.01)
+    assert first.exists()
     proc.send_signal(signal.SIGTERM)
-    writing = None
-    while proc.poll() is None and writing is None:   # the stop's checkpoint: its temporary file appears
-        writing = next((f for f in os.listdir(ckdir) if f.endswith('.pt.tmp') and 'step_0000002' not in f), None)
+    proc.reached('write step_0000004.pt')   # the stop's checkpoint: its temporary file is written, not yet renamed
+    writing = next((f for f in os.listdir(ckdir) if f.endswith('.pt.tmp') and 'step_0000002' not in f), None)
     assert writing, 'the run ended before its checkpoint was caught being written'
     t0 = time.time(); proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)

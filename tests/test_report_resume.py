@@ -1,6 +1,6 @@
 """`longctx_compare --resume`: a comparison stopped by SIGKILL or SIGTERM continues where it stopped, keeps the runs it
 finished, and writes the report an uninterrupted comparison writes."""
-import json, os, shlex, signal, subprocess, sys, time
+import json, os, shlex, signal, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -40,14 +40,15 @@ def compare(*args):
     return subprocess.run([Path(sys.executable).parent / 'longctx_compare', *map(str, args)], capture_output=True, text=True,
                           timeout=300, env=env)
 
-def start_and_stop(out: Path, until, *sigs, args=ARGS) -> tuple[int, str]:
-    "Start the comparison `args` into `out`, and send `sigs` (one after the other) as soon as `until()` holds: (exit status, stderr)."
-    p = subprocess.Popen([Path(sys.executable).parent / 'longctx_compare', *args, '--output_dir', str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
-    t0 = time.time()
-    while not until() and p.poll() is None and time.time() - t0 < 120: time.sleep(0.01)
-    assert until() and p.poll() is None, f'the comparison was not running when it was to be stopped: {p.poll()}, {p.communicate()}'
-    for s in sigs: p.send_signal(s)
+def start_and_stop(held, out: Path, points, *sigs, args=ARGS) -> tuple[int, str]:
+    """Start the comparison `args` into `out`, held at each of `points` (one, or one per signal: `core.hold`), and send
+    `sigs` there, one after the other: (exit status, stderr)."""
+    points = [points] if isinstance(points, str) else points
+    p = held([Path(sys.executable).parent / 'longctx_compare', *args, '--output_dir', out], *points, stdout=subprocess.PIPE,
+             stderr=subprocess.PIPE, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    for i, s in enumerate(sigs):
+        if 0 < i < len(points): p.reached(points[i])
+        p.send_signal(s)
     _, err = p.communicate(timeout=120)
     return p.returncode, err
 
@@ -58,12 +59,12 @@ def steps(ck: Path) -> list[int]:
 def resume_line(err: str) -> list[str]:
     return [l for l in err.splitlines() if l.startswith('resume:')]
 
-def test_resume_after_sigkill(tmp_path, reference):
+def test_resume_after_sigkill(tmp_path, reference, held):
     """Killed when blade's step 20 checkpoint is written (inside a logging window of 7 steps): --resume keeps vanilla's row (not
     retrained), continues blade from that checkpoint (which holds the window's steps so far), and reports as if never stopped."""
     out = tmp_path / 'cmp'
     ck = out / 'runs' / 'blade' / 'checkpoints'
-    code, _ = start_and_stop(out, lambda: bool(steps(ck)), signal.SIGKILL)
+    code, _ = start_and_stop(held, out, 'blade step 21', signal.SIGKILL)
     assert code == -signal.SIGKILL and not (out / 'results' / 'blade.json').exists() and not (out / 'report.md').exists()
     step = steps(ck)[-1]
     assert step % 7 and step < 140, step   # a periodic checkpoint (every 20 steps) off the log rows (every 7)
@@ -84,12 +85,12 @@ def window_seconds(run_dir: Path) -> tuple[float, int]:
     prev = [0] + [r['tokens'] for r in loss_rows[:-1]]
     return sum((r['tokens'] - p) / r['tokens_per_sec'] for r, p in zip(loss_rows, prev)), loss_rows[-1]['tokens']
 
-def test_resume_after_sigterm_from_checkpoint(tmp_path, reference):
+def test_resume_after_sigterm_from_checkpoint(tmp_path, reference, held):
     """SIGTERM while the second block trains, past two thirds of its steps: the message gives the resume command, which continues
     that run from its checkpoint; its training time and tokens/s cover the whole run, not the part after the stop."""
     out = tmp_path / 'cmp'
     ck = out / 'runs' / 'blade' / 'checkpoints'
-    code, err = start_and_stop(out, lambda: any(s >= 100 for s in steps(ck)), signal.SIGTERM)
+    code, err = start_and_stop(held, out, 'blade step 101', signal.SIGTERM)
     assert code == 143 and 'Traceback' not in err, err
     cmd = ['longctx_compare', *ARGS, '--output_dir', str(out), '--resume']
     assert err.strip().endswith(f'The finished runs are kept in {out}; continue the comparison with: {shlex.join(cmd)}'), err
@@ -108,10 +109,11 @@ def test_resume_after_sigterm_from_checkpoint(tmp_path, reference):
     # (the windows summed span all 150 steps, before the stop and after, so the time is the whole run's, not a third of it;
     #  a ratio to the reference's time would compare two processes' clocks, which a loaded machine skews)
 
-def test_second_signal_gives_the_comparisons_command(tmp_path):
+def test_second_signal_gives_the_comparisons_command(tmp_path, held):
     "Two SIGTERMs at once while a block trains: the run aborts, and the message gives the comparison's resume command, not the trainer's."
     out = tmp_path / 'cmp'
-    code, err = start_and_stop(out, lambda: bool(steps(out / 'runs' / 'vanilla' / 'checkpoints')), signal.SIGTERM, signal.SIGTERM)
+    code, err = start_and_stop(held, out, ['vanilla step 21', 'vanilla step 22'], signal.SIGTERM, signal.SIGTERM)   # the second once
+    # the first is seen: two sent at once may arrive as one
     assert code == 143 and 'Traceback' not in err, err
     cmd = shlex.join(['longctx_compare', *ARGS, '--output_dir', str(out), '--resume'])
     assert err.startswith('longctx_compare: ') and err.strip().endswith(f'continue the comparison with: {cmd}'), err
@@ -119,30 +121,23 @@ def test_second_signal_gives_the_comparisons_command(tmp_path):
 
 @pytest.mark.parametrize('sig, code, at', [(signal.SIGTERM, 143, 'evaluation'), (signal.SIGINT, 130, 'evaluation'),
                                           (signal.SIGTERM, 143, 'export')])
-def test_signal_outside_training(tmp_path, sig, code, at):
+def test_signal_outside_training(tmp_path, sig, code, at, held):
     "A signal while the first block is evaluated, or exports its model and draws its loss plot (its steps done): the comparison stops with the resume command."
     out = tmp_path / 'cmp'
-    run = out / 'runs' / 'vanilla'
-    png = run / 'loss.png'   # the last file the training run writes; the plot takes 100 ms or more
-    # on 2,048 samples (8 elsewhere) the evaluation after it takes about 1.5 s (0.1 s with 8): a window that a loaded
-    # machine's slow polling does not miss
-    args = [*ARGS[:ARGS.index('--n_samples') + 1], '2048', *ARGS[ARGS.index('--n_samples') + 2:]] if at == 'evaluation' else ARGS
-    until = ((lambda: png.exists() and time.time() - png.stat().st_mtime > 0.05) if at == 'evaluation' else
-             (run / 'model.safetensors').exists)
-    got, err = start_and_stop(out, until, sig, args=args)
+    got, err = start_and_stop(held, out, f'vanilla {at}', sig)   # held after its model is written, or before its evaluation
     assert got == code and 'Traceback' not in err, err
-    cmd = shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
+    cmd = shlex.join(['longctx_compare', *ARGS, '--output_dir', str(out), '--resume'])
     assert err.strip() == (f'longctx_compare: stopped by {signal.Signals(sig).name}. The finished runs are kept in {out}; continue the '
                            f'comparison with: {cmd}'), err
     assert not (out / 'results' / 'vanilla.json').exists() and not (out / 'runs' / 'blade').exists()
 
-def test_resume_after_stop_in_export(tmp_path, reference):
+def test_resume_after_stop_in_export(tmp_path, reference, held):
     """SIGTERM while the first block exports its model (all its steps done, its final checkpoint written, no result row): --resume
     trains no step of it, evaluates it from that checkpoint, and its row's training loss, time and tokens/s are the ones stored."""
     from longctx_nb.checkpoint import read_checkpoint
     out = tmp_path / 'cmp'
     run = out / 'runs' / 'vanilla'
-    code, _ = start_and_stop(out, (run / 'model.safetensors').exists, signal.SIGTERM)
+    code, _ = start_and_stop(held, out, 'vanilla export', signal.SIGTERM)
     assert code == 143 and not (out / 'results' / 'vanilla.json').exists()
     ck = run / 'checkpoints' / 'step_0000150.pt'
     files = {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in [*(run / 'checkpoints').iterdir(), run / 'metrics.jsonl']}

@@ -25,13 +25,12 @@ def reference(bindir, tmp_path_factory):
     return losses(root / 'version_0')
 
 @pytest.mark.parametrize('seed', [0, 1])
-def test_sigkill_then_resume_is_bitwise_exact(bindir, tmp_path, reference, seed):
+def test_sigkill_then_resume_is_bitwise_exact(bindir, tmp_path, reference, seed, held):
     kill_after = random.Random(seed).randint(3, 11)  # an arbitrary step
-    proc = subprocess.Popen([str(bindir / 'longctx_train'), *ARGS, f'--trainer.default_root_dir={tmp_path}'],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    proc = held([bindir / 'longctx_train', *ARGS, f'--trainer.default_root_dir={tmp_path}'], f'version_0 step {kill_after}',
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, 'OMP_NUM_THREADS': '1'})
     metrics = tmp_path / 'version_0' / 'metrics.jsonl'
-    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= kill_after): time.sleep(0.01)
-    assert proc.poll() is None, 'the run finished before it could be killed'
+    assert len(metrics.read_text().splitlines()) >= kill_after   # held after that step's line: killed part-way
     proc.send_signal(signal.SIGKILL); proc.wait()
     train(bindir, tmp_path, '--resume')
     got = losses(tmp_path / 'version_0')
