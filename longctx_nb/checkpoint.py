@@ -32,7 +32,8 @@ def rng_state() -> dict:
                 torch=torch.get_rng_state(),   # and this process's GPU:
                 cuda=[torch.cuda.get_rng_state()] if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
 
-def set_rng_state(s: dict):
+def set_rng_state(s: dict,  # from `rng_state`
+                 ):
     "Restore the generators saved by `rng_state`."
     random.setstate(s['python'])
     kind, key, pos, has_gauss, gauss = s['numpy']
@@ -60,7 +61,9 @@ def _in_the_way(path: Path) -> Path | None:
 
 class StorageError(TrainingError):
     "An `OSError` while writing `path`, in one paragraph: the path, the reason and what to do."
-    def __init__(self, path, err: OSError):
+    def __init__(self, path,    # the file (or folder) being written
+                 err: OSError,  # what the system said
+                ):
         self.path, self.errno = Path(path), err.errno
         self.reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
         blocker = _in_the_way(self.path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
@@ -70,7 +73,8 @@ class StorageError(TrainingError):
         self.checkpoint = None
         super().__init__(f"cannot write {str(self.path)!r}: {self.reason}{code}{where}; {hint}. "
                          "Nothing partial was left behind.")
-    def with_checkpoint(self, ckpt) -> StorageError:
+    def with_checkpoint(self, ckpt,  # the newest good checkpoint (None: none written)
+                       ) -> StorageError:
         "Add the newest good checkpoint to the message (and to `.checkpoint`); returns self."
         self.checkpoint = ckpt
         self.args = (self.args[0] + (f" The newest good checkpoint is {ckpt}; continue with --resume once fixed."
@@ -91,7 +95,8 @@ class _Hashing(io.RawIOBase):
     def writable(self): return True
     def write(self, b): self.h.update(b); return self.f.write(b)
 
-def sidecar(path) -> Path:
+def sidecar(path,  # a checkpoint file
+           ) -> Path:
     "The SHA-256 sidecar of `path`: `path` + '.sha256'."
     return Path(path).with_name(Path(path).name + '.sha256')
 
@@ -107,7 +112,10 @@ def _write_tmp(tmp: Path, write) -> str:
     return h.h.hexdigest()
 
 # %% ../nbs/40_checkpoint.ipynb #9118bb5b
-def atomic_write(path, write, digest: bool = False) -> Path:
+def atomic_write(path,                  # the file to write
+                 write,                 # bytes, str, or a function writing to a binary file object
+                 digest: bool = False,  # also write the `sha256sum`-format sidecar `path`.sha256
+                ) -> Path:
     "Write `path` atomically (temporary file, fsync, rename); `StorageError` on an `OSError`, nothing partial left."
     path = Path(path); tmps = [_tmp(path), _tmp(sidecar(path))]
     try:
@@ -127,12 +135,15 @@ def atomic_write(path, write, digest: bool = False) -> Path:
     _fsync_dir(path.parent)
     return path
 
-def save_checkpoint(path, state: dict) -> Path:
+def save_checkpoint(path,         # file to write
+                    state: dict,  # tensors and plain Python values
+                   ) -> Path:
     "Write `state` (plus the format tag) to `path` atomically, with its SHA-256 sidecar."
     return atomic_write(path, lambda f: torch.save({'format': FORMAT, **state}, f), digest=True)
 
 # %% ../nbs/40_checkpoint.ipynb #4a1dee45
-def file_sha256(path) -> str:
+def file_sha256(path,  # a file
+               ) -> str:
     "The SHA-256 of a file, read in 1 MiB blocks."
     h = hashlib.sha256()
     with open(path, 'rb') as f:
@@ -145,7 +156,8 @@ def _expected(side: Path) -> str:
     return parts[0]
 
 # %% ../nbs/40_checkpoint.ipynb #3f0507b7
-def verify_digest(path) -> bool:
+def verify_digest(path,  # a checkpoint file
+                 ) -> bool:  # whether it has a SHA-256 sidecar that it matches (False: none)
     "Check a checkpoint against its SHA-256 sidecar, unloaded: `CheckpointError` if absent, unreadable or damaged."
     path = Path(path); side = sidecar(path); name = repr(str(path))
     if not path.is_file(): raise CheckpointError(f"checkpoint {name} does not exist.")
@@ -159,7 +171,10 @@ def verify_digest(path) -> bool:
                               "(the file changed after it was written).")
     return bool(want)
 
-def read_checkpoint(path, map_location='cpu', required: tuple = REQUIRED) -> dict:
+def read_checkpoint(path,                        # a checkpoint file
+                    map_location='cpu',          # device to load tensors onto
+                    required: tuple = REQUIRED,  # keys it must hold
+                   ) -> dict:
     "Verify and load a checkpoint (`weights_only=True`); `CheckpointError` naming the file and the reason if it fails."
     path = Path(path); side = sidecar(path); name = repr(str(path))
     want = verify_digest(path)
@@ -187,10 +202,13 @@ def read_checkpoint(path, map_location='cpu', required: tuple = REQUIRED) -> dic
 # %% ../nbs/40_checkpoint.ipynb #b04dfeb0
 _NAME = re.compile(r'step_(\d+)\.pt$')
 
-def checkpoint_path(run_dir, step: int) -> Path:
+def checkpoint_path(run_dir,    # the run directory
+                    step: int,  # optimizer step
+                   ) -> Path:
     return Path(run_dir) / 'checkpoints' / f'step_{step:07d}.pt'
 
-def list_checkpoints(run_dir) -> list[Path]:
+def list_checkpoints(run_dir,  # the run directory
+                    ) -> list[Path]:
     "The run's checkpoints, oldest first."
     d = Path(run_dir) / 'checkpoints'
     found = [(int(m.group(1)), p) for p in d.glob('step_*.pt') if (m := _NAME.search(p.name))] if d.is_dir() else []
@@ -210,13 +228,18 @@ def find_checkpoint(run_dir,             # the run directory
         except CheckpointError as e: skipped.append((p, str(e)))
     return None, skipped
 
-def latest_checkpoint(run_dir, map_location='cpu', accept=None) -> tuple[Path, dict] | None:
+def latest_checkpoint(run_dir,             # the run directory
+                      map_location='cpu',  # device to load tensors onto
+                      accept=None,         # accept(ck) raises `CheckpointError` to skip a checkpoint
+                     ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
     "The newest checkpoint of `run_dir` that verifies (and `accept`s), warning once per skipped file; None if none."
     found, skipped = find_checkpoint(run_dir, map_location, accept)
     for p, why in skipped: warnings.warn(f"skipping checkpoint {p.name}: {why}", stacklevel=2)
     return found
 
-def prune_checkpoints(run_dir, keep_last: int):
+def prune_checkpoints(run_dir,         # the run directory
+                      keep_last: int,  # checkpoints to keep; 0: all
+                     ):
     "Delete all but the newest `keep_last` checkpoints (0 keeps all), with their sidecars."
     if keep_last > 0:
         for p in list_checkpoints(run_dir)[:-keep_last]: p.unlink(missing_ok=True); sidecar(p).unlink(missing_ok=True)
@@ -224,7 +247,10 @@ def prune_checkpoints(run_dir, keep_last: int):
 # %% ../nbs/40_checkpoint.ipynb #6551d387
 RUNTIME_ONLY = {'dropout', 'gradient_checkpointing', 'compile', 'size'}  # size: a preset's name (sizes are compared)
 
-def check_same_model(saved: dict, m: ModelConfig, path='the checkpoint'):
+def check_same_model(saved: dict,            # the checkpoint's config dict
+                     m: ModelConfig,         # this run's model settings
+                     path='the checkpoint',  # names the checkpoint in the message
+                    ):
     "Raise `CheckpointError` naming the model settings in which `m` differs from a checkpoint's config dict."
     old = vars(resolve_model(ModelConfig(**saved['model'])))
     new = vars(resolve_model(m))
@@ -246,7 +272,9 @@ def _safetensors_bytes(model) -> bytes:
         for n in removed: meta[n] = kept; del sd[n]
     return save({k: v.contiguous() for k, v in sd.items()}, metadata=meta)
 
-def export_model(model: torch.nn.Module, out_dir) -> Path:
+def export_model(model: torch.nn.Module,  # an `LM`
+                 out_dir,                 # folder to write
+                ) -> Path:                # the safetensors file
     "Write `model.safetensors`, `model_config.json` (its resolved config) and `SHA256SUMS` into `out_dir`, atomically."
     out = Path(out_dir); names = ['model.safetensors', 'model_config.json', _SUMS]
     tmps = [_tmp(out / n) for n in names]
@@ -266,7 +294,8 @@ def export_model(model: torch.nn.Module, out_dir) -> Path:
     _fsync_dir(out)
     return out / 'model.safetensors'
 
-def verify_export(d):
+def verify_export(d,  # an exported folder
+                 ):
     "Check the files of an export against its SHA256SUMS; `CheckpointError` naming the file and the reason."
     d = Path(d); sums = d / _SUMS
     if not sums.is_file():
@@ -293,7 +322,9 @@ def verify_export(d):
         except OSError as e: raise CheckpointError(f"{str(f)!r} cannot be verified: {e.strerror}.") from None
         if got != h: raise CheckpointError(f"{str(f)!r} is damaged: its SHA-256 does not match {_SUMS}.")
 
-def load_model(path, device='cpu'):
+def load_model(path,          # an exported folder (or its model.safetensors), or a .pt checkpoint
+               device='cpu',  # where the model goes
+              ):
     "An `LM` from a verified exported folder (model.safetensors + model_config.json) or training checkpoint (.pt)."
     from longctx_nb.model import LM
     p = Path(path)

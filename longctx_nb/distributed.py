@@ -63,7 +63,9 @@ class Dist(_Collectives):
     strategy: str = 'none'        # none (one process), ddp or fsdp
     reshard: bool = True          # fsdp: free gathered parameters after forward (ZeRO-3); False keeps them (ZeRO-2)
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap(self,
+             model: torch.nn.Module,  # an `LM` on this rank's device
+            ) -> torch.nn.Module:
         "`model` ready for training: DDP-wrapped, or sharded in place with FSDP2 (every block, then the root)."
         if self.strategy == 'ddp':
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -77,13 +79,18 @@ class Dist(_Collectives):
         return model
 
     @contextlib.contextmanager
-    def accumulate(self, model, last: bool):
+    def accumulate(self,
+                   model,  # the wrapped model
+                   last: bool,  # the step's last micro-batch: synchronise gradients
+                  ):
         "Backward of one micro-batch; gradients are synchronised only when it is the `last` of the step."
         if self.strategy == 'fsdp': model.set_requires_gradient_sync(last)
         with (model.no_sync() if self.strategy == 'ddp' and not last else contextlib.nullcontext()): yield
 
 # %% ../nbs/41_distributed.ipynb #f727b897
-def clip_grad_norm(params, max_norm: float) -> float:
+def clip_grad_norm(params,  # parameters (plain or sharded)
+                   max_norm: float,  # clip to this norm; inf: measure only
+                  ) -> float:  # the norm before clipping
     "Clip the gradients of `params` to `max_norm` (inf: measure only); the global norm before clipping."
     n = torch.nn.utils.clip_grad_norm_(params, max_norm)
     return (n.full_tensor() if hasattr(n, 'full_tensor') else n).item()
@@ -93,20 +100,26 @@ def _opts(**kw):
     from torch.distributed.checkpoint.state_dict import StateDictOptions
     return StateDictOptions(full_state_dict=True, **kw)
 
-def full_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
+def full_state(model: torch.nn.Module,  # plain, DDP or FSDP2
+               opt: torch.optim.Optimizer,  # its optimizer
+              ) -> tuple[dict, dict]:
     "(model state, optimizer state): full, on CPU, keyed by parameter name. A collective: every rank calls it."
     from torch.distributed.checkpoint.state_dict import get_state_dict
     return get_state_dict(model, opt, options=_opts(cpu_offload=True))
 
-def load_full_state(model: torch.nn.Module, opt: torch.optim.Optimizer | None, model_state: dict,
-                    opt_state: dict | None = None):
+def load_full_state(model: torch.nn.Module,  # plain, DDP or FSDP2
+                    opt: torch.optim.Optimizer | None,  # its optimizer, or None
+                    model_state: dict,  # from `full_state`
+                    opt_state: dict | None = None,  # from `full_state`
+                   ):
     "Load a `full_state` into `model` (and `opt`), whatever their layout. Every rank calls it with the full state."
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
     if opt is None: set_model_state_dict(model, model_state, options=_opts())
     else: set_state_dict(model, opt, model_state_dict=model_state, optim_state_dict=opt_state, options=_opts())
 
 # %% ../nbs/41_distributed.ipynb #1a401551
-def init_distributed(t: TrainerConfig) -> Dist:
+def init_distributed(t: TrainerConfig,  # accelerator, devices, strategy, dist_backend, dist_timeout
+                    ) -> Dist:
     "A `Dist` for this process: one process unless started by torchrun, else the opened process group."
     env, strategy = launcher_env(), STRATEGIES[t.strategy]
     device = get_device(t.accelerator)
@@ -137,7 +150,9 @@ def init_distributed(t: TrainerConfig) -> Dist:
     return Dist(rank, local, world, device, strategy, reshard=t.strategy != 'deepspeed_stage_2')
 
 # %% ../nbs/41_distributed.ipynb #f8729928
-def grad_accumulation(d: DataConfig, world_size: int) -> int | None:
+def grad_accumulation(d: DataConfig,  # batch_size and global_batch_size
+                      world_size: int,  # processes in the run
+                     ) -> int | None:  # micro-batches per step (None: no global_batch_size, keep the configured one)
     "The gradient accumulation that `d.global_batch_size` implies on `world_size` ranks."
     G, b = d.global_batch_size, d.batch_size
     if G is None: return None
@@ -150,7 +165,10 @@ def grad_accumulation(d: DataConfig, world_size: int) -> int | None:
                          f"which data.batch_size={b} does not divide; use a data.batch_size in {ok}.")
     return G // (world_size * b)
 
-def global_batch(d: DataConfig, a: int, world_size: int) -> str:
+def global_batch(d: DataConfig,  # batch_size and seq_len
+                 a: int,  # trainer.accumulate_grad_batches
+                 world_size: int,  # processes in the run
+                ) -> str:
     "The global batch, spelled out."
     g = d.batch_size * a * world_size
     return (f"global batch {g} sequences = {d.batch_size} per micro-batch x {a} accumulation x {world_size} "
@@ -159,7 +177,9 @@ def global_batch(d: DataConfig, a: int, world_size: int) -> str:
 # %% ../nbs/41_distributed.ipynb #dce5d034
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130, signal.SIGUSR1: 75}  # exit codes; 75: EX_TEMPFAIL, "requeue me"
 
-def launch(argv: list[str], nproc: int) -> int:
+def launch(argv: list[str],  # longctx_train's arguments
+           nproc: int,  # processes to start
+          ) -> int:  # torchrun's exit code, or the stop signal's (`STOP_CODES`)
     "Run `longctx_train argv` as `nproc` processes on this node under torchrun, passing stop signals on; its exit code."
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}',
            '-m', 'longctx_nb.cli', *argv]

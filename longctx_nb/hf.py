@@ -55,7 +55,10 @@ def _hf_block(block: str) -> str:
                      "own format instead: longctx_export --format safetensors (model.safetensors + model_config.json, "
                      "read by `load_model`).")
 
-def hf_config(cfg: ModelConfig, eos_token_id: int | None = None, max_position_embeddings: int = 2048):
+def hf_config(cfg: ModelConfig,                     # our model's config
+              eos_token_id: int | None = None,      # the tokenizer's end-of-text id, if it has one
+              max_position_embeddings: int = 2048,  # the context length written into a Llama config
+             ):
     "The transformers config (`LlamaConfig` for vanilla, `MambaConfig` for mamba) of the same network as `cfg`."
     tf, cfg = require_transformers(), resolve_model(cfg)
     block = _hf_block(cfg.block)
@@ -83,7 +86,9 @@ _IN_BLOCK = {'vanilla': {'norm1.': 'input_layernorm.', 'norm2.': 'post_attention
                          'mlp.w2.': 'mlp.down_proj.'},
              'mamba': {'norm1.': 'norm.', 'mixer.': 'mixer.'}}
 
-def hf_name(block: str, name: str) -> str:
+def hf_name(block: str,  # 'vanilla' or 'mamba'
+            name: str,   # one of our `LM`'s state_dict keys (not the fused `qkv`)
+           ) -> str:     # the key of the same tensor in the transformers model
     "Where our tensor `name` (an `LM` state_dict key, not the fused `qkv`) lives in the transformers model of `block`."
     for a, b in _TOP[block].items():
         if not name.startswith(a): continue
@@ -93,7 +98,8 @@ def hf_name(block: str, name: str) -> str:
             if rest.startswith(c): return f'{b}{i}.{d}{rest[len(c):]}'
     raise KeyError(f"no transformers name for {name!r} of block {block!r}")
 
-def hf_state_dict(model: LM) -> dict:
+def hf_state_dict(model: LM,  # a vanilla or mamba `LM`
+                 ) -> dict:   # transformers key -> tensor
     "A vanilla or mamba `model`'s weights under transformers' names, the fused `qkv` split into q, k and v."
     block = _hf_block(model.cfg.block)
     out = {}
@@ -104,7 +110,10 @@ def hf_state_dict(model: LM) -> dict:
         else: out[hf_name(block, k)] = v
     return out
 
-def to_hf(model: LM, eos_token_id: int | None = None, max_position_embeddings: int = 2048):
+def to_hf(model: LM,                            # a vanilla or mamba `LM`
+          eos_token_id: int | None = None,      # the tokenizer's end-of-text id, if any
+          max_position_embeddings: int = 2048,  # the context length written into a Llama config
+         ):
     "The transformers model (`LlamaForCausalLM` or `MambaForCausalLM`, fp32, eval mode) with `model`'s weights."
     with quiet_transformers() as tf:
         cfg = hf_config(model.cfg, eos_token_id, max_position_embeddings)
@@ -125,7 +134,11 @@ def _cpu_fp32(model: LM) -> LM:
     return m
 
 @torch.no_grad()
-def logit_gap(model: LM, hf, seq_len: int = 24, seed: int = 0) -> float:
+def logit_gap(model: LM,          # ours
+              hf,                 # a transformers causal LM, fp32 on the CPU
+              seq_len: int = 24,  # tokens in each sample sequence
+              seed: int = 0,      # seed of the random token ids
+             ) -> float:          # max |ours - theirs| / max |ours|
     "max |ours - theirs| / max |ours|: the fp32 logits of `model` and transformers' `hf` on 2 random sequences (CPU)."
     x = torch.randint(0, model.cfg.vocab_size, (2, seq_len), generator=torch.Generator().manual_seed(seed))
     ours = _cpu_fp32(model); was = ours.training; ours.eval()
@@ -150,13 +163,15 @@ def byte_tokenizer_json():
     tok.decoder = decoders.ByteLevel()
     return tok
 
-def is_byte_tokenizer(tok) -> bool:
+def is_byte_tokenizer(tok,  # a `tokenizers.Tokenizer`
+                     ) -> bool:
     "Whether the `tokenizers.Tokenizer` `tok` encodes exactly as `ByteTokenizer` does (as `byte_tokenizer_json`'s)."
     want = {c: b for b, c in _byte_map().items()}
     return (tok.get_vocab(with_added_tokens=True) == want
             and json.loads(tok.to_str())['model'].get('merges') in ([], None))
 
-def hf_tokenizer(tokenizer):
+def hf_tokenizer(tokenizer,  # a `ByteTokenizer` or `BPETokenizer`
+                ):
     "A transformers `PreTrainedTokenizerFast` (one `tokenizer.json`) that gives the same ids as our `tokenizer`."
     tf = require_transformers()
     if isinstance(tokenizer, ByteTokenizer): return tf.PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer_json())
@@ -166,7 +181,8 @@ def hf_tokenizer(tokenizer):
     return tf.PreTrainedTokenizerFast(tokenizer_object=tokenizer.tok, split_special_tokens=True,
                                       **(dict(eos_token=EOT) if eot is not None else {}))
 
-def tokenizer_from_json(tok) -> ByteTokenizer | BPETokenizer:
+def tokenizer_from_json(tok,  # a `tokenizers.Tokenizer` (from a tokenizer.json)
+                       ) -> ByteTokenizer | BPETokenizer:
     "Ours for a `tokenizers.Tokenizer`: `ByteTokenizer` if `tok` is the byte tokenizer, else `BPETokenizer(tok)`."
     return ByteTokenizer() if is_byte_tokenizer(tok) else BPETokenizer(tok)
 
@@ -196,11 +212,14 @@ def _portable(d: Path, rope_theta: float | None):
     if rope_theta is not None: _edit_json(d / 'config.json', rope_theta=rope_theta)
     _edit_json(d / 'tokenizer_config.json', tokenizer_class='PreTrainedTokenizerFast')
 
-def save_pretrained(model: LM,                      # a vanilla or mamba `LM`
-                    out_dir,                        # the folder to write (new or empty, unless `overwrite`)
-                    tokenizer=None,                 # a `ByteTokenizer` or `BPETokenizer` to save with it (None: none)
+def save_pretrained(model: LM,                            # a vanilla or mamba `LM`
+                    out_dir,                              # the folder to write (new or empty, unless `overwrite`)
+                    tokenizer=None,                       # a `ByteTokenizer` or `BPETokenizer` to save with it
                     max_position_embeddings: int = 2048,  # the context length written into a Llama config
-                    check: bool = True, overwrite: bool = False, say=print) -> Path:
+                    check: bool = True,                   # compare the logits with transformers' before writing
+                    overwrite: bool = False,              # replace a non-empty `out_dir`
+                    say=print,                            # where the check's result goes (None: nowhere)
+                   ) -> Path:                             # `out_dir`
     "Write `model` for `AutoModelForCausalLM` (config.json, model.safetensors, tokenizer.json), `check`ed first."
     block = _hf_block(model.cfg.block)
     if tokenizer is not None and tokenizer.vocab_size > model.cfg.vocab_size:
@@ -226,7 +245,8 @@ def _rope(c) -> tuple[float, str]:
     theta = rp.get('rope_theta', getattr(c, 'rope_theta', 10000.0))
     return float(theta), kind.get('rope_type', kind.get('type', 'default')) or 'default'
 
-def model_config_from_hf(c) -> ModelConfig:
+def model_config_from_hf(c,  # a transformers config (`LlamaConfig` or `MambaConfig`)
+                        ) -> ModelConfig:
     "Our `ModelConfig` of a transformers `LlamaConfig` or `MambaConfig`; a `UsageError` names each setting we lack."
     kind, bad = getattr(c, 'model_type', None), []
     need = lambda ok, msg: ok or bad.append(msg)
@@ -271,7 +291,8 @@ def _load_weights(f: Path) -> dict:
         raise UsageError(f"{str(f)!r} cannot be read as weights ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                          "it may be truncated or not a weights file: download or save it again.") from None
 
-def read_hf_weights(path) -> dict:
+def read_hf_weights(path,  # a transformers checkpoint folder
+                   ) -> dict:  # name -> tensor
     "The tensors of a transformers folder: model.safetensors, its shards (an index.json) or pytorch_model.bin."
     d = Path(path)
     if (d / 'model.safetensors').is_file(): return _load_weights(d / 'model.safetensors')
@@ -286,7 +307,10 @@ def read_hf_weights(path) -> dict:
     raise UsageError(f"{str(d)!r} holds no weights (model.safetensors, model.safetensors.index.json or "
                      "pytorch_model.bin).")
 
-def state_dict_from_hf(sd: dict, cfg: ModelConfig, say=None) -> dict:
+def state_dict_from_hf(sd: dict,          # transformers key -> tensor
+                       cfg: ModelConfig,  # our config of the same network (`model_config_from_hf`)
+                       say=None,          # where a note on tensors the config does not use goes (None: nowhere)
+                      ) -> dict:          # our `LM`'s state_dict
     "Our `LM`'s state_dict for `cfg` from transformers' `sd`, shapes checked; `say` notes tensors `cfg` does not use."
     block = canonical_block(cfg.block)
     with torch.device('meta'): want = LM(cfg).state_dict()
@@ -324,13 +348,16 @@ def _config_json(path) -> tuple[dict | None, str]:
     if not isinstance(c, dict) or 'model_type' not in c: return None, 'its config.json has no model_type'
     return c, ''
 
-def is_hf_checkpoint(path) -> bool:
+def is_hf_checkpoint(path,  # a folder
+                    ) -> bool:
     "Whether the folder `path` is a transformers checkpoint (a config.json with a `model_type`)."
     return _config_json(path)[0] is not None
 
 class HFTokenizer(BPETokenizer):
     "A `BPETokenizer` whose end-of-text id is a transformers folder's `eos_token` (e.g. Llama's `</s>`)."
-    def __init__(self, tok, eos_id: int | None): super().__init__(tok); self.eos_id = eos_id   # None: it has none
+    def __init__(self, tok,           # a `tokenizers.Tokenizer` (a transformers folder's tokenizer.json)
+                 eos_id: int | None,  # its end-of-text id (None: it has none)
+                ): super().__init__(tok); self.eos_id = eos_id   # None: it has none
     eot_id = property(lambda self: self.eos_id)
 
 def _eos_id(d: Path, tok) -> int | None:
@@ -343,7 +370,8 @@ def _eos_id(d: Path, tok) -> int | None:
     e = e[0] if isinstance(e, list) and e else e
     return e if isinstance(e, int) and 0 <= e < tok.get_vocab_size() else None
 
-def hf_folder_tokenizer(path):
+def hf_folder_tokenizer(path,  # a transformers checkpoint folder
+                       ):
     "Ours (`ByteTokenizer`, `BPETokenizer` or `HFTokenizer`) for a folder's tokenizer.json (None if it has none)."
     f = Path(path) / 'tokenizer.json'
     if not f.is_file(): return None
@@ -360,7 +388,8 @@ _SIZE_KEYS = {'llama': ('vocab_size', 'hidden_size', 'intermediate_size', 'num_h
 
 def create_model_from_hf(path,                # a local transformers Llama or Mamba checkpoint folder
                          check: bool = True,  # compare the logits with transformers' on a sample
-                         say=print) -> tuple[LM, object]:   # where the check's result and notes go (None: nowhere)
+                         say=print,           # where the check's result and notes go (None: nowhere)
+                        ) -> tuple[LM, object]:  # (our LM, its tokenizer or None)
     "(our `LM`, its tokenizer or None) from a transformers Llama or Mamba folder; a `UsageError` names what we lack."
     p = Path(path).expanduser()
     raw, why = _config_json(p)
@@ -407,7 +436,8 @@ def _run_config(d: dict | None) -> Config | None:
     try: return apply_overrides(Config(), flatten_sections(d)) if d else None
     except UsageError: return None
 
-def load_source(path) -> tuple[LM, Config | None]:
+def load_source(path,  # a checkpoint .pt, a run directory, or our exported folder
+               ) -> tuple[LM, Config | None]:  # (the model in eval mode, the run's config when known)
     "(the model in eval mode, its training config if known) of a checkpoint .pt, a run directory or our export."
     p = Path(path).expanduser()
     if not p.exists(): raise _no_source(p)
@@ -424,7 +454,10 @@ def load_source(path) -> tuple[LM, Config | None]:
                          + (f" ({why})." if why else '.'))
     return load_model(d).eval(), _run_config(json.loads(f.read_text())) if (f := d / 'config.json').is_file() else None
 
-def run_tokenizer(cfg: Config | None, where, spec: str = 'auto'):
+def run_tokenizer(cfg: Config | None,  # the run's config (None: unknown)
+                  where,               # the SOURCE folder or file, searched for a tokenizer.json
+                  spec: str = 'auto',  # 'auto', 'byte', 'none', or a tokenizer.json / prepared folder
+                 ):
     """A run's tokenizer (or None): `spec` ('byte', 'none', a tokenizer.json or prepared folder) unless 'auto', else a
     tokenizer.json beside SOURCE `where`, else the one the run's `cfg` (None: unknown) names."""
     if spec == 'none': return None
@@ -453,7 +486,12 @@ def _same_tokenizer(a, b) -> bool:
     added = lambda j: [t['content'] for t in j.get('added_tokens') or []]
     return ja['model'] == jb['model'] and added(ja) == added(jb)
 
-def init_data(cfg: Config, tok, path, context=None, say=print) -> dict:
+def init_data(cfg: Config,   # the new run's config
+              tok,           # PATH's tokenizer (`init_from`), None if unknown
+              path,          # what the run starts from (for the messages)
+              context=None,  # (tokens, what says so): the context the weights were made for, if known
+              say=print,     # where the notes go
+             ) -> dict:      # dotted data overrides (data.data_dir: the corpus tokenized with `tok`)
     """The data overrides a run `cfg` from `path`'s weights needs (its text tokenized with their `tok`, None: unknown);
     `say` notes what is unchecked, and a `seq_len` past `context` (tokens, what says so) the weights were made for."""
     d, src = cfg.data, str(path)
@@ -489,7 +527,8 @@ _SIZES = ('block', 'vocab_size', 'd_model', 'n_layers', 'n_heads', 'd_ff', 'rope
 
 def init_from(path,                       # a transformers Llama/Mamba folder, our export, a checkpoint or a run
               cfg: Config | None = None,  # the new run's config: also give the data overrides it needs (`init_data`)
-              say=print) -> tuple[dict, dict, object]:   # where the checks' results and notes go
+              say=print,                  # where the checks' results and notes go
+             ) -> tuple[dict, dict, object]:  # (dotted overrides, state_dict, tokenizer or None)
     "What `longctx_train --init_from PATH` starts from: (dotted `model.*`/`data.*` overrides, state_dict, tokenizer)."
     p = Path(path).expanduser()
     if (raw := _config_json(p)[0]) is not None:
@@ -555,8 +594,15 @@ def _run_tok(cfg, source):
     try: return run_tokenizer(cfg, source)
     except UsageError: return None
 
-def export(source, out_dir, format: str = 'hf', tokenizer: str = 'auto', max_position_embeddings: int | None = None,
-           overwrite: bool = False, no_check: bool = False, say=print) -> Path:
+def export(source,                                      # a checkpoint .pt, run dir, our export or transformers folder
+           out_dir,                                     # the folder to write
+           format: str = 'hf',                          # 'hf' (a transformers checkpoint) or 'safetensors' (ours)
+           tokenizer: str = 'auto',                     # 'auto' (the run's), 'byte', 'none', or a tokenizer.json
+           max_position_embeddings: int | None = None,  # a Llama config's context length (None: the run's)
+           overwrite: bool = False,                     # replace a non-empty `out_dir`
+           no_check: bool = False,                      # skip the logit comparison with transformers
+           say=print,                                   # where the checks' results and notes go
+          ) -> Path:                                    # the folder written
     "What `longctx_export` does, its flags (`export_parser`) the arguments, `say` where notes go; the folder written."
     if is_hf_checkpoint(source):
         if format == 'hf':
@@ -585,8 +631,14 @@ def export(source, out_dir, format: str = 'hf', tokenizer: str = 'auto', max_pos
     if no_check: say("not checked: --no_check skips comparing the logits with transformers'")
     return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite, say=say)
 
-def check_export_args(source, out_dir, tokenizer: str = 'auto', max_position_embeddings=None, overwrite: bool = False,
-                      format: str = 'hf', no_check: bool = False):
+def check_export_args(source,                        # SOURCE as given
+                      out_dir,                       # OUT_DIR as given
+                      tokenizer: str = 'auto',       # --tokenizer
+                      max_position_embeddings=None,  # --max_position_embeddings
+                      overwrite: bool = False,       # --overwrite
+                      format: str = 'hf',            # --format
+                      no_check: bool = False,        # --no_check
+                     ):
     "Refuse, before any model is read, an empty or missing SOURCE, an OUT_DIR in use or holding SOURCE, and bad flags."
     for what, v in (('SOURCE', source), ('OUT_DIR', out_dir)):
         if not str(v).strip(): raise UsageError(f"{what} is empty; longctx_export SOURCE OUT_DIR (see the examples).")

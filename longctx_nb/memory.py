@@ -24,7 +24,8 @@ __all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_
            'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
-def format_bytes(n: float) -> str:   # bytes
+def format_bytes(n: float,  # bytes
+                ) -> str:
     "`n` bytes in binary units: '512 B', '1.5 KiB', '12.0 MiB', '1.50 GiB'."
     n = float(n)
     if abs(n) < 1024: return f'{n:.0f} B'
@@ -33,7 +34,8 @@ def format_bytes(n: float) -> str:   # bytes
         if abs(n) < 1024 or unit == 'TiB': return f"{n:.{2 if unit in ('GiB', 'TiB') else 1}f} {unit}"
 
 # %% ../nbs/31_memory.ipynb #4b7a926b
-def block_shell_bytes(w: Workload) -> int:   # bytes
+def block_shell_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                     ) -> int:     # bytes
     "Bytes the parts of `Block` around the mixer save for backward: two RMSNorms, the SwiGLU MLP, dropout masks."
     cfg, a, dev = w.cfg, w.act, w.dev
     D, Ff = cfg.d_model, cfg.d_ff
@@ -47,7 +49,8 @@ def block_shell_bytes(w: Workload) -> int:   # bytes
         if cfg.dropout: per += D * mask(a)               # dropout after the MLP
     return w.tokens * per
 
-def block_activation_bytes(w: Workload) -> int:   # bytes (`w.cfg` is resolved here)
+def block_activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                          ) -> int:     # bytes (`w.cfg` is resolved here)
     "Bytes one block saves for backward: `block_shell_bytes` plus its mixer's `activation_bytes` (else vanilla's)."
     cfg = w.cfg
     cfg = resolve_model(cfg)
@@ -60,7 +63,8 @@ def block_activation_bytes(w: Workload) -> int:   # bytes (`w.cfg` is resolved h
         n = get_block('vanilla').activation_bytes(w)
     return block_shell_bytes(w) + n
 
-def block_workspace_bytes(w: Workload) -> int:   # bytes (`w.cfg` is resolved here)
+def block_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                         ) -> int:     # bytes (`w.cfg` is resolved here)
     "Bytes one block's backward holds for a moment beyond what it saved: its mixer's `backward_workspace_bytes`."
     cfg = w.cfg
     cfg = resolve_model(cfg)
@@ -143,7 +147,8 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
                           desc=desc, note=note)
 
 # %% ../nbs/31_memory.ipynb #0ed5aaf7
-def param_count(mcfg: ModelConfig) -> int | None:   # vocab_size None: 256; None: one layer is over 2**63 bytes
+def param_count(mcfg: ModelConfig,  # the model's config (vocab_size None counts as 256, the smallest tokenizer)
+               ) -> int | None:     # parameters; None: one layer alone is over 2**63 bytes
     "Parameters of `LM(mcfg)`, counted from one block built on the meta device: cheap at any size."
     cfg = resolve_model(mcfg)
     mixer, V, D = get_block(cfg.block), cfg.vocab_size or 256, cfg.d_model
@@ -163,7 +168,8 @@ def _cgroup_free() -> int | None:
         return int(limit) - int(Path('/sys/fs/cgroup/memory.current').read_text())
     except (OSError, ValueError): return None
 
-def available_memory(device='cpu') -> tuple[int, str] | None:   # (bytes, what), or None where unknown
+def available_memory(device='cpu',  # a torch device or its name
+                    ) -> tuple[int, str] | None:  # (bytes, what they are), or None where unknown (e.g. MPS)
     "The memory a run on `device` may still take: a GPU's free memory, or the RAM available to this process."
     dev = torch.device(device)
     if dev.type == 'cuda':
@@ -260,13 +266,15 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
 
 
 # %% ../nbs/31_memory.ipynb #ed425dde
-def task_vocab(d) -> int:   # a `DataConfig` naming a synthetic task
+def task_vocab(d,  # a `DataConfig` naming a synthetic task
+              ) -> int:
     "The vocabulary of `d`'s synthetic task, from its settings alone: no sequence is generated (whatever the length)."
     knobs = {k: getattr(d, f) for k, f in CONFIG_KNOBS.items() if k in get_task(d.task).defaults}
     return task_params(d.task, **knobs)['vocab_size']
 
 @check_before_run
-def fits_when_parsed(cfg) -> int | None:   # cfg from the command line; bytes (None: skipped)
+def fits_when_parsed(cfg,  # a training `Config` straight from the command line
+                    ) -> int | None:  # bytes needed (None: skipped)
     "`check_config_fits` with what the flags say: the device, the processes on this machine, the vocabulary if known."
     t, d = cfg.trainer, cfg.data
     if getattr(t, 'skip_memory_check', False): return None
@@ -313,7 +321,9 @@ def check_positive(**flags):   # flag name (no '--') -> a value or a list of the
                 raise UsageError(f"--{name} {shown}: at most {MAX_COUNTS[name]:,}; a count this large would run for "
                                  "days.")
 
-def check_seed(seed, flag: str = '--seed'):   # the seed given; its flag
+def check_seed(seed,                  # the seed given
+               flag: str = '--seed',  # its flag
+              ):
     "A seed is an integer from 0 to `MAX_SEED`."
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise UsageError(f"{flag}={seed} must be "

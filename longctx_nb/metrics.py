@@ -16,7 +16,8 @@ from .checkpoint import atomic_write, StorageError
 __all__ = ['TB_NAMES', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses', 'profile_range', 'StepProfiler']
 
 # %% ../nbs/43_metrics.ipynb #b55fd92a
-def strict_json(row: dict) -> str:
+def strict_json(row: dict,  # a metric row
+               ) -> str:    # one line of strict JSON
     "`row` as strict JSON: a NaN or inf value is written as null and its key listed under `nonfinite`."
     bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad: row = {**{k: (None if k in bad else v) for k, v in row.items()}, 'nonfinite': bad}
@@ -36,7 +37,9 @@ def _append(path: Path, data: bytes):
 class EventFile:
     "A TensorBoard event file written in the loop's thread, each row flushed: a refused write raises `StorageError`."
     _n = itertools.count()   # files this process opened: two in one second get different names
-    def __init__(self, run_dir, purge_step: int | None = None):
+    def __init__(self, run_dir,                  # the folder TensorBoard reads
+                 purge_step: int | None = None,  # resumed: TensorBoard drops older files' events from this step on
+                ):
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.summary.writer.record_writer import RecordWriter
         name = f'{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(EventFile._n)}'
@@ -46,7 +49,9 @@ class EventFile:
         self._event(file_version='brain.Event:2')
         if purge_step is not None: self._event(step=purge_step, session_log=SessionLog(status=SessionLog.START))
         self._flush()
-    def add_scalars(self, step: int, values: dict):
+    def add_scalars(self, step: int,  # the row's step
+                    values: dict,     # TensorBoard tag -> number
+                   ):
         "Write one event per value, then flush them to the file."
         from torch.utils.tensorboard.summary import scalar
         for tag, v in values.items(): self._event(step=step, summary=scalar(tag, v))
@@ -57,7 +62,10 @@ class EventFile:
 # %% ../nbs/43_metrics.ipynb #a0c266e9
 class MetricsLog:
     "Appends metric dicts to `metrics.jsonl` and TensorBoard (when a run dir is given) and keeps them in memory."
-    def __init__(self, run_dir=None, tensorboard: bool = True, resume_step: int | None = None):
+    def __init__(self, run_dir=None,              # where metrics.jsonl and the TensorBoard files go (None: memory only)
+                 tensorboard: bool = True,        # also write TensorBoard event files
+                 resume_step: int | None = None,  # drop rows logged after this step (a resumed run)
+                ):
         self.path, self.rows, self.tb = (Path(run_dir) / 'metrics.jsonl' if run_dir else None), [], None
         if self.path and resume_step is not None and self.path.exists():  # drop what was logged after the checkpoint
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
@@ -65,7 +73,8 @@ class MetricsLog:
             if len(self.rows) < len(rows): atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
         if run_dir and tensorboard:
             if importlib.util.find_spec('tensorboard'): self.tb = EventFile(run_dir, purge_step=resume_step)  # optional
-    def log(self, **row):
+    def log(self, **row,  # step and metrics
+           ):             # nothing: the row is kept and written
         self.rows.append(row)
         if self.path: _append(self.path, (strict_json(row) + '\n').encode())
         if self.tb: self.tb.add_scalars(row['step'], {TB_NAMES.get(k, k): v for k, v in row.items() if k != 'step' and
@@ -78,7 +87,10 @@ TB_NAMES = {'loss': 'train/loss', 'lr': 'train/lr', 'grad_norm': 'train/grad_nor
             'val_acc': 'val/acc'}
 
 # %% ../nbs/43_metrics.ipynb #a6ed1ce3
-def plot_losses(rows: list[dict], path=None, title: str = ''):
+def plot_losses(rows: list[dict],  # metric rows, with step and loss or val_loss
+                path=None,         # PNG file to save (None: don't save)
+                title: str = '',   # the plot's title
+               ):
     "Train and validation loss against step; saved to `path` as PNG if given. Returns the figure."
     plt = pyplot(save=path is not None)
     tr = [(r['step'], r['loss']) for r in rows if 'loss' in r]
@@ -93,7 +105,8 @@ def plot_losses(rows: list[dict], path=None, title: str = ''):
     return fig
 
 # %% ../nbs/43_metrics.ipynb #3a065a69
-def profile_range(s: str | None) -> tuple[int, int] | None:
+def profile_range(s: str | None,               # trainer.profile_steps: 'A:B', or None
+                 ) -> tuple[int, int] | None:  # (A, B), 1-based and inclusive; None: no profiling
     "The steps `--trainer.profile_steps` names; a `UsageError` giving the valid form if it is malformed."
     if s is None: return None
     m = re.fullmatch(r'\s*(\d+)\s*:\s*(\d+)\s*', str(s))
@@ -106,7 +119,8 @@ check_before_run(lambda cfg: profile_range(cfg.trainer.profile_steps))   # exit 
 
 class StepProfiler:
     "Records steps `a` to `b` of a run (a `train.Run`) with `torch.profiler`; rank 0 writes the trace."
-    def __init__(self, r):
+    def __init__(self, r,  # an opened run (its run directory, first step and length known)
+                ):
         self.r, rng, start = r, profile_range(r.t.profile_steps), r.count.start
         self.a, self.b = rng or (0, -1)
         self.prof, self.ranges, self.trace = None, [], None

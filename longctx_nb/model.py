@@ -84,7 +84,8 @@ DOC_MASK_WHY_NOT = {   # why a built-in block refuses data.doc_mask
     'baseline_longformer': 'its sliding-window kernel takes no per-document mask (not implemented)',
     'baseline_bigbird': 'its sparse attention kernel takes no per-document mask (not implemented)'}
 
-def supports_doc_mask(block: str) -> bool:   # a block name or alias
+def supports_doc_mask(block: str,  # a block name or alias
+                     ) -> bool:
     "Whether block `block`'s mixer takes `doc_ids`, keeping attention within each document."
     return 'doc_ids' in inspect.signature(get_block(block).forward).parameters
 
@@ -126,14 +127,18 @@ def create_model(vocab_size: int,                   # ids in the vocabulary
     return LM(apply_overrides(Config(), ov).model)
 
 # %% ../nbs/30_model.ipynb #ec8b349b
-def count_params(model: nn.Module, non_embedding: bool = False) -> int:   # any module; leave out embedding tables
+def count_params(model: nn.Module,             # any module
+                 non_embedding: bool = False,  # leave out embedding tables
+                ) -> int:
     "Number of parameters (shared tensors once); `non_embedding` leaves out `nn.Embedding` tables."
     n = sum(p.numel() for p in model.parameters())   # .parameters() yields a shared tensor once
     if non_embedding: n -= sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
     return n
 
 # %% ../nbs/30_model.ipynb #767608b4
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:   # any module; for weight matrices
+def param_groups(model: nn.Module,     # any module
+                 weight_decay: float,  # for weight matrices
+                ) -> list[dict]:
     "AdamW parameter groups: `weight_decay` for weight matrices, 0 for norms, biases, embeddings, `_no_weight_decay`."
     emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     decay, no_decay = [], []
@@ -145,7 +150,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:   # any m
     return [g for g in groups if g['params']]
 
 # %% ../nbs/30_model.ipynb #c989fbd4
-def flops_per_token(cfg: ModelConfig | LM, seq_len: int) -> float:   # a model or its config; FLOPs per token
+def flops_per_token(cfg: ModelConfig | LM,  # a model, or its config
+                    seq_len: int,           # tokens per sequence
+                   ) -> float:              # FLOPs per token
     "Training FLOPs (forward + backward) per token: 6 x matmul parameters + the mixer's parameter-free matmuls."
     if isinstance(cfg, LM): cfg = cfg.cfg
     cfg = resolve_model(cfg)
@@ -154,7 +161,8 @@ def flops_per_token(cfg: ModelConfig | LM, seq_len: int) -> float:   # a model o
     return 6.0 * n_matmul + cfg.n_layers * get_block(cfg.block).flops_per_token(cfg, seq_len)
 
 # %% ../nbs/30_model.ipynb #b5c450fc
-def can_stream(model: LM) -> bool:   # the model
+def can_stream(model: LM,  # the model
+              ) -> bool:
     "Whether every block's mixer offers `prefill` and `step` (`Mixer.can_stream`)."
     return all(isinstance(b.mixer, Mixer) and b.mixer.can_stream() for b in model.blocks)
 
@@ -168,7 +176,9 @@ def _block_stream(blk, x, state=None):
     return x, new if new is not None else state
 
 @torch.no_grad()
-def prefill(model: LM, idx: torch.Tensor) -> tuple[torch.Tensor, list]:   # idx (B, L) -> (logits (B, V), states)
+def prefill(model: LM,                      # a model whose blocks can stream
+            idx: torch.Tensor,              # (B, L) prompt token ids
+           ) -> tuple[torch.Tensor, list]:  # (logits (B, V), states)
     "Logits of the last position `(B, V)` and every layer's streaming state after the prompt `idx` `(B, L)`."
     x, states = model.embed(idx), []
     for blk in model.blocks:
@@ -176,7 +186,10 @@ def prefill(model: LM, idx: torch.Tensor) -> tuple[torch.Tensor, list]:   # idx 
     return model.head(model.norm(x[:, -1])), states
 
 @torch.no_grad()
-def step(model: LM, tok: torch.Tensor, states: list) -> torch.Tensor:   # tok (B,) -> logits (B, V); states advance
+def step(model: LM,          # a model whose blocks can stream
+         tok: torch.Tensor,  # (B,) token ids
+         states: list,       # from `prefill`; advanced in place
+        ) -> torch.Tensor:   # logits (B, V)
     "Logits `(B, V)` after one more token `tok` `(B,)`; `states` (from `prefill`) are advanced."
     x = model.embed(tok)
     for i, blk in enumerate(model.blocks): x, states[i] = _block_stream(blk, x, states[i])

@@ -16,7 +16,8 @@ from .distributed import load_full_state
 __all__ = ['RESUME_LAST', 'again', 'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'fork', 'restore']
 
 # %% ../nbs/42_runs.ipynb #faa675e1
-def again(resume=None) -> str:
+def again(resume=None,  # the run directory or checkpoint to continue from
+         ) -> str:      # a shell command line
     "This process's command line with `--resume=resume` instead of any --resume it had: how to continue the run."
     prog, args, out, skip = Path(sys.argv[0]).name or 'longctx_train', sys.argv[1:], [], False
     if prog in ('__main__.py', 'cli.py', '-c', 'ipykernel_launcher.py') or prog.endswith('.py'):
@@ -30,7 +31,9 @@ def again(resume=None) -> str:
     launcher = ['torchrun', f"--nproc_per_node={nproc}", '--no-python'] if ws > 1 else []
     return ' '.join(shlex.quote(a) for a in [*launcher, prog, *out, f'--resume={resume}'])
 
-def new_run_dir(root, name: str | None = None) -> Path:
+def new_run_dir(root,                     # folder of run directories
+                name: str | None = None,  # run name (None: the next free version_N)
+               ) -> Path:
     "A fresh run directory under `root`: `name`, or the next free `version_N`."
     root = Path(root)
     if name:
@@ -46,21 +49,26 @@ def new_run_dir(root, name: str | None = None) -> Path:
 # %% ../nbs/42_runs.ipynb #7a9bcca4
 RESUME_LAST = ('last', 'true', 'latest')   # the --resume values that mean "the newest run"
 
-def resume_runs(t: TrainerConfig) -> list[Path]:
+def resume_runs(t: TrainerConfig,  # default_root_dir and run_name
+               ) -> list[Path]:    # newest first
     "The run directories `--resume last` considers: the named run, else every `version_N` under the root, newest first."
     root = Path(t.default_root_dir)
     if t.run_name: return [root / t.run_name]
     found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
     return [p for _, p in sorted(found, reverse=True)]
 
-def resume_pick(t: TrainerConfig) -> Path | None:
+def resume_pick(t: TrainerConfig,  # default_root_dir and run_name
+               ) -> Path | None:   # None: nothing to resume
     "The run `--resume last` continues: the newest with a checkpoint, or a named run killed before its first one."
     runs = resume_runs(t)
     with_ck = [d for d in runs if list_checkpoints(d)]
     if with_ck: return with_ck[0]
     return runs[0] if t.run_name and (runs[0] / 'config.json').is_file() else None
 
-def resume_point(t: TrainerConfig, m: ModelConfig | None = None, warn=None) -> tuple[Path, Path, dict]:
+def resume_point(t: TrainerConfig,              # resume, default_root_dir and run_name
+                 m: ModelConfig | None = None,  # this run's model: a checkpoint of another model is skipped
+                 warn=None,                     # told which checkpoints were skipped, and why (default: stderr)
+                ) -> tuple[Path, Path, dict]:
     "(run dir, path, checkpoint) `t.resume` names: its newest intact checkpoint of model `m`; `warn` hears the skipped."
     same = (lambda ck: check_same_model(ck['config'], m)) if m is not None else None
     root, r = Path(t.default_root_dir), t.resume
@@ -86,7 +94,9 @@ def resume_point(t: TrainerConfig, m: ModelConfig | None = None, warn=None) -> t
     return run_dir, *found
 
 # %% ../nbs/42_runs.ipynb #c1cfaef3
-def fork(r, src: str):
+def fork(r,         # a new run, before its first step
+         src: str,  # a checkpoint file or a run directory (its newest checkpoint)
+        ):
     "Start the run `r` from the weights of `src` (`--trainer.fork_from`): a fresh optimizer, step 0, its own directory."
     p = Path(src)
     found = (p, read_checkpoint(src)) if p.is_file() else latest_checkpoint(src) if p.is_dir() else None
@@ -98,7 +108,11 @@ def fork(r, src: str):
     r.say(f"fork: new run {r.run_dir} from the weights of {found[0]} (step {found[1]['step']}); "
           "a fresh optimizer and schedule from step 0")
 
-def restore(r, run_dir: Path, path: Path, ck: dict):
+def restore(r,              # the run being opened
+            run_dir: Path,  # the run directory resumed
+            path: Path,     # its checkpoint file
+            ck: dict,       # the checkpoint
+           ):
     "Load checkpoint `ck` (`path` in `run_dir`) into the run `r`: weights, optimizer, loss scale, RNGs and counters."
     load_full_state(r.model, r.opt, ck['model'], ck['optimizer'])
     if ck['scaler'] or not r.scaler.is_enabled(): r.scaler.load_state_dict(ck['scaler'])

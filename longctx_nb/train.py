@@ -34,12 +34,17 @@ __all__ = ['ALLOC_ENVS', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 
            'log_validation', 'save_state', 'finish', 'Stopped', 'train']
 
 # %% ../nbs/44_train.ipynb #bad5e050
-def warmup_steps(t: TrainerConfig, max_steps: int | None = None) -> int:
+def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
+                 max_steps: int | None = None,  # the run's length (default: t.max_steps)
+                ) -> int:
     "Warmup length: `warmup_steps`, capped at `warmup_fraction` of the run (`max_steps`, default `t.max_steps`)."
     n = max_steps or t.max_steps
     return min(t.warmup_steps, int(t.warmup_fraction * n))
 
-def lr_at(step: int, t: TrainerConfig, max_steps: int | None = None) -> float:
+def lr_at(step: int,                     # optimizer step, 0-based
+          t: TrainerConfig,              # learning_rate, min_lr and the warmup
+          max_steps: int | None = None,  # the run's length (default: t.max_steps)
+         ) -> float:
     "Learning rate at optimizer step `step` (0-based): linear warmup, then cosine decay to `min_lr` (default: lr / 10)."
     n, w = max_steps or t.max_steps, warmup_steps(t, max_steps)
     lo = t.learning_rate / 10 if t.min_lr is None else t.min_lr
@@ -47,15 +52,25 @@ def lr_at(step: int, t: TrainerConfig, max_steps: int | None = None) -> float:
     progress = min(1.0, (step - w) / max(1, n - w))
     return lo + 0.5 * (1 + math.cos(math.pi * progress)) * (t.learning_rate - lo)
 
-def make_optimizer(model: torch.nn.Module, t: TrainerConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: torch.nn.Module,  # the model to optimise
+                   t: TrainerConfig,        # learning rate, betas, epsilon and weight decay
+                   device: torch.device,    # CUDA: the fused AdamW
+                  ) -> torch.optim.AdamW:
     "AdamW over `param_groups(model)` with the trainer's settings (fused on CUDA)."
     return torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.learning_rate,
                              betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_epsilon, fused=device.type == 'cuda')
 
 # %% ../nbs/44_train.ipynb #94615f75
 @torch.no_grad()
-def evaluate(model, data, seq_len: int, batch_size: int, device, precision='32', max_batches: int | None = None,
-             docs=None) -> float:
+def evaluate(model,                           # the model
+             data,                            # validation token array
+             seq_len: int,                    # tokens per sequence
+             batch_size: int,                 # sequences per batch
+             device,                          # where the model is
+             precision='32',                  # '32', 'bf16' or '16'
+             max_batches: int | None = None,  # at most this many batches (None: the whole split)
+             docs=None,                       # document offsets of `data`: attention within documents (data.doc_mask)
+            ) -> float:                       # nats per token
     "Mean loss per token (nats) over `max_batches` (None: all) batches of `data`; `docs`: its document offsets."
     was_training = model.training; model.eval()
     total, count = 0.0, 0
@@ -68,8 +83,15 @@ def evaluate(model, data, seq_len: int, batch_size: int, device, precision='32',
     return total / max(count, 1)
 
 @torch.no_grad()
-def evaluate_task(model, data: SyntheticData, seq_len: int, batch_size: int, device, precision='32',
-                  n_batches: int = 20, seed: int = 0) -> tuple[float, float]:  # (nats per answer token, accuracy)
+def evaluate_task(model,                    # the model
+                  data: SyntheticData,      # the synthetic task
+                  seq_len: int,             # tokens per sequence
+                  batch_size: int,          # sequences per batch
+                  device,                   # where the model is
+                  precision='32',           # '32', 'bf16' or '16'
+                  n_batches: int = 20,      # validation batches
+                  seed: int = 0,            # run seed
+                 ) -> tuple[float, float]:  # (loss in nats per answer token, accuracy)
     "`evaluate` for a synthetic task: (mean loss, accuracy) over the answers of `n_batches` fixed validation batches."
     was_training = model.training; model.eval()
     total, correct, count = 0.0, 0, 0
@@ -114,7 +136,10 @@ class TrainResult:
         return '\n'.join(lines)
 
 # %% ../nbs/44_train.ipynb #7331b044
-def resolve_precision(t: TrainerConfig, device: torch.device, say=None) -> str:
+def resolve_precision(t: TrainerConfig,      # precision and use_fp16
+                      device: torch.device,  # where the run computes
+                      say=None,              # where the note goes (default: stderr, on rank 0)
+                     ) -> str:               # '32', 'bf16' or '16'
     "The precision to run (`config.pick_precision`), checked; its note said by `say` (default: stderr, rank 0)."
     p, note = pick_precision(t, device)
     if note and say is not None: say(note)
@@ -130,7 +155,11 @@ def cuda_allocator_defaults():
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         with contextlib.suppress(Exception): torch.cuda.memory._set_allocator_settings('expandable_segments:True')
 
-def setup(cfg: Config, tokens: TokenData | None = None, model: LM | None = None, dist: Dist | None = None):
+def setup(cfg: Config,                      # the run's config
+          tokens: TokenData | None = None,  # data to use instead of the configured data
+          model: LM | None = None,          # model to use instead of building one
+          dist: Dist | None = None,         # this process's place in the run (None: one process)
+         ):
     "Device, precision, data and model for `cfg` (or `model`); `UsageError` on bad input, before anything is written."
     dist = dist or Dist(device=get_device(cfg.trainer.accelerator))
     if cfg.data.global_batch_size is not None:
@@ -164,15 +193,22 @@ def _probe(model: LM, device, precision: str):
     loss.backward(); model.zero_grad(set_to_none=True)
 
 # %% ../nbs/44_train.ipynb #9920d3bf
-def stages(seq_len: int, max_steps: int, curriculum: str | None) -> list[tuple[int, int, int]]:
+def stages(seq_len: int,            # data.seq_len
+           max_steps: int,          # trainer.max_steps
+           curriculum: str | None,  # trainer.curriculum, e.g. '64:6,128:4' (None: no curriculum)
+          ) -> list[tuple[int, int, int]]:
     "(seq_len, first step, end step) of each stage of a curriculum such as '64:6,128:4'; one stage without one."
     if not curriculum: return [(seq_len, 0, max_steps)]
     out, start = [], 0
     for L, n in parse_curriculum(curriculum): out.append((L, start, start + n)); start += n
     return out
 
-def run_length(t: TrainerConfig, plan: list[tuple[int, int, int]], batch_size: int, world_size: int,
-               train_tokens: int | None) -> int:
+def run_length(t: TrainerConfig,                  # fast_dev_run, max_epochs and accumulate_grad_batches
+               plan: list[tuple[int, int, int]],  # from `stages`
+               batch_size: int,                   # sequences per micro-batch and rank
+               world_size: int,                   # ranks
+               train_tokens: int | None,          # tokens of the training split (None: generated data, no epochs)
+              ) -> int:
     "Optimizer steps of the run: the end of the last stage, 2 with `fast_dev_run`, at most `max_epochs` of the data."
     if t.fast_dev_run: return 2
     if not t.max_epochs or train_tokens is None: return plan[-1][2]
@@ -184,7 +220,9 @@ def run_length(t: TrainerConfig, plan: list[tuple[int, int, int]], batch_size: i
     return plan[-1][2]
 
 # %% ../nbs/44_train.ipynb #5a44997d
-def kernel_report(m, device) -> str:
+def kernel_report(m,       # a resolved `ModelConfig`
+                  device,  # where the model runs
+                 ) -> str:
     "One line: the implementation each library kernel of `m`'s block takes on `device` (the CPU kernels built first)."
     from longctx_nb.blocks.base import get_block
     from longctx_nb.kernels.conv import kernel_backends
@@ -218,7 +256,8 @@ class Window:
         return cls(float(w.get('loss', 0.0)), int(w.get('steps', 0)), int(w.get('tokens', 0)),
                    float(w.get('flops', 0.0)), time.perf_counter() - float(w.get('seconds', 0.0)))
 
-    def saved(self, paused_at: float | None = None) -> dict:   # when training paused (None: now)
+    def saved(self, paused_at: float | None = None,  # when training paused (None: now)
+             ) -> dict:
         "The window for a checkpoint: its counters and its training seconds (evaluation excluded)."
         secs = (paused_at if paused_at is not None else time.perf_counter()) - self.t0
         return dict(steps=self.steps, tokens=self.tokens, flops=self.flops, loss=self.loss, seconds=secs)
@@ -239,20 +278,35 @@ class Counters:
 class Run:
     "One training run between steps: every field the stages share, declared here; `open_run` fills them."
     # the settings, and what `setup` built from them
-    cfg: Config = None; t: TrainerConfig = None; d: DataConfig = None   # the config, its trainer and data
-    dist: Dist = None; device: torch.device = None; precision: str = None
-    tokens: TokenData | SyntheticData = None; synthetic: bool = False
-    model: LM = None; n_params: int = None
-    quiet: bool = False; say: Callable = None   # say(line): a log line (rank 0, unless quiet)
+    cfg: Config = None                # the run's config
+    t: TrainerConfig = None           # its trainer section
+    d: DataConfig = None              # its data section
+    dist: Dist = None                 # this process's place in the run
+    device: torch.device = None       # where it trains
+    precision: str = None             # '32', 'bf16' or '16'
+    tokens: TokenData | SyntheticData = None  # the training data
+    synthetic: bool = False           # the data is a generated task
+    model: LM = None                  # the model, unwrapped
+    n_params: int = None              # its parameter count
+    quiet: bool = False               # no progress bar or log lines
+    say: Callable = None              # say(line): a log line (rank 0, unless quiet)
     # the plan: `stages`, `run_length`, the memory estimate, the peak FLOP/s and FLOPs per token of each length
-    plan: list = None; max_steps: int = None
-    est: MemoryEstimate = None; peak_flops: float = None; fpt: dict = None
+    plan: list = None                 # from `stages`
+    max_steps: int = None             # optimizer steps in all
+    est: MemoryEstimate = None        # the memory estimate
+    peak_flops: float = None          # the device's peak FLOP/s
+    fpt: dict = None                  # FLOPs per token of each sequence length
     # what trains: `model` in DDP or FSDP2 (or itself), compiled or not; the optimizer and fp16's loss scaler
-    wrapped: torch.nn.Module = None; step_model: torch.nn.Module = None
-    opt: torch.optim.Optimizer = None; scaler: torch.amp.GradScaler = None
+    wrapped: torch.nn.Module = None   # `model` in DDP or FSDP2 (or itself)
+    step_model: torch.nn.Module = None  # what a step calls: `wrapped`, compiled or not
+    opt: torch.optim.Optimizer = None  # the optimizer
+    scaler: torch.amp.GradScaler = None  # fp16's loss scaler
     # where it writes (rank 0 only)
-    run_dir: Path | None = None; writes: bool = False
-    log: MetricsLog = None; prof: StepProfiler = None; bar: tqdm = None
+    run_dir: Path | None = None       # the run directory
+    writes: bool = False              # this rank writes files
+    log: MetricsLog = None            # the metrics log
+    prof: StepProfiler = None         # the step profiler
+    bar: tqdm = None                  # the progress bar
     # checkpoints
     resumed: tuple | None = None     # (run dir, checkpoint path, checkpoint) that `--resume` continues
     restart: Path | None = None      # a run dir with a config and no checkpoint yet: started again there
@@ -262,9 +316,11 @@ class Run:
     save_owed: bool = False          # one was due while the state was not healthy
     final_state: tuple | None = None  # (model, optimizer) state gathered for the last one
     # the loop
-    count: Counters = field(default_factory=Counters)
-    window: Window = field(default_factory=Window)
-    last_loss: float = math.nan; val_loss: float | None = None; val_acc: float | None = None   # what it reports
+    count: Counters = field(default_factory=Counters)  # steps, tokens and skips so far
+    window: Window = field(default_factory=Window)    # the open log window
+    last_loss: float = math.nan       # the last window's training loss
+    val_loss: float | None = None     # the last validation loss
+    val_acc: float | None = None      # the last validation accuracy
     paused_at: float | None = None   # evaluating or checkpointing since (not training time)
     signal: int | None = None        # a stop signal caught
 
@@ -297,8 +353,12 @@ def _open_dir(r: Run):
                            resume_step=r.count.start if r.resumed or r.restart else None)
     except StorageError as e: raise e.with_checkpoint(r.kept()) from None
 
-def open_run(cfg: Config, tokens: TokenData | None = None, model: LM | None = None, dist: Dist | None = None,
-             quiet: bool = False) -> Run:
+def open_run(cfg: Config,                      # the run's config
+             tokens: TokenData | None = None,  # data to use instead of the configured data
+             model: LM | None = None,          # model to use instead of building one
+             dist: Dist | None = None,         # this process's place in the run (None: one process)
+             quiet: bool = False,              # no progress bar or log lines
+            ) -> Run:
     "Setup: data and model, optimizer, the run directory (new, or resumed from its checkpoint) and the metrics log."
     dist = dist or Dist(device=get_device(cfg.trainer.accelerator))
     cfg, device, precision, tokens, model = setup(cfg, tokens, model, dist)
@@ -314,7 +374,8 @@ def open_run(cfg: Config, tokens: TokenData | None = None, model: LM | None = No
     return r
 
 # %% ../nbs/44_train.ipynb #ca9b6454
-def announce(r: Run):
+def announce(r: Run,  # an opened run
+            ):
     "Print the model, data, device, global batch, kernels and memory estimate; measure the peak FLOP/s for the MFU."
     cfg, d, dist, device, t = r.cfg, r.d, r.dist, r.device, r.t
     n_train = 'generated' if r.synthetic else f'{len(r.tokens.train):,}'
@@ -335,7 +396,8 @@ def announce(r: Run):
               f"steps {'of --trainer.curriculum' if t.curriculum else 'of --trainer.max_steps'}")
 
 # %% ../nbs/44_train.ipynb #2a922040
-def start_loop(r: Run):
+def start_loop(r: Run,  # an announced run
+              ):
     "The batches (step, x, y) from the first step not taken to `max_steps`; counters, bar and clock started."
     t, d, dist, start = r.t, r.d, r.dist, r.count.start
     r.step_model = torch.compile(r.wrapped) if r.cfg.model.compile else r.wrapped
@@ -364,11 +426,19 @@ def start_loop(r: Run):
     return loader
 
 # %% ../nbs/44_train.ipynb #5689eef3
-def step_seed(seed: int, step: int, rank: int) -> int:
+def step_seed(seed: int,  # the run's seed
+              step: int,  # optimizer step, 0-based
+              rank: int,  # this process's rank
+             ) -> int:
     "The seed of step `step`'s random numbers (dropout) on `rank`: the same whether or not the run was resumed."
     return (seed * 1_000_003 + step * 7919 + rank * 104_729) % 2**63
 
-def train_step(r: Run, step: int, x: torch.Tensor, y: torch.Tensor, doc: torch.Tensor | None = None):
+def train_step(r: Run,                           # the run
+               step: int,                        # optimizer step, 0-based
+               x: torch.Tensor,                  # (accumulate_grad_batches, batch_size, seq_len) inputs
+               y: torch.Tensor,                  # their targets
+               doc: torch.Tensor | None = None,  # document ids of x (data.doc_mask)
+              ):
     """Optimizer step `step` (0-based) on `x`, `y` and `doc` (accumulate_grad_batches, batch_size, seq_len), clipped; a
     NaN or inf skips it. Returns (learning rate, loss of the global batch, gradient norm)."""
     t, dist, device, precision, w = r.t, r.dist, r.device, r.precision, r.window
@@ -443,7 +513,12 @@ def _set_aside(r: Run, kept) -> list[str]:
     return [p.name for p in newer]
 
 # %% ../nbs/44_train.ipynb #f48b03e4
-def log_window(r: Run, step: int, lr: float, grad_norm: float, seq_len: int):
+def log_window(r: Run,            # the run
+               step: int,         # steps taken
+               lr: float,         # the step's learning rate
+               grad_norm: float,  # the step's gradient norm
+               seq_len: int,      # the step's sequence length
+              ):
     "Log the steps since the last row: mean loss, tokens per second, MFU and peak memory."
     w, n = r.window, r.count
     dt = time.perf_counter() - w.t0; n.train_time += dt; n.train_tokens += w.tokens
@@ -458,7 +533,9 @@ def log_window(r: Run, step: int, lr: float, grad_norm: float, seq_len: int):
           f"{row['peak_mem_mb']:,.0f} MiB")
     r.window = Window()
 
-def log_validation(r: Run, step: int):
+def log_validation(r: Run,     # the run
+                   step: int,  # steps taken
+                  ):
     "Evaluate on held-out data: the validation loss (and a synthetic task's accuracy), logged and printed."
     t, d, limit = r.t, r.d, 1 if r.t.fast_dev_run else r.t.limit_val_batches
     if r.synthetic:  # (loss, accuracy) on the answers of fixed batches; limit 0 ("the whole split") means 20
@@ -471,7 +548,10 @@ def log_validation(r: Run, step: int):
     r.say(f"step {step:>6} | val loss {r.val_loss:.4f}" + (f" | val acc {r.val_acc:.1%}" if acc else ''))
 
 # %% ../nbs/44_train.ipynb #985f71a3
-def save_state(r: Run, step: int, n_seqs: int):
+def save_state(r: Run,       # the run
+               step: int,    # steps taken
+               n_seqs: int,  # sequences in the step's global batch
+              ):
     "Checkpoint the full training state (rank 0 writes it) if it is healthy, and prune old checkpoints; else owe one."
     n = r.count
     if n.bad_in_row or not _finite_state(r):
@@ -514,7 +594,8 @@ def _prune(r: Run):
         if p not in keep: p.unlink(missing_ok=True)
 
 # %% ../nbs/44_train.ipynb #af4b0c59
-def finish(r: Run) -> TrainResult:
+def finish(r: Run,  # a run whose loop ended
+          ) -> TrainResult:
     "Export the model, draw the loss plot, report the memory; the run's `TrainResult`."
     r.bar.close(); r.log.close()
     plot, fsdp, n = None, r.dist.strategy == 'fsdp', r.count
@@ -547,7 +628,10 @@ class _Terminated(BaseException):   # as KeyboardInterrupt: no `except Exception
 
 class Stopped(Exception):
     "The run stopped on a signal; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
-    def __init__(self, message: str, code: int, reason: str | None = None):   # reason: the message less how to continue
+    def __init__(self, message: str,         # where the checkpoint is and how to continue
+                 code: int,                  # exit status
+                 reason: str | None = None,  # what stopped it, without how to continue (default: the message)
+                ):
         super().__init__(message); self.code, self.reason = code, reason or message
 
 def _catch_signals(r: Run) -> dict:
@@ -613,7 +697,11 @@ def _due(step: int, every: int, done: bool) -> bool:
     return done or bool(every and (step + 1) % every == 0)
 
 # %% ../nbs/44_train.ipynb #00e56d1f
-def train(cfg: Config, tokens: TokenData | None = None, quiet: bool = False, model: LM | None = None) -> TrainResult:
+def train(cfg: Config,                      # the run's config
+          tokens: TokenData | None = None,  # data to use instead of the configured data
+          quiet: bool = False,              # no progress bar or log lines
+          model: LM | None = None,          # model to use instead of building one
+         ) -> TrainResult:
     "Train as `cfg` says. `tokens` replaces the configured data, `model` the configured model; `quiet`: no output."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
     import threading

@@ -33,7 +33,8 @@ class Workload(NamedTuple):
     @property
     def tokens(self) -> int: return self.batch_size * self.seq_len
 
-def act_bytes(precision: str) -> int:   # '32', 'bf16' or '16'
+def act_bytes(precision: str,  # '32', 'bf16' or '16'
+             ) -> int:
     "Bytes per element of matmul outputs: 4 in fp32, 2 under bf16/fp16 autocast."
     return 4 if parse_precision(precision) == '32' else 2
 
@@ -52,29 +53,36 @@ class Mixer(nn.Module):
         return dict(f) if isinstance(f, dict) else {k: k for k in f}
 
     @classmethod
-    def config_kwargs(cls, cfg) -> dict:   # a resolved `ModelConfig`; constructor keyword -> value
+    def config_kwargs(cls, cfg,  # a resolved `ModelConfig`
+                     ) -> dict:  # constructor keyword -> value
         "The constructor's keyword arguments, read from `cfg` as `config_fields` declares."
         return {kw: getattr(cfg, f) for f, kw in cls.field_map().items()}
 
     @classmethod
-    def from_config(cls, cfg, layer_idx: int = 0):   # a resolved ModelConfig, the layer's index
+    def from_config(cls, cfg,            # a resolved `ModelConfig`
+                    layer_idx: int = 0,  # the layer's index (passed on if the constructor takes `layer_idx`)
+                   ):
         "Build layer `layer_idx` from a resolved `ModelConfig`; a block overrides it only to translate a setting."
         kw = cls.config_kwargs(cfg)
         if 'layer_idx' in inspect.signature(cls.__init__).parameters: kw['layer_idx'] = layer_idx
         return cls(**kw)
 
     @staticmethod
-    def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+    def flops_per_token(cfg,           # a resolved `ModelConfig`
+                        seq_len: int,  # tokens per sequence
+                       ) -> float:     # FLOPs per token
         "Training FLOPs per token of one layer's parameter-free matmuls (attention's `q k^T` and `A v`, a scan)."
         return 0.0
 
     @staticmethod
-    def activation_bytes(w: Workload) -> int | None:   # bytes, or None: the block does not say
+    def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                        ) -> int | None:  # bytes, or None: the block does not say
         "Bytes one mixer saves for backward on workload `w`, its input included."
         return None
 
     @staticmethod
-    def backward_workspace_bytes(w: Workload) -> int:
+    def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                                ) -> int:  # bytes
         "Bytes the mixer's backward holds for a moment beyond what it saved and the gradients (a kernel's sums)."
         return 0
 
@@ -84,7 +92,12 @@ class Mixer(nn.Module):
         return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
 
 # %% ../../nbs/20_blocks.ipynb #aa2849fa
-def check_int(name: str, value, lo: int, what: str, who: str = ''):   # `who`: the block, to start the message
+def check_int(name: str,     # the setting's name
+              value,         # the value given
+              lo: int,       # the smallest allowed
+              what: str,     # what the setting is
+              who: str = '', # the block, to start the message
+             ):
     "Raise `UsageError` unless setting `name`'s `value` is an integer (not a bool) `>= lo`; `what` says what it is."
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise UsageError(f"{who + ': ' if who else ''}{name}={value!r} is not valid: {what}, an integer >= {lo}.")
@@ -117,7 +130,8 @@ def block_names() -> list[str]:
     "The registered block names, in registration order."
     return list(_BLOCKS)
 
-def canonical_block(name: str) -> str:   # a block name or alias, any case; the registered name
+def canonical_block(name: str,  # a block name or alias, any case
+                   ) -> str:    # the registered name
     "The registered name of block (or alias) `name`; a `UsageError` naming the valid ones otherwise."
     key = str(name).lower()
     key = _ALIASES.get(key, key)
@@ -127,17 +141,23 @@ def canonical_block(name: str) -> str:   # a block name or alias, any case; the 
                          + (f"; aliases: {', '.join(aliases)}" if aliases else ''))
     return key
 
-def get_block(name: str) -> type:   # a block name or alias, any case; its `Mixer` subclass
+def get_block(name: str,  # a block name or alias, any case
+             ) -> type:   # its `Mixer` subclass
     "The mixer class of block `name`."
     return _BLOCKS[canonical_block(name)]
 
-def blocks_reading(field: str) -> list[str]:   # a `ModelConfig` field, e.g. 'window_size' or 'model.window_size'
+def blocks_reading(field: str,  # a `ModelConfig` field, e.g. 'window_size' or 'model.window_size'
+                  ) -> list[str]:
     "The registered blocks whose mixer reads `field` (declared in its `config_fields`)."
     field = field.removeprefix('model.')
     return [n for n, c in _BLOCKS.items() if field in c.field_map()]
 
 # %% ../../nbs/20_blocks.ipynb #3fae3bb8
-def check_causal(f, x: torch.Tensor, atol: float = 1e-5, seed: int = 0):   # x: (B, L, D) input to perturb
+def check_causal(f,                   # a sequence map (B, L, D) -> (B, L, D)
+                 x: torch.Tensor,     # (B, L, D) input to perturb
+                 atol: float = 1e-5,  # tolerance of "unchanged"
+                 seed: int = 0,       # the perturbations' random stream
+                ):
     "Assert the sequence map `f: (B, L, D) -> (B, L, D)` is causal at every cut point, by perturbation and gradients."
     gen = torch.Generator().manual_seed(seed)
     L = x.shape[1]
@@ -161,7 +181,11 @@ def _close(a, b, eps, what):
     assert a.shape == b.shape and bool(((a - b).abs() < eps).all()), \
         f"{what} differ by {(a - b).abs().max():.2e} (eps {eps:.1e})"
 
-def check_paths(m: nn.Module, x: torch.Tensor, fast='blocked', eps: float = 1e-5):   # eps: scaled for weight grads
+def check_paths(m: nn.Module,        # a module whose forward takes `impl`
+                x: torch.Tensor,     # its input
+                fast='blocked',      # the `impl` compared with 'ref'
+                eps: float = 1e-5,   # tolerance, scaled for weight grads
+               ):
     "Assert `m(x, impl=fast)` equals `m(x, impl='ref')`: outputs and gradients of `x` and every parameter."
     outs = {}
     for impl in ('ref', fast):
@@ -182,7 +206,8 @@ def quiet_notes():
     try: yield
     finally: _QUIET.pop()
 
-def block_note(msg: str) -> bool:   # what the block changed, and why; whether it was printed
+def block_note(msg: str,  # what the block changed, and why
+              ) -> bool:  # whether it was printed
     "Print `msg` unless inside `quiet_notes()`."
     if _QUIET: return False
     print(msg, flush=True)
@@ -191,13 +216,18 @@ def block_note(msg: str) -> bool:   # what the block changed, and why; whether i
 # %% ../../nbs/20_blocks.ipynb #c12d886e
 from ..core import autocast
 
-def measure_mixer(m: nn.Module, x: torch.Tensor, precision: str) -> int:   # bytes
+def measure_mixer(m: nn.Module,      # a mixer
+                  x: torch.Tensor,   # its input (B, L, D), on the device measured
+                  precision: str,    # '32', 'bf16' or '16'
+                 ) -> int:           # bytes
     "Bytes `m(x)` saves for backward under `precision`'s autocast on `x`'s device, `m`'s parameters left out."
     def run():
         with autocast(x.device, precision): return m(x)
     return saved_tensor_bytes(run, params=m)
 
-def linear_casts(m: nn.Module, precision: str) -> int:   # a mixer; '32', 'bf16' or '16'; bytes
+def linear_casts(m: nn.Module,    # a mixer
+                 precision: str,  # '32', 'bf16' or '16'
+                ) -> int:         # bytes
     "Bytes of autocast's 2-byte copies of `m`'s `nn.Linear` weights (0 in fp32)."
     return 0 if precision == '32' else 2 * sum(l.weight.numel() for l in m.modules() if isinstance(l, nn.Linear))
 
@@ -211,6 +241,8 @@ def _norm_saves_normalized(device: str) -> bool:
     except Exception: return device != 'cuda'   # CUDA has a fused kernel (saves x and 1/rms only)
     return saved_tensor_bytes(lambda: F.rms_norm(x, (16,), w, 1e-5), params=[w]) > 2 * 16 * 4 + 2 * 4
 
-def rmsnorm_bytes(d_model: int, device: str = 'cuda') -> int:   # bytes per token
+def rmsnorm_bytes(d_model: int,          # model width
+                  device: str = 'cuda',  # CUDA's fused kernel saves less
+                 ) -> int:               # bytes per token
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)

@@ -45,7 +45,11 @@ def _has_random(seq_len, q, window_size, n_global) -> bool:
     "Whether the last query block of `q` tokens at `seq_len` has a key before its window and after the globals."
     return ((seq_len - 1) // q) * q - window_size + 1 > n_global
 
-def random_block_size(seq_len: int, block_size: int, window_size: int, n_global: int) -> int | None:
+def random_block_size(seq_len: int,  # tokens per sequence
+                      block_size: int,  # the configured query block (`attn_block_size`)
+                      window_size: int,  # keys per query in the window
+                      n_global: int,  # global tokens at the start
+                     ) -> int | None:  # None: no key is outside every window at this length
     "The random keys' query block at `seq_len`: `block_size`, halved until a block has keys before its window; or None."
     if seq_len <= window_size + n_global: return None
     q = block_size
@@ -55,20 +59,27 @@ def random_block_size(seq_len: int, block_size: int, window_size: int, n_global:
 # %% ../../nbs/25_bigbird.ipynb #54e3be8c
 @patch_to(BigBirdAttention)
 @classmethod
-def from_config(cls, cfg, layer_idx: int = 0):   # a resolved `ModelConfig`; the layer's index seeds its random keys
+def from_config(cls,
+                cfg,  # a resolved `ModelConfig`
+                layer_idx: int = 0,  # the layer's index in the model (seeds its random keys)
+               ):
     "Build from a resolved `ModelConfig`; layer `layer_idx` draws its random keys with seed `layer_idx`."
     return cls(**cls.config_kwargs(cfg), seed=layer_idx)
 
 @patch_to(BigBirdAttention)
 @staticmethod
-def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+def flops_per_token(cfg,  # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:  # FLOPs per token
     "Training FLOPs per token of the parameter-free matmuls: vanilla's, with window + global + random keys."
     return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens + cfg.n_random_tokens)
 
 _ADAPTED = set()   # (block, random block, window, globals) already reported
 
 @patch_to(BigBirdAttention)
-def random_keys(self, seq_len: int) -> RandomKeys | None:   # None when n_random_tokens is 0
+def random_keys(self,
+                seq_len: int,  # tokens per sequence
+               ) -> RandomKeys | None:  # None when n_random_tokens is 0
     "This layer's random keys up to `seq_len`, drawn once and regrown by doubling."
     if self.n_random_tokens == 0: return None
     q = random_block_size(seq_len, self.block_size, self.window_size, self.n_global_tokens) or self.block_size

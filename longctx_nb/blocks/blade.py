@@ -121,7 +121,10 @@ class Blade(Mixer):
 # %% ../../nbs/26_blade.ipynb #730e8002
 @patch_to(Blade)
 @classmethod
-def from_config(cls, cfg, layer_idx: int = 0):   # a resolved `ModelConfig`, the layer's index
+def from_config(cls,
+                cfg,  # a resolved `ModelConfig`
+                layer_idx: int = 0,  # the layer's index in the model
+               ):
     "Build from a resolved `ModelConfig`; `attn_impl='ref'` selects the reference path, any other value the fast one."
     kw = cls.config_kwargs(cfg)
     if kw['impl'] in ('blocked', 'flex') and layer_idx == 0:   # a local-attention kernel: said once per model
@@ -132,7 +135,9 @@ def from_config(cls, cfg, layer_idx: int = 0):   # a resolved `ModelConfig`, the
 
 @patch_to(Blade)
 @staticmethod
-def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+def flops_per_token(cfg,  # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:  # FLOPs per token
     "Training FLOPs per token of the parameter-free matmuls: attention over `C + m` keys and the `r` summary queries."
     return 12.0 * cfg.d_model * (min(cfg.chunk_size, seq_len) + 2 * cfg.n_mem_tokens)
 
@@ -162,7 +167,9 @@ def memory(self, state: torch.Tensor,              # (..., state_dim)
 
 # %% ../../nbs/26_blade.ipynb #1e5b73a7
 @patch_to(Blade)
-def forward(self, x: torch.Tensor) -> torch.Tensor:   # (B, L, d_model); (B, L, d_model)
+def forward(self,
+            x: torch.Tensor,  # (B, L, d_model)
+           ) -> torch.Tensor:  # (B, L, d_model)
     return self._forward_ref(x) if self.impl == 'ref' else self._forward_fast(x)[0]
 
 @patch_to(Blade)
@@ -229,7 +236,11 @@ def _forward_fast(self, x, want_cache: bool = False):
 
 # %% ../../nbs/26_blade.ipynb #fb320500
 @patch_to(Blade)
-def allocate_cache(self, batch_size: int, device=None, dtype=None) -> BladeCache:   # default: the module's
+def allocate_cache(self,
+                   batch_size: int,  # sequences
+                   device=None,  # default: the module's
+                   dtype=None,  # default: the module's
+                  ) -> BladeCache:
     "An empty cache (no tokens seen) for `batch_size` sequences; its size never changes."
     w = self.qkv.weight
     device, dtype = device or w.device, dtype or w.dtype
@@ -239,7 +250,9 @@ def allocate_cache(self, batch_size: int, device=None, dtype=None) -> BladeCache
     return BladeCache(kv, kv.clone(), mk, mv, state)
 
 @patch_to(Blade)
-def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, BladeCache]:   # (B, L, d_model) prompt -> (output, cache)
+def prefill(self,
+            x: torch.Tensor,  # (B, L, d_model) prompt
+           ) -> tuple[torch.Tensor, BladeCache]:  # (output (B, L, d_model), cache)
     "The fast forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward_fast(x, want_cache=True)
 
@@ -275,7 +288,8 @@ def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next t
 # %% ../../nbs/26_blade.ipynb #2ec9409c
 @patch_to(Blade)
 @staticmethod
-def activation_bytes(w: Workload) -> int:   # bytes
+def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                    ) -> int:  # bytes
     "Bytes `Blade`'s fast path saves for backward, its input included."
     cfg, a, dev, B, L = w.cfg, w.act, w.dev, w.batch_size, w.seq_len
     D, H, C, S = cfg.d_model, cfg.n_heads, cfg.chunk_size, cfg.state_dim

@@ -117,7 +117,9 @@ def reset_parameters(self):
 
 @patch_to(DPASSM)
 @staticmethod
-def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+def flops_per_token(cfg,  # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:  # FLOPs per token
     "Training FLOPs per token outside `nn.Linear`: windowed `q k^T` and `A v`, the scan and the conv."
     D = cfg.d_model
     return 12.0 * D * min(seq_len, cfg.window_size) + 3.0 * D * (9 * cfg.ssm_state_dim + 2 * cfg.d_conv)
@@ -186,13 +188,20 @@ def _forward(self, x, impl=None, want_cache=False):
     return y, cache
 
 @patch_to(DPASSM)
-def forward(self, x: torch.Tensor, impl: str | None = None) -> torch.Tensor:   # impl None: the module's; 'ref'/'fast'
+def forward(self,
+            x: torch.Tensor,  # (B, L, d_model)
+            impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
+           ) -> torch.Tensor:  # (B, L, d_model)
     "`(B, L, d_model) -> (B, L, d_model)`, causal."
     return self._forward(x, impl)
 
 # %% ../../nbs/27_dpassm.ipynb #d5c74ed2
 @patch_to(DPASSM)
-def allocate_cache(self, batch_size: int, device=None, dtype=None) -> DPASSMCache:   # SSM state: fp32
+def allocate_cache(self,
+                   batch_size: int,  # sequences
+                   device=None,  # default: the module's
+                   dtype=None,  # default: the module's (the SSM state is fp32)
+                  ) -> DPASSMCache:
     "An empty cache for `batch_size` sequences; its size is fixed by `window_size`, never by the length."
     w = self.qkv.weight
     device, dtype = device or w.device, dtype or w.dtype
@@ -202,7 +211,10 @@ def allocate_cache(self, batch_size: int, device=None, dtype=None) -> DPASSMCach
     return DPASSMCache(kv, kv.clone(), conv, ssm)
 
 @patch_to(DPASSM)
-def prefill(self, x: torch.Tensor, impl: str | None = None) -> tuple[torch.Tensor, DPASSMCache]:   # impl: as `forward`
+def prefill(self,
+            x: torch.Tensor,  # (B, L, d_model) prompt
+            impl: str | None = None,  # as in `forward`
+           ) -> tuple[torch.Tensor, DPASSMCache]:  # (output (B, L, d_model), cache)
     "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward(x, impl, want_cache=True)
 
@@ -251,7 +263,8 @@ def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next 
 # %% ../../nbs/27_dpassm.ipynb #868f1a06
 @patch_to(DPASSM)
 @staticmethod
-def activation_bytes(w: Workload) -> int:   # bytes
+def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                    ) -> int:  # bytes
     "Bytes `DPASSM` saves for backward, its input included (not the `nn.Linear` weights' autocast copies)."
     cfg, a, L, dev, batch_size = w.cfg, w.act, w.seq_len, w.dev, w.batch_size
     D, H, N, K = cfg.d_model, cfg.n_heads, cfg.ssm_state_dim, cfg.d_conv
@@ -293,7 +306,8 @@ def activation_bytes(w: Workload) -> int:   # bytes
 # %% ../../nbs/27_dpassm.ipynb #dc3a5fa5
 @patch_to(DPASSM)
 @staticmethod
-def backward_workspace_bytes(w: Workload) -> int:   # bytes
+def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                            ) -> int:  # bytes
     "The CPU scan's partial sums, which `DPASSM`'s backward holds for a moment (0 with the other scans)."
     c = w.cfg
     return scan_backward_workspace_bytes(c.scan_impl, w.device, w.batch_size, c.d_model, w.seq_len, c.ssm_state_dim)

@@ -15,7 +15,10 @@ __all__ = ['RESIDUAL_PROJ', 'RotaryEmbedding', 'apply_rotary', 'mark_residual_pr
 # %% ../../nbs/21_layers.ipynb #c10625a7
 class RotaryEmbedding(nn.Module):
     "Rotary embedding tables for heads of size `head_dim`: `forward(L, device)` is fp32 `(cos, sin)`, `(L, head_dim)`."
-    def __init__(self, head_dim: int, theta: float = 10000.0):   # size of each head, even; base frequency
+    def __init__(self,
+                 head_dim: int,  # size of each head, even
+                 theta: float = 10000.0,  # base frequency
+                ):
         super().__init__()
         if head_dim % 2: raise UsageError(f"rotary embeddings need an even head size, got head_dim={head_dim}.")
         self.head_dim, self.theta = head_dim, float(theta)
@@ -54,7 +57,8 @@ def apply_rotary(x: torch.Tensor,    # (B, H, L, Dh) queries or keys
 # %% ../../nbs/21_layers.ipynb #1efb8870
 RESIDUAL_PROJ = '_residual_proj'
 
-def mark_residual_proj(layer: nn.Module) -> nn.Module:   # a linear layer writing into the residual stream
+def mark_residual_proj(layer: nn.Module,  # a linear layer writing into the residual stream
+                      ) -> nn.Module:  # `layer`, marked
     "Mark `layer` as writing into the residual stream: the model scales its init by 1/sqrt(2 n_layers)."
     setattr(layer, RESIDUAL_PROJ, True)
     return layer
@@ -73,7 +77,9 @@ class MLP(nn.Module):
         self.w2 = mark_residual_proj(nn.Linear(d_ff, d_model, bias=bias))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:   # (..., d_model); (..., d_model)
+    def forward(self,
+                x: torch.Tensor,  # (..., d_model)
+               ) -> torch.Tensor:  # (..., d_model)
         return self.w2(self.drop(F.silu(self.w1(x)) * self.w3(x)))
 
 # %% ../../nbs/21_layers.ipynb #26978ccc
@@ -94,7 +100,9 @@ class Block(nn.Module):
             self.mlp = MLP(d_model, d_ff, bias=bias)
         else: self.norm2 = self.mlp = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:   # (B, L, d_model); (B, L, d_model)
+    def forward(self,
+                x: torch.Tensor,  # (B, L, d_model)
+               ) -> torch.Tensor:  # (B, L, d_model)
         x = x + self.drop(self.mixer(self.norm1(x)))
         if self.mlp is not None: x = x + self.drop(self.mlp(self.norm2(x)))
         return x

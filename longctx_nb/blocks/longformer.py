@@ -43,17 +43,24 @@ class LongformerAttention(CausalSelfAttention):
 # %% ../../nbs/24_longformer.ipynb #4640e167
 @patch_to(LongformerAttention)
 @staticmethod
-def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+def flops_per_token(cfg,  # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:  # FLOPs per token
     "Training FLOPs per token of the parameter-free matmuls: vanilla's, with `window_size + n_global_tokens` keys."
     return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens)
 
 @patch_to(LongformerAttention)
-def random_keys(self, seq_len: int):
+def random_keys(self,
+                seq_len: int,  # tokens per sequence
+               ):
     "Extra keys per query block (none here; BigBird's subclass draws them)."
     return None
 
 @patch_to(LongformerAttention)
-def forward(self, x: torch.Tensor, impl: str | None = None) -> torch.Tensor:   # impl: overrides the module's
+def forward(self,
+            x: torch.Tensor,  # (B, L, d_model)
+            impl: str | None = None,  # overrides the module's `impl` for this call
+           ) -> torch.Tensor:  # (B, L, d_model)
     L = x.shape[1]
     q, k, v = self.qkv_rotated(x)
     y = local_attention(q, k, v, self.window_size, min(self.n_global_tokens, L), self.random_keys(L),
@@ -70,7 +77,8 @@ def extra_repr(self) -> str:
 # %% ../../nbs/24_longformer.ipynb #4f9206d2
 @patch_to(LongformerAttention)
 @staticmethod
-def activation_bytes(w: Workload) -> int:   # bytes
+def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                    ) -> int:  # bytes
     "Bytes a `LongformerAttention` (or `BigBirdAttention`) mixer saves for backward, its input included."
     cfg, a, L, dev = w.cfg, w.act, w.seq_len, w.dev
     D, H, impl = cfg.d_model, cfg.n_heads, cfg.attn_impl

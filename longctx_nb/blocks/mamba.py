@@ -20,9 +20,15 @@ __all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
-def init_selective_ssm_(dt_proj: nn.Linear, A_log: nn.Parameter, D: nn.Parameter, dt_min: float = 0.001,
-                        dt_max: float = 0.1, dt_init_floor: float = 1e-4, dt_scale: float = 1.0,
-                        dt_init: str = 'random'):   # 'random' (uniform weight) or 'constant'
+def init_selective_ssm_(dt_proj: nn.Linear,  # step-size projection; weight and bias are set
+                        A_log: nn.Parameter,  # (d_inner, d_state); set to log(1..d_state)
+                        D: nn.Parameter,  # (d_inner,) skip weights; set to 1
+                        dt_min: float = 0.001,  # smallest initial step size
+                        dt_max: float = 0.1,  # largest initial step size
+                        dt_init_floor: float = 1e-4,  # floor of the initial step sizes
+                        dt_scale: float = 1.0,  # scales the weight init's bound
+                        dt_init: str = 'random',  # 'random' (uniform weight) or 'constant'
+                       ):
     "Initialise `dt_proj`, `A_log` `(d_inner, d_state)` (to `log(1..d_state)`) and `D` (to 1) as mamba-ssm does."
     bound = dt_proj.in_features ** -0.5 * dt_scale
     if dt_init == 'constant': dt_proj.weight.fill_(bound)
@@ -34,8 +40,13 @@ def init_selective_ssm_(dt_proj: nn.Linear, A_log: nn.Parameter, D: nn.Parameter
     A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                  # S4D-real: A[:, n-1] = -n
     D.fill_(1.0)
 
-def add_selective_ssm_(m: nn.Module, d_inner: int, d_state: int, dt_rank: int, d_conv: int,
-                       conv_bias: bool = True) -> nn.Module:
+def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
+                       d_inner: int,  # channels of the SSM
+                       d_state: int,  # state size per channel
+                       dt_rank: int,  # rank of the step-size projection
+                       d_conv: int,  # width of the causal depthwise conv
+                       conv_bias: bool = True,  # bias in the conv
+                      ) -> nn.Module:  # `m`
     "Declare a selective SSM's `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D` on `m`, flagged for the init and AdamW."
     m.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1, bias=conv_bias)
     m.x_proj = nn.Linear(d_inner, dt_rank + 2 * d_state, bias=False)
@@ -139,7 +150,9 @@ def reset_parameters(self):
 
 @patch_to(Mamba)
 @staticmethod
-def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+def flops_per_token(cfg,  # a resolved `ModelConfig`
+                    seq_len: int,  # tokens per sequence
+                   ) -> float:  # FLOPs per token
     "Training FLOPs per token outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
     d_inner = int(cfg.expand * cfg.d_model)
     return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
@@ -204,18 +217,26 @@ def _mix(self, x: torch.Tensor, return_state: bool = False):
     return out, conv_state.detach().contiguous(), last.detach().float()
 
 @patch_to(Mamba)
-def forward(self, x: torch.Tensor) -> torch.Tensor:   # (B, L, d_model); (B, L, d_model)
+def forward(self,
+            x: torch.Tensor,  # (B, L, d_model)
+           ) -> torch.Tensor:  # (B, L, d_model)
     "`(B, L, d_model) -> (B, L, d_model)`, causal."
     return self._mix(x)
 
 @patch_to(Mamba)
-def prefill(self, x: torch.Tensor):   # (B, L, d_model) prompt
+def prefill(self,
+            x: torch.Tensor,  # (B, L, d_model) prompt
+           ):
     "The parallel forward of a prompt `x` `(B, L, D)`, and the states `(conv_state, ssm_state)` `step` continues."
     return self._mix(x, return_state=True)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
 @patch_to(Mamba)
-def allocate_inference_cache(self, batch_size: int, device=None, dtype=None):   # dtype: conv_state's
+def allocate_inference_cache(self,
+                             batch_size: int,  # sequences
+                             device=None,  # default: the module's
+                             dtype=None,  # conv_state's dtype (default: the conv weight's)
+                            ):
     "Zero states for generation: `conv_state` `(B, d_inner, d_conv)`, `ssm_state` `(B, d_inner, d_state)` fp32."
     device = self.out_proj.weight.device if device is None else device
     dtype = dtype or self.conv1d.weight.dtype
@@ -246,7 +267,8 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
 @patch_to(Mamba)
 @staticmethod
-def activation_bytes(w: Workload) -> int:   # bytes
+def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                    ) -> int:  # bytes
     "Bytes one `Mamba` mixer saves for backward (its input included), on the kernels `kernel_backends` picks."
     cfg, a, L = w.cfg, w.act, w.seq_len
     D, N, dc = cfg.d_model, cfg.d_state, cfg.d_conv
@@ -282,7 +304,8 @@ def activation_bytes(w: Workload) -> int:   # bytes
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
 @patch_to(Mamba)
 @staticmethod
-def backward_workspace_bytes(w: Workload) -> int:   # bytes
+def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                            ) -> int:  # bytes
     "The CPU scan's partial sums, which `Mamba`'s backward holds for a moment (0 with the other scans)."
     c = w.cfg
     d_inner = int(c.expand * c.d_model)

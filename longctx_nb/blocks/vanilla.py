@@ -52,11 +52,15 @@ class CausalSelfAttention(Mixer):
         self.rope = RotaryEmbedding(self.head_dim, rope_theta)
 
     @staticmethod
-    def flops_per_token(cfg, seq_len: int) -> float:   # a resolved `ModelConfig`, tokens per sequence
+    def flops_per_token(cfg,  # a resolved `ModelConfig`
+                        seq_len: int,  # tokens per sequence
+                       ) -> float:  # FLOPs per token
         "Training FLOPs per token of one layer's parameter-free matmuls (q k^T and A v, forward + backward)."
         return 12.0 * cfg.d_model * seq_len
 
-    def qkv_rotated(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:   # q, k, v (B, H, L, Dh)
+    def qkv_rotated(self,
+                    x: torch.Tensor,  # (B, L, d_model)
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # q, k, v, each (B, H, L, Dh)
         "Queries and keys (rotated) and values of `x`, each `(B, H, L, Dh)`; subclasses reuse it."
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -75,7 +79,8 @@ def forward(self, x: torch.Tensor,               # (B, L, d_model)
     return self.out_proj(y.transpose(1, 2).flatten(2))
 
 # %% ../../nbs/22_vanilla.ipynb #a4894d24
-def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:   # (B, L) -> (B, L, L) bool: i may attend j
+def document_mask(doc_ids: torch.Tensor,  # (B, L) the document of each token
+                 ) -> torch.Tensor:  # (B, L, L) bool: query i may attend key j
     "Block-diagonal causal mask: `j <= i` and token `j` is in token `i`'s document."
     L = doc_ids.shape[-1]
     causal = torch.ones(L, L, dtype=torch.bool, device=doc_ids.device).tril()
@@ -111,7 +116,8 @@ def document_attention(q: torch.Tensor,        # (B, H, L, Dh) queries
 # %% ../../nbs/22_vanilla.ipynb #1cb76766
 @patch_to(CausalSelfAttention)
 @staticmethod
-def activation_bytes(w: Workload) -> int:   # bytes
+def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+                    ) -> int:  # bytes
     "Bytes `CausalSelfAttention` saves for backward, its input included."
     a, D, H = w.act, w.cfg.d_model, w.cfg.n_heads
     per = (D * a                # qkv's input: the normed x (autocast's copy of it)
