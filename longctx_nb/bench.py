@@ -9,7 +9,7 @@ import torch
 from pathlib import Path
 from .core import UsageError, get_device
 from .measure import DISTURBED_SPREAD, Timing, bench_clock, busy_cores, pyplot, time_reps
-from .measure import peak_memory_bytes, paired_ratio, time_in_turn
+from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
@@ -20,7 +20,7 @@ from .blocks.base import blocks_reading, canonical_block
 __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'RATIOS_APART', 'ALL_BLOCKS',
            'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
            'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench',
-           'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'rel_err', 'compare_impl']
+           'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'compare_impl']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -533,14 +533,6 @@ def require_cuda(what: str = 'longctx_bench gpu',  # the command, for the messag
         "longctx_bench scan, attention and blocks measure the CPU paths.")
 
 # %% ../nbs/50_bench.ipynb #7daf2aa3
-def rel_err(a: torch.Tensor | None,  # a result
-            b: torch.Tensor | None,  # the reference's
-           ) -> float:
-    "max |a - b| / max |b|, in fp32; inf when only one of them exists, 0 when neither does."
-    if a is None or b is None: return 0.0 if a is b else float('inf')
-    a, b = a.detach().float(), b.detach().float()
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-
 def compare_impl(fn,                 # fn(impl) -> output tensor, computed from `leaves`
                  leaves,             # input tensors whose gradients are compared
                  impl: str,          # the path checked
