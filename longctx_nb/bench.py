@@ -451,7 +451,6 @@ def _check_block_fits(names, ours, size: str, batch: int, max_len: int, kw: dict
     built: ours by the memory estimator, transformers' as its counterpart (hf-mamba: plus the states its scan keeps);
     and all of them together, since each keeps its weights, gradients and AdamW state (16 bytes a parameter) while the
     others are timed in turn."""
-    from longctx_nb.config import resolve_model
     from longctx_nb.memory import param_count
     avail, needs, held = available_memory(device), [], []
     for name, block in zip(names, ours):
@@ -460,7 +459,7 @@ def _check_block_fits(names, ours, size: str, batch: int, max_len: int, kw: dict
         need = check_fits(m, batch, max_len, '32', device, hint='--L or --batch', override=None)
         needs.append(need); held.append(16 * param_count(m))
         if str(name).lower() != 'hf-mamba': continue
-        r = resolve_model(m)   # transformers' torch path keeps about 5 tensors of each step's states per layer (4.3)
+        r = m   # transformers' torch path keeps about 5 tensors of each step's states per layer (4.3)
         needs[-1] = need = need + 5 * r.n_layers * batch * max_len * r.expand * r.d_model * r.d_state * 4
         if avail is not None and need > avail[0]:
             raise UsageError(f"--blocks hf-mamba at --L {max_len} needs about {format_bytes(need)} (transformers' "

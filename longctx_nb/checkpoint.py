@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, TrainingError, hold
-from .config import ModelConfig, resolve_model
+from .config import ModelConfig
 
 # %% auto #0
 __all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError', 'rng_state',
@@ -252,8 +252,8 @@ def check_same_model(saved: dict,            # the checkpoint's config dict
                      path='the checkpoint',  # names the checkpoint in the message
                     ):
     "Raise `CheckpointError` naming the model settings in which `m` differs from a checkpoint's config dict."
-    old = vars(resolve_model(ModelConfig(**saved['model'])))
-    new = vars(resolve_model(m))
+    old = vars(ModelConfig(**saved['model']))
+    new = vars(m)
     diff = [f"model.{k}: checkpoint {old[k]!r}, this run {new[k]!r}" for k in new
             if k not in RUNTIME_ONLY and old.get(k) != new[k] and not (k == 'vocab_size' and new[k] is None)]
     if diff:

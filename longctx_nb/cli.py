@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, json, os, sys
 from pathlib import Path
 from .core import UsageError
-from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir, read_config_file, resolve_model
+from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir, read_config_file
 from .flags import Parser, arg, make_parser, parse_config, main
 import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
 
@@ -65,7 +65,7 @@ def init_model(cfg: Config,  # the run's config, as parsed
         raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
     ov, state, tok = init_from(path, cfg, say=say)   # the model's settings, and the text tokenized with PATH's tokenizer
     before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
-              **{f'model.{k}': v for k, v in vars(resolve_model(cfg.model)).items()}}
+              **{f'model.{k}': v for k, v in vars(cfg.model).items()}}
     for k, v in ov.items():
         if before.get(k) != v: say(f"init_from: {k} {before.get(k)!r} -> {v!r} (from {path})")
     cfg = apply_overrides(cfg, ov)
@@ -84,7 +84,7 @@ SAFE_ON_RESUME = {f'trainer.{k}' for k in (
 
 def _flat(cfg: Config) -> dict:
     "Every setting as a dotted key, the model's resolved (so that a preset and its sizes compare equal)."
-    m = {f'model.{k}': v for k, v in vars(resolve_model(cfg.model)).items()}
+    m = {f'model.{k}': v for k, v in vars(cfg.model).items()}
     return {**{k: v for k, v in cfg.flat().items() if not k.startswith('model.')}, **m}
 
 def _source_run(src: str, t) -> Path | None:
@@ -149,7 +149,7 @@ def print_config(cfg: Config,     # the config the run would use
                  err=None,        # where the sources go (default: stderr)
                 ):
     "The resolved config as JSON on `out`, and each setting's value and source on `err`."
-    d = cfg.to_dict(); d['model'] = vars(resolve_model(cfg.model))
+    d = cfg.to_dict(); d['model'] = vars(cfg.model)
     print(json.dumps(d, indent=2), file=out or sys.stdout)
     now, then = setting_sources(cfg, origins), setting_sources(parsed, origins)
     w = max(map(len, now))

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from .core import UsageError, get_device, hold
 from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_read, check_writable_dir,
-                               pick_precision, resolve_model)
+                               pick_precision)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
 from .blocks.base import canonical_block, get_block
 from .blocks.bigbird import random_block_size
@@ -111,7 +111,7 @@ def match_depths(cfgs: dict[str, Config],  # block -> its training config
 def dense_settings(cfg: Config,  # a block's training config
                   ) -> str | None:  # None: the block is in its sparse regime at cfg.data.seq_len
     "Why `cfg`'s block is dense at its training length (window covering it, one chunk, no random key), by setting."
-    m, L = resolve_model(cfg.model), cfg.data.seq_len
+    m, L = cfg.model, cfg.data.seq_len
     fields = get_block(m.block).field_map()
     g = m.n_global_tokens if 'n_global_tokens' in fields else 0
     if 'window_size' in fields and m.window_size + g >= L:
@@ -150,7 +150,7 @@ def _task_fits(cfg: Config, L: int) -> bool:
 def default_curriculum(cfg: Config,  # a block's training config: task, seq_len, max_steps, window and chunk
                       ) -> tuple[str | None, str | None]:  # (the curriculum or None, the note that says so or why not)
     "The default length curriculum for `cfg`: half the steps inside one window and chunk, the rest at seq_len."
-    d, m, L, n = cfg.data, resolve_model(cfg.model), cfg.data.seq_len, cfg.trainer.max_steps
+    d, m, L, n = cfg.data, cfg.model, cfg.data.seq_len, cfg.trainer.max_steps
     if d.dataset_name != 'synthetic' or d.task not in CURRICULUM_TASKS: return None, None
     short = min(L // 4, m.window_size, m.chunk_size)
     while short < L and not _task_fits(cfg, short): short += 1   # at least what the task needs
@@ -354,7 +354,7 @@ def machine(cfgs: dict[str, Config],  # block -> its training config
     return dict(device=dev.type, gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None,
                 torch=torch.__version__, longctx_nb=__version__,
                 precision={b: pick_precision(c.trainer, dev)[0] for b, c in cfgs.items()},
-                kernels={b: kernel_report(resolve_model(c.model), dev) for b, c in cfgs.items()})
+                kernels={b: kernel_report(c.model, dev) for b, c in cfgs.items()})
 
 def compare_settings(cfgs: dict[str, Config],  # block -> its training config (depths matched)
                      lrs: list[float],         # the learning rates

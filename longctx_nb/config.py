@@ -15,9 +15,9 @@ __all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS'
            'LIGHTNING_ONLY', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'MAMBA_GUIDE_KEYS', 'opt', 'own_values',
            'check_before_run', 'run_checks', 'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig',
            'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice',
-           'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate', 'resolve_model', 'unread_rule',
-           'check_read', 'flatten_sections', 'read_config_file', 'guide_keys', 'build_config', 'config_settings',
-           'load_config', 'setting_sources', 'field_help', 'option_specs', 'key_type', 'key_meta']
+           'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate', 'unread_rule', 'check_read',
+           'flatten_sections', 'read_config_file', 'guide_keys', 'build_config', 'config_settings', 'load_config',
+           'setting_sources', 'field_help', 'option_specs', 'key_type', 'key_meta']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -167,15 +167,35 @@ class _SparseSettings:
     attn_block_size: int = opt(64, 'query/key block size of the blocked and flex attention paths', gt=0)
 
 # %% ../nbs/01_config.ipynb #3acb2c41
+_SIZES = ('d_model', 'n_layers', 'n_heads', 'd_ff')   # what a size preset fills in when not given
+
 @dataclass
 class ModelConfig(_SparseSettings, _MambaSettings, _SizeSettings):
     "The network: which mixing block, how big, and the block's own settings (the three groups above, in that order)."
     gradient_checkpointing: bool = opt(False, 'recompute each block\'s activations in backward to save memory')
     compile: bool = opt(False, 'torch.compile the model')
     num_params: InitVar[str | None] = None  # the former name of `size`, still accepted (old config files and checkpoints)
+    __slots__ = ('_preset',)   # the sizes that follow the size preset: a slot, so no setting (not in `vars` or `asdict`)
 
     def __post_init__(self, num_params):
         if num_params is not None: self.size = num_params
+        self._follow({k for k in _SIZES if getattr(self, k) is None})
+
+    def __setattr__(self, name, value):
+        "A size set to `None` follows the size preset; a new `size` refills the sizes that follow it."
+        object.__setattr__(self, name, value)
+        if (preset := getattr(self, '_preset', None)) is None: return   # being made: `__post_init__` fills the sizes
+        if name == 'size': self._follow(preset)
+        elif name in _SIZES: self._follow(preset - {name} | ({name} if value is None else set()))
+
+    def _follow(self, names):
+        object.__setattr__(self, '_preset', frozenset(names))
+        for k in names: object.__setattr__(self, k, SIZE_PRESETS[self.size][f'model.{k}'])
+
+    @property
+    def preset_sizes(self) -> frozenset:
+        "The sizes not given, filled from the size preset."
+        return self._preset
 
 # after the class is made, so that the constructor keeps taking `num_params`: reading or setting it is `size`
 ModelConfig.num_params = property(lambda self: self.size, lambda self, v: setattr(self, 'size', v),
@@ -311,11 +331,16 @@ class Config:
     vram: str | None = opt(None, 'VRAM preset', choices=lambda: list(VRAM_PRESETS))
     training_preset: str | None = opt(None, 'training preset', choices=lambda: list(TRAINING_PRESETS))
 
-    def to_dict(self) -> dict: return dataclasses.asdict(self)
+    def to_dict(self) -> dict:
+        "Every setting, as config.json and checkpoints save it: a size that follows the size preset is `None`."
+        d = dataclasses.asdict(self)
+        d['model'].update(dict.fromkeys(self.model.preset_sizes))
+        return d
     def flat(self) -> dict:
-        "Every setting as a dotted key."
-        d = {f'{s}.{k}': v for s in SECTIONS for k, v in dataclasses.asdict(getattr(self, s)).items()}
-        return {**d, 'vram': self.vram, 'training_preset': self.training_preset}
+        "Every setting as a dotted key, as `to_dict` saves it."
+        d = self.to_dict()
+        return {**{f'{s}.{k}': v for s in SECTIONS for k, v in d[s].items()}, 'vram': self.vram,
+                'training_preset': self.training_preset}
 
 # %% ../nbs/01_config.ipynb #5609901b
 ALIASES = {
@@ -531,14 +556,19 @@ def _field_of(key: str):
     return SECTIONS[s], next(f for f in fields(SECTIONS[s]) if f.name == name)
 
 # %% ../nbs/01_config.ipynb #55e52b1e
+def _given(m: ModelConfig, k: str):
+    "The size `k` as given (None: it follows the size preset)."
+    return None if k in m.preset_sizes else getattr(m, k)
+
 def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None, before: int | None):
     "Set `model.d_ff` from a `model.d_model` given in `canon` (changed from `before`) without `model.d_ff`, at the size preset's ratio."
     m = cfg.model
-    if 'model.d_model' not in canon or 'model.d_ff' in canon or m.d_model in (None, before): return
-    if m.d_ff is not None and origin.get('model.d_ff', (0, 0, 'set'))[2] != 'preset': return   # set explicitly before
+    if 'model.d_model' not in canon or 'model.d_ff' in canon or _given(m, 'd_model') in (None, before): return
+    if _given(m, 'd_ff') is not None and origin.get('model.d_ff', (0, 0, 'set'))[2] != 'preset':
+        return   # set explicitly before
     p = SIZE_PRESETS[m.size]
     d_ff = max(32, round(m.d_model * p['model.d_ff'] / p['model.d_model'] / 32) * 32)
-    if d_ff == m.d_ff: return
+    if d_ff == _given(m, 'd_ff'): return
     source = f"model.d_model={m.d_model} (the {m.size!r} size preset's d_ff/d_model ratio)"
     readers = _OWNED.get('model.block', (None, None, None))[2]
     read = readers is None or (r := readers('d_ff')) is None or m.block in r
@@ -588,9 +618,6 @@ def _set(cfg, key, value):
     if '.' in key: setattr(getattr(cfg, key.split('.')[0]), f.name, v)
     else: setattr(cfg, key, v)
 
-def _set_all(cfg, d: dict):
-    for k, v in d.items(): _set(cfg, k, v)
-
 # %% ../nbs/01_config.ipynb #9567cbfa
 def apply_overrides(cfg: Config,              # the config to start from (not modified)
                     overrides: dict,          # dotted key (or alias) -> value
@@ -600,7 +627,7 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
                    ) -> Config:
     "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
     cfg, canon = copy.deepcopy(cfg), merge_settings(((canonical_key(k), k, v) for k, v in overrides.items()), notes)
-    origin, d_model = ({} if origins is None else origins), cfg.model.d_model
+    origin, d_model = ({} if origins is None else origins), _given(cfg.model, 'd_model')
     for pkey, table in PRESETS.items():
         if pkey in canon:
             _note(notes, origin, pkey, canon[pkey][1], _where(canon[pkey][0], where), 'set'); _set(cfg, pkey, canon[pkey][1])
@@ -634,7 +661,7 @@ def check_writable_dir(path,                       # a folder that will be creat
 def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_steps
             ) -> Config:   # `cfg` itself
     "Cross-field checks, and the output folders; raises `UsageError`."
-    m, t = resolve_model(cfg.model), cfg.trainer
+    m, t = cfg.model, cfg.trainer
     if m.d_model % m.n_heads:
         raise UsageError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}.")
     if (m.d_model // m.n_heads) % 2:
@@ -661,16 +688,6 @@ def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_step
     if t.run_name: check_writable_dir(Path(t.default_root_dir) / t.run_name, 'the run directory (trainer.run_name)', writable=False)
     if cfg.data.cache_dir: check_writable_dir(cfg.data.cache_dir, 'data.cache_dir', writable=False)
     return cfg
-
-# %% ../nbs/01_config.ipynb #106334cb
-def resolve_model(m: ModelConfig,  # the model section
-                 ) -> ModelConfig:
-    "A copy of `m` with the sizes left `None` filled in from its size preset."
-    m = copy.copy(m)
-    for k, v in SIZE_PRESETS[m.size].items():
-        sec, name = k.split('.')
-        if sec == 'model' and getattr(m, name) is None: setattr(m, name, v)
-    return m
 
 # %% ../nbs/01_config.ipynb #1cc53b78
 SYNTHETIC_KEYS = ('data.task', 'data.task_vocab_size', 'data.num_pairs', 'data.passkey_depth', 'data.copy_len')   # = synthetic.CONFIG_KNOBS (tested there)
@@ -847,12 +864,12 @@ def setting_sources(cfg: Config,    # the config built
                     origins: dict,  # from `build_config` / `apply_overrides`
                    ) -> dict:       # canonical key -> (value, where it came from)
     "Every setting's value (model sizes resolved from the size preset) and its source: default, preset, config file, flag, derived."
-    m, out = resolve_model(cfg.model), {}
+    m, out = cfg.model, {}
     for k, v in cfg.flat().items():
         name = k.split('.', 1)[-1]
         if k.startswith('model.'): v = getattr(m, name)
         if k in origins: src = origins[k][1]; src = f'flag {src}' if src.startswith('--') else src
-        elif k.startswith('model.') and getattr(cfg.model, name) is None and v is not None:
+        elif k.startswith('model.') and name in m.preset_sizes:
             src = f"the model.size preset {m.size!r}" + ('' if 'model.size' in origins else ' (the default size)')
         else: src = 'default'
         out[k] = (v, src)

@@ -8,7 +8,7 @@ import contextlib, json, os, shutil, sys, tempfile
 from pathlib import Path
 import torch
 from .core import UsageError
-from .config import Config, ModelConfig, apply_overrides, flatten_sections, resolve_model
+from .config import Config, ModelConfig, apply_overrides, flatten_sections
 from .blocks.base import canonical_block
 from .model import LM
 from .checkpoint import read_checkpoint, latest_checkpoint, load_model, export_model
@@ -60,7 +60,7 @@ def hf_config(cfg: ModelConfig,                     # our model's config
               max_position_embeddings: int = 2048,  # the context length written into a Llama config
              ):
     "The transformers config (`LlamaConfig` for vanilla, `MambaConfig` for mamba) of the same network as `cfg`."
-    tf, cfg = require_transformers(), resolve_model(cfg)
+    tf = require_transformers()
     block = _hf_block(cfg.block)
     common = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
                   tie_word_embeddings=cfg.tie_embeddings, bos_token_id=None, eos_token_id=eos_token_id,
@@ -234,7 +234,7 @@ def save_pretrained(model: LM,                            # a vanilla or mamba `
         with quiet_transformers():
             hf.save_pretrained(tmp)
             if tokenizer is not None: hf_tokenizer(tokenizer).save_pretrained(tmp)
-        _portable(tmp, resolve_model(model.cfg).rope_theta if block == 'vanilla' else None)
+        _portable(tmp, model.cfg.rope_theta if block == 'vanilla' else None)
     return Path(out_dir).expanduser()
 
 # %% ../nbs/46_hf.ipynb #99015b8a
@@ -538,7 +538,7 @@ def init_from(path,                       # a transformers Llama/Mamba folder, o
     else:
         model, run_cfg = load_source(p); tok = run_tokenizer(run_cfg, p) if run_cfg is not None else None
         context = (run_cfg.data.seq_len, 'it was trained at') if run_cfg is not None else None
-    m = resolve_model(model.cfg)
+    m = model.cfg
     ov = {f'model.{k}': getattr(m, k) for k in _SIZES if k != 'n_heads' or m.block != 'mamba'}
     if isinstance(tok, ByteTokenizer): ov['data.tokenizer'] = 'byte'
     if cfg is not None: ov.update(init_data(apply_overrides(cfg, ov), tok, path, context, say))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from .core import UsageError, get_device, launcher_env, parse_precision
 from .measure import saved_tensor_bytes
-from .config import ModelConfig, check_before_run, pick_precision, resolve_model
+from .config import ModelConfig, check_before_run, pick_precision
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import Workload, get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block
@@ -53,7 +53,6 @@ def block_activation_bytes(w: Workload,  # the model config, batch, length, prec
                           ) -> int:     # bytes (`w.cfg` is resolved here)
     "Bytes one block saves for backward: `block_shell_bytes` plus its mixer's `activation_bytes` (else vanilla's)."
     cfg = w.cfg
-    cfg = resolve_model(cfg)
     mixer = get_block(cfg.block)
     w = w._replace(cfg=cfg if mixer.uses_mlp else dataclasses.replace(cfg, d_ff=0))  # e.g. Mamba: no MLP
     n = mixer.activation_bytes(w)
@@ -67,7 +66,6 @@ def block_workspace_bytes(w: Workload,  # the model config, batch, length, preci
                          ) -> int:     # bytes (`w.cfg` is resolved here)
     "Bytes one block's backward holds for a moment beyond what it saved: its mixer's `backward_workspace_bytes`."
     cfg = w.cfg
-    cfg = resolve_model(cfg)
     return get_block(cfg.block).backward_workspace_bytes(w._replace(cfg=cfg))
 
 # %% ../nbs/31_memory.ipynb #8e409b92
@@ -114,7 +112,7 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
                    ) -> MemoryEstimate:
     "Training memory of `mcfg` on `(batch_size, seq_len)` batches with AdamW, in `precision` ('32', 'bf16', '16')."
     if isinstance(mcfg, LM): mcfg = mcfg.cfg
-    cfg = resolve_model(mcfg)
+    cfg = mcfg
     if cfg.vocab_size is None:
         raise UsageError("estimate_memory needs model.vocab_size: set it to the tokenizer's vocabulary size.")
     p, dev = parse_precision(precision), torch.device(device).type
@@ -150,7 +148,7 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
 def param_count(mcfg: ModelConfig,  # the model's config (vocab_size None counts as 256, the smallest tokenizer)
                ) -> int | None:     # parameters; None: one layer alone is over 2**63 bytes
     "Parameters of `LM(mcfg)`, counted from one block built on the meta device: cheap at any size."
-    cfg = resolve_model(mcfg)
+    cfg = mcfg
     mixer, V, D = get_block(cfg.block), cfg.vocab_size or 256, cfg.d_model
     d_ff = cfg.d_ff if mixer.uses_mlp else 0
     try:
@@ -218,7 +216,7 @@ def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None
                override: str | None = '--trainer.skip_memory_check',  # the flag that skips this check (None: none)
               ) -> int:                             # the bytes needed
     "Refuse (`UsageError`) a run whose estimated memory exceeds what `device` has available; returns the estimate."
-    cfg = resolve_model(mcfg)
+    cfg = mcfg
     if cfg.vocab_size is None: cfg = dataclasses.replace(cfg, vocab_size=256)
     p, dev = parse_precision(precision), torch.device(device).type
     n, what = param_count(cfg), 'train' if training else 'evaluate'

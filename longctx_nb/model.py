@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from .core import UsageError
-from .config import SIZE_PRESETS, Config, check_before_run, ModelConfig, apply_overrides, canonical_key, check_read, own_values, resolve_model
+from .config import SIZE_PRESETS, Config, check_before_run, ModelConfig, apply_overrides, canonical_key, check_read, own_values
 from .blocks.base import Mixer, block_names, blocks_reading, canonical_block, get_block
 from .blocks.layers import Block, RESIDUAL_PROJ
 from .blocks import vanilla, mamba, longformer, bigbird, blade, dpassm  # registers the built-in blocks
@@ -36,7 +36,6 @@ class LM(nn.Module):
     "Decoder-only language model: embedding, `n_layers` pre-norm blocks around the registered mixer, RMSNorm, head."
     def __init__(self, cfg: ModelConfig):   # block, sizes and init; vocab_size must be set
         super().__init__()
-        cfg = resolve_model(cfg)
         if cfg.vocab_size is None:
             raise UsageError("model.vocab_size is not set: give the tokenizer's vocabulary size.")
         self.cfg = cfg
@@ -155,7 +154,6 @@ def flops_per_token(cfg: ModelConfig | LM,  # a model, or its config
                    ) -> float:              # FLOPs per token
     "Training FLOPs (forward + backward) per token: 6 x matmul parameters + the mixer's parameter-free matmuls."
     if isinstance(cfg, LM): cfg = cfg.cfg
-    cfg = resolve_model(cfg)
     with torch.device('meta'): model = LM(cfg)
     n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     return 6.0 * n_matmul + cfg.n_layers * get_block(cfg.block).flops_per_token(cfg, seq_len)

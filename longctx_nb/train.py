@@ -14,7 +14,7 @@ from .core import (UsageError, TrainingError, get_device, check_precision, autoc
                              seed_everything, hold)
 from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu
 from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_curriculum,
-                               pick_precision, resolve_model)
+                               pick_precision)
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
@@ -231,7 +231,7 @@ def kernel_report(m,       # a resolved `ModelConfig`
     if not mixer.kernels: return "none of the library's (PyTorch's own operators only)"
     b = {}
     if 'local_attention' in mixer.kernels:   # 'auto' as `local_attention` resolves it for the block's head width
-        Dh = (r := resolve_model(m)).d_model // r.n_heads   # the sizes a preset leaves to be filled in
+        Dh = m.d_model // m.n_heads
         skip = ('flex',) if flex_width_why_not(Dh, Dh, device) else ()
         b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device, skip=skip)
     if {'selective_scan', 'causal_conv1d'} & set(mixer.kernels):   # a failed build: named by what runs instead

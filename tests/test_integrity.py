@@ -6,7 +6,7 @@ from pathlib import Path
 from unittest import mock
 import pytest, torch
 from conftest import fill
-from longctx_nb.config import Config, apply_overrides, resolve_model
+from longctx_nb.config import Config, apply_overrides
 from longctx_nb.model import LM
 from longctx_nb.checkpoint import (CheckpointError, StorageError, save_checkpoint, read_checkpoint, latest_checkpoint,
                                    find_checkpoint, checkpoint_path, check_same_model, export_model, load_model,
@@ -17,7 +17,7 @@ def cfg(**ov): return apply_overrides(Config(), {'model.vocab_size': 256, **ov})
 def train_state(c, step=1):
     "What the trainer saves, for the default tiny model after one AdamW step."
     torch.manual_seed(step)
-    m = LM(resolve_model(c.model))
+    m = LM(c.model)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     m(torch.randint(0, 256, (1, 16))).float().mean().backward(); opt.step()
     return m, dict(model=m.state_dict(), optimizer=opt.state_dict(), scaler={}, rng=rng_state(), rng_ranks=[rng_state()],
@@ -159,7 +159,7 @@ def test_disk_full_checkpoint_and_export(tmpfs):
     assert read_checkpoint(prev)['step'] == 1
     msg = str(e.value.with_checkpoint(prev))
     assert msg.endswith(f"The newest good checkpoint is {prev}; continue with --resume once fixed.") and e.value.checkpoint == prev
-    with pytest.raises(StorageError, match='No space left on device'): export_model(LM(resolve_model(cfg(**{'model.d_model': 32, 'model.n_heads': 2, 'model.n_layers': 2}).model)), run)
+    with pytest.raises(StorageError, match='No space left on device'): export_model(LM(cfg(**{'model.d_model': 32, 'model.n_heads': 2, 'model.n_layers': 2}).model), run)
     assert leftovers(tmpfs) == []
     load_model(run)   # the previous export still verifies
     with pytest.raises(StorageError, match='No space left'): atomic_write(run / 'config.json', '{}' * 2_000_000)

@@ -48,9 +48,8 @@ def test_guide_config_builds_mamba_with_its_settings(guide):
 
 def test_d_ff_follows_d_model():
     "d_model without d_ff: d_ff keeps the size preset's ratio, and the derived value is noted."
-    from longctx_nb.config import resolve_model
     cfg, ns, err = parse(['--d_model', '512'])
-    assert resolve_model(cfg.model).d_ff == 1536, cfg.model        # tiny's 384/128, not tiny's 384
+    assert cfg.model.d_ff == 1536, cfg.model        # tiny's 384/128, not tiny's 384
     assert 'note: model.d_ff=1536 is derived from model.d_model=512' in err, err
     assert parse(['--d_model', '512', '--d_ff', '1000'])[0].model.d_ff == 1000
     cfg, _, err = parse(['--model_size', 'small', '--d_model', '256'])   # Mamba reads no d_ff: set, not noted
