@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse, json, os, sys
 from pathlib import Path
 from .core import UsageError
-from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir, read_config_file
-from .flags import Parser, arg, make_parser, parse_config, main
+from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir
+from .flags import Parser, arg, make_parser, parse_config, main, read_config_file
 import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
 
 # %% auto #0
@@ -133,7 +133,7 @@ def run_config(cfg: Config,  # the config the flags describe on their own
 
 
 # %% ../nbs/70_cli.ipynb #a1b2c3d4
-from .config import build_config, config_settings, setting_sources
+from .flags import build_config, config_settings, setting_sources
 
 def _given(ns: argparse.Namespace) -> list:
     "The settings a command line gave, as `build_config` levels: its --config file's, then its flags."

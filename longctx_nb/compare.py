@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, get_device, hold
-from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_read, check_writable_dir,
+from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir,
                                pick_precision)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
 from .blocks.base import canonical_block, get_block
@@ -23,7 +23,7 @@ from .bench import ALL_BLOCKS, train_step_cost
 from .scores import (load_for_eval, task_accuracy, passkey_grid, passkey_generator, text_data, perplexity, drift_curve,
                                unigram_loss)
 from .report import report_table, at_chance, chance_note, noise_notes, write_report
-from .flags import arg, make_parser, setting_overrides, main
+from .flags import arg, make_parser, setting_overrides, main, check_read
 from . import __version__
 
 # %% auto #0

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from .core import UsageError
-from .config import DataConfig, unread_rule
+from .config import DataConfig
+from .flags import unread_rule
 from .synthetic import SyntheticData, from_config as synthetic_from_config
 # the tokenizers and token files too, so that the whole data pipeline imports from here
 from .tokenizer import EOT, ByteTokenizer, BPETokenizer

@@ -8,13 +8,13 @@ import contextlib, json, os, shutil, sys, tempfile
 from pathlib import Path
 import torch
 from .core import UsageError
-from .config import Config, ModelConfig, apply_overrides, flatten_sections
+from .config import Config, ModelConfig, apply_overrides
 from .blocks.base import canonical_block
 from .model import LM
 from .checkpoint import read_checkpoint, latest_checkpoint, load_model, export_model
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
 from .corpus import cached_corpus
-from .flags import make_parser, arg, main
+from .flags import make_parser, arg, main, flatten_sections
 from .config import check_writable_dir
 from .memory import check_positive
 

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from .core import UsageError, get_device, launcher_env, parse_precision
 from .measure import saved_tensor_bytes
-from .config import ModelConfig, check_before_run, pick_precision
+from .config import ModelConfig, pick_precision
+from .flags import check_before_run
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import Workload, get_block, act_bytes, rmsnorm_bytes
 from .blocks.layers import Block

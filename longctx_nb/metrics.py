@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from .core import UsageError
 from .measure import pyplot
-from .config import check_before_run
+from .flags import check_before_run
 from .checkpoint import atomic_write, StorageError
 
 # %% auto #0

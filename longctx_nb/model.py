@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from .core import UsageError
-from .config import SIZE_PRESETS, Config, check_before_run, ModelConfig, apply_overrides, canonical_key, check_read, own_values
+from .config import SIZE_PRESETS, Config, ModelConfig, apply_overrides, canonical_key, own_values
+from .flags import check_before_run, check_read
 from .blocks.base import Mixer, block_names, blocks_reading, canonical_block, get_block
 from .blocks.layers import Block, RESIDUAL_PROJ
 from .blocks import vanilla, mamba, longformer, bigbird, blade, dpassm  # registers the built-in blocks

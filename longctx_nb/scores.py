@@ -11,7 +11,8 @@ import numpy as np
 from typing import Iterator
 import torch, torch.nn.functional as F
 from .core import UsageError, autocast, seed_everything
-from .config import Config, DataConfig, ModelConfig, apply_overrides, flatten_sections
+from .config import Config, DataConfig, ModelConfig, apply_overrides
+from .flags import flatten_sections
 from .blocks.base import canonical_block
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches, get_batch, doc_ids
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config

@@ -161,7 +161,8 @@ CS336_HELPERS = """
 import glob, numpy as np, torch
 from longctx_nb import cs336
 from longctx_nb.cs336 import get_batch, load_dataset, save_checkpoint, load_checkpoint
-from longctx_nb.config import Config, apply_overrides, read_config_file
+from longctx_nb.config import Config, apply_overrides
+from longctx_nb.flags import read_config_file
 from longctx_nb.model import LM
 from longctx_nb.train import make_optimizer
 data = load_dataset('prep/train.bin')                          # what longctx_prepare wrote, memory-mapped
