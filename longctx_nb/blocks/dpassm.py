@@ -13,10 +13,10 @@ from ..core import UsageError
 from ..measure import paired_ratio
 from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, _check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .vanilla import _attention_bytes
+from .vanilla import CausalSelfAttention, _attention_bytes
 from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK
+from ..kernels.scan import scan_impls
 from ..kernels.conv import conv_impls
 
 # %% auto #0
@@ -121,12 +121,9 @@ def _impls(self, impl):
 @patch_to(DPASSM)
 def _attn_path(self, x, attn_impl):
     "RoPE, then causal attention over the last `window_size` positions: `a` `(B, L, D)`, rotated `k`, and `v`."
-    B, L, D = x.shape
-    q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)   # 3 x (B, H, L, Dh)
-    cos, sin = self.rope(L, x.device)
-    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    q, k, v = CausalSelfAttention.qkv_rotated(self, x)   # vanilla's heads and RoPE, on this module's `qkv` and `rope`
     a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
-    return a.transpose(1, 2).reshape(B, L, D), k, v
+    return a.transpose(1, 2).flatten(2), k, v
 
 @patch_to(DPASSM)
 def _ssm_path(self, x, scan_impl, conv_impl, want_last=False, merge=None, merge_gate=None):
@@ -218,7 +215,7 @@ def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next 
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                     ) -> int:  # bytes
     "Bytes `DPASSM` saves for backward, its input included (not the `nn.Linear` weights' autocast copies)."
-    cfg, a, L, dev, batch_size = w.cfg, w.act, w.seq_len, w.dev, w.batch_size
+    cfg, a, dev, batch_size = w.cfg, w.act, w.dev, w.batch_size
     D, f32 = cfg.d_model, a == 4
     _, N, R, K, scan, conv = DPASSM._ssm_shape(w)      # what 'auto' resolves to, as for Mamba
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate), the merge (SSM output,
@@ -228,6 +225,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     per = (D * 4 if f32 else 3 * D * a) + (2 if fused else 3) * D * a + D * a
     if cfg.dropout: per += D * (1 if dev == 'cuda' else a) + (D * 4 if fused else 0)
     const = 2 * D * N * 4 + _attention_bytes(w, cfg.attn_impl)   # A = -exp(A_log), twice; the attention path
+    const += batch_size * DPASSM._scan_states(w, scan)            # the scan's chunk-start states
     # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads
     # and x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)
     per += 0 if f32 else D * a + (R + 2 * N) * a
@@ -237,13 +235,10 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         const += batch_size * D * (K - 1) * a + (0 if f32 else 2 * D * K)   # conv padding; the conv weight's bf16 copy
     if scan == 'torch':      # softplus input, dt, u in fp32 (twice under autocast), B and C fp32, chunk-start states
         per += 2 * D * 4 + (D * 4 if f32 else 2 * D * 4) + ((R + 2 * N) * 4 if f32 else 2 * N * 4)
-        const += batch_size * -(-L // TORCH_SCAN_CHUNK.get(dev, TORCH_SCAN_CHUNK['cpu'])) * D * N * 4
     elif scan == 'cpu':      # u, delta fp32; B, C transposed fp32 copies; x_proj's output (fp32); chunk-start states
         per += 2 * D * 4 + 2 * N * 4 + ((R + 2 * N) * 4 if f32 else 0)
-        const += batch_size * -(-L // CPU_SCAN_CHUNK) * D * N * 4
     elif scan == 'cuda':     # mamba-ssm: u, delta, x_proj's output (B, C are views), states every 2048 steps
         per += (0 if f32 else D * a) + D * a + (R + 2 * N) * a
-        const += batch_size * -(-L // 2048) * D * 2 * N * 4
     else:                    # the sequential reference: per step the decay and input terms and the state (approximate)
         per += 4 * D * 4 + 2 * D * N * 4 + (R + 2 * N) * 4
     return w.tokens * per + const

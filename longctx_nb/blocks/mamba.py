@@ -284,6 +284,14 @@ def _ssm_shape(cls, w):
     k = kernel_backends(w.device, c.scan_impl, c.conv_impl, N, c.d_conv)
     return d_inner, N, c.dt_rank or math.ceil(c.d_model / 16), c.d_conv, k['selective_scan'], k['causal_conv1d']
 
+@patch_to(SelectiveSSM)
+@classmethod
+def _scan_states(cls, w, scan):
+    "Bytes of the fp32 states scan `scan` keeps per sequence: one per chunk (two numbers on CUDA); none on 'ref'."
+    chunk = {'cuda': 2048, 'cpu': kscan.CPU_SCAN_CHUNK, 'torch': kscan.TORCH_SCAN_CHUNK['cuda' if w.dev == 'cuda' else 'cpu']}
+    d_inner, N = cls._ssm_dims(w.cfg)
+    return 4 * d_inner * N * (2 if scan == 'cuda' else 1) * -(-w.seq_len // chunk[scan]) if scan in chunk else 0
+
 @patch_to(Mamba)
 @staticmethod
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
@@ -295,7 +303,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     if a < 4: per += a * di                                       # autocast's copy of x_proj's input
     const = 2 * 4 * di * N                                        # A = -exp(A_log), twice
     if conv == 'cuda' or scan == 'cuda' or a == 4: per += 2 * di * a      # xz, kept through views of it
-    states = 0
+    states = Mamba._scan_states(w, scan)                         # the chunk-start states
     if conv == 'cpu':                                             # the compiled kernel keeps only its input, in fp32
         if a < 4: per += 4 * di                                   # (x_in's fp32 copy; in fp32, x_in is a view of xz)
     elif conv != 'cuda':
@@ -303,18 +311,12 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         if a < 4: per += di * a; const += 2 * di * dc              # autocast's copies of x_in and of the conv weight
     if scan == 'cuda':
         per += a * 3 * di                                         # u, delta, ungated output (B, C: views)
-        states = 4 * di * 2 * N * math.ceil(L / 2048)
     elif scan == 'cpu':                                           # u, delta (z under autocast) fp32; B, C transposed
         per += 4 * di * (2 if a == 4 else 3) + 4 * 2 * N
-        states = 4 * di * N * math.ceil(L / kscan.CPU_SCAN_CHUNK)
     else:
         per += 4 * di * 5                                         # u, softplus in and out, the gate's two factors
         if a < 4: per += 4 * 2 * N + 4 * di * 2                   # fp32 copies of B, C, u, z (in fp32, views)
-        if scan == 'torch':
-            T = kscan.TORCH_SCAN_CHUNK['cuda' if w.dev == 'cuda' else 'cpu']
-            states = 4 * di * N * math.ceil(L / T)
-        else:                                                     # 'ref': every decay and state, dt * u, the zero h_0
-            per, states = per + 4 * di * (2 * N + 1), 4 * di * N
+        if scan == 'ref': per, states = per + 4 * di * (2 * N + 1), 4 * di * N   # every decay and state, dt u, h_0
     return int(w.batch_size * (L * per + states) + const)
 
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
