@@ -5,7 +5,6 @@
 # %% ../nbs/30_model.ipynb #6c8c96da
 from __future__ import annotations
 import inspect, math
-from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -70,9 +69,8 @@ class LM(nn.Module):
         x = self.drop(self.embed(idx))
         ckpt = self.cfg.gradient_checkpointing and self.training and torch.is_grad_enabled()
         if doc_ids is not None: check_doc_mask(self.cfg.block)
-        for block in self.blocks:
-            f = block if doc_ids is None else partial(_block_in_documents, block, doc_ids=doc_ids)
-            x = checkpoint(f, x, use_reentrant=False) if ckpt else f(x)
+        kw = {} if doc_ids is None else {'doc_ids': doc_ids}   # `Block` passes them to the mixer
+        for block in self.blocks: x = checkpoint(block, x, use_reentrant=False, **kw) if ckpt else block(x, **kw)
         return self.head(self.norm(x))
 
 # %% ../nbs/30_model.ipynb #dde6f96e
@@ -101,13 +99,6 @@ def check_doc_mask(block: str):   # a block name or alias
 @check_before_run
 def _doc_mask_check(cfg: Config):
     if cfg.data.doc_mask: check_doc_mask(cfg.model.block)
-
-# %% ../nbs/30_model.ipynb #a27c5ad1
-def _block_in_documents(blk: Block, x: torch.Tensor, doc_ids: torch.Tensor) -> torch.Tensor:
-    "`Block.forward` with the document ids passed to the mixer."
-    x = x + blk.drop(blk.mixer(blk.norm1(x), doc_ids=doc_ids))
-    if blk.mlp is not None: x = x + blk.drop(blk.mlp(blk.norm2(x)))
-    return x
 
 # %% ../nbs/30_model.ipynb #92de05f7
 def create_model(vocab_size: int,                   # ids in the vocabulary

@@ -13,9 +13,9 @@ from ..core import UsageError, parse_precision
 from ..measure import saved_tensor_bytes
 
 # %% auto #0
-__all__ = ['Workload', 'act_bytes', 'Mixer', 'check_int', 'patch_to', 'register_block', 'block_names', 'canonical_block',
-           'get_block', 'blocks_reading', 'check_causal', 'check_paths', 'quiet_notes', 'block_note', 'measure_mixer',
-           'linear_casts', 'rmsnorm_bytes']
+__all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_int', 'patch_to', 'register_block', 'block_names',
+           'canonical_block', 'get_block', 'blocks_reading', 'check_causal', 'check_paths', 'quiet_notes', 'block_note',
+           'measure_mixer', 'linear_casts', 'rmsnorm_bytes']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Workload(NamedTuple):
@@ -43,8 +43,11 @@ class Mixer(nn.Module):
     name: str = ''                                        # the block's name in configs and on the command line
     aliases: tuple[str, ...] = ()                         # other names accepted for it
     config_fields: dict[str, str] | tuple[str, ...] = ()  # ModelConfig fields read: {field: keyword} or names
+    layer_kw: str = 'layer_idx'                           # the constructor keyword given the layer's index
     uses_mlp: bool = True                                 # False: the layer replaces attention and MLP (no MLP)
     kernels: tuple[str, ...] = ()                         # the library's kernels it runs, named in a run's log
+    attends: tuple[str, ...] | None = ()                  # fields whose sum bounds the keys per query (None: all L)
+    repr_fields: tuple[str, ...] = ()                     # attributes `extra_repr` shows
 
     @classmethod
     def field_map(cls) -> dict[str, str]:
@@ -60,19 +63,20 @@ class Mixer(nn.Module):
 
     @classmethod
     def from_config(cls, cfg,            # a resolved `ModelConfig`
-                    layer_idx: int = 0,  # the layer's index (passed on if the constructor takes `layer_idx`)
+                    layer_idx: int = 0,  # the layer's index (passed on if the constructor takes `layer_kw`)
                    ):
         "Build layer `layer_idx` from a resolved `ModelConfig`; a block overrides it only to translate a setting."
         kw = cls.config_kwargs(cfg)
-        if 'layer_idx' in inspect.signature(cls.__init__).parameters: kw['layer_idx'] = layer_idx
+        if cls.layer_kw in inspect.signature(cls.__init__).parameters: kw[cls.layer_kw] = layer_idx
         return cls(**kw)
 
-    @staticmethod
-    def flops_per_token(cfg,           # a resolved `ModelConfig`
+    @classmethod
+    def flops_per_token(cls, cfg,      # a resolved `ModelConfig`
                         seq_len: int,  # tokens per sequence
                        ) -> float:     # FLOPs per token
-        "Training FLOPs per token of one layer's parameter-free matmuls (attention's `q k^T` and `A v`, a scan)."
-        return 0.0
+        "Training FLOPs per token of one layer's parameter-free matmuls: `q k^T` and `A v` over the keys of `attends`."
+        keys = seq_len if cls.attends is None else min(seq_len, sum(getattr(cfg, f) for f in cls.attends))
+        return 12.0 * cfg.d_model * keys
 
     @staticmethod
     def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
@@ -90,6 +94,24 @@ class Mixer(nn.Module):
     def can_stream(cls) -> bool:
         "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
         return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
+
+    def extra_repr(self) -> str: return ', '.join(f'{k}={getattr(self, k)!r}' for k in self.repr_fields)
+
+class StreamCache:
+    "Base of a streaming mixer's cache, a dataclass of tensors whose sizes the layer fixes (not the tokens seen)."
+    @property
+    def nbytes(self) -> int:
+        "Bytes held: fixed by the shapes, independent of the tokens seen."
+        return sum(t.nbytes for t in vars(self).values() if torch.is_tensor(t))
+
+def _check_token(who: str, x_t, batch: int, d_model: int, fits: bool):
+    "Refuse a token `x_t` not `(batch, d_model)` or `(batch, 1, d_model)`, or a cache that does not fit the layer."
+    if x_t.shape not in ((batch, d_model), (batch, 1, d_model)):
+        raise UsageError(f"{who}.step: x_t has shape {tuple(x_t.shape)}; expected ({batch}, {d_model}) or "
+                         f"({batch}, 1, {d_model}) for a cache of batch {batch} and d_model={d_model}.")
+    if not fits:
+        raise UsageError(f"{who}.step: the cache was made for another layer shape; use this layer's allocate_cache "
+                         "or prefill.")
 
 # %% ../../nbs/20_blocks.ipynb #aa2849fa
 def check_int(name: str,     # the setting's name

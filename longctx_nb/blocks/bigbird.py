@@ -17,6 +17,9 @@ class BigBirdAttention(LongformerAttention):
     "Causal BigBird attention: window, global tokens, `n_random_tokens` random keys per query block by `seed`."
     name, aliases = 'baseline_bigbird', ('bigbird',)
     config_fields = {**LongformerAttention.config_fields, 'n_random_tokens': 'n_random_tokens'}
+    attends = LongformerAttention.attends + ('n_random_tokens',)           # keys per query, at most
+    repr_fields = LongformerAttention.repr_fields + ('n_random_tokens', 'seed')
+    layer_kw = 'seed'                                                       # layer i draws its random keys with seed i
 
     def __init__(self, d_model: int,           # model width
                  n_heads: int,                 # attention heads; d_model / n_heads must be even
@@ -37,9 +40,6 @@ class BigBirdAttention(LongformerAttention):
         self.n_random_tokens, self.seed = n_random_tokens, seed
         self._random: RandomKeys | None = None
 
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f', n_random_tokens={self.n_random_tokens}, seed={self.seed}'
-
 # %% ../../nbs/25_bigbird.ipynb #773aae34
 def _has_random(seq_len, q, window_size, n_global) -> bool:
     "Whether the last query block of `q` tokens at `seq_len` has a key before its window and after the globals."
@@ -57,23 +57,6 @@ def random_block_size(seq_len: int,  # tokens per sequence
     return q
 
 # %% ../../nbs/25_bigbird.ipynb #54e3be8c
-@patch_to(BigBirdAttention)
-@classmethod
-def from_config(cls,
-                cfg,  # a resolved `ModelConfig`
-                layer_idx: int = 0,  # the layer's index in the model (seeds its random keys)
-               ):
-    "Build from a resolved `ModelConfig`; layer `layer_idx` draws its random keys with seed `layer_idx`."
-    return cls(**cls.config_kwargs(cfg), seed=layer_idx)
-
-@patch_to(BigBirdAttention)
-@staticmethod
-def flops_per_token(cfg,  # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:  # FLOPs per token
-    "Training FLOPs per token of the parameter-free matmuls: vanilla's, with window + global + random keys."
-    return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens + cfg.n_random_tokens)
-
 _ADAPTED = set()   # (block, random block, window, globals) already reported
 
 @patch_to(BigBirdAttention)

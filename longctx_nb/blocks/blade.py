@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, Workload, register_block, rmsnorm_bytes, patch_to, block_note
+from .base import Mixer, StreamCache, Workload, register_block, rmsnorm_bytes, patch_to, block_note
+from .base import _check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -46,7 +47,7 @@ def chunk_states(u: torch.Tensor,      # (B, n, S) summaries of chunks 0..n-1
 
 # %% ../../nbs/26_blade.ipynb #36589801
 @dataclass
-class BladeCache:
+class BladeCache(StreamCache):
     "Streaming state of one `Blade` layer: the current chunk's keys/values, the memory tokens and the recurrent state."
     k: torch.Tensor          # (B, H, C, Dh) rotated keys of the current chunk; rows >= pos are stale
     v: torch.Tensor          # (B, H, C, Dh)
@@ -55,11 +56,6 @@ class BladeCache:
     state: torch.Tensor      # (B, S) summary of all finished chunks
     pos: int = 0             # tokens already in the current chunk
     seen: int = 0            # tokens processed in all
-
-    @property
-    def nbytes(self) -> int:
-        "Bytes held: fixed by the shapes, independent of `seen`."
-        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.mem_k, self.mem_v, self.state))
 
 def _positive_int(name: str, value, what: str):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -263,12 +259,8 @@ def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next t
         ) -> tuple[torch.Tensor, BladeCache]:  # (output in x_t's shape, cache)
     "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it)."
     B, C, H, Dh = cache.k.shape[0], self.chunk_size, self.n_heads, self.head_dim
-    if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
-        raise UsageError(f"blade.step: x_t has shape {tuple(x_t.shape)}; expected ({B}, {self.d_model}) or "
-                         f"({B}, 1, {self.d_model}) for a cache of batch {B} and d_model={self.d_model}.")
-    if cache.k.shape[1:] != (H, C, Dh) or cache.state.shape[-1] != self.state_dim:
-        raise UsageError("blade.step: the cache was made for another layer shape; use this layer's allocate_cache "
-                         "or prefill.")
+    _check_token('blade', x_t, B, self.d_model,
+                 cache.k.shape[1:] == (H, C, Dh) and cache.state.shape[-1] == self.state_dim)
     i = cache.pos
     q, k, v = self.qkv(x_t.reshape(B, -1)).view(B, 3, H, 1, Dh).unbind(1)    # 3 x (B, H, 1, Dh)
     cos, sin = self.rope(C, x_t.device)

@@ -11,31 +11,26 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
 from ..measure import paired_ratio
-from .base import Mixer, Workload, check_int, register_block, patch_to
+from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, _check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .mamba import KeepFp32, add_selective_ssm_, init_selective_ssm_, cf_mm
+from .vanilla import CausalSelfAttention, _attention_bytes
+from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import (scan_impls, TORCH_SCAN_CHUNK, CPU_SCAN_CHUNK, selective_scan, selective_state_update,
-                                     scan_backward_workspace_bytes)
-from ..kernels.conv import conv_impls, causal_conv1d, causal_conv1d_update, kernel_backends
+from ..kernels.scan import scan_impls
+from ..kernels.conv import conv_impls
 
 # %% auto #0
 __all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'bench_dpassm']
 
 # %% ../../nbs/27_dpassm.ipynb #e022d913
 @dataclass
-class DPASSMCache:
+class DPASSMCache(StreamCache):
     "Streaming state of one `DPASSM` layer: a rolling window of keys/values, the conv inputs and the SSM state."
     k: torch.Tensor          # (B, H, window_size, Dh) rotated keys; position p sits in slot p % window_size
     v: torch.Tensor          # (B, H, window_size, Dh)
     conv_state: torch.Tensor # (B, D, d_conv) the last d_conv SSM-path inputs
     ssm_state: torch.Tensor  # (B, D, ssm_state_dim) fp32
     seen: int = 0            # tokens processed so far (the next token's position)
-
-    @property
-    def nbytes(self) -> int:
-        "Bytes held: fixed by the shapes, independent of `seen`."
-        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.conv_state, self.ssm_state))
 
 PATHS = {'ref': ('ref', 'ref', 'ref'), 'fast': ('blocked', 'torch', 'ref')}   # impl -> (attention, scan, conv)
 
@@ -64,14 +59,20 @@ def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_si
 
 # %% ../../nbs/27_dpassm.ipynb #08a38bbb
 @register_block
-class DPASSM(KeepFp32, Mixer):
+class DPASSM(SelectiveSSM, Mixer):
     "Dual-path mixer: sliding-window attention and a selective SSM over the same input, merged by a per-channel gate."
     name, aliases = 'dpassm', ('dp_assm', 'dp-assm')
     kernels = ('selective_scan', 'causal_conv1d', 'local_attention')
     config_fields = {**{f: f for f in ('d_model', 'n_heads', 'window_size', 'ssm_state_dim', 'd_conv', 'dt_rank',
                                        'dt_min', 'dt_max', 'dt_init_floor', 'rope_theta', 'dropout', 'bias',
                                        'attn_impl', 'scan_impl', 'conv_impl')}, 'attn_block_size': 'block_size'}
-    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
+    attends = ('window_size',)                        # keys per query on the attention path, at most
+    repr_fields = ('d_model', 'n_heads', 'window_size', 'ssm_state_dim', 'd_conv', 'dt_rank', 'attn_impl', 'scan_impl',
+                   'conv_impl', 'block_size')
+
+    @staticmethod
+    def _ssm_dims(cfg): return cfg.d_model, cfg.ssm_state_dim   # the SSM's channels and state size
+
     def __init__(self, d_model: int,                  # model width
                  n_heads: int,                        # attention heads; d_model / n_heads must be even
                  window_size: int = 128,              # keys per query on the attention path, the query's own included
@@ -108,29 +109,6 @@ class DPASSM(KeepFp32, Mixer):
         self.out_proj = mark_residual_proj(nn.Linear(D, D, bias=bias))
         self.reset_parameters()
 
-# %% ../../nbs/27_dpassm.ipynb #22364e60
-@patch_to(DPASSM)
-@torch.no_grad()
-def reset_parameters(self):
-    "(Re)draw the SSM parameters the model's generic init leaves alone (mamba-ssm's init): `dt_proj`, `A_log`, `D`."
-    init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor)
-
-@patch_to(DPASSM)
-@staticmethod
-def flops_per_token(cfg,  # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:  # FLOPs per token
-    "Training FLOPs per token outside `nn.Linear`: windowed `q k^T` and `A v`, the scan and the conv."
-    D = cfg.d_model
-    return 12.0 * D * min(seq_len, cfg.window_size) + 3.0 * D * (9 * cfg.ssm_state_dim + 2 * cfg.d_conv)
-
-@patch_to(DPASSM)
-def extra_repr(self) -> str:
-    return (f'd_model={self.d_model}, n_heads={self.n_heads}, window_size={self.window_size}, '
-            f'ssm_state_dim={self.ssm_state_dim}, d_conv={self.d_conv}, dt_rank={self.dt_rank}, '
-            f'attn_impl={self.attn_impl!r}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}, '
-            f'block_size={self.block_size}')
-
 # %% ../../nbs/27_dpassm.ipynb #9df45032
 @patch_to(DPASSM)
 def _impls(self, impl):
@@ -143,25 +121,16 @@ def _impls(self, impl):
 @patch_to(DPASSM)
 def _attn_path(self, x, attn_impl):
     "RoPE, then causal attention over the last `window_size` positions: `a` `(B, L, D)`, rotated `k`, and `v`."
-    B, L, D = x.shape
-    q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)   # 3 x (B, H, L, Dh)
-    cos, sin = self.rope(L, x.device)
-    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    q, k, v = CausalSelfAttention.qkv_rotated(self, x)   # vanilla's heads and RoPE, on this module's `qkv` and `rope`
     a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
-    return a.transpose(1, 2).reshape(B, L, D), k, v
+    return a.transpose(1, 2).flatten(2), k, v
 
 @patch_to(DPASSM)
 def _ssm_path(self, x, scan_impl, conv_impl, want_last=False, merge=None, merge_gate=None):
     "The SSM path, channel-first: `s` and the conv's input `xs`, `(B, D, L)`, and the last state if `want_last`."
-    N, R = self.ssm_state_dim, self.dt_rank
     xs = cf_mm(self.in_proj.weight, x.mT)               # W @ x^T: the matmul and the transpose at once
     if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
-    u = causal_conv1d(xs, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
-    dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([R, N, N], dim=1)
-    A = -torch.exp(self.A_log.float())
-    s = selective_scan(u, cf_mm(self.dt_proj.weight, dt_low), A, Bm, Cm, self.D.float(),
-                       delta_bias=self.dt_proj.bias.float(), delta_softplus=True, return_last_state=want_last,
-                       impl=scan_impl, merge=merge, merge_gate=merge_gate)
+    s = self._scan(xs, scan_impl, conv_impl, want_last, merge=merge, merge_gate=merge_gate)   # Mamba's, without z
     return (s[0], xs, s[1]) if want_last else (s, xs, None)
 
 # %% ../../nbs/27_dpassm.ipynb #1bda9d2e
@@ -218,16 +187,6 @@ def prefill(self,
     "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
     return self._forward(x, impl, want_cache=True)
 
-# %% ../../nbs/27_dpassm.ipynb #9765c4d9
-@patch_to(DPASSM)
-def _rope_at(self, pos: int, device):
-    "RoPE's `(cos, sin)` `(1, Dh)` at one position: `RotaryEmbedding`'s row `pos`, without its tables."
-    Dh = self.head_dim
-    inv_freq = self.rope.theta ** (-torch.arange(0, Dh, 2, device=device, dtype=torch.float32) / Dh)
-    ang = torch.tensor([float(pos)], device=device)[:, None] * inv_freq
-    ang = torch.cat([ang, ang], -1)
-    return ang.cos(), ang.sin()
-
 # %% ../../nbs/27_dpassm.ipynb #adb5fb80
 @patch_to(DPASSM)
 def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next token's input
@@ -235,26 +194,16 @@ def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next 
         ) -> tuple[torch.Tensor, DPASSMCache]:  # (output in x_t's shape, cache)
     "Output for one more token, in `x_t`'s shape; updates `cache` in place and returns it; constant memory and work."
     B, W, H, Dh = cache.k.shape[0], self.window_size, self.n_heads, self.head_dim
-    N, R = self.ssm_state_dim, self.dt_rank
-    if x_t.shape not in ((B, self.d_model), (B, 1, self.d_model)):
-        raise UsageError(f"dpassm.step: x_t has shape {tuple(x_t.shape)}; expected ({B}, {self.d_model}) or "
-                         f"({B}, 1, {self.d_model}) for a cache of batch {B} and d_model={self.d_model}.")
-    if cache.k.shape[1:] != (H, W, Dh) or cache.ssm_state.shape[1:] != (self.d_model, N):
-        raise UsageError("dpassm.step: the cache was made for another layer shape; use this layer's allocate_cache "
-                         "or prefill.")
+    _check_token('dpassm', x_t, B, self.d_model,
+                 cache.k.shape[1:] == (H, W, Dh) and cache.ssm_state.shape[1:] == (self.d_model, self.ssm_state_dim))
     x, p = x_t.reshape(B, self.d_model), cache.seen
     q, k, v = self.qkv(x).view(B, 3, H, 1, Dh).unbind(1)                           # 3 x (B, H, 1, Dh)
-    cos, sin = self._rope_at(p, x.device)
+    cos, sin = self.rope.angles(torch.tensor([float(p)], device=x.device))         # position p, without the tables
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     cache.k[:, :, p % W], cache.v[:, :, p % W] = k[:, :, 0], v[:, :, 0]
     n = min(p + 1, W)                                                              # filled slots: a prefix until full
     a = F.scaled_dot_product_attention(q, cache.k[:, :, :n], cache.v[:, :, :n]).reshape(B, self.d_model)
-    u = causal_conv1d_update(self.in_proj(x), cache.conv_state, self.conv1d.weight, self.conv1d.bias,
-                             activation='silu', impl=self.conv_impl)
-    dt_low, Bm, Cm = self.x_proj(u).split([R, N, N], dim=-1)
-    s = selective_state_update(cache.ssm_state, u, F.linear(dt_low, self.dt_proj.weight),
-                               -torch.exp(self.A_log.float()),
-                               Bm, Cm, self.D.float(), dt_bias=self.dt_proj.bias.float(), dt_softplus=True)
+    s = self._ssm_step(self.in_proj(x), cache.conv_state, cache.ssm_state)
     g = torch.sigmoid(self.gate(x))
     y = self.out_proj(torch.lerp(s.to(a.dtype), a, g.to(a.dtype)))
     cache.seen = p + 1
@@ -266,23 +215,17 @@ def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next 
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                     ) -> int:  # bytes
     "Bytes `DPASSM` saves for backward, its input included (not the `nn.Linear` weights' autocast copies)."
-    cfg, a, L, dev, batch_size = w.cfg, w.act, w.seq_len, w.dev, w.batch_size
-    D, H, N, K = cfg.d_model, cfg.n_heads, cfg.ssm_state_dim, cfg.d_conv
-    R = cfg.dt_rank or math.ceil(D / 16)
-    Dh, f32 = D // H, a == 4
-    attn = cfg.attn_impl if cfg.attn_impl != 'auto' else ('flex' if dev == 'cuda' else 'blocked')
-    impls = kernel_backends(dev, cfg.scan_impl, cfg.conv_impl, N, K)   # what 'auto' resolves to, as for Mamba
-    scan, conv = impls['selective_scan'], impls['causal_conv1d']
+    cfg, a, dev, batch_size = w.cfg, w.act, w.dev, w.batch_size
+    D, f32 = cfg.d_model, a == 4
+    _, N, R, K, scan, conv = DPASSM._ssm_shape(w)      # what 'auto' resolves to, as for Mamba
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate), the merge (SSM output,
     # attention output, gate; the CPU kernel merging in fp32 keeps its output instead, which is out_proj's input unless
     # dropout comes between) and out_proj's input; dropout's mask
     fused = scan == 'cpu' and f32
     per = (D * 4 if f32 else 3 * D * a) + (2 if fused else 3) * D * a + D * a
     if cfg.dropout: per += D * (1 if dev == 'cuda' else a) + (D * 4 if fused else 0)
-    const = 2 * L * Dh * 4 + 2 * D * N * 4               # RoPE's fp32 cos and sin; A = -exp(A_log), twice
-    # attention path
-    if attn in ('blocked', 'flex'): per += 2 * D * a + 3 * D * a + D * a + 4 * H   # rotated q, k; qkv out; out; lse
-    else: per += 3 * D * a; const += L * L + batch_size * H * L * L * (a + 4 if a < 4 and dev == 'cuda' else a)
+    const = 2 * D * N * 4 + _attention_bytes(w, cfg.attn_impl)   # A = -exp(A_log), twice; the attention path
+    const += batch_size * DPASSM._scan_states(w, scan)            # the scan's chunk-start states
     # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads
     # and x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)
     per += 0 if f32 else D * a + (R + 2 * N) * a
@@ -292,25 +235,13 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         const += batch_size * D * (K - 1) * a + (0 if f32 else 2 * D * K)   # conv padding; the conv weight's bf16 copy
     if scan == 'torch':      # softplus input, dt, u in fp32 (twice under autocast), B and C fp32, chunk-start states
         per += 2 * D * 4 + (D * 4 if f32 else 2 * D * 4) + ((R + 2 * N) * 4 if f32 else 2 * N * 4)
-        const += batch_size * -(-L // TORCH_SCAN_CHUNK.get(dev, TORCH_SCAN_CHUNK['cpu'])) * D * N * 4
     elif scan == 'cpu':      # u, delta fp32; B, C transposed fp32 copies; x_proj's output (fp32); chunk-start states
         per += 2 * D * 4 + 2 * N * 4 + ((R + 2 * N) * 4 if f32 else 0)
-        const += batch_size * -(-L // CPU_SCAN_CHUNK) * D * N * 4
     elif scan == 'cuda':     # mamba-ssm: u, delta, x_proj's output (B, C are views), states every 2048 steps
         per += (0 if f32 else D * a) + D * a + (R + 2 * N) * a
-        const += batch_size * -(-L // 2048) * D * 2 * N * 4
     else:                    # the sequential reference: per step the decay and input terms and the state (approximate)
         per += 4 * D * 4 + 2 * D * N * 4 + (R + 2 * N) * 4
     return w.tokens * per + const
-
-# %% ../../nbs/27_dpassm.ipynb #dc3a5fa5
-@patch_to(DPASSM)
-@staticmethod
-def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
-                            ) -> int:  # bytes
-    "The CPU scan's partial sums, which `DPASSM`'s backward holds for a moment (0 with the other scans)."
-    c = w.cfg
-    return scan_backward_workspace_bytes(c.scan_impl, w.device, w.batch_size, c.d_model, w.seq_len, c.ssm_state_dim)
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _dp_row(impl, L, t, batch):

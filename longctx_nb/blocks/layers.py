@@ -22,16 +22,20 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if head_dim % 2: raise UsageError(f"rotary embeddings need an even head size, got head_dim={head_dim}.")
         self.head_dim, self.theta = head_dim, float(theta)
-        self.register_buffer('cos_cached', torch.empty(0, head_dim), persistent=False)
-        self.register_buffer('sin_cached', torch.empty(0, head_dim), persistent=False)
+        for n in ('cos_cached', 'sin_cached'): self.register_buffer(n, torch.empty(0, head_dim), persistent=False)
+
+    def angles(self, pos: torch.Tensor,                    # (n,) positions
+              ) -> tuple[torch.Tensor, torch.Tensor]:  # (cos, sin), each fp32 (n, head_dim)
+        "`(cos, sin)` at positions `pos`, computed without the tables (a streaming step needs one far position)."
+        Dh = self.head_dim
+        inv_freq = self.theta ** (-torch.arange(0, Dh, 2, device=pos.device, dtype=torch.float32) / Dh)
+        ang = torch.outer(pos.float(), inv_freq)                                           # (n, Dh/2)
+        ang = torch.cat([ang, ang], dim=-1)                                                # rotate-half layout
+        return ang.cos(), ang.sin()
 
     @torch.inference_mode(False)  # tables first built under inference_mode must still serve training later
     def _build(self, n: int, device):
-        Dh = self.head_dim
-        inv_freq = self.theta ** (-torch.arange(0, Dh, 2, device=device, dtype=torch.float32) / Dh)
-        ang = torch.outer(torch.arange(n, device=device, dtype=torch.float32), inv_freq)  # (n, Dh/2)
-        ang = torch.cat([ang, ang], dim=-1)                                                # rotate-half layout
-        self.cos_cached, self.sin_cached = ang.cos(), ang.sin()
+        self.cos_cached, self.sin_cached = self.angles(torch.arange(n, device=device, dtype=torch.float32))
 
     def forward(self, seq_len: int,                     # positions needed
                 device=None,                            # default: where the tables are
@@ -42,17 +46,14 @@ class RotaryEmbedding(nn.Module):
             self._build(max(seq_len, 2 * c.shape[0] if c.device == device else 0), device)
         return self.cos_cached[:seq_len], self.sin_cached[:seq_len]
 
-def _rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
 def apply_rotary(x: torch.Tensor,    # (B, H, L, Dh) queries or keys
                  cos: torch.Tensor,  # (L, Dh) from `RotaryEmbedding`
                  sin: torch.Tensor,  # (L, Dh) from `RotaryEmbedding`
                 ) -> torch.Tensor:
     "Rotate `x` by its position's angles; computed in fp32, returned in `x`'s dtype."
     xf = x.float()
-    return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)   # pair i with i + Dh/2
 
 # %% ../../nbs/21_layers.ipynb #1efb8870
 RESIDUAL_PROJ = '_residual_proj'
@@ -95,14 +96,13 @@ class Block(nn.Module):
         self.norm1 = nn.RMSNorm(d_model, eps=1e-5)
         self.mixer = mixer
         self.drop = nn.Dropout(dropout)
-        if d_ff > 0:
-            self.norm2 = nn.RMSNorm(d_model, eps=1e-5)
-            self.mlp = MLP(d_model, d_ff, bias=bias)
-        else: self.norm2 = self.mlp = None
+        self.norm2, self.mlp = ((nn.RMSNorm(d_model, eps=1e-5), MLP(d_model, d_ff, bias=bias)) if d_ff > 0
+                                else (None, None))
 
     def forward(self,
                 x: torch.Tensor,  # (B, L, d_model)
+                **mixer_kw,       # passed to the mixer, e.g. `doc_ids`
                ) -> torch.Tensor:  # (B, L, d_model)
-        x = x + self.drop(self.mixer(self.norm1(x)))
+        x = x + self.drop(self.mixer(self.norm1(x), **mixer_kw))
         if self.mlp is not None: x = x + self.drop(self.mlp(self.norm2(x)))
         return x

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from .base import Workload, check_int, register_block, patch_to
-from .vanilla import CausalSelfAttention
+from .vanilla import CausalSelfAttention, _attention_bytes
 from ..kernels.attention import attention_impls, local_attention
 
 # %% auto #0
@@ -21,6 +21,8 @@ class LongformerAttention(CausalSelfAttention):
     kernels = ('local_attention',)
     config_fields = {**{f: f for f in CausalSelfAttention.config_fields}, 'window_size': 'window_size',
                      'n_global_tokens': 'n_global_tokens', 'attn_block_size': 'block_size', 'attn_impl': 'impl'}
+    attends = ('window_size', 'n_global_tokens')      # keys per query, at most
+    repr_fields = ('window_size', 'n_global_tokens', 'block_size', 'impl')
 
     def __init__(self, d_model: int,           # model width
                  n_heads: int,                 # attention heads; d_model / n_heads must be even
@@ -42,14 +44,6 @@ class LongformerAttention(CausalSelfAttention):
 
 # %% ../../nbs/24_longformer.ipynb #4640e167
 @patch_to(LongformerAttention)
-@staticmethod
-def flops_per_token(cfg,  # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:  # FLOPs per token
-    "Training FLOPs per token of the parameter-free matmuls: vanilla's, with `window_size + n_global_tokens` keys."
-    return 12.0 * cfg.d_model * min(seq_len, cfg.window_size + cfg.n_global_tokens)
-
-@patch_to(LongformerAttention)
 def random_keys(self,
                 seq_len: int,  # tokens per sequence
                ):
@@ -69,26 +63,13 @@ def forward(self,
     if self.dropout and self.training: y = F.dropout(y, self.dropout)
     return self.out_proj(y)
 
-@patch_to(LongformerAttention)
-def extra_repr(self) -> str:
-    return (f'window_size={self.window_size}, n_global_tokens={self.n_global_tokens}, block_size={self.block_size}, '
-            f'impl={self.impl!r}')
-
 # %% ../../nbs/24_longformer.ipynb #4f9206d2
 @patch_to(LongformerAttention)
 @staticmethod
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                     ) -> int:  # bytes
     "Bytes a `LongformerAttention` (or `BigBirdAttention`) mixer saves for backward, its input included."
-    cfg, a, L, dev = w.cfg, w.act, w.seq_len, w.dev
-    D, H, impl = cfg.d_model, cfg.n_heads, cfg.attn_impl
-    if impl == 'auto': impl = 'flex' if dev == 'cuda' else 'blocked'
-    Dh = D // H
-    per = 2 * D * a                                        # qkv's input (autocast's copy) and out_proj's input
-    if cfg.dropout: per += D * (1 if dev == 'cuda' else a)   # dropout's mask
-    tables = 2 * L * Dh * 4                                # RoPE's fp32 cos and sin
-    if impl in ('blocked', 'flex'):                        # rotated q, k; the qkv output (v is a view); output; lse
-        return w.tokens * (per + 2 * D * a + 3 * D * a + D * a + 4 * H) + tables
-    # the reference: q, k, v and the L x L probabilities in autocast's dtype (CUDA's autocast softmax adds an fp32 copy)
-    probs = a + 4 if a < 4 and dev == 'cuda' else a
-    return w.tokens * (per + 3 * D * a) + tables + L * L + w.batch_size * H * L * L * probs
+    cfg, a = w.cfg, w.act
+    per = 2 * cfg.d_model * a                                        # qkv's input (autocast's copy), out_proj's input
+    if cfg.dropout: per += cfg.d_model * (1 if w.dev == 'cuda' else a)   # dropout's mask
+    return w.tokens * per + _attention_bytes(w, cfg.attn_impl)       # 'auto', 'blocked', 'flex' count alike

@@ -16,7 +16,7 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'Mamba', 'cf_mm']
+__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'Mamba', 'cf_mm']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
@@ -73,6 +73,30 @@ class KeepFp32(nn.Module):
                 if p.grad is not None: p.grad = p.grad.float()
         return self
 
+# %% ../../nbs/23_mamba.ipynb #a7e1c0d1
+class SelectiveSSM(KeepFp32):
+    "A mixer with `add_selective_ssm_`'s SSM (Mamba; DP-ASSM's second path): its init, scan, step, FLOPs and memory."
+    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
+    dt_init, dt_scale = 'random', 1.0                 # `init_selective_ssm_`'s defaults, unless the block sets them
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        "(Re)draw the parameters the model's generic init leaves alone (mamba-ssm's init): `dt_proj`, `A_log`, `D`."
+        init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor,
+                            self.dt_scale, self.dt_init)
+
+    def _ssm_params(self):
+        "A, D and the step-size bias, fp32."
+        return -torch.exp(self.A_log.float()), self.D.float(), self.dt_proj.bias.float()
+
+    @classmethod
+    def flops_per_token(cls, cfg,      # a resolved `ModelConfig`
+                        seq_len: int,  # tokens per sequence
+                       ) -> float:     # FLOPs per token
+        "Training FLOPs per token outside `nn.Linear`: `Mixer`'s, the scan (9 per channel and state) and the conv."
+        d_inner, N = cls._ssm_dims(cfg)   # the SSM's channels and state size under `cfg`
+        return super().flops_per_token(cfg, seq_len) + 3.0 * d_inner * (9 * N + 2 * cfg.d_conv)
+
 # %% ../../nbs/23_mamba.ipynb #ed364b00
 def _check_positive_int(name, value, what):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -101,14 +125,17 @@ def _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_i
 
 # %% ../../nbs/23_mamba.ipynb #ec19ee2f
 @register_block
-class Mamba(KeepFp32, Mixer):
+class Mamba(SelectiveSSM, Mixer):
     "Mamba's selective state-space mixer with mamba-ssm's parameters and defaults: `(B, L, D) -> (B, L, D)`, causal."
     name = 'mamba'
     config_fields = ('d_model', 'd_state', 'd_conv', 'expand', 'dt_rank', 'dt_min', 'dt_max', 'dt_init_floor',
                      'conv_bias', 'bias', 'scan_impl', 'conv_impl')
     uses_mlp = False                                  # a Mamba layer stands in for attention and MLP
     kernels = ('selective_scan', 'causal_conv1d')     # the library's kernels it runs
-    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
+    repr_fields = ('d_model', 'd_inner', 'd_state', 'd_conv', 'dt_rank', 'scan_impl', 'conv_impl')
+
+    @staticmethod
+    def _ssm_dims(cfg): return int(cfg.expand * cfg.d_model), cfg.d_state   # the SSM's channels and state size
 
     def __init__(self, d_model: int,                  # model width
                  d_state: int = 16,                   # SSM state size per channel
@@ -140,28 +167,6 @@ class Mamba(KeepFp32, Mixer):
         self.out_proj = mark_residual_proj(nn.Linear(di, d_model, bias=bias))
         self.reset_parameters()
 
-# %% ../../nbs/23_mamba.ipynb #4819c302
-@patch_to(Mamba)
-@torch.no_grad()
-def reset_parameters(self):
-    "(Re)draw the parameters the model's generic init leaves alone: `dt_proj`, `A_log`, `D`."
-    init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor, self.dt_scale,
-                        self.dt_init)
-
-@patch_to(Mamba)
-@staticmethod
-def flops_per_token(cfg,  # a resolved `ModelConfig`
-                    seq_len: int,  # tokens per sequence
-                   ) -> float:  # FLOPs per token
-    "Training FLOPs per token outside `nn.Linear`: the scan (9 per channel and state) and the depthwise conv."
-    d_inner = int(cfg.expand * cfg.d_model)
-    return 3.0 * d_inner * (9 * cfg.d_state + 2 * cfg.d_conv)
-
-@patch_to(Mamba)
-def extra_repr(self) -> str:
-    return (f'd_model={self.d_model}, d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, '
-            f'dt_rank={self.dt_rank}, scan_impl={self.scan_impl!r}, conv_impl={self.conv_impl!r}')
-
 # %% ../../nbs/23_mamba.ipynb #c7f3a1d1
 class _CfMm(torch.autograd.Function):
     "`W @ x` for `W (O, K)`, `x (B, K, L)` as one batched matmul; `x`'s gradient comes in `x`'s layout."
@@ -189,10 +194,15 @@ def cf_mm(W: torch.Tensor,              # (O, K) weight
     return _CfMm.apply(W, x.to(W.dtype))   # under autocast, x cast as bmm would (in its own layout)
 
 # %% ../../nbs/23_mamba.ipynb #2cea7f04
-@patch_to(Mamba)
-def _ssm_params(self):
-    "A, D and the step-size bias, fp32."
-    return -torch.exp(self.A_log.float()), self.D.float(), self.dt_proj.bias.float()
+@patch_to(SelectiveSSM)
+def _scan(self, x_in, scan_impl, conv_impl, return_last_state=False, **kw):
+    "The SSM on channel-first `x_in` `(B, C, L)`: causal conv and silu, `x_proj`, `dt_proj`, `selective_scan(**kw)`."
+    u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
+    N = self.A_log.shape[1]
+    dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, N, N], dim=1)
+    A, D, dt_bias = self._ssm_params()   # dt_proj's bias goes to the scan, in fp32
+    return selective_scan(u, cf_mm(self.dt_proj.weight, dt_low), A, Bm, Cm, D, delta_bias=dt_bias,
+                          delta_softplus=True, return_last_state=return_last_state, impl=scan_impl, **kw)
 
 @patch_to(Mamba)
 def _mix(self, x: torch.Tensor, return_state: bool = False):
@@ -203,12 +213,7 @@ def _mix(self, x: torch.Tensor, return_state: bool = False):
     xz = cf_mm(W.weight, x.mT)                                               # (B, 2 d_inner, L), contiguous
     if W.bias is not None: xz = xz + W.bias[:, None].to(xz.dtype)
     x_in, z = xz.chunk(2, dim=1)
-    u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
-    dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, self.d_state, self.d_state], dim=1)
-    delta = cf_mm(self.dt_proj.weight, dt_low)                               # its bias goes to the scan, in fp32
-    A, D, dt_bias = self._ssm_params()
-    y = selective_scan(u, delta, A, Bm, Cm, D, z=z, delta_bias=dt_bias, delta_softplus=True,
-                       return_last_state=return_state, impl=self.scan_impl)
+    y = self._scan(x_in, self.scan_impl, self.conv_impl, return_state, z=z)
     if return_state: y, last = y
     out = cf_mm(self.out_proj.weight, y, token_major=True)                   # (B, L, D)
     if self.out_proj.bias is not None: out = out + self.out_proj.bias.to(out.dtype)
@@ -244,6 +249,16 @@ def allocate_inference_cache(self,
     ssm_state = torch.zeros(batch_size, self.d_inner, self.d_state, device=device, dtype=torch.float32)
     return conv_state, ssm_state
 
+@patch_to(SelectiveSSM)
+def _ssm_step(self, x_in, conv_state, ssm_state, z=None):
+    "The SSM one token on: `x_in` `(B, C)` through the conv and the scan's recurrence, both states updated in place."
+    u = causal_conv1d_update(x_in, conv_state, self.conv1d.weight, self.conv1d.bias, 'silu', impl=self.conv_impl)
+    N = self.A_log.shape[1]
+    dt_low, Bm, Cm = self.x_proj(u).split([self.dt_rank, N, N], dim=-1)
+    A, D, dt_bias = self._ssm_params()
+    return selective_state_update(ssm_state, u, F.linear(dt_low, self.dt_proj.weight), A, Bm, Cm, D, z=z,
+                                  dt_bias=dt_bias, dt_softplus=True)
+
 @patch_to(Mamba)
 def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
          conv_state: torch.Tensor,  # (B, d_inner, d_conv), updated in place
@@ -256,30 +271,39 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
                          f"{self.d_model}), got {tuple(x.shape)}; use prefill() for a whole prompt.")
     if one: x = x[:, 0]
     x_in, z = self.in_proj(x).chunk(2, dim=-1)
-    u = causal_conv1d_update(x_in, conv_state, self.conv1d.weight, self.conv1d.bias, 'silu', impl=self.conv_impl)
-    dt_low, Bm, Cm = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
-    A, D, dt_bias = self._ssm_params()
-    y = selective_state_update(ssm_state, u, F.linear(dt_low, self.dt_proj.weight), A, Bm, Cm, D, z=z,
-                               dt_bias=dt_bias, dt_softplus=True)
-    out = self.out_proj(y)
+    out = self.out_proj(self._ssm_step(x_in, conv_state, ssm_state, z))
     return out[:, None] if one else out
 
 # %% ../../nbs/23_mamba.ipynb #d6bec02e
+@patch_to(SelectiveSSM)
+@classmethod
+def _ssm_shape(cls, w):
+    "`(channels, N, dt_rank, d_conv, scan, conv)` on `w`: the SSM's sizes and the kernels `kernel_backends` picks."
+    c = w.cfg
+    d_inner, N = cls._ssm_dims(c)
+    k = kernel_backends(w.device, c.scan_impl, c.conv_impl, N, c.d_conv)
+    return d_inner, N, c.dt_rank or math.ceil(c.d_model / 16), c.d_conv, k['selective_scan'], k['causal_conv1d']
+
+@patch_to(SelectiveSSM)
+@classmethod
+def _scan_states(cls, w, scan):
+    "Bytes of the fp32 states scan `scan` keeps per sequence: one per chunk (two numbers on CUDA); none on 'ref'."
+    chunk = {'cuda': 2048, 'cpu': kscan.CPU_SCAN_CHUNK, 'torch': kscan.TORCH_SCAN_CHUNK['cuda' if w.dev == 'cuda' else 'cpu']}
+    d_inner, N = cls._ssm_dims(w.cfg)
+    return 4 * d_inner * N * (2 if scan == 'cuda' else 1) * -(-w.seq_len // chunk[scan]) if scan in chunk else 0
+
 @patch_to(Mamba)
 @staticmethod
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                     ) -> int:  # bytes
     "Bytes one `Mamba` mixer saves for backward (its input included), on the kernels `kernel_backends` picks."
-    cfg, a, L = w.cfg, w.act, w.seq_len
-    D, N, dc = cfg.d_model, cfg.d_state, cfg.d_conv
-    di, R = int(cfg.expand * D), cfg.dt_rank or math.ceil(D / 16)
-    impls = kernel_backends(w.device, cfg.scan_impl, cfg.conv_impl, N, dc)
-    scan, conv = impls['selective_scan'], impls['causal_conv1d']
+    a, L, D = w.act, w.seq_len, w.cfg.d_model
+    di, N, R, dc, scan, conv = Mamba._ssm_shape(w)
     per = a * (D + di + R + 2 * N)          # in_proj's and out_proj's inputs; x_proj's output (dt_proj reads a view)
     if a < 4: per += a * di                                       # autocast's copy of x_proj's input
     const = 2 * 4 * di * N                                        # A = -exp(A_log), twice
     if conv == 'cuda' or scan == 'cuda' or a == 4: per += 2 * di * a      # xz, kept through views of it
-    states = 0
+    states = Mamba._scan_states(w, scan)                         # the chunk-start states
     if conv == 'cpu':                                             # the compiled kernel keeps only its input, in fp32
         if a < 4: per += 4 * di                                   # (x_in's fp32 copy; in fp32, x_in is a view of xz)
     elif conv != 'cuda':
@@ -287,26 +311,19 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         if a < 4: per += di * a; const += 2 * di * dc              # autocast's copies of x_in and of the conv weight
     if scan == 'cuda':
         per += a * 3 * di                                         # u, delta, ungated output (B, C: views)
-        states = 4 * di * 2 * N * math.ceil(L / 2048)
     elif scan == 'cpu':                                           # u, delta (z under autocast) fp32; B, C transposed
         per += 4 * di * (2 if a == 4 else 3) + 4 * 2 * N
-        states = 4 * di * N * math.ceil(L / kscan.CPU_SCAN_CHUNK)
     else:
         per += 4 * di * 5                                         # u, softplus in and out, the gate's two factors
         if a < 4: per += 4 * 2 * N + 4 * di * 2                   # fp32 copies of B, C, u, z (in fp32, views)
-        if scan == 'torch':
-            T = kscan.TORCH_SCAN_CHUNK['cuda' if w.dev == 'cuda' else 'cpu']
-            states = 4 * di * N * math.ceil(L / T)
-        else:                                                     # 'ref': every decay and state, dt * u, the zero h_0
-            per, states = per + 4 * di * (2 * N + 1), 4 * di * N
+        if scan == 'ref': per, states = per + 4 * di * (2 * N + 1), 4 * di * N   # every decay and state, dt u, h_0
     return int(w.batch_size * (L * per + states) + const)
 
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
-@patch_to(Mamba)
-@staticmethod
-def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+@patch_to(SelectiveSSM)
+@classmethod
+def backward_workspace_bytes(cls, w: Workload,  # the model config, batch, length, precision and device measured
                             ) -> int:  # bytes
-    "The CPU scan's partial sums, which `Mamba`'s backward holds for a moment (0 with the other scans)."
-    c = w.cfg
-    d_inner = int(c.expand * c.d_model)
-    return kscan.scan_backward_workspace_bytes(c.scan_impl, w.device, w.batch_size, d_inner, w.seq_len, c.d_state)
+    "The CPU scan's partial sums, which the backward holds for a moment (0 with the other scans)."
+    d_inner, N = cls._ssm_dims(w.cfg)
+    return kscan.scan_backward_workspace_bytes(w.cfg.scan_impl, w.device, w.batch_size, d_inner, w.seq_len, N)

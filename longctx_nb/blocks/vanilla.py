@@ -36,6 +36,7 @@ class CausalSelfAttention(Mixer):
     "Multi-head causal self-attention with rotary embeddings: `(B, L, D) -> (B, L, D)`."
     name, aliases = 'vanilla', ('attention', 'transformer')
     config_fields = ('d_model', 'n_heads', 'rope_theta', 'dropout', 'bias')
+    attends = None                                     # every earlier key: 12 d_model L FLOPs per token
 
     def __init__(self, d_model: int,           # model width
                  n_heads: int,                 # attention heads; d_model / n_heads must be even
@@ -50,13 +51,6 @@ class CausalSelfAttention(Mixer):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = mark_residual_proj(nn.Linear(d_model, d_model, bias=bias))
         self.rope = RotaryEmbedding(self.head_dim, rope_theta)
-
-    @staticmethod
-    def flops_per_token(cfg,  # a resolved `ModelConfig`
-                        seq_len: int,  # tokens per sequence
-                       ) -> float:  # FLOPs per token
-        "Training FLOPs per token of one layer's parameter-free matmuls (q k^T and A v, forward + backward)."
-        return 12.0 * cfg.d_model * seq_len
 
     def qkv_rotated(self,
                     x: torch.Tensor,  # (B, L, d_model)
@@ -119,11 +113,17 @@ def document_attention(q: torch.Tensor,        # (B, H, L, Dh) queries
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                     ) -> int:  # bytes
     "Bytes `CausalSelfAttention` saves for backward, its input included."
-    a, D, H = w.act, w.cfg.d_model, w.cfg.n_heads
-    per = (D * a                # qkv's input: the normed x (autocast's copy of it)
-           + 3 * D * a          # qkv's output: v is a view of it, so all of it stays
-           + 2 * D * a          # rotated q and k, SDPA's inputs
-           + D * a              # SDPA's output; out_proj's input is a view of it
-           + 4 * H)             # SDPA's logsumexp, fp32
-    tables = 2 * w.seq_len * (D // H) * 4   # RoPE's fp32 cos and sin, saved by the rotation's multiplies
-    return w.tokens * per + tables
+    return w.tokens * w.cfg.d_model * w.act + _attention_bytes(w)   # qkv's input: the normed x (autocast's copy of it)
+
+def _attention_bytes(w: Workload, impl: str = 'sdpa') -> int:
+    "Bytes attention saves after `qkv`'s input: SDPA's or a windowed kernel's (any `impl` but 'ref', the L x L one's)."
+    a, D, H, L = w.act, w.cfg.d_model, w.cfg.n_heads, w.seq_len
+    tables = 2 * L * (D // H) * 4           # RoPE's fp32 cos and sin, saved by the rotation's multiplies
+    if impl != 'ref':
+        return w.tokens * (3 * D * a        # qkv's output: v is a view of it, so all of it stays
+                           + 2 * D * a      # rotated q and k, the kernel's inputs
+                           + D * a          # its output (vanilla's out_proj reads a view of it)
+                           + 4 * H) + tables  # its logsumexp, fp32
+    # the reference: q, k, v and the L x L probabilities in autocast's dtype (CUDA's autocast softmax adds an fp32 copy)
+    probs = a + 4 if a < 4 and w.dev == 'cuda' else a
+    return w.tokens * 3 * D * a + tables + L * L + w.batch_size * H * L * L * probs
