@@ -432,9 +432,8 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
     _check_prepare_args(exists, val_fraction, chunk_size, workers)
     if is_prepared(out):
         if exists == 'reuse': return read_meta(out)
-        if exists == 'error':
-            raise UsageError(f"{str(out)!r} already holds prepared data (meta.json); choose a new folder, or "
-                             "overwrite it (exists='overwrite').")
+        if exists == 'error': raise UsageError(f"{str(out)!r} already holds prepared data (meta.json); choose a new "
+                                               f"folder, or " "overwrite it (exists='overwrite').")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{str(out)!r} exists and is not an empty folder; prepare writes only new or empty folders.")
     check_writable_dir(out, 'the output folder')
@@ -475,15 +474,15 @@ def _local_corpus(path) -> tuple:
              for f in _text_files(p)]
     return (lambda: text_documents(p)), f'local:{p}', {'files': stats}
 
-_SPELLED: set = set()   # short names already noted in this process
+_NOTED: set = set()   # what has been noted in this process: each note is given once
+def _note_once(key, note: str):
+    if key not in _NOTED: _NOTED.add(key); print(note, file=sys.stderr)
+
 def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
     "A short name of `HF_SHORT_NAMES` spelled out (with a note), any other name as it is."
     if name not in HF_SHORT_NAMES: return name, config
     full, cfg = HF_SHORT_NAMES[name]
-    if name not in _SPELLED:
-        _SPELLED.add(name)
-        print(f"note: data.dataset_name={name} is the Hugging Face dataset {full} (config {config or cfg})",
-              file=sys.stderr)
+    _note_once(name, f"note: data.dataset_name={name} is the Hugging Face dataset {full} (config {config or cfg})")
     return full, config or cfg
 
 def _corpus(cfg: DataConfig) -> tuple:
@@ -501,10 +500,9 @@ def _corpus(cfg: DataConfig) -> tuple:
             raise UsageError("data.dataset_name=local needs a path: --data.dataset_config=path/to/text (a file or a "
                              "folder of text files), or --data.data_dir=path/to/folder.")
         return _local_corpus(cfg.dataset_config)
-    if name == 'synthetic':
-        raise UsageError("data.dataset_name=synthetic is a generated task, made afresh at every step: there is no "
-                         "text to prepare. Train on it directly (longctx_train --data.dataset_name=synthetic "
-                         "--data.task=TASK), or name a text corpus.")
+    if name == 'synthetic': raise UsageError("data.dataset_name=synthetic is a generated task, made afresh at every "
+                                             "step: there is no text to prepare. Train on it directly (longctx_train "
+                                             "--data.dataset_name=synthetic --data.task=TASK), or name a text corpus.")
     name, config = _hf_name(name, cfg.dataset_config)
     return (lambda: hf_documents(name, config)), f"hf:{name}" + (f"/{config}" if config else ''), {}
 
@@ -517,9 +515,8 @@ def prepare_corpus(cfg: DataConfig,                # names the corpus and the to
                    resume_every: int = 1 << 26,    # write a resume marker every this many bytes of text
                   ) -> dict:
     "Prepare the text corpus that `cfg` names into `out_dir` (see `prepare`); returns the meta."
-    if cfg.train_data is not None:
-        raise UsageError("data.train_data is already tokenized; prepare_corpus tokenizes text (data.dataset_name or "
-                         "data.data_dir).")
+    if cfg.train_data is not None: raise UsageError("data.train_data is already tokenized; prepare_corpus tokenizes "
+                                                    "text (data.dataset_name or data.data_dir).")
     documents, source, extra = _corpus(cfg)
     total = sum(s for _, s, _ in extra['files']) if 'files' in extra else None
     return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists,
@@ -574,21 +571,17 @@ def _load_npy(p: Path) -> np.ndarray:
     except Exception as e: raise bad(f"is not a readable .npy file ({type(e).__name__}: {e}).") from None
     if not isinstance(a, np.ndarray):
         raise bad("is an .npz archive, not one array; save the ids with np.save(path, ids).")
-    if a.ndim != 1:
-        raise bad(f"holds a {a.ndim}-D array of shape {a.shape}; token ids are one 1-D array (documents one after "
-                  "another): save ids.reshape(-1) if its rows are consecutive text.")
+    if a.ndim != 1: raise bad(f"holds a {a.ndim}-D array of shape {a.shape}; token ids are one 1-D array (documents "
+                              f"one after " "another): save ids.reshape(-1) if its rows are consecutive text.")
     return a
 
-_NOTED: set = set()
 def _bin_dtype(p: Path, dtype) -> np.dtype:
     "The dtype of a raw .bin: meta.json's, else `dtype`, else uint16 (nanoGPT's), with a note."
     spelled = read_meta(p.parent).get('dtype') or dtype
     if spelled is None:
         spelled = 'uint16'
-        if str(p) not in _NOTED:
-            _NOTED.add(str(p))
-            print(f"note: {str(p)!r} has no meta.json beside it: its ids are read as uint16 (nanoGPT's convention); "
-                  'write a meta.json holding {"dtype": "uint32"} beside it if they are 32-bit.', file=sys.stderr)
+        _note_once(str(p), f"note: {str(p)!r} has no meta.json beside it: its ids are read as uint16 (nanoGPT's "
+                   'convention); write a meta.json holding {"dtype": "uint32"} beside it if they are 32-bit.')
     try: return np.dtype(spelled)
     except TypeError:
         raise UsageError(f"unknown token dtype {spelled!r}; valid choices: uint16, uint32, int32, int64") from None

@@ -251,13 +251,14 @@ def val_batches(data,                                    # validation token arra
                 batch_size: int,                         # sequences per batch
                 max_batches: int | None = None,          # at most this many batches (None: cover the split)
                 docs=None,                               # document offsets of `data`: also yield each token's document
+                n_windows: int | None = None,            # exactly this many windows instead (0: cover the split)
                ) -> Iterator[tuple[torch.Tensor, ...]]:  # (x, y[, documents]) int64 (<= batch_size, seq_len) batches
     "(x, y) batches of non-overlapping windows covering each target once, or `max_batches` of evenly spread windows."
     n = len(data)
     if n < 2: return
     n_full, rest = divmod(n - 1, seq_len)
-    if max_batches and max_batches * batch_size < n_full + (rest > 0):
-        starts, rest = np.linspace(0, n - seq_len - 1, max_batches * batch_size).round().astype(np.int64), 0
+    k = (max_batches or 0) * batch_size if n_windows is None else n_windows   # windows asked (0: all)
+    if k and k < n_full + (rest > 0): starts, rest = np.linspace(0, n - seq_len - 1, k).round().astype(np.int64), 0
     else: starts = np.arange(n_full, dtype=np.int64) * seq_len
     cut = lambda o, L: get_batch(data, o, L) + ((doc_ids(docs, o, L),) if docs is not None else ())
     for i in range(0, len(starts), batch_size): yield cut(starts[i:i + batch_size], seq_len)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/61_evals.ipynb #46d2b4f1
 from __future__ import annotations
-import argparse, glob, json, os, sys
+import argparse, glob, inspect, json, os, sys
 from pathlib import Path
 import numpy as np
 from .core import UsageError, get_device, check_precision
@@ -54,20 +54,23 @@ def _check_task_flags(task: str, given: dict):
     _check(not bad, f"--task {task} does not read {', '.join('--' + f for f in bad)}: " + '; '.join(
         f"--{f} is read only by --task {tasks(r)}" for f, r in bad.items()) + "; leave them out.")
 
-def _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir,
-                data_dir=None, untrained=False, **positive):
+_SETTINGS = ('seq_len', 'max_len', 'lengths', 'depths', 'n_samples', 'batch_size', 'seed', 'passkey_len',
+             'task_vocab_size', 'num_pairs', 'copy_len', 'n_buckets', 'data_dir', 'skip_memory_check')  # per model
+
+def _check_args(task, output_dir, untrained, vocab_size, seq_len, max_len, lengths, depths, n_samples, batch_size, seed,
+                passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, **_):
     "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
+    own = dict(passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
     _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
-    _check_task_flags(task, dict(depths=depths, n_buckets=n_buckets, data_dir=data_dir, **positive))
+    _check_task_flags(task, dict(depths=depths, n_buckets=n_buckets, data_dir=data_dir, **own))
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
-    check_positive(lengths=lengths, **positive)
+    check_positive(lengths=lengths, vocab_size=vocab_size, **own)
     if seed is not None: check_seed(seed)
     _check(seed is None or untrained or task in ('passkey', 'copy_recall'), "--seed is read by --task passkey or "
            "copy_recall (the generated sequences) and by an untrained model (its weights); "
            f"--task {task} of a checkpoint scores fixed windows of text and reads neither; leave it out.")
-    _check(positive.get('passkey_len') is None or positive['passkey_len'] <= 1000,
-           f"--passkey_len={positive.get('passkey_len')}: at most 1000 digits.")
+    _check(passkey_len is None or passkey_len <= 1000, f"--passkey_len={passkey_len}: at most 1000 digits.")
     if output_dir is not None:
         _check(str(output_dir).strip() != '', "--output_dir is empty; give a folder, or leave it out to write nothing.")
         check_writable_dir(output_dir, '--output_dir')
@@ -114,11 +117,6 @@ def _reads_bpe(ev: Evaluated) -> bool:
     "Whether the passkey for `ev` is written with its BPE tokenizer, read from its text (the corpus or --data_dir)."
     return ev.synthetic_task is None and ev.config is not None and ev.config.data.tokenizer == 'bpe'
 
-def _passkey_gen(ev: Evaluated, passkey_len, task_vocab_size, data_dir):
-    "(generator, mode, chance) of the passkey for `ev`, through its BPE tokenizer if it reads BPE text."
-    tok = text_data(ev, data_dir, 'passkey').tokenizer if _reads_bpe(ev) else None
-    return passkey_generator(ev, passkey_len, task_vocab_size, tok)
-
 def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw):
     "Check the recall and copy tasks at every length; the work, as a function."
     own = lambda t: {'num_pairs': num_pairs} if t == 'associative_recall' else {'copy_len': copy_len}
@@ -155,9 +153,8 @@ def _write(r: dict, stem: Path, say):
     plot_result(r, Path(f'{stem}.png'))
     say(f"wrote {stem}.json and {stem}.png")
 
-def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, batch_size, dev, precision, seed,
-          passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check, checkpoint_path,
-          say):
+def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, seq_len, max_len, lengths, depths, n_samples,
+          batch_size, seed, passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check):
     "Every check for one model: (the result's settings, the work that adds the numbers)."
     given, notes = lengths is not None, []
     def note(text): notes.append(text); say(f"note: {text}")
@@ -166,7 +163,8 @@ def _plan(ev: Evaluated, task, seq_len, max_len, lengths, depths, n_samples, bat
     _check(task != 'drift_curve' or n_buckets <= max_len,
            f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
     if task == 'passkey':
-        gen, mode, chance = _passkey_gen(ev, passkey_len, task_vocab_size, data_dir)
+        tok = text_data(ev, data_dir, 'passkey').tokenizer if _reads_bpe(ev) else None   # a BPE model's own words
+        gen, mode, chance = passkey_generator(ev, passkey_len, task_vocab_size, tok)
         _check(mode != 'text' or task_vocab_size is None, "--task_vocab_size is not read by the passkey in text, "
                f"which {ev.source} is tested with (its vocabulary is the tokenizer's); leave it out.")
         _check(data_dir is None or _reads_bpe(ev), "--data_dir is read by the passkey only for a model that reads BPE "
@@ -217,11 +215,10 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              skip_memory_check: bool = False,     # start even when the memory estimate says it does not fit
             ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
+    a = {k: v for k, v in locals().items() if k in _SETTINGS}
     say = print if verbose else (lambda *a, **k: None)
-    _check_args(task, seq_len, max_len, lengths, depths, n_samples, batch_size, n_buckets, seed, output_dir, data_dir,
-                checkpoint_path is None, vocab_size=vocab_size, passkey_len=passkey_len,
-                task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
-    seed = 0 if seed is None else seed
+    _check_args(task, output_dir, checkpoint_path is None, vocab_size, **a)
+    a['seed'] = seed = 0 if seed is None else seed
     _check(data_dir is None or str(data_dir).strip() != '',
            "--data_dir is empty; give a folder, or leave it out for the training corpus.")
     _check(checkpoint_path is None or str(checkpoint_path).strip() != '', "--checkpoint_path is empty; give a "
@@ -239,9 +236,7 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
             check_fits(m, batch_size, max(max_len or 0, max(lengths or [0]), seq_len or 128), precision, dev,
                        training=False, hint=EVAL_HINT + ' or --vocab_size', override='--skip_memory_check')
         ev = fresh_model(block or 'vanilla', vocab_size or 256, seed=seed, device=dev)
-    out, work = _plan(ev, task, seq_len, max_len, lengths, depths, n_samples, batch_size, dev, precision, seed,
-                      passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check,
-                      checkpoint_path, say)
+    out, work = _plan(ev, task, dev, precision, checkpoint_path, say, **a)
     if not ev.trained:
         say(f"WARNING: no --checkpoint_path: evaluating an UNTRAINED {ev.block} model (tiny preset). Its results are "
             "chance level; they test the pipeline, not the block.", file=sys.stderr)
@@ -261,32 +256,31 @@ def format_result(r: dict,  # a `run_eval` result
                  ) -> str:
     "A plain-text table of a `run_eval` result."
     lines = [_title(r) + (f"; trained at seq_len {r['train_seq_len']}" if r['train_seq_len'] else '')]
-    pct = lambda xs: ''.join(f'{a:>9.1%}' for a in xs)
+    cols = lambda xs, f='': ''.join(f'{x:>9{f}}' for x in xs)   # 9-wide columns
     if r['task'] == 'passkey':
-        lines.append(f"passkey ({r['mode']}), exact-match accuracy over {r['n_samples']} samples per cell "
-                     f"(chance {r['chance']:.0e})")
-        lines.append(f"{'depth':>8}" + ''.join(f'{L:>9}' for L in r['lengths']))
-        for d, row in zip(r['depths'], r['accuracy']): lines.append(f'{d:>8.0%}' + pct(row))
-        lines.append(f"{'mean':>8}" + pct(np.mean(r['accuracy'], 0)))
+        lines += [f"passkey ({r['mode']}), exact-match accuracy over {r['n_samples']} samples per cell "
+                  f"(chance {r['chance']:.0e})", f"{'depth':>8}" + cols(r['lengths'])]
+        lines += [f'{d:>8.0%}' + cols(row, '.1%') for d, row in zip(r['depths'], r['accuracy'])]
+        lines.append(f"{'mean':>8}" + cols(np.mean(r['accuracy'], 0), '.1%'))
     elif r['task'] == 'copy_recall':
-        lines.append(f"answer-token accuracy over {r['n_samples']} sequences per length")
-        lines.append(f"{'task':>20}" + ''.join(f'{L:>9}' for L in r['lengths']) + f"{'chance':>9}  parameters")
-        for t, v in r['tasks'].items():
-            lines.append(f'{t:>20}' + pct(v['accuracy']) + f"{v['chance']:>9.1%}  {v['params']}")
+        lines += [f"answer-token accuracy over {r['n_samples']} sequences per length",
+                  f"{'task':>20}" + cols(r['lengths']) + f"{'chance':>9}  parameters"]
+        lines += [f'{t:>20}' + cols(v['accuracy'], '.1%') + f"{v['chance']:>9.1%}  {v['params']}"
+                  for t, v in r['tasks'].items()]
     elif r['task'] == 'perplexity':
         unit = _unit(r)
-        lines.append(f"validation text: {r['data']}")
-        lines.append(f"{'seq_len':>8} {'loss':>8} {'ppl':>10} {unit:>15} {'windows':>8} {'tokens':>9}")
-        for x in r['rows']: lines.append(f"{x['seq_len']:>8} {x['loss']:>8.4f} {x['ppl']:>10.3f} {x[unit]:>15.4f} "
-                                         f"{x['windows']:>8,} {x['tokens']:>9,}")
+        lines += [f"validation text: {r['data']}",
+                  f"{'seq_len':>8} {'loss':>8} {'ppl':>10} {unit:>15} {'windows':>8} {'tokens':>9}"]
+        lines += [f"{x['seq_len']:>8} {x['loss']:>8.4f} {x['ppl']:>10.3f} {x[unit]:>15.4f} {x['windows']:>8,} "
+                  f"{x['tokens']:>9,}" for x in r['rows']]
     else:
-        lines.append(f"validation text: {r['data']}; loss by position over {r['n_windows']} windows of "
-                     f"{r['max_len']} tokens")
-        lines.append(f"mean loss within the training length {r['train_len']}: {r['loss_within']:.4f}"
-                     + (f"; beyond it: {r['loss_beyond']:.4f}" if r['loss_beyond'] is not None else ''))
-        lines.append(f"{'position':>9} {'loss':>8}")
-        for p, l in zip(r['positions'], r['loss']):
-            lines.append(f"{p:>9} {l:>8.4f}" + ('  <- beyond training length' if p >= r['train_len'] else ''))
+        lines += [f"validation text: {r['data']}; loss by position over {r['n_windows']} windows of "
+                  f"{r['max_len']} tokens",
+                  f"mean loss within the training length {r['train_len']}: {r['loss_within']:.4f}"
+                  + (f"; beyond it: {r['loss_beyond']:.4f}" if r['loss_beyond'] is not None else ''),
+                  f"{'position':>9} {'loss':>8}"]
+        lines += [f"{p:>9} {l:>8.4f}" + ('  <- beyond training length' if p >= r['train_len'] else '')
+                  for p, l in zip(r['positions'], r['loss'])]
     return '\n'.join(lines)
 
 def plot_result(r: dict,    # a `run_eval` result
@@ -381,13 +375,8 @@ def run_evals(task: str,                      # one of `EVAL_TASKS`
              ) -> list[dict]:                 # the `run_eval` result of each model, in order
     "Evaluate every model `checkpoint_paths` names on `task`, all checked first; one table of the results."
     say = print if verbose else (lambda *a, **k: None)
-    a = dict(dict(seq_len=None, max_len=None, lengths=None, depths=None, n_samples=32, batch_size=8, seed=None,
-                  passkey_len=None, task_vocab_size=None, num_pairs=None, copy_len=None, n_buckets=None, data_dir=None,
-                  skip_memory_check=False), **kw)
-    _check_args(task, a['seq_len'], a['max_len'], a['lengths'], a['depths'], a['n_samples'], a['batch_size'],
-                a['n_buckets'], a['seed'], output_dir, a['data_dir'], vocab_size=vocab_size,
-                passkey_len=a['passkey_len'], task_vocab_size=a['task_vocab_size'], num_pairs=a['num_pairs'],
-                copy_len=a['copy_len'])
+    a = {k: p.default for k, p in inspect.signature(run_eval).parameters.items() if k in _SETTINGS} | kw
+    _check_args(task, output_dir, False, vocab_size, **a)
     a['seed'] = a['seed'] or 0
     names = expand_checkpoints(checkpoint_paths, say)
     dev = get_device(device)
@@ -395,8 +384,7 @@ def run_evals(task: str,                      # one of `EVAL_TASKS`
     plans = []
     for p in names:   # every model loaded (on the CPU) and checked before the first is evaluated
         ev = load_for_eval(p, 'cpu'); check_flags(ev, canonical_block(block) if block else None, vocab_size)
-        plans.append((ev, *_plan(ev, task, dev=dev, precision=precision, checkpoint_path=p, say=lambda *x, **k: None,
-                                 **a)))
+        plans.append((ev, *_plan(ev, task, dev, precision, p, lambda *x, **k: None, **a)))
     results = []
     for p, (ev, out, work) in zip(names, plans):
         say(f"evaluating {p} ...", flush=True)

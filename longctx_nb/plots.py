@@ -26,8 +26,10 @@ def fit_title(ax,                   # the matplotlib axes
     width = ax.figure.get_figwidth() * ax.get_position().width
     ax.set_title(textwrap.fill(title, max(8, int(width * 13 * 9 / fontsize))), fontsize=fontsize)
 
-def _save(fig, plt, path):
+def _save(fig, plt, path, then=None):
+    "Lay `fig` out, `then()` (what must come after the layout), save it to `path` if given and close it."
     fig.tight_layout()
+    if then: then()
     if path is not None: fig.savefig(path, dpi=110, bbox_inches='tight')
     plt.close(fig)
     return fig
@@ -76,11 +78,7 @@ def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x le
     axs[0][0].set_ylabel('passkey depth', fontsize=8)
     fig.supxlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''), fontsize=8)
     if title: fig.suptitle(textwrap.fill(title, int(w * 12)), fontsize=9)
-    fig.tight_layout()
-    fig.colorbar(im, ax=list(axs[0]), fraction=0.03, pad=0.02, label='accuracy')
-    if path is not None: fig.savefig(path, dpi=110, bbox_inches='tight')
-    plt.close(fig)
-    return fig
+    return _save(fig, plt, path, lambda: fig.colorbar(im, ax=list(axs[0]), fraction=0.03, pad=0.02, label='accuracy'))
 
 # %% ../nbs/55_plots.ipynb #34dc94a8
 def plot_lengths(series: dict,                        # name -> one value per length

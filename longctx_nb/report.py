@@ -4,7 +4,7 @@
 
 # %% ../nbs/62_report.ipynb #9c50edc0
 from __future__ import annotations
-import argparse, json, sys
+import argparse, itertools, json, sys
 from pathlib import Path
 import numpy as np
 from .core import UsageError, get_device
@@ -101,11 +101,8 @@ def noise_notes(rows: list[dict],  # `summarize` rows
         return ["One seed per block: the table carries no noise estimate, and a small difference between two rows may "
                 "be chance. `--seeds 3` gives a mean and a standard deviation per block, and says which blocks are "
                 "within noise."]
-    close = []
-    for i, a in enumerate(rows):
-        for b in rows[i + 1:]:
-            se = np.sqrt((a['val_loss_sd'] ** 2 + b['val_loss_sd'] ** 2) / n)
-            if abs(a['val_loss'] - b['val_loss']) <= 2 * se: close.append(f"{a['block']} and {b['block']}")
+    close = [f"{a['block']} and {b['block']}" for a, b in itertools.combinations(rows, 2)   # within 2 standard errors
+             if abs(a['val_loss'] - b['val_loss']) <= 2 * np.sqrt((a['val_loss_sd'] ** 2 + b['val_loss_sd'] ** 2) / n)]
     rule = (f"Mean ± standard deviation over {n} seeds. Two blocks are within noise when their mean validation losses "
             "differ by less than two standard errors of the difference.")
     return [rule, ("Within noise of each other: " + '; '.join(close) + '.') if close else
@@ -200,9 +197,8 @@ def write_report(rows: list[dict],  # one `summarize` row per block
         bold = lambda r, x: f"**{r['sweep'][x]:.3f}**" if x == r['lr'] else f"{r['sweep'][x]:.3f}"
         md += ['| ' + r['block'] + ' | ' + ' | '.join(bold(r, x) for x in lrs) + ' |' for r in rows] + ['']
         edge = [r['block'] for r in rows if r['lr'] in (lrs[0], lrs[-1])]
-        if edge:
-            md += [f"Best at an end of the sweep: {', '.join(edge)}; a wider sweep may find a better rate for them.",
-                   '']
+        if edge: md += [f"Best at an end of the sweep: {', '.join(edge)}; a wider sweep may find a better rate for "
+                        "them.", '']
     md += ['## Figures', '']
     for i, (f, cap) in enumerate(figs, 1): md += [f'![{cap}]({f})', '', f'*Figure {i}. {cap}*', '']
     (out / 'report.md').write_text('\n'.join(md) + '\n')
@@ -227,12 +223,10 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
                    ) -> Path:  # the path of report.md
     "Every evaluation that fits the model at `checkpoint_path` as JSON, PNG and one report.md; what it leaves out."
     check_positive(n_samples=n_samples, max_len=max_len)
-    if not str(output_dir).strip():
-        raise UsageError("--output_dir is empty; give the folder for report.md, or leave it out for "
-                         "'reports'.")
-    if not str(checkpoint_path).strip():
-        raise UsageError("--checkpoint_path is empty; give a checkpoint (.pt), a run directory or an exported model "
-                         "folder.")
+    if not str(output_dir).strip(): raise UsageError("--output_dir is empty; give the folder for report.md, or leave "
+                                                     "it out for 'reports'.")
+    if not str(checkpoint_path).strip(): raise UsageError("--checkpoint_path is empty; give a checkpoint (.pt), a run "
+                                                          "directory or an exported model folder.")
     check_writable_dir(output_dir, '--output_dir')
     dev = get_device(device)
     ev = load_for_eval(checkpoint_path)

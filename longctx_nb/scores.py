@@ -4,7 +4,7 @@
 
 # %% ../nbs/60_scores.ipynb #9670902b
 from __future__ import annotations
-import dataclasses, json, math, warnings
+import bisect, dataclasses, functools, json, math, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -14,7 +14,7 @@ from .core import UsageError, autocast, seed_everything
 from .config import Config, DataConfig, ModelConfig, apply_overrides
 from .flags import flatten_sections
 from .blocks.base import canonical_block
-from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches, get_batch, doc_ids
+from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
 from .model import LM
 from .checkpoint import CheckpointError, read_checkpoint, latest_checkpoint, load_model
@@ -22,7 +22,7 @@ from .train import evaluate_task
 
 # %% auto #0
 __all__ = ['FILLER', 'RECALL_TASKS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags', 'eval_windows', 'token_bytes',
-           'perplexity', 'TextPasskey', 'passkey_generator', 'answer_accuracy', 'passkey_grid', 'recall_params',
+           'perplexity', 'TextPasskey', 'recall_params', 'passkey_generator', 'answer_accuracy', 'passkey_grid',
            'chance_level', 'task_accuracy', 'loss_by_position', 'drift_curve', 'text_data', 'unigram_loss']
 
 # %% ../nbs/60_scores.ipynb #ded02c88
@@ -90,8 +90,7 @@ def fresh_model(block: str = 'vanilla',  # the block (any name `canonical_block`
     "A freshly initialised `size` model of `block`: the chance-level baseline."
     cfg = apply_overrides(Config(), {'model.block': block, 'model.num_params': size, 'model.vocab_size': vocab_size})
     seed_everything(seed)
-    model = LM(cfg.model).to(device).eval()
-    return Evaluated(model, cfg, f'untrained {canonical_block(block)} ({size})', trained=False)
+    return Evaluated(LM(cfg.model).to(device).eval(), cfg, f'untrained {canonical_block(block)} ({size})', False)
 
 def check_flags(ev: Evaluated,                  # the model to check the flags against
                 block: str | None = None,       # --block, if given
@@ -113,13 +112,7 @@ def eval_windows(data,             # validation token ids (1-D)
                  docs=None,        # document offsets of `data`: also yield each input token's document
                 ) -> Iterator[tuple[torch.Tensor, ...]]:  # (x, y[, documents]) int64 batches
     "Exactly `n_windows` evenly spread windows of `data` (as `val_batches` spreads them), in batches of `batch_size`."
-    n_full, rest = divmod(len(data) - 1, seq_len)
-    if not n_windows or n_windows >= n_full + (rest > 0):
-        yield from val_batches(data, seq_len, batch_size, docs=docs); return
-    starts = np.linspace(0, len(data) - seq_len - 1, n_windows).round().astype(np.int64)
-    for i in range(0, n_windows, batch_size):
-        o = starts[i:i + batch_size]
-        yield get_batch(data, o, seq_len) + ((doc_ids(docs, o, seq_len),) if docs is not None else ())
+    return val_batches(data, seq_len, batch_size, docs=docs, n_windows=n_windows)
 
 def token_bytes(tokenizer,  # the corpus tokenizer (byte or BPE), or None
                ) -> np.ndarray | None:  # indexed by token id
@@ -145,8 +138,7 @@ def perplexity(model,                           # the language model, in eval mo
     "Loss, perplexity and bits per byte (or per token) on `tokens.val` in windows of `seq_len`, as validation scores."
     device, tb = torch.device(device), token_bytes(tokens.tokenizer)
     total, n_tok, n_bytes, n_win = 0.0, 0, 0, 0
-    n = n_windows if n_windows is not None else (max_batches or 0) * batch_size
-    for x, y, *d in eval_windows(tokens.val, seq_len, n, batch_size, docs):
+    for x, y, *d in val_batches(tokens.val, seq_len, batch_size, max_batches, docs, n_windows):
         with autocast(device, precision):
             logits = model(x.to(device), doc_ids=d[0].to(device)) if d else model(x.to(device))
         total += F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten(), reduction='sum').item()
@@ -210,6 +202,18 @@ class TextPasskey:
         return np.stack(xs).astype(np.int64), np.stack(ys).astype(np.int64)
 
 # %% ../nbs/60_scores.ipynb #35b1d1c4
+def recall_params(ev: Evaluated,  # the model to score
+                  task: str,      # a synthetic task
+                  **flags,        # task parameters from the command line (None: not given)
+                 ) -> dict:  # the checked parameters of `task`
+    "The parameters to score `task` with: the training task's if it is `task`, else defaults fitted to the vocabulary."
+    base = dict(task_from_config(ev.config.data).params) if ev.synthetic_task == task else {}
+    if 'vocab_size' not in base: base['vocab_size'] = min(task_params(task)['vocab_size'], ev.vocab_size)
+    p = task_params(task, **{**base, **{k: v for k, v in flags.items() if v is not None}})
+    if p['vocab_size'] > ev.vocab_size:
+        raise UsageError(f"--task_vocab_size={p['vocab_size']} is larger than the model's vocab_size={ev.vocab_size}.")
+    return p
+
 def passkey_generator(ev: Evaluated,                       # the model to test
                       passkey_len: int | None = None,      # digits of the key (default: the training task's, else 5)
                       task_vocab_size: int | None = None,  # vocabulary of the id passkey (default: the task's, <= 64)
@@ -217,28 +221,19 @@ def passkey_generator(ev: Evaluated,                       # the model to test
                      ):
     "(generator, mode, chance of an exact match) of the passkey test that fits `ev`'s training: 'tokens' or 'text'."
     if ev.synthetic_task is not None or (tokenizer is None and ev.vocab_size != 256):  # ids; 256: the byte tokenizer
-        trained = task_from_config(ev.config.data).params if ev.synthetic_task == 'passkey' else {}
-        k = passkey_len or trained.get('passkey_len', 5)
-        V = task_vocab_size or trained.get('vocab_size', min(64, ev.vocab_size))
-        if V > ev.vocab_size:
-            raise UsageError(f"--task_vocab_size={V} is larger than the model's vocab_size={ev.vocab_size}.")
-        task_params('passkey', vocab_size=V, passkey_len=k)
-        gen = lambda batch, seq_len, rng, depth=None: passkey_ids(batch, seq_len, rng, vocab_size=V, passkey_len=k,
-                                                                  depth=depth)
+        p = recall_params(ev, 'passkey', vocab_size=task_vocab_size or None, passkey_len=passkey_len or None)
+        gen = functools.partial(passkey_ids, vocab_size=p['vocab_size'], passkey_len=p['passkey_len'])
         gen.min_len = lambda: _shortest(gen)
-        return gen, 'tokens', 10.0 ** -k
-    tok = tokenizer or ByteTokenizer()
+        return gen, 'tokens', 10.0 ** -p['passkey_len']
     k = passkey_len or 5
-    return TextPasskey(tok, k), 'text', 10.0 ** -k
+    return TextPasskey(tokenizer or ByteTokenizer(), k), 'text', 10.0 ** -k
 
 def _shortest(gen, hi: int = 1 << 16) -> int:
     "The shortest sequence `gen` fills (a passkey that fits in L fits in every longer one)."
-    lo = 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        try: gen(1, mid, np.random.default_rng(0), depth=0.0); hi = mid
-        except UsageError: lo = mid + 1
-    return lo
+    def fits(L):
+        try: return bool(gen(1, L, np.random.default_rng(0), depth=0.0))
+        except UsageError: return False
+    return bisect.bisect_left(range(1, hi), True, key=fits) + 1
 
 @torch.no_grad()
 def answer_accuracy(model,           # the language model, in eval mode
@@ -279,18 +274,6 @@ def passkey_grid(model,                # the language model, in eval mode
 
 # %% ../nbs/60_scores.ipynb #750a5e11
 RECALL_TASKS = ('associative_recall', 'copy')
-
-def recall_params(ev: Evaluated,  # the model to score
-                  task: str,      # a synthetic task
-                  **flags,        # task parameters from the command line (None: not given)
-                 ) -> dict:  # the checked parameters of `task`
-    "The parameters to score `task` with: the training task's if it is `task`, else defaults fitted to the vocabulary."
-    base = dict(task_from_config(ev.config.data).params) if ev.synthetic_task == task else {}
-    if 'vocab_size' not in base: base['vocab_size'] = min(task_params(task)['vocab_size'], ev.vocab_size)
-    p = task_params(task, **{**base, **{k: v for k, v in flags.items() if v is not None}})
-    if p['vocab_size'] > ev.vocab_size:
-        raise UsageError(f"--task_vocab_size={p['vocab_size']} is larger than the model's vocab_size={ev.vocab_size}.")
-    return p
 
 def chance_level(task: str,        # a synthetic task
                  vocab_size: int,  # the task's vocabulary
@@ -340,10 +323,9 @@ def loss_by_position(model,                # the language model, in eval mode
                      docs=None,            # document offsets of `data`: attention within documents (data.doc_mask)
                     ) -> tuple[np.ndarray, int]:  # (mean loss at each position, windows used)
     "Mean loss at each position 0..length-1 over `n_windows` evenly spread windows of `data` (0: all)."
-    if len(data) < length + 1:
-        raise UsageError(f"the validation split has {len(data):,} tokens, too few for windows of --max_len={length} "
-                         f"(a window needs max_len + 1 tokens); use --max_len <= {len(data) - 1} or more validation "
-                         "text.")
+    if len(data) < length + 1: raise UsageError(f"the validation split has {len(data):,} tokens, too few for windows "
+                                                f"of --max_len={length} (a window needs max_len + 1 tokens); use "
+                                                f"--max_len <= {len(data) - 1} or more validation " "text.")
     device, total, n = torch.device(device), torch.zeros(length, dtype=torch.float64), 0
     for x, y, *d in eval_windows(data, length, n_windows, batch_size, docs):
         if x.shape[1] != length: continue                              # a short remainder window

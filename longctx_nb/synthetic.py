@@ -4,6 +4,7 @@
 
 # %% ../nbs/05_synthetic.ipynb #1d72e7eb
 from __future__ import annotations
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
@@ -46,10 +47,8 @@ def passkey(batch: int,                         # sequences
     digits = rng.integers(0, 10, size=(batch, passkey_len))
     d = rng.random(batch) if depth is None else np.full(batch, depth)
     pos = np.rint(d * n_fill).astype(np.int64)                     # fillers before KEY
-    for b in range(batch):
-        p = pos[b]
-        s[b, p] = KEY; s[b, p + 1:p + 1 + passkey_len] = digits[b]
-        s[b, -passkey_len - 1] = QUERY; s[b, -passkey_len:] = digits[b]
+    for b, p in enumerate(pos): s[b, p], s[b, p + 1:p + 1 + passkey_len] = KEY, digits[b]
+    s[:, -passkey_len - 1], s[:, -passkey_len:] = QUERY, digits
     return _shifted(s, passkey_len)
 
 # %% ../nbs/05_synthetic.ipynb #4a095c98
@@ -80,6 +79,21 @@ def associative_recall(batch: int,                         # sequences
     return x, y
 
 # %% ../nbs/05_synthetic.ipynb #6654fe3f
+def _copy_task(task: str, batch: int, seq_len: int, rng, vocab_size: int, copy_len: int, zero: str, spread: bool):
+    "`copy_len` data tokens in the region before SEP (`spread`: at random positions among `zero`s), SEP, them again."
+    _need(vocab_size >= 3, task, f"vocab_size={vocab_size} is too small: it needs >= 3 ({zero}, a data token, SEP)")
+    _need(copy_len >= 1, task, f"copy_len={copy_len} must be >= 1")
+    _need(2 * copy_len <= seq_len, task, f"copy_len={copy_len} does not fit in seq_len={seq_len}: it needs "
+          f"seq_len >= 2 * copy_len = {2 * copy_len} (or copy_len <= {seq_len // 2})")
+    region = seq_len - copy_len
+    a = rng.integers(1, vocab_size - 1, size=(batch, copy_len))
+    s = np.zeros((batch, seq_len + 1), np.int64)
+    if spread:
+        for b in range(batch): s[b, np.sort(rng.choice(region, copy_len, replace=False))] = a[b]
+    else: s[:, region - copy_len:region] = a
+    s[:, region], s[:, region + 1:] = vocab_size - 1, a
+    return _shifted(s, copy_len)
+
 def copy(batch: int,                         # sequences
          seq_len: int,                       # tokens per sequence, >= 2 * copy_len
          rng: np.random.Generator,           # the random stream
@@ -87,14 +101,7 @@ def copy(batch: int,                         # sequences
          copy_len: int = 16,                 # tokens to copy
         ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len); y is -100 except at the copy
     "Padding, `copy_len` random tokens, SEP, then the same tokens again; answers: the copy."
-    _need(vocab_size >= 3, 'copy', f"vocab_size={vocab_size} is too small: it needs >= 3 (pad, a data token, SEP)")
-    _need(copy_len >= 1, 'copy', f"copy_len={copy_len} must be >= 1")
-    _need(2 * copy_len <= seq_len, 'copy', f"copy_len={copy_len} does not fit in seq_len={seq_len}: it needs "
-          f"seq_len >= 2 * copy_len = {2 * copy_len} (or copy_len <= {seq_len // 2})")
-    a = rng.integers(1, vocab_size - 1, size=(batch, copy_len))
-    s = np.zeros((batch, seq_len + 1), np.int64)
-    s[:, -2 * copy_len - 1:-copy_len - 1], s[:, -copy_len - 1], s[:, -copy_len:] = a, vocab_size - 1, a
-    return _shifted(s, copy_len)
+    return _copy_task('copy', batch, seq_len, rng, vocab_size, copy_len, 'pad', spread=False)
 
 # %% ../nbs/05_synthetic.ipynb #95b7db95
 def induction_heads(batch: int,                         # sequences
@@ -121,34 +128,25 @@ def selective_copy(batch: int,                         # sequences
                    copy_len: int = 16,                 # data tokens to copy
                   ) -> tuple[np.ndarray, np.ndarray]:  # (x, y) int64 (batch, seq_len); y is -100 except at the copy
     "`copy_len` data tokens at random positions among noise, then SEP and the data tokens in order; answers: them."
-    _need(vocab_size >= 3, 'selective_copy',
-          f"vocab_size={vocab_size} is too small: it needs >= 3 (noise, a data token, SEP)")
-    _need(copy_len >= 1, 'selective_copy', f"copy_len={copy_len} must be >= 1")
-    _need(2 * copy_len <= seq_len, 'selective_copy', f"copy_len={copy_len} does not fit in seq_len={seq_len}: it needs "
-          f"seq_len >= 2 * copy_len = {2 * copy_len} (or copy_len <= {seq_len // 2})")
-    region = seq_len - copy_len
-    a = rng.integers(1, vocab_size - 1, size=(batch, copy_len))
-    s = np.zeros((batch, seq_len + 1), np.int64)
-    for b in range(batch): s[b, np.sort(rng.choice(region, copy_len, replace=False))] = a[b]
-    s[:, region], s[:, region + 1:] = vocab_size - 1, a
-    return _shifted(s, copy_len)
+    return _copy_task('selective_copy', batch, seq_len, rng, vocab_size, copy_len, 'noise', spread=True)
 
 # %% ../nbs/05_synthetic.ipynb #6d5a0af2
 @dataclass(frozen=True)
 class Task:
-    "A synthetic task: its generator, default parameters (with `vocab_size`) and token layout."
+    "A synthetic task: its generator and token layout; its parameters (with `vocab_size`) are the generator's."
     fn: Callable    # generator: fn(batch, seq_len, rng, **params) -> (x, y)
-    defaults: dict  # its parameters and their defaults
     layout: str     # which ids mean what
+    @property
+    def defaults(self) -> dict:
+        "Its parameters and their defaults: the generator's arguments after (batch, seq_len, rng)."
+        return {k: p.default for k, p in list(inspect.signature(self.fn).parameters.items())[3:]}
 
 TASKS: dict[str, Task] = {
-    'passkey': Task(passkey, dict(vocab_size=64, passkey_len=5, depth=None),
-                    '0-9 digits, 10..V-3 filler, V-2 KEY, V-1 QUERY'),
-    'associative_recall': Task(associative_recall, dict(vocab_size=64, num_pairs=8),
-                               '0 blank (query region), 1..V/2-1 keys, V/2..V-1 values'),
-    'copy': Task(copy, dict(vocab_size=32, copy_len=16), '0 pad, 1..V-2 data, V-1 SEP'),
-    'induction_heads': Task(induction_heads, dict(vocab_size=16), '0..V-2 data, V-1 SPECIAL'),
-    'selective_copy': Task(selective_copy, dict(vocab_size=16, copy_len=16), '0 noise, 1..V-2 data, V-1 SEP'),
+    'passkey': Task(passkey, '0-9 digits, 10..V-3 filler, V-2 KEY, V-1 QUERY'),
+    'associative_recall': Task(associative_recall, '0 blank (query region), 1..V/2-1 keys, V/2..V-1 values'),
+    'copy': Task(copy, '0 pad, 1..V-2 data, V-1 SEP'),
+    'induction_heads': Task(induction_heads, '0..V-2 data, V-1 SPECIAL'),
+    'selective_copy': Task(selective_copy, '0 noise, 1..V-2 data, V-1 SEP'),
 }
 
 def get_task(name: str,  # a key of `TASKS`
