@@ -123,6 +123,9 @@ def free_after_oom(model,   # the model whose step ran out of memory
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
     if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
 
+_NO_STEP = dict(tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='', peak_mib=None, step_mib=None,
+                disturbed=None)   # a block's row without a measured step
+
 def gpu_block_row(model,             # an `LM` on `device`
                   L: int,            # sequence length
                   device,            # where it runs
@@ -137,18 +140,16 @@ def gpu_block_row(model,             # an `LM` on `device`
     Out of memory is a row, not a crash, and leaves nothing allocated behind."""
     from longctx_nb.model import flops_per_token
     from longctx_nb.measure import mfu as _mfu, format_mfu
-    row = dict(block=model.cfg.block, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
-               peak_mib=None, step_mib=None, disturbed=None, note='')
-    oom, step = False, None
+    row = dict(block=model.cfg.block, L=L, **_NO_STEP, note='')
     try:
         step = train_step_fn(model, batch, L, device, precision)
         t = time_reps(step, device, reps, warmup=1, timer=timer)   # the warm-up step creates the optimizer state
         total, above = step_memory(step, device)
     except Exception as e:
         if not _is_oom(e): raise
-        oom = True
+        t = None                   # out of memory
     step = None                    # the optimizer state goes with it
-    if oom:                        # outside the `except`: the exception and its traceback are gone
+    if t is None:                  # outside the `except`: the exception and its traceback are gone
         free_after_oom(model, device)
         return row | dict(note='out of memory')
     fps = flops_per_token(model.cfg, L) * batch * L / t.min
@@ -261,12 +262,9 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
         if device.type == 'cuda': torch.cuda.empty_cache()
 
 def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic, timer=None):
-    """fits(L) for `largest_fitting`: `gpu_block_row` at L (a warm-up, a timed and a measured training step); out of
-    memory -> False, a timed step slower than `max_seconds` -> None, another error -> `ProbeFailed`. It raises
-    `TimeLimit` rather than start a try that would not end before `deadline`, judged from the last one: its three
-    steps scaled as L squared (the worst a block scales), plus what it spent besides them (compiling FlexAttention
-    for a new length, say). `timer` times the tries and their steps (None: the wall clock; a test passes a fake one,
-    so that what it asserts does not depend on the machine's speed)."""
+    """fits(L) for `largest_fitting`: `gpu_block_row` at L (three steps); out of memory -> False, a step slower than
+    `max_seconds` -> None, another error -> `ProbeFailed`; `TimeLimit` rather than start a try that would not end before
+    `deadline` (the last try's steps scaled as L squared, plus its other time). `timer`: the tries' clock."""
     last, now = [], timer or time.perf_counter
     def fits(L):
         if deadline is not None and last:
@@ -332,17 +330,15 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
         t0, n = clock(), len(blocks)   # and at least a third of an equal share, should the blocks before overrun theirs
         for i, (b, m) in enumerate(_gpu_models(blocks, size, window_size, chunk_size, device)):
             yield b, m, None if not seconds else clock() + max((t0 + seconds - clock()) / (n - i), seconds / (3 * n))
-    empty = dict(tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='', peak_mib=None, step_mib=None,
-                 disturbed=None)
     if 'blocks' in rows:
         for b, m, deadline in deadlines(blocks_seconds):
             for L in Ls:
-                if deadline is not None and clock() >= deadline: r = dict(block=b, L=L, **empty, note='not run (time '
-                                                                                                      'limit)')
+                if deadline is not None and clock() >= deadline:
+                    r = dict(block=b, L=L, **_NO_STEP, note='not run (time limit)')
                 else:
                     try: r = gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
                     except Exception as e:      # one broken path must not cost the rest of the table
-                        r = dict(block=b, L=L, **empty, note=f'error: {_one_line(e, 200)}')
+                        r = dict(block=b, L=L, **_NO_STEP, note=f'error: {_one_line(e, 200)}')
                     if r['note'].startswith('error: '): free_after_oom(m, device)   # once the traceback is gone
                 rows['blocks'].append(r); save()
     if 'fits' in rows:
@@ -365,7 +361,7 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
               check_len: int = 1024,       # sequence length of the kernel comparisons
               max_len: int = 2**20,        # longest length the fit search tries
               max_seconds: float = 10.0,   # a step slower than this stops the fit search of its block
-              fit_seconds: float = 150.0,  # time of the fit search, shared by the blocks; cut short: '≥ L (time limit)'
+              fit_seconds: float = 150.0,  # fit search time, shared by the blocks; cut short: '≥ L (time limit)'
               blocks_seconds: float = 0.0, # time of the blocks' table, shared (0: no limit); rows past it say 'not run'
               window_size: int = 256,      # window of the local-attention blocks
               chunk_size: int = 256,       # chunk length of blade
@@ -380,9 +376,8 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
     for flag, v in (('max_seconds', max_seconds), ('fit_seconds', fit_seconds)):   # any positive number, 0.5 too
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
             raise UsageError(f'--{flag} {v}: must be a positive number of seconds.')
-    if not (math.isfinite(blocks_seconds) and blocks_seconds >= 0): raise UsageError('--blocks_seconds '
-                                                                                     f'{blocks_seconds}: must be 0 (no '
-                                                                                     'limit) or more.')
+    if not (math.isfinite(blocks_seconds) and blocks_seconds >= 0):
+        raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
     return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len,
                       max_len, max_seconds, window_size, chunk_size, out, verbose, fit_seconds=fit_seconds,
                       blocks_seconds=blocks_seconds)
