@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib, csv, importlib, inspect, math, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError, get_device
+from .core import UsageError, autocast, get_device, seed_everything
 from .measure import DISTURBED_SPREAD, Timing, bench_clock, busy_cores, pyplot, time_reps
 from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
-from .model import block_names
+from .model import block_names, count_params, create_model, param_groups
 from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
@@ -300,8 +300,6 @@ def train_step_fn(model,          # an `LM` (or any module whose `cfg` or `confi
                   logits=None,    # token ids -> logits (default: `model(ids)`; transformers' return an output object)
                  ):               # a function of no arguments: one step
     "One AdamW training step of `model` on fixed random tokens (next-token cross-entropy), as a function to time."
-    from longctx_nb.model import param_groups
-    from longctx_nb.core import autocast
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
     vocab = (model.cfg if hasattr(model, 'cfg') else model.config).vocab_size
     x = torch.randint(0, vocab, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
@@ -367,7 +365,6 @@ def hf_counterpart(name: str,     # a key of `HF_BLOCKS`
     """transformers' model `name` at the size of our model `ours`, the function giving its logits, and a note of
     what differs."""
     from longctx_nb.hf import to_hf, logit_gap, quiet_transformers
-    from longctx_nb.model import count_params
     cfg, n_ours, d_ours = ours.cfg, count_params(ours), count_params(ours, non_embedding=True)
     if name in ('hf-llama', 'hf-mamba'):
         hf = to_hf(ours, max_position_embeddings=max_len).train()
@@ -475,8 +472,6 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' of our
                  verbose: bool = True,    # print the table
                 ) -> list[dict]:          # one row per (block, L)
     "Time per token and peak memory of one training step of each block's LM at each length, the models timed in turn."
-    from longctx_nb.model import create_model, count_params
-    from longctx_nb.core import get_device, seed_everything
     device = get_device(device or 'auto')
     check_positive(L=list(Ls), batch=batch, reps=reps, window_size=window_size, chunk_size=chunk_size)
     ours, kw = _check_blocks(blocks, Ls, window_size), {'window_size': window_size, 'chunk_size': chunk_size}

@@ -6,10 +6,14 @@
 from __future__ import annotations
 import gc, json, math, time
 import torch
-from .core import UsageError
-from .measure import peak_memory_bytes, time_reps
+from .core import UsageError, autocast_dtype, parse_precision, seed_everything
+from .measure import device_name, device_peak_flops, format_mfu, mfu as _mfu, peak_memory_bytes, time_reps
 from .kernels.dispatch import try_import
-from .config import check_writable_dir
+from .kernels.scan import scan_impls, scan_inputs, selective_scan
+from .kernels.conv import causal_conv1d, conv_impls
+from .kernels.attention import attention_impls, clear_pattern_caches, local_attention
+from .config import SIZE_PRESETS, check_writable_dir
+from .model import count_params, create_model, flops_per_token
 from .checkpoint import atomic_write
 from .memory import check_positive, format_bytes
 from .bench import ALL_BLOCKS, compare_impl, require_cuda, train_step_fn
@@ -25,9 +29,6 @@ GPU_PATHS = {'selective_scan': ('cuda', 'torch'), 'causal_conv1d': ('cuda',), 'l
 
 def kernel_impls() -> dict:  # kernel -> its `KernelImpls`
     "Each kernel's implementations, by the name the GPU check gives the kernel."
-    from longctx_nb.kernels.scan import scan_impls
-    from longctx_nb.kernels.conv import conv_impls
-    from longctx_nb.kernels.attention import attention_impls
     return {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls}
 
 def not_installed(kernel: str,  # a key of `kernel_impls()`
@@ -52,9 +53,6 @@ def kernel_cases(device,              # where the tensors go
                  dim: int = 64,       # channels of the scan and the convolution
                 ) -> dict:            # kernel -> (fn(impl) -> output, leaves)
     "One fp32 problem per kernel: a Mamba-like scan, a width-4 SiLU convolution, windowed attention with global tokens."
-    from longctx_nb.kernels.scan import selective_scan, scan_inputs
-    from longctx_nb.kernels.conv import causal_conv1d
-    from longctx_nb.kernels.attention import local_attention
     g = torch.Generator().manual_seed(L)
     leaf = lambda *s: torch.randn(*s, generator=g).to(device).requires_grad_(True)
     s = scan_inputs(2, dim, L, 16, device=device, seed=L)
@@ -118,7 +116,6 @@ def free_after_oom(model,   # the model whose step ran out of memory
                   ):
     """After an out-of-memory error: drop the gradients it left and the cached attention patterns, collect the
     failed step's tensors, return the cache."""
-    from longctx_nb.kernels.attention import clear_pattern_caches
     model.zero_grad(set_to_none=True); clear_pattern_caches()
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
     if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
@@ -138,8 +135,6 @@ def gpu_block_row(model,             # an `LM` on `device`
     """Throughput, MFU and memory of one training step of `model` at length `L`: `peak_mib` is the whole step's peak
     (weights, optimizer state, gradients, activations), `step_mib` what the step adds above what was held before it.
     Out of memory is a row, not a crash, and leaves nothing allocated behind."""
-    from longctx_nb.model import flops_per_token
-    from longctx_nb.measure import mfu as _mfu, format_mfu
     row = dict(block=model.cfg.block, L=L, **_NO_STEP, note='')
     try:
         step = train_step_fn(model, batch, L, device, precision)
@@ -251,9 +246,6 @@ GPU_PARTS = ('compare', 'blocks', 'fits')
 def _gpu_models(blocks, size, window_size, chunk_size, device):
     """Each block's model on `device`, one at a time: the previous one's memory is freed first (its tensors moved to
     the meta device, whoever still holds the module), and the attention patterns cached for it are dropped."""
-    from longctx_nb.model import create_model
-    from longctx_nb.core import seed_everything
-    from longctx_nb.kernels.attention import clear_pattern_caches
     for block in blocks:
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
@@ -284,8 +276,6 @@ def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.
     return fits
 
 def _check_gpu_args(blocks, size, parts, precision):
-    from longctx_nb.config import SIZE_PRESETS
-    from longctx_nb.core import parse_precision
     for what, got, valid in (('--blocks', blocks, ALL_BLOCKS), ('--size', [size], list(SIZE_PRESETS)),
                              ('--parts', parts, GPU_PARTS)):
         bad = [x for x in got if x not in valid]
@@ -302,9 +292,6 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
     """The parts of `bench_gpu` on `device` (a CPU in the tests). At the start and after each row, the rows of every
     part (this run's, and an earlier run's of the other parts, if it had the same `GPU_SAME` settings) are saved in
     gpu_rows.json and gpu_table.md is written from them, each file atomically."""
-    from longctx_nb.core import autocast_dtype, parse_precision
-    from longctx_nb.measure import device_peak_flops, device_name
-    from longctx_nb.model import count_params
     out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
     peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)
     info = dict(device=device_name(device), torch=torch.__version__, size=size, batch=batch, precision=precision,
