@@ -332,11 +332,10 @@ def print_block_bench(rows: list[dict],  # from `bench_blocks`
     print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'median':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} "
           f"{'peak MiB':>9}")
     for r in rows:
-        first.setdefault(r['block'], r['us_per_token'])
+        u0 = first.setdefault(r['block'], r['us_per_token'])   # its time per token at its shortest length
         print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r.get('ms_median', r['ms']):>9.1f} "
-              f"{r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
-              f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}"
-              + (' !' if r.get('disturbed') else ''))
+              f"{r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} {r['us_per_token'] / u0:>10.2f}x "
+              f"{r['peak_mib']:>9.1f}" + ' !' * bool(r.get('disturbed')))
 
 # %% ../nbs/50_bench.ipynb #d31b7a80
 def plot_bench(rows: list[dict],  # from `bench_blocks`

@@ -370,10 +370,8 @@ def settings_differences(saved: dict,  # `compare_settings` of the stopped compa
         old, new = saved.get('configs', {}).get(b, {}), given['configs'][b]
         for k in sorted(set(old) | set(new)):
             if old.get(k) != new.get(k): seen.setdefault(k, []).append((b, new.get(k), old.get(k)))
-    for k, ds in seen.items():
-        b, new, old = ds[0]
-        out.append(f"--{k}={new} here, {old} there" + _blocks_note([d[0] for d in ds], given))
-    return out
+    return out + [f"--{k}={ds[0][1]} here, {ds[0][2]} there" + _blocks_note([d[0] for d in ds], given)
+                  for k, ds in seen.items()]
 
 def machine_differences(saved: dict,  # `compare_settings` of the stopped comparison
                         given: dict,  # `compare_settings` of this command

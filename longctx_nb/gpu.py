@@ -19,31 +19,28 @@ from .memory import check_positive, format_bytes
 from .bench import ALL_BLOCKS, compare_impl, require_cuda, train_step_fn
 
 # %% auto #0
-__all__ = ['GPU_PATHS', 'GPU_PARTS', 'FIT_REL', 'GPU_SAME', 'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases',
+__all__ = ['GPU_PATHS', 'KERNEL_IMPLS', 'GPU_PARTS', 'FIT_REL', 'GPU_SAME', 'not_installed', 'kernel_paths', 'kernel_cases',
            'compare_paths', 'held_bytes', 'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed',
            'largest_fitting', 'gpu_table', 'bench_gpu']
 
 # %% ../nbs/51_gpu.ipynb #c99fa6d9
-# kernel -> its GPU paths
+# kernel -> its GPU paths; its implementations (`KernelImpls`)
 GPU_PATHS = {'selective_scan': ('cuda', 'torch'), 'causal_conv1d': ('cuda',), 'local_attention': ('flex',)}
+KERNEL_IMPLS = {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls}
 
-def kernel_impls() -> dict:  # kernel -> its `KernelImpls`
-    "Each kernel's implementations, by the name the GPU check gives the kernel."
-    return {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls}
-
-def not_installed(kernel: str,  # a key of `kernel_impls()`
+def not_installed(kernel: str,  # a key of `KERNEL_IMPLS`
                   impl: str,    # one of its implementations
                  ) -> str | None:  # why its compiled module does not import, or None
     """Why `impl` of `kernel` is missing here (a compiled package that is not installed), or None when it is not
     such a path."""
-    o = next((o for o in kernel_impls()[kernel].optional if o.name == impl), None)
+    o = next((o for o in KERNEL_IMPLS[kernel].optional if o.name == impl), None)
     return try_import(o.module)[1] if o is not None and o.module else None
 
 def kernel_paths(device,  # where the blocks run
                 ) -> str:
     "What each kernel's `'auto'` runs on `device`, naming the compiled kernels that are not installed."
     out = []
-    for k, ki in kernel_impls().items():
+    for k, ki in KERNEL_IMPLS.items():
         missing = [o.module for o in ki.optional if not_installed(k, o.name)]
         out.append(f"{k} {ki.auto(device)}" + (f" ({', '.join(missing)} not installed)" if missing else ''))
     return ', '.join(out)
@@ -80,7 +77,7 @@ def compare_paths(device,                      # where they run
             row = dict(kernel=name, L=L, impl=impl, ref='ref', out_err=None, grad_err=None)
             if (why := not_installed(name, impl)):
                 rows.append(row | dict(ok=None, note=f"not installed ({_one_line(why, 160)}); 'auto' runs "
-                                                     f"{kernel_impls()[name].auto(device)}"))
+                                                     f"{KERNEL_IMPLS[name].auto(device)}"))
                 continue
             try: rows.append(row | compare_impl(fn, leaves, impl, tol=tol) | dict(note=''))
             except Exception as e: rows.append(row | dict(ok=False, note=_one_line(e)))
