@@ -31,8 +31,7 @@ KERNEL_IMPLS = {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'loca
 def not_installed(kernel: str,  # a key of `KERNEL_IMPLS`
                   impl: str,    # one of its implementations
                  ) -> str | None:  # why its compiled module does not import, or None
-    """Why `impl` of `kernel` is missing here (a compiled package that is not installed), or None when it is not
-    such a path."""
+    "Why `impl` of `kernel` is missing here (its compiled package is not installed), or None if it is no such path."
     o = next((o for o in KERNEL_IMPLS[kernel].optional if o.name == impl), None)
     return try_import(o.module)[1] if o is not None and o.module else None
 
@@ -97,8 +96,7 @@ def held_bytes(step,   # a `train_step_fn` step
 def step_memory(step,     # a `train_step_fn` step, run once already (the optimizer state exists)
                 device,   # where it runs
                ) -> tuple[int, int]:  # (peak bytes of the whole step, peak bytes above what was held before it)
-    """One more call of `step`: its peak in all (weights, optimizer state, gradients, activations) and above what it
-    held."""
+    "One more call of `step`: its peak (weights, optimizer state, gradients, activations), and that above what it held."
     device = torch.device(device)
     if device.type == 'cuda':
         torch.cuda.synchronize(device); held = torch.cuda.memory_allocated(device)
@@ -111,8 +109,7 @@ def step_memory(step,     # a `train_step_fn` step, run once already (the optimi
 def free_after_oom(model,   # the model whose step ran out of memory
                    device,  # where it runs
                   ):
-    """After an out-of-memory error: drop the gradients it left and the cached attention patterns, collect the
-    failed step's tensors, return the cache."""
+    "After an out of memory: drop its gradients and the cached attention patterns, collect its tensors, free the cache."
     model.zero_grad(set_to_none=True); clear_pattern_caches()
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
     if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
@@ -129,9 +126,8 @@ def gpu_block_row(model,             # an `LM` on `device`
                   reps: int = 5,     # timed steps
                   timer=None,        # the steps' clock (seconds); None: the `bench_clock`; a test passes a fake one
                  ) -> dict:          # block, L, tokens_per_sec(_median), mfu(_note), peak/step_mib, disturbed, note
-    """Throughput, MFU and memory of one training step of `model` at length `L`: `peak_mib` is the whole step's peak
-    (weights, optimizer state, gradients, activations), `step_mib` what the step adds above what was held before it.
-    Out of memory is a row, not a crash, and leaves nothing allocated behind."""
+    """Tokens/s, MFU and memory of a training step of `model` at length `L` (`peak_mib`: the whole step's peak,
+    `step_mib`: what it adds to what it held); out of memory is a row, not a crash, and leaves nothing behind."""
     row = dict(block=model.cfg.block, L=L, **_NO_STEP, note='')
     try:
         step = train_step_fn(model, batch, L, device, precision)
@@ -286,9 +282,8 @@ GPU_SAME = ('device', 'torch', 'size', 'batch', 'precision')   # what an earlier
 def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
                window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, blocks_seconds=None,
                clock=time.monotonic, timer=None):
-    """The parts of `bench_gpu` on `device` (a CPU in the tests). At the start and after each row, the rows of every
-    part (this run's, and an earlier run's of the other parts, if it had the same `GPU_SAME` settings) are saved in
-    gpu_rows.json and gpu_table.md is written from them, each file atomically."""
+    """The parts of `bench_gpu` on `device` (a CPU in the tests); at the start and after each row, every part's rows
+    (an earlier run's of the other parts, if it had the same `GPU_SAME` settings) saved: gpu_rows.json, gpu_table.md."""
     out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
     peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)
     info = dict(device=device_name(device), torch=torch.__version__, size=size, batch=batch, precision=precision,
