@@ -7,20 +7,20 @@ from __future__ import annotations
 import contextlib, csv, importlib, inspect, math, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError, get_device
+from .core import UsageError, autocast, get_device, seed_everything
 from .measure import DISTURBED_SPREAD, Timing, bench_clock, busy_cores, pyplot, time_reps
 from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
-from .model import block_names
+from .model import block_names, count_params, create_model, param_groups
 from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
 __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'RATIOS_APART', 'ALL_BLOCKS',
            'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
-           'bench_main', 'train_step_fn', 'train_step_timing', 'train_step_cost', 'print_block_bench', 'plot_bench',
-           'hf_counterpart', 'print_hf_pairs', 'bench_blocks', 'require_cuda', 'compare_impl']
+           'bench_main', 'train_step_fn', 'train_step_timing', 'print_block_bench', 'plot_bench', 'hf_counterpart',
+           'print_hf_pairs', 'bench_blocks', 'require_cuda', 'compare_impl']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -34,12 +34,14 @@ BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': 
               'dpassm': ('impl', 'both paths')}  # name column, reference
 MIN_REPS = 5   # longctx_bench's default timed calls per case (at least): min and median need a few
 
+def _named(spec: str):   # the object a 'module:name' string names
+    mod, name = spec.split(':'); return getattr(importlib.import_module(mod), name)
+
 def get_bench(name: str,  # a key of `BENCHES`
              ):
     "The benchmark function registered as `name`."
     if name not in BENCHES: raise UsageError(f"unknown benchmark {name!r}; valid choices: {', '.join(BENCHES)}")
-    mod, fn = BENCHES[name].split(':')
-    return getattr(importlib.import_module(mod), fn)
+    return _named(BENCHES[name])
 
 def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the command's own parser
                 ) -> Parser:
@@ -85,8 +87,7 @@ def _bench_bytes(name: str, ns: dict) -> int | None:
 def _check_impls(name: str, impls, device):
     "Every `--impls` name is valid and runs on `device`, before the first one is timed."
     if name not in BENCH_IMPLS: return
-    mod, obj = BENCH_IMPLS[name][0].split(':')
-    ki, extra = getattr(importlib.import_module(mod), obj), BENCH_IMPLS[name][1]
+    ki, extra = _named(BENCH_IMPLS[name][0]), BENCH_IMPLS[name][1]
     for impl in impls:
         if impl in extra: continue
         if impl not in ki.choices:
@@ -157,10 +158,9 @@ def check_args(fn,         # the benchmark function
         one = d[0] if isinstance(d, (tuple, list)) and d else d
         flag = 'L' if k == 'Ls' else k
         if isinstance(one, int) and not isinstance(one, bool) and one > 0: check_positive(**{flag: v})
-        if isinstance(one, float) and v is not None:   # positive where the default is; else the function says
-            if one > 0 and not (math.isfinite(v) and v > 0): raise UsageError(f"--{flag}={v} must be a positive finite "
-                                                                              "number.")
-            if not math.isfinite(v): raise UsageError(f"--{flag}={v} must be a finite number.")
+        if isinstance(one, float) and v is not None and not (math.isfinite(v) and (v > 0 or one <= 0)):
+            # positive where the default is; else the function says
+            raise UsageError(f"--{flag}={v} must be a {'positive finite' if one > 0 else 'finite'} number.")
     if ns.get('reps', 1) > 1000: raise UsageError(f"--reps={ns['reps']}: at most 1000 timed repetitions.")
     if 'device' in ns: ns['device'] = str(device := get_device('auto' if ns['device'] is None else ns['device']))
     else: device = get_device('auto')
@@ -207,6 +207,8 @@ def pinned_threads(n: int | None = None,  # CPU threads for torch; None: keep th
 # %% ../nbs/50_bench.ipynb #6cf1b48b
 RATIOS_APART = 0.1   # a ratio of the minima this far (relative) from the paired ratio is marked '~'
 
+def _x(v, w: int) -> str: return f"{v:>{w - 1}.2f}x" if v is not None else f"{'-':>{w}}"   # a ratio, `w` wide
+
 def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), ms_median, disturbed, note, times_ms
                  key: str = 'impl',  # the name column ('impl', 'block')
                  ref: str | None = 'ref',  # the reference's name; None: no ratios
@@ -227,10 +229,8 @@ def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), 
         bad += r.get('disturbed') is True
         p = paired_ratio(b.get('times_ms') or [], r.get('times_ms') or []) if b else None
         if p is not None and abs(b['ms'] / r['ms'] / p - 1) > RATIOS_APART: apart += 1; mark += ' ~'
-        rat = (f"{b['ms'] / r['ms']:>10.2f}x {(b.get('ms_median') or b['ms']) / med:>10.2f}x" if b else f"{'-':>11} "
-                                                                                                        f"{'-':>11}")
-        out.append(f"{r['L']:>7} {r[key]:>14} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat} "
-                   + (f"{p:>8.2f}x" if p is not None else f"{'-':>9}") + mark)
+        rat = ' '.join([_x(b and b['ms'] / r['ms'], 11), _x(b and (b.get('ms_median') or b['ms']) / med, 11), _x(p, 9)])
+        out.append(f"{r['L']:>7} {r[key]:>14} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}" + mark)
     out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
     if apart: out.append(f"'~': {apart} ratio(s) of the minima more than {RATIOS_APART:.0%} from the paired one: the "
                          "load moved between rounds; trust neither to that precision")
@@ -300,8 +300,6 @@ def train_step_fn(model,          # an `LM` (or any module whose `cfg` or `confi
                   logits=None,    # token ids -> logits (default: `model(ids)`; transformers' return an output object)
                  ):               # a function of no arguments: one step
     "One AdamW training step of `model` on fixed random tokens (next-token cross-entropy), as a function to time."
-    from longctx_nb.model import param_groups
-    from longctx_nb.core import autocast
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4)
     vocab = (model.cfg if hasattr(model, 'cfg') else model.config).vocab_size
     x = torch.randint(0, vocab, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seq_len)).to(device)
@@ -326,17 +324,6 @@ def train_step_timing(model,          # an `LM` on `device`
     t = time_reps(step, device, reps, warmup=1)  # the warm-up creates the optimizer state before memory is measured
     return t, peak_memory_bytes(step, device)
 
-def train_step_cost(model,          # an `LM` on `device`
-                    batch: int,     # sequences per step
-                    seq_len: int,   # tokens per sequence
-                    device,         # where `model` is
-                    reps: int = 2,  # timed steps; the fastest counts
-                   ) -> tuple[float, int]:  # (seconds of the fastest step, peak bytes of one step)
-    """Cost of one AdamW training step of `model` on random tokens: its best time and its peak memory (after a
-    warm-up step)."""
-    t, peak = train_step_timing(model, batch, seq_len, device, reps)
-    return t.min, peak
-
 # %% ../nbs/50_bench.ipynb #80137f1e
 def print_block_bench(rows: list[dict],  # from `bench_blocks`
                      ):
@@ -345,11 +332,10 @@ def print_block_bench(rows: list[dict],  # from `bench_blocks`
     print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'median':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} "
           f"{'peak MiB':>9}")
     for r in rows:
-        first.setdefault(r['block'], r['us_per_token'])
+        u0 = first.setdefault(r['block'], r['us_per_token'])   # its time per token at its shortest length
         print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r.get('ms_median', r['ms']):>9.1f} "
-              f"{r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} "
-              f"{r['us_per_token'] / first[r['block']]:>10.2f}x {r['peak_mib']:>9.1f}"
-              + (' !' if r.get('disturbed') else ''))
+              f"{r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} {r['us_per_token'] / u0:>10.2f}x "
+              f"{r['peak_mib']:>9.1f}" + ' !' * bool(r.get('disturbed')))
 
 # %% ../nbs/50_bench.ipynb #d31b7a80
 def plot_bench(rows: list[dict],  # from `bench_blocks`
@@ -378,7 +364,6 @@ def hf_counterpart(name: str,     # a key of `HF_BLOCKS`
     """transformers' model `name` at the size of our model `ours`, the function giving its logits, and a note of
     what differs."""
     from longctx_nb.hf import to_hf, logit_gap, quiet_transformers
-    from longctx_nb.model import count_params
     cfg, n_ours, d_ours = ours.cfg, count_params(ours), count_params(ours, non_embedding=True)
     if name in ('hf-llama', 'hf-mamba'):
         hf = to_hf(ours, max_position_embeddings=max_len).train()
@@ -388,18 +373,18 @@ def hf_counterpart(name: str,     # a key of `HF_BLOCKS`
         same = f"our {cfg.block}'s weights ({n:,} parameters, ours {n_ours:,}; logits within {logit_gap(ours, hf):.0e})"
         if name == 'hf-llama':
             impl = hf.config._attn_implementation
-            return hf, lambda x: hf(input_ids=x, use_cache=False).logits, (
-                f"hf-llama: transformers' LlamaForCausalLM with {same}, attention {impl!r}"
-                + (" (torch's SDPA, causal, as our vanilla)." if impl == 'sdpa' else " (ours: torch's SDPA, causal)."))
-        from transformers.utils.import_utils import is_mambapy_available
-        for m in hf.modules():
-            if hasattr(m, 'use_mambapy'): m.use_mambapy = is_mambapy_available()
-        hf.config.use_mambapy = is_mambapy_available()
-        path = ("mambapy's parallel scan (use_mambapy=True)" if is_mambapy_available() else
-                "its sequential loop over tokens (mambapy is not installed)")
-        return hf, lambda x: hf(input_ids=x, use_cache=False).logits, (
-            f"hf-mamba: transformers' MambaForCausalLM with {same}; on the CPU (and on a GPU without its kernels) it "
-            f"runs its torch path with {path}.")
+            note = f"hf-llama: transformers' LlamaForCausalLM with {same}, attention {impl!r}" + (
+                " (torch's SDPA, causal, as our vanilla)." if impl == 'sdpa' else " (ours: torch's SDPA, causal).")
+        else:
+            from transformers.utils.import_utils import is_mambapy_available
+            mp = is_mambapy_available()
+            for m in (hf.config, *hf.modules()):
+                if hasattr(m, 'use_mambapy'): m.use_mambapy = mp
+            path = ("mambapy's parallel scan (use_mambapy=True)" if mp else
+                    "its sequential loop over tokens (mambapy is not installed)")
+            note = (f"hf-mamba: transformers' MambaForCausalLM with {same}; on the CPU (and on a GPU without its "
+                    f"kernels) it runs its torch path with {path}.")
+        return hf, lambda x: hf(input_ids=x, use_cache=False).logits, note
     w, g, d_mlp = cfg.window_size, cfg.n_global_tokens, 3 * cfg.d_ff // 2
     with quiet_transformers() as tf:
         lc = tf.LongformerConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
@@ -438,10 +423,9 @@ def print_hf_pairs(rows: list[dict],  # from `bench_blocks`: ours and transforme
               f"{'ratio(med)':>11} {'paired':>9} {'MiB ours':>9} {'MiB hf':>9}")
     for o, h in pairs:
         p = paired_ratio(h.get('times_ms') or [], o.get('times_ms') or [])
-        print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} "
-              f"{h['ms'] / o['ms']:>10.2f}x {h['ms_median'] / o['ms_median']:>10.2f}x "
-              + (f"{p:>8.2f}x" if p is not None else f"{'-':>9}") + f" {o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}"
-              + (' !' if o.get('disturbed') or h.get('disturbed') else ''))
+        rat = ' '.join([_x(h['ms'] / o['ms'], 11), _x(h['ms_median'] / o['ms_median'], 11), _x(p, 9)])
+        print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} {rat} "
+              f"{o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}" + ' !' * bool(o.get('disturbed') or h.get('disturbed')))
     for n in notes: print('note:', n)
 
 # %% ../nbs/50_bench.ipynb #04780594
@@ -486,8 +470,6 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' of our
                  verbose: bool = True,    # print the table
                 ) -> list[dict]:          # one row per (block, L)
     "Time per token and peak memory of one training step of each block's LM at each length, the models timed in turn."
-    from longctx_nb.model import create_model, count_params
-    from longctx_nb.core import get_device, seed_everything
     device = get_device(device or 'auto')
     check_positive(L=list(Ls), batch=batch, reps=reps, window_size=window_size, chunk_size=chunk_size)
     ours, kw = _check_blocks(blocks, Ls, window_size), {'window_size': window_size, 'chunk_size': chunk_size}

@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_checkpoint.ipynb #42f7ca0d
 from __future__ import annotations
-import errno, hashlib, io, json, os, random, re, warnings
+import contextlib, errno, hashlib, io, json, os, random, re, warnings
 from pathlib import Path
 import numpy as np
 import torch
@@ -111,28 +111,34 @@ def _write_tmp(tmp: Path, write) -> str:
         f.flush(); os.fsync(f.fileno())
     return h.h.hexdigest()
 
+@contextlib.contextmanager
+def _replacing(paths: list[Path]):
+    """Temporary files for `paths`, written in the block, then renamed onto them, the last first; on an error none is
+    left (an `OSError`: a `StorageError` about `paths[0]`)."""
+    tmps = [_tmp(p) for p in paths]
+    try:
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
+        yield tmps
+        for t, p in zip(tmps[::-1], paths[::-1]): os.replace(t, p)
+    except BaseException as e:
+        for t in tmps:
+            try: t.unlink(missing_ok=True)
+            except OSError: pass
+        if isinstance(e, OSError): raise StorageError(paths[0], e) from None
+        raise
+    _fsync_dir(paths[0].parent)
+
 # %% ../nbs/40_checkpoint.ipynb #9118bb5b
 def atomic_write(path,                  # the file to write
                  write,                 # bytes, str, or a function writing to a binary file object
                  digest: bool = False,  # also write the `sha256sum`-format sidecar `path`.sha256
                 ) -> Path:
     "Write `path` atomically (temporary file, fsync, rename); `StorageError` on an `OSError`, nothing partial left."
-    path = Path(path); tmps = [_tmp(path), _tmp(sidecar(path))]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    with _replacing([path, sidecar(path)] if digest else [path]) as tmps:   # the sidecar is renamed first
         h = _write_tmp(tmps[0], write)
         hold(f'write {path.name}')   # a test's signal, inside the write
-        if digest:
-            _write_tmp(tmps[1], f"{h}  {path.name}\n")
-            os.replace(tmps[1], sidecar(path))
-        os.replace(tmps[0], path)
-    except BaseException as e:
-        for t in tmps:
-            try: t.unlink(missing_ok=True)
-            except OSError: pass
-        if isinstance(e, OSError): raise StorageError(path, e) from None
-        raise
-    _fsync_dir(path.parent)
+        if digest: _write_tmp(tmps[1], f"{h}  {path.name}\n")
     return path
 
 def save_checkpoint(path,         # file to write
@@ -190,8 +196,7 @@ def read_checkpoint(path,                        # a checkpoint file
         if ck['format'] == FORMAT: raise CheckpointError(f"{name} has no {side.name}: its SHA-256 sidecar is missing.")
         warnings.warn(f"{name} was written by an older longctx_nb, without a digest: its content CANNOT be verified "
                       f"and is loaded as is. If you trust it, `sha256sum {path.name} > {side.name}` in its folder "
-                      "vouches for it.",
-                      stacklevel=2)
+                      "vouches for it.", stacklevel=2)
     missing = [k for k in required if k not in ck]
     cfg = ck.get('config')
     if 'config' in required and 'config' in ck and not (isinstance(cfg, dict) and isinstance(cfg.get('model'), dict)):
@@ -277,21 +282,11 @@ def export_model(model: torch.nn.Module,  # an `LM`
                 ) -> Path:                # the safetensors file
     "Write `model.safetensors`, `model_config.json` (its resolved config) and `SHA256SUMS` into `out_dir`, atomically."
     out = Path(out_dir); names = ['model.safetensors', 'model_config.json', _SUMS]
-    tmps = [_tmp(out / n) for n in names]
-    try:
-        out.mkdir(parents=True, exist_ok=True)
+    with _replacing([out / n for n in names]) as tmps:   # renamed the sums first, the weights last
         sums = {names[0]: _write_tmp(tmps[0], _safetensors_bytes(model)),
                 names[1]: _write_tmp(tmps[1], json.dumps(vars(model.cfg), indent=2) + '\n')}
         if (out / 'tokenizer.json').is_file(): sums['tokenizer.json'] = file_sha256(out / 'tokenizer.json')
         _write_tmp(tmps[2], ''.join(f"{h}  {n}\n" for n, h in sums.items()))
-        for t, n in zip(tmps[::-1], names[::-1]): os.replace(t, out / n)   # the sums first, the weights last
-    except BaseException as e:
-        for t in tmps:
-            try: t.unlink(missing_ok=True)
-            except OSError: pass
-        if isinstance(e, OSError): raise StorageError(out / names[0], e) from None
-        raise
-    _fsync_dir(out)
     return out / 'model.safetensors'
 
 def verify_export(d,  # an exported folder
@@ -308,8 +303,7 @@ def verify_export(d,  # an exported folder
         if fmt == EXPORT_FORMAT: raise CheckpointError(f"{str(d)!r} has no {_SUMS}: the export's digests are missing.")
         warnings.warn(f"{str(d)!r} was exported by an older longctx_nb, without {_SUMS}: its content CANNOT be "
                       f"verified and is loaded as is. If you trust it, `sha256sum {' '.join(_COVERED[:2])} > {_SUMS}` "
-                      "there vouches for it.",
-                      stacklevel=3)
+                      "there vouches for it.", stacklevel=3)
         return
     try: want = dict(reversed(l.split(None, 1)) for l in sums.read_text().splitlines() if l.strip())
     except (OSError, ValueError) as e: raise CheckpointError(f"{str(sums)!r} cannot be read ({e}).") from None

@@ -19,7 +19,7 @@ from .synthetic import from_config as task_from_config
 from .train import train, Stopped, kernel_report
 from .runs import RESUME_LAST
 from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
-from .bench import ALL_BLOCKS, train_step_cost
+from .bench import ALL_BLOCKS, train_step_timing
 from .scores import (load_for_eval, task_accuracy, passkey_grid, passkey_generator, text_data, perplexity, drift_curve,
                                unigram_loss)
 from .report import report_table, at_chance, chance_note, noise_notes, write_report
@@ -28,23 +28,20 @@ from . import __version__
 
 # %% auto #0
 __all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'COMPARE_FILE', 'RESULTS_DIR', 'ROW_KEYS', 'COMPARE_FLAGS',
-           'match_layers', 'block_configs', 'match_depths', 'dense_settings', 'check_sparse', 'default_curriculum',
-           'curriculum_overrides', 'join_stopped_windows', 'step_stats', 'train_and_eval', 'sweep_lrs', 'summarize',
-           'write_row', 'read_row', 'machine', 'compare_settings', 'settings_differences', 'machine_differences',
-           'saved_comparison', 'run_comparison', 'compare_blocks', 'compare_parser', 'compare_main']
+           'match_depths', 'block_configs', 'dense_settings', 'check_sparse', 'default_curriculum',
+           'curriculum_overrides', 'join_stopped_windows', 'train_and_eval', 'sweep_lrs', 'summarize', 'write_row',
+           'read_row', 'machine', 'compare_settings', 'settings_differences', 'machine_differences', 'saved_comparison',
+           'run_comparison', 'compare_blocks', 'compare_parser', 'compare_main']
 
 # %% ../nbs/63_compare.ipynb #85387b09
-def match_layers(cfgs: dict[str, Config],  # block -> its training config
-                ) -> dict[str, int]:
-    "For each block's config, the number of layers that brings its parameters closest to the largest model's."
-    size = {b: count_params(LM(c.model)) for b, c in cfgs.items()}
+def match_depths(cfgs: dict[str, Config],  # block -> its training config
+                ) -> dict[str, Config]:
+    "`cfgs` with each block's depth raised to bring its parameters closest to the largest model's."
     probe = lambda c, n: count_params(LM(apply_overrides(c, {'model.n_layers': n}).model))
-    target = max(size.values())
-    out = {}
+    target, out = max(count_params(LM(c.model)) for c in cfgs.values()), {}
     for b, c in cfgs.items():
-        p1, p2 = probe(c, 1), probe(c, 2)      # parameters are linear in the depth
-        per_layer, rest = p2 - p1, 2 * p1 - p2
-        out[b] = max(1, round((target - rest) / per_layer))
+        p1, p2 = probe(c, 1), probe(c, 2)   # parameters are linear in the depth: p2 - p1 a layer, 2 p1 - p2 the rest
+        out[b] = apply_overrides(c, {'model.n_layers': max(1, round((target - (2 * p1 - p2)) / (p2 - p1)))})
     return out
 
 SPARSE_DEFAULTS = {'model.window_size': 64, 'model.chunk_size': 64}   # well below the default length 256: all sparse
@@ -97,15 +94,9 @@ def block_configs(blocks,                                     # block names (any
             if len(why) == len(cfgs):
                 raise UsageError(f"--{k} is read by none of --blocks {' '.join(blocks)}: "
                                  + why[0].split(', and this run')[0] + '.')
-    if task != 'text':  # the model's vocabulary is the task's (no sequence made)
-        cfgs = {b: apply_overrides(c, {'model.vocab_size': task_vocab(c.data)}) for b, c in cfgs.items()}
-    else: cfgs = {b: apply_overrides(c, {'model.vocab_size': c.model.vocab_size or 256}) for b, c in cfgs.items()}
+    vocab = lambda c: task_vocab(c.data) if task != 'text' else c.model.vocab_size or 256   # a task's: no sequence made
+    cfgs = {b: apply_overrides(c, {'model.vocab_size': vocab(c)}) for b, c in cfgs.items()}
     return match_depths(cfgs) if match_params else cfgs
-
-def match_depths(cfgs: dict[str, Config],  # block -> its training config
-           ) -> dict[str, Config]:
-    "`cfgs` with each block's depth raised to bring its parameters closest to the largest model's (`match_layers`)."
-    return {b: apply_overrides(cfgs[b], {'model.n_layers': n}) for b, n in match_layers(cfgs).items()}
 
 # %% ../nbs/63_compare.ipynb #dd947cea
 def dense_settings(cfg: Config,  # a block's training config
@@ -197,16 +188,6 @@ def join_stopped_windows(curve: list,  # (step, mean loss of the window ending t
     return out + ([(prev, cut[1] / cut[0])] if cut else [])
 
 # %% ../nbs/63_compare.ipynb #5f2f2aac
-def step_stats(model,          # the model to time
-               cfg: Config,    # gives the batch and the length
-               device,         # the torch device the model is on
-               reps: int = 5,  # timed steps; the fastest counts
-              ) -> tuple[float, float]:
-    "(tokens/s of the fastest of `reps` training steps, peak MiB above the weights of one) at `cfg`'s batch and length."
-    secs, peak = train_step_cost(model, cfg.data.batch_size, cfg.data.seq_len, device, reps)
-    model.eval()
-    return cfg.data.batch_size * cfg.data.seq_len / secs, peak / 2**20
-
 def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
     "The task (or the text loss and drift) at each length, for a trained model."
     dev, L0, B = next(ev.model.parameters()).device, cfg.data.seq_len, cfg.data.batch_size
@@ -246,9 +227,10 @@ def train_and_eval(cfg: Config,          # the training config
                train_loss=round(res.train_loss, 4), val_acc=None if res.val_acc is None else round(res.val_acc, 4),
                run_dir=str(res.run_dir), curve=join_stopped_windows(curve, cfg.trainer.log_every_n_steps, res.steps))
     row.update(_eval_row(ev, cfg, lengths, n_samples, passkey_depths))
-    tps, mib = step_stats(ev.model, cfg, next(ev.model.parameters()).device)
-    row.update(tokens_per_sec=round(tps, 1), peak_mib=round(mib, 1), seconds=round(time.time() - t0, 1))
-    return row
+    B, L = cfg.data.batch_size, cfg.data.seq_len   # the fastest of 5 training steps, and one's peak above the weights
+    t, peak = train_step_timing(ev.model, B, L, next(ev.model.parameters()).device)
+    return row | dict(tokens_per_sec=round(B * L / t.min, 1), peak_mib=round(peak / 2**20, 1),
+                      seconds=round(time.time() - t0, 1))
 
 # %% ../nbs/63_compare.ipynb #4886f13b
 def _check_compare_fits(cfgs: dict, lengths: list[int], device: str):
@@ -388,10 +370,8 @@ def settings_differences(saved: dict,  # `compare_settings` of the stopped compa
         old, new = saved.get('configs', {}).get(b, {}), given['configs'][b]
         for k in sorted(set(old) | set(new)):
             if old.get(k) != new.get(k): seen.setdefault(k, []).append((b, new.get(k), old.get(k)))
-    for k, ds in seen.items():
-        b, new, old = ds[0]
-        out.append(f"--{k}={new} here, {old} there" + _blocks_note([d[0] for d in ds], given))
-    return out
+    return out + [f"--{k}={ds[0][1]} here, {ds[0][2]} there" + _blocks_note([d[0] for d in ds], given)
+                  for k, ds in seen.items()]
 
 def machine_differences(saved: dict,  # `compare_settings` of the stopped comparison
                         given: dict,  # `compare_settings` of this command
@@ -497,8 +477,8 @@ def run_comparison(cfgs: dict[str, Config],  # block -> its training config
         if resume and f.is_file():
             try: kept[n] = read_row(f, b, lr, s); continue
             except ValueError as e: bad = f"again from step 0: {RESULTS_DIR}/{f.name} {e}"   # retrained, row rewritten
-        more, how, clear, trains = _restart(out / 'runs' / n, cfgs[b].trainer.max_steps)
-        todo[n] = ({}, bad, (out / 'runs' / n).exists(), True) if bad else (more, how, clear, trains)
+        todo[n] = ({}, bad, (out / 'runs' / n).exists(), True) if bad else _restart(out / 'runs' / n,
+                                                                                    cfgs[b].trainer.max_steps)
     if resume: print(_resume_line(out, len(plan), kept, todo), file=sys.stderr, flush=True)
     runs = {b: {lr: [] for lr in lrs} for b in cfgs}
     for b, lr, s in plan:
@@ -559,7 +539,7 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
     cfgs = match_depths(probe) if match_params else probe
     _check_compare_fits(cfgs, lengths, device)
     if task != 'text':  # every evaluation length fits the task, before training anything
-        for L in lengths: task_from_config(apply_overrides(next(iter(cfgs.values())), {'data.seq_len': L}).data)
+        for L in lengths: task_from_config(apply_overrides(c0, {'data.seq_len': L}).data)
     check_lengths(lengths, '--eval_lengths', seq_len, '--seq_len')
     dense = check_sparse(cfgs, allow_dense)
     given = compare_settings(cfgs, lrs, list(range(seed, seed + seeds)), lengths, n_samples, allow_dense,
@@ -583,12 +563,11 @@ def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `c
                           verbose)
     rows = summarize(runs, lengths, dense)
     sparse = ('window_size', 'chunk_size', 'n_random_tokens', 'n_global_tokens', 'attn_block_size')
-    m0 = next(iter(cfgs.values())).model
     settings = dict(task=task, max_steps=steps, seq_len=seq_len, curriculum=c0.trainer.curriculum,
                     curriculum_default=cur_default, batch_size=batch_size, size=size, seed=seed, seeds=seeds,
                     lr_sweep=lrs if lr_sweep is not None else None, device=str(get_device(device)),
                     match_params=match_params, eval_lengths=lengths, n_samples=n_samples, overrides=overrides,
-                    torch=torch.__version__, model={f'model.{k}': getattr(m0, k) for k in sparse})
+                    torch=torch.__version__, model={f'model.{k}': getattr(c0.model, k) for k in sparse})
     for r in rows: r['at_chance'] = at_chance(r, settings)
     path = write_report(rows, settings, out)
     if verbose:

@@ -6,43 +6,40 @@
 from __future__ import annotations
 import gc, json, math, time
 import torch
-from .core import UsageError
-from .measure import peak_memory_bytes, time_reps
+from .core import UsageError, autocast_dtype, parse_precision, seed_everything
+from .measure import device_name, device_peak_flops, format_mfu, mfu as _mfu, peak_memory_bytes, time_reps
 from .kernels.dispatch import try_import
-from .config import check_writable_dir
+from .kernels.scan import scan_impls, scan_inputs, selective_scan
+from .kernels.conv import causal_conv1d, conv_impls
+from .kernels.attention import attention_impls, clear_pattern_caches, local_attention
+from .config import SIZE_PRESETS, check_writable_dir
+from .model import count_params, create_model, flops_per_token
 from .checkpoint import atomic_write
 from .memory import check_positive, format_bytes
 from .bench import ALL_BLOCKS, compare_impl, require_cuda, train_step_fn
 
 # %% auto #0
-__all__ = ['GPU_PATHS', 'GPU_PARTS', 'FIT_REL', 'GPU_SAME', 'kernel_impls', 'not_installed', 'kernel_paths', 'kernel_cases',
+__all__ = ['GPU_PATHS', 'KERNEL_IMPLS', 'GPU_PARTS', 'FIT_REL', 'GPU_SAME', 'not_installed', 'kernel_paths', 'kernel_cases',
            'compare_paths', 'held_bytes', 'step_memory', 'free_after_oom', 'gpu_block_row', 'TimeLimit', 'ProbeFailed',
            'largest_fitting', 'gpu_table', 'bench_gpu']
 
 # %% ../nbs/51_gpu.ipynb #c99fa6d9
-# kernel -> its GPU paths
+# kernel -> its GPU paths; its implementations (`KernelImpls`)
 GPU_PATHS = {'selective_scan': ('cuda', 'torch'), 'causal_conv1d': ('cuda',), 'local_attention': ('flex',)}
+KERNEL_IMPLS = {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls}
 
-def kernel_impls() -> dict:  # kernel -> its `KernelImpls`
-    "Each kernel's implementations, by the name the GPU check gives the kernel."
-    from longctx_nb.kernels.scan import scan_impls
-    from longctx_nb.kernels.conv import conv_impls
-    from longctx_nb.kernels.attention import attention_impls
-    return {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls}
-
-def not_installed(kernel: str,  # a key of `kernel_impls()`
+def not_installed(kernel: str,  # a key of `KERNEL_IMPLS`
                   impl: str,    # one of its implementations
                  ) -> str | None:  # why its compiled module does not import, or None
-    """Why `impl` of `kernel` is missing here (a compiled package that is not installed), or None when it is not
-    such a path."""
-    o = next((o for o in kernel_impls()[kernel].optional if o.name == impl), None)
+    "Why `impl` of `kernel` is missing here (its compiled package is not installed), or None if it is no such path."
+    o = next((o for o in KERNEL_IMPLS[kernel].optional if o.name == impl), None)
     return try_import(o.module)[1] if o is not None and o.module else None
 
 def kernel_paths(device,  # where the blocks run
                 ) -> str:
     "What each kernel's `'auto'` runs on `device`, naming the compiled kernels that are not installed."
     out = []
-    for k, ki in kernel_impls().items():
+    for k, ki in KERNEL_IMPLS.items():
         missing = [o.module for o in ki.optional if not_installed(k, o.name)]
         out.append(f"{k} {ki.auto(device)}" + (f" ({', '.join(missing)} not installed)" if missing else ''))
     return ', '.join(out)
@@ -52,9 +49,6 @@ def kernel_cases(device,              # where the tensors go
                  dim: int = 64,       # channels of the scan and the convolution
                 ) -> dict:            # kernel -> (fn(impl) -> output, leaves)
     "One fp32 problem per kernel: a Mamba-like scan, a width-4 SiLU convolution, windowed attention with global tokens."
-    from longctx_nb.kernels.scan import selective_scan, scan_inputs
-    from longctx_nb.kernels.conv import causal_conv1d
-    from longctx_nb.kernels.attention import local_attention
     g = torch.Generator().manual_seed(L)
     leaf = lambda *s: torch.randn(*s, generator=g).to(device).requires_grad_(True)
     s = scan_inputs(2, dim, L, 16, device=device, seed=L)
@@ -82,7 +76,7 @@ def compare_paths(device,                      # where they run
             row = dict(kernel=name, L=L, impl=impl, ref='ref', out_err=None, grad_err=None)
             if (why := not_installed(name, impl)):
                 rows.append(row | dict(ok=None, note=f"not installed ({_one_line(why, 160)}); 'auto' runs "
-                                                     f"{kernel_impls()[name].auto(device)}"))
+                                                     f"{KERNEL_IMPLS[name].auto(device)}"))
                 continue
             try: rows.append(row | compare_impl(fn, leaves, impl, tol=tol) | dict(note=''))
             except Exception as e: rows.append(row | dict(ok=False, note=_one_line(e)))
@@ -102,8 +96,7 @@ def held_bytes(step,   # a `train_step_fn` step
 def step_memory(step,     # a `train_step_fn` step, run once already (the optimizer state exists)
                 device,   # where it runs
                ) -> tuple[int, int]:  # (peak bytes of the whole step, peak bytes above what was held before it)
-    """One more call of `step`: its peak in all (weights, optimizer state, gradients, activations) and above what it
-    held."""
+    "One more call of `step`: its peak (weights, optimizer state, gradients, activations), and that above what it held."
     device = torch.device(device)
     if device.type == 'cuda':
         torch.cuda.synchronize(device); held = torch.cuda.memory_allocated(device)
@@ -116,12 +109,13 @@ def step_memory(step,     # a `train_step_fn` step, run once already (the optimi
 def free_after_oom(model,   # the model whose step ran out of memory
                    device,  # where it runs
                   ):
-    """After an out-of-memory error: drop the gradients it left and the cached attention patterns, collect the
-    failed step's tensors, return the cache."""
-    from longctx_nb.kernels.attention import clear_pattern_caches
+    "After an out of memory: drop its gradients and the cached attention patterns, collect its tensors, free the cache."
     model.zero_grad(set_to_none=True); clear_pattern_caches()
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
     if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
+
+_NO_STEP = dict(tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='', peak_mib=None, step_mib=None,
+                disturbed=None)   # a block's row without a measured step
 
 def gpu_block_row(model,             # an `LM` on `device`
                   L: int,            # sequence length
@@ -132,23 +126,18 @@ def gpu_block_row(model,             # an `LM` on `device`
                   reps: int = 5,     # timed steps
                   timer=None,        # the steps' clock (seconds); None: the `bench_clock`; a test passes a fake one
                  ) -> dict:          # block, L, tokens_per_sec(_median), mfu(_note), peak/step_mib, disturbed, note
-    """Throughput, MFU and memory of one training step of `model` at length `L`: `peak_mib` is the whole step's peak
-    (weights, optimizer state, gradients, activations), `step_mib` what the step adds above what was held before it.
-    Out of memory is a row, not a crash, and leaves nothing allocated behind."""
-    from longctx_nb.model import flops_per_token
-    from longctx_nb.measure import mfu as _mfu, format_mfu
-    row = dict(block=model.cfg.block, L=L, tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='',
-               peak_mib=None, step_mib=None, disturbed=None, note='')
-    oom, step = False, None
+    """Tokens/s, MFU and memory of a training step of `model` at length `L` (`peak_mib`: the whole step's peak,
+    `step_mib`: what it adds to what it held); out of memory is a row, not a crash, and leaves nothing behind."""
+    row = dict(block=model.cfg.block, L=L, **_NO_STEP, note='')
     try:
         step = train_step_fn(model, batch, L, device, precision)
         t = time_reps(step, device, reps, warmup=1, timer=timer)   # the warm-up step creates the optimizer state
         total, above = step_memory(step, device)
     except Exception as e:
         if not _is_oom(e): raise
-        oom = True
+        t = None                   # out of memory
     step = None                    # the optimizer state goes with it
-    if oom:                        # outside the `except`: the exception and its traceback are gone
+    if t is None:                  # outside the `except`: the exception and its traceback are gone
         free_after_oom(model, device)
         return row | dict(note='out of memory')
     fps = flops_per_token(model.cfg, L) * batch * L / t.min
@@ -250,9 +239,6 @@ GPU_PARTS = ('compare', 'blocks', 'fits')
 def _gpu_models(blocks, size, window_size, chunk_size, device):
     """Each block's model on `device`, one at a time: the previous one's memory is freed first (its tensors moved to
     the meta device, whoever still holds the module), and the attention patterns cached for it are dropped."""
-    from longctx_nb.model import create_model
-    from longctx_nb.core import seed_everything
-    from longctx_nb.kernels.attention import clear_pattern_caches
     for block in blocks:
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
@@ -261,12 +247,9 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
         if device.type == 'cuda': torch.cuda.empty_cache()
 
 def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic, timer=None):
-    """fits(L) for `largest_fitting`: `gpu_block_row` at L (a warm-up, a timed and a measured training step); out of
-    memory -> False, a timed step slower than `max_seconds` -> None, another error -> `ProbeFailed`. It raises
-    `TimeLimit` rather than start a try that would not end before `deadline`, judged from the last one: its three
-    steps scaled as L squared (the worst a block scales), plus what it spent besides them (compiling FlexAttention
-    for a new length, say). `timer` times the tries and their steps (None: the wall clock; a test passes a fake one,
-    so that what it asserts does not depend on the machine's speed)."""
+    """fits(L) for `largest_fitting`: `gpu_block_row` at L (three steps); out of memory -> False, a step slower than
+    `max_seconds` -> None, another error -> `ProbeFailed`; `TimeLimit` rather than start a try that would not end before
+    `deadline` (the last try's steps scaled as L squared, plus its other time). `timer`: the tries' clock."""
     last, now = [], timer or time.perf_counter
     def fits(L):
         if deadline is not None and last:
@@ -286,8 +269,6 @@ def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.
     return fits
 
 def _check_gpu_args(blocks, size, parts, precision):
-    from longctx_nb.config import SIZE_PRESETS
-    from longctx_nb.core import parse_precision
     for what, got, valid in (('--blocks', blocks, ALL_BLOCKS), ('--size', [size], list(SIZE_PRESETS)),
                              ('--parts', parts, GPU_PARTS)):
         bad = [x for x in got if x not in valid]
@@ -301,12 +282,8 @@ GPU_SAME = ('device', 'torch', 'size', 'batch', 'precision')   # what an earlier
 def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, check_len, max_len, max_seconds,
                window_size, chunk_size, out, verbose, peak=None, fit_seconds=None, blocks_seconds=None,
                clock=time.monotonic, timer=None):
-    """The parts of `bench_gpu` on `device` (a CPU in the tests). At the start and after each row, the rows of every
-    part (this run's, and an earlier run's of the other parts, if it had the same `GPU_SAME` settings) are saved in
-    gpu_rows.json and gpu_table.md is written from them, each file atomically."""
-    from longctx_nb.core import autocast_dtype, parse_precision
-    from longctx_nb.measure import device_peak_flops, device_name
-    from longctx_nb.model import count_params
+    """The parts of `bench_gpu` on `device` (a CPU in the tests); at the start and after each row, every part's rows
+    (an earlier run's of the other parts, if it had the same `GPU_SAME` settings) saved: gpu_rows.json, gpu_table.md."""
     out = check_writable_dir(out, '--out'); out.mkdir(parents=True, exist_ok=True)
     peak = peak or device_peak_flops(device, autocast_dtype(parse_precision(precision)) or torch.float32)
     info = dict(device=device_name(device), torch=torch.__version__, size=size, batch=batch, precision=precision,
@@ -332,17 +309,15 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
         t0, n = clock(), len(blocks)   # and at least a third of an equal share, should the blocks before overrun theirs
         for i, (b, m) in enumerate(_gpu_models(blocks, size, window_size, chunk_size, device)):
             yield b, m, None if not seconds else clock() + max((t0 + seconds - clock()) / (n - i), seconds / (3 * n))
-    empty = dict(tokens_per_sec=None, tokens_per_sec_median=None, mfu=None, mfu_note='', peak_mib=None, step_mib=None,
-                 disturbed=None)
     if 'blocks' in rows:
         for b, m, deadline in deadlines(blocks_seconds):
             for L in Ls:
-                if deadline is not None and clock() >= deadline: r = dict(block=b, L=L, **empty, note='not run (time '
-                                                                                                      'limit)')
+                if deadline is not None and clock() >= deadline:
+                    r = dict(block=b, L=L, **_NO_STEP, note='not run (time limit)')
                 else:
                     try: r = gpu_block_row(m, L, device, peak, batch, precision, reps) | dict(params=count_params(m))
                     except Exception as e:      # one broken path must not cost the rest of the table
-                        r = dict(block=b, L=L, **empty, note=f'error: {_one_line(e, 200)}')
+                        r = dict(block=b, L=L, **_NO_STEP, note=f'error: {_one_line(e, 200)}')
                     if r['note'].startswith('error: '): free_after_oom(m, device)   # once the traceback is gone
                 rows['blocks'].append(r); save()
     if 'fits' in rows:
@@ -365,7 +340,7 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
               check_len: int = 1024,       # sequence length of the kernel comparisons
               max_len: int = 2**20,        # longest length the fit search tries
               max_seconds: float = 10.0,   # a step slower than this stops the fit search of its block
-              fit_seconds: float = 150.0,  # time of the fit search, shared by the blocks; cut short: '≥ L (time limit)'
+              fit_seconds: float = 150.0,  # fit search time, shared by the blocks; cut short: '≥ L (time limit)'
               blocks_seconds: float = 0.0, # time of the blocks' table, shared (0: no limit); rows past it say 'not run'
               window_size: int = 256,      # window of the local-attention blocks
               chunk_size: int = 256,       # chunk length of blade
@@ -380,9 +355,8 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
     for flag, v in (('max_seconds', max_seconds), ('fit_seconds', fit_seconds)):   # any positive number, 0.5 too
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
             raise UsageError(f'--{flag} {v}: must be a positive number of seconds.')
-    if not (math.isfinite(blocks_seconds) and blocks_seconds >= 0): raise UsageError('--blocks_seconds '
-                                                                                     f'{blocks_seconds}: must be 0 (no '
-                                                                                     'limit) or more.')
+    if not (math.isfinite(blocks_seconds) and blocks_seconds >= 0):
+        raise UsageError(f'--blocks_seconds {blocks_seconds}: must be 0 (no limit) or more.')
     return _gpu_parts(torch.device('cuda'), GPU_PATHS, Ls, blocks, size, parts, batch, precision, reps, check_len,
                       max_len, max_seconds, window_size, chunk_size, out, verbose, fit_seconds=fit_seconds,
                       blocks_seconds=blocks_seconds)

@@ -98,16 +98,18 @@ def hf_name(block: str,  # 'vanilla' or 'mamba'
             if rest.startswith(c): return f'{b}{i}.{d}{rest[len(c):]}'
     raise KeyError(f"no transformers name for {name!r} of block {block!r}")
 
+def _hf_keys(block: str, k: str) -> list[str]:
+    "The transformers keys of our tensor `k`: q_proj, k_proj and v_proj for a fused `qkv`, else its one name."
+    if '.mixer.qkv.' not in k: return [hf_name(block, k)]
+    i, kind = k.split('.')[1], k.rsplit('.', 1)[1]
+    return [f'model.layers.{i}.self_attn.{p}_proj.{kind}' for p in 'qkv']
+
 def hf_state_dict(model: LM,  # a vanilla or mamba `LM`
                  ) -> dict:   # transformers key -> tensor
     "A vanilla or mamba `model`'s weights under transformers' names, the fused `qkv` split into q, k and v."
-    block = _hf_block(model.cfg.block)
-    out = {}
-    for k, v in model.state_dict().items():
-        if '.mixer.qkv.' in k:   # rows [q; k; v], each (heads x head_dim) in the order q_proj wants: no permutation
-            i, kind = k.split('.')[1], k.rsplit('.', 1)[1]
-            for part, t in zip('qkv', v.chunk(3, dim=0)): out[f'model.layers.{i}.self_attn.{part}_proj.{kind}'] = t
-        else: out[hf_name(block, k)] = v
+    block, out = _hf_block(model.cfg.block), {}
+    for k, v in model.state_dict().items():   # qkv's rows [q; k; v], each in the order q_proj wants: no permutation
+        out.update(zip(ks := _hf_keys(block, k), v.chunk(len(ks))))
     return out
 
 def to_hf(model: LM,                            # a vanilla or mamba `LM`
@@ -148,17 +150,16 @@ def logit_gap(model: LM,          # ours
     return ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
 
 # %% ../nbs/46_hf.ipynb #74585199
-def _byte_map() -> dict[int, str]:
-    "GPT-2's printable character for each byte (the ByteLevel pre-tokenizer's alphabet)."
+def _byte_vocab() -> dict[str, int]:
+    "GPT-2's printable character for each byte (the ByteLevel pre-tokenizer's alphabet) -> the byte."
     bs = [*range(ord('!'), ord('~') + 1), *range(ord('¡'), ord('¬') + 1), *range(ord('®'), ord('ÿ') + 1)]
     rest = [b for b in range(256) if b not in bs]   # the others map to 256, 257, ...
-    return dict(zip(bs + rest, map(chr, bs + [256 + n for n in range(len(rest))])))
+    return dict(zip(map(chr, bs + [256 + n for n in range(len(rest))]), bs + rest))
 
 def byte_tokenizer_json():
     "The `ByteTokenizer` as a `tokenizers.Tokenizer`: byte b is id b (a byte-level BPE without merges)."
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders
-    vocab = {c: b for b, c in _byte_map().items()}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok = Tokenizer(models.BPE(vocab=_byte_vocab(), merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     return tok
@@ -166,8 +167,7 @@ def byte_tokenizer_json():
 def is_byte_tokenizer(tok,  # a `tokenizers.Tokenizer`
                      ) -> bool:
     "Whether the `tokenizers.Tokenizer` `tok` encodes exactly as `ByteTokenizer` does (as `byte_tokenizer_json`'s)."
-    want = {c: b for b, c in _byte_map().items()}
-    return (tok.get_vocab(with_added_tokens=True) == want
+    return (tok.get_vocab(with_added_tokens=True) == _byte_vocab()
             and json.loads(tok.to_str())['model'].get('merges') in ([], None))
 
 def hf_tokenizer(tokenizer,  # a `ByteTokenizer` or `BPETokenizer`
@@ -322,15 +322,10 @@ def state_dict_from_hf(sd: dict,          # transformers key -> tensor
             bad.append(f"{n} has shape {tuple(sd[n].shape)}, the config gives {tuple(shape)}"); return None
         return sd[n]
     for k, w in want.items():
-        if '.mixer.qkv.' in k:   # q, k and v are each a third of our fused rows
-            i, kind = k.split('.')[1], k.rsplit('.', 1)[1]
-            third = (w.shape[0] // 3, *w.shape[1:])
-            parts = [take(f'model.layers.{i}.self_attn.{p}_proj.{kind}', third) for p in 'qkv']
-            if all(t is not None for t in parts): out[k] = torch.cat(parts)
-            continue
-        n = hf_name(block, k)
-        if n not in sd and k == 'head.weight' and cfg.tie_embeddings: n = hf_name(block, 'embed.weight')
-        if (t := take(n, w.shape)) is not None: out[k] = t
+        ks = _hf_keys(block, k)   # q, k and v are each a third of our fused rows
+        if ks[0] not in sd and k == 'head.weight' and cfg.tie_embeddings: ks = [hf_name(block, 'embed.weight')]
+        parts = [take(n, (w.shape[0] // len(ks), *w.shape[1:])) for n in ks]
+        if all(t is not None for t in parts): out[k] = torch.cat(parts) if len(parts) > 1 else parts[0]
     if bad: raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}"
                              + (f" (and {len(bad) - 6} more)" if len(bad) > 6 else '') + '.')
     if (unused := sorted(set(sd) - used)) and say:
@@ -589,11 +584,6 @@ def _given_tokenizer(spec: str, ran, source, vocab_size: int, bpe_run: bool, say
     if ran is None: say(f"note: {source} records no tokenizer, so --tokenizer {spec} ({tok!r}) is taken unchecked")
     return tok
 
-def _run_tok(cfg, source):
-    "The run's own tokenizer, or None where it records none (or a BPE run's prepared corpus is gone)."
-    try: return run_tokenizer(cfg, source)
-    except UsageError: return None
-
 def export(source,                                      # a checkpoint .pt, run dir, our export or transformers folder
            out_dir,                                     # the folder to write
            format: str = 'hf',                          # 'hf' (a transformers checkpoint) or 'safetensors' (ours)
@@ -619,8 +609,10 @@ def export(source,                                      # a checkpoint .pt, run 
                          f"{source} is a {block} model{has}; leave it out.")
     if tokenizer == 'auto': tok = run_tokenizer(cfg, source, tokenizer)
     else:
+        try: ran = run_tokenizer(cfg, source)
+        except UsageError: ran = None   # it records none, or a BPE run's prepared corpus is gone
         bpe_run = cfg is not None and cfg.data.tokenizer == 'bpe' and cfg.data.dataset_name != 'synthetic'
-        tok = _given_tokenizer(tokenizer, _run_tok(cfg, source), source, model.cfg.vocab_size, bpe_run, say)
+        tok = _given_tokenizer(tokenizer, ran, source, model.cfg.vocab_size, bpe_run, say)
     if tok is None and tokenizer != 'none':
         say("note: the run's tokenizer is not known, so none is written; --tokenizer byte or PATH gives one")
     if format == 'safetensors': return _save_ours(model, tok, out_dir, overwrite)
