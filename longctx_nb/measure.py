@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_measure.ipynb #31d3f331
 from __future__ import annotations
-import contextlib, ctypes, json, os, platform, resource, subprocess, sys, time
+import contextlib, ctypes, itertools, json, os, platform, resource, statistics, subprocess, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -42,9 +42,7 @@ class Timing:
     @property
     def min(self) -> float: return min(self.times)
     @property
-    def median(self) -> float:
-        s = sorted(self.times); n = len(s)
-        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    def median(self) -> float: return statistics.median(self.times)
     @property
     def spread(self) -> float: return self.median / self.min if self.min > 0 else float('inf')
     @property
@@ -243,12 +241,21 @@ def format_mfu(flops_per_s: float,  # FLOP/s the work achieved
 @contextlib.contextmanager
 def _quiet_fd2():
     "Send file descriptor 2 (C-level stderr) to /dev/null inside the block: the profiler prints there."
-    try: sys.stderr.flush()
-    except Exception: pass
+    with contextlib.suppress(Exception): sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try: yield
     finally: os.dup2(saved, 2); os.close(saved); os.close(null)
+
+@contextlib.contextmanager
+def _profiled(**kw):
+    "torch.profiler on the CPU inside the block (its start and stop, which print to C-level stderr, kept quiet)."
+    from torch.profiler import profile, ProfilerActivity
+    prof = profile(activities=[ProfilerActivity.CPU], **kw)
+    with _quiet_fd2(): prof.__enter__()
+    try: yield prof
+    finally:
+        with _quiet_fd2(): prof.__exit__(None, None, None)
 
 def peak_memory_bytes(fn,            # called once with no arguments
                       device='cpu',  # CUDA: the caching allocator; else torch.profiler's CPU memory events
@@ -259,17 +266,10 @@ def peak_memory_bytes(fn,            # called once with no arguments
         torch.cuda.synchronize(device); base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device); fn(); torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import profile, ProfilerActivity
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_fd2(): prof.__enter__()
-    try: fn()
-    finally:
-        with _quiet_fd2(): prof.__exit__(None, None, None)
+    with _profiled(profile_memory=True) as prof: fn()
     events = sorted((e.start_ns(), i, e.nbytes()) for i, e in enumerate(prof.profiler.kineto_results.events())
                     if e.name() == '[memory]')
-    cur = peak = 0
-    for *_, n in events: cur += n; peak = max(peak, cur)
-    return peak
+    return max(itertools.accumulate((n for *_, n in events), initial=0))   # the largest running sum
 
 # %% ../nbs/07_measure.ipynb #0b1918c2
 def profile_ops(fn,                # called `reps` times under torch.profiler (warm it up first)
@@ -278,14 +278,9 @@ def profile_ops(fn,                # called `reps` times under torch.profiler (w
                 top: int = 10,     # rows returned
                ) -> list[dict]:    # name, ms (per call), share (of all self time), calls (per call)
     "The operators that dominate `fn()` on the CPU, from torch.profiler: per-call milliseconds and share of the total."
-    from torch.profiler import profile, ProfilerActivity
     if by not in ('self', 'total'): raise UsageError(f"profile_ops: by={by!r}; valid choices: self, total.")
-    prof = profile(activities=[ProfilerActivity.CPU])
-    with _quiet_fd2(): prof.__enter__()      # the profiler prints to C-level stderr as it starts and stops
-    try:
+    with _profiled() as prof:
         for _ in range(reps): fn()
-    finally:
-        with _quiet_fd2(): prof.__exit__(None, None, None)
     ev = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in ev) or 1
     key = (lambda e: e.self_cpu_time_total) if by == 'self' else (lambda e: e.cpu_time_total)
@@ -314,6 +309,9 @@ def saved_tensor_bytes(fn: Callable,                                           #
     return sum(seen.values())
 
 # %% ../nbs/07_measure.ipynb #b01f50e2
+_EMPTY_ROW = dict(ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='',
+                  times_ms=None)   # what `bench_impls` fills in
+
 def bench_impls(Ls,               # sequence lengths
                 impls,            # implementations, run in this order at each length
                 setup,            # `setup(L) -> (step, leaves)`: `step(impl)` gives the function to time, or why not
@@ -333,18 +331,15 @@ def bench_impls(Ls,               # sequence lengths
             for t in leaves: t.grad = None
         runs, cases = {}, {}   # impl -> the call to time, its row
         for impl in impls:
-            key = dict(impl=impl, L=L)
-            row = {k: key[k] for k in first} | (columns or {}) | dict(
-                ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='',
-                times_ms=None)
+            row = {k: dict(impl=impl, L=L)[k] for k in first} | (columns or {}) | _EMPTY_ROW
             rows.append(row)
             fn = step(impl)
             if isinstance(fn, str): row['note'] = fn; continue
             runs[impl], cases[impl] = (lambda fn=fn: (clear(), fn())), row
         for impl, t in time_in_turn(runs, device, reps, warmup, timer).items():
             cases[impl].update(ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3),
-                               disturbed=t.disturbed,
-                               us_per_token=1e6 * t.min / (tokens * L), times_ms=[1e3 * s for s in t.times])
+                               disturbed=t.disturbed, us_per_token=1e6 * t.min / (tokens * L),
+                               times_ms=[1e3 * s for s in t.times])
         for impl, run in runs.items():
             clear(); cases[impl]['peak_mib'] = peak_memory_bytes(run, device) / 2**20
         clear()
