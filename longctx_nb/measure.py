@@ -15,7 +15,7 @@ from .core import UsageError
 __all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'reset_peak_memory', 'peak_memory_mb', 'Timing',
            'bench_clock', 'time_reps', 'best_time', 'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores',
            'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu',
-           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'rel_err']
+           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'bench_table', 'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
 def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
@@ -344,6 +344,25 @@ def bench_impls(Ls,               # sequence lengths
             clear(); cases[impl]['peak_mib'] = peak_memory_bytes(run, device) / 2**20
         clear()
     return rows
+
+# %% ../nbs/07_measure.ipynb #b7e1a2c4
+def bench_table(rows: list[dict],     # rows of `bench_impls` (impl, L, ms, us_per_token, peak_mib, note)
+                vs: tuple = ('ref',),  # the references: each one's time over this one's, this one's memory over its
+               ) -> str:
+    "The rows as a table: ms (min), us/token, peak MiB, ratios to each reference at the same L, per-token time growth."
+    get = lambda L, impl: next((r for r in rows if r['L'] == L and r['impl'] == impl and r['ms'] is not None), None)
+    pair = lambda r, b: (f"{b['ms'] / r['ms']:.2f}x" if b else '-',
+                         f"{r['peak_mib'] / b['peak_mib']:.3f}" if b and b['peak_mib'] else '-')
+    out = [f"{'L':>7} {'impl':>8} {'ms':>10} {'us/token':>9} {'peak MiB':>9}"
+           + ''.join(f" {'vs ' + v:>10} {'mem/' + v:>10}" for v in vs) + f" {'tok-time/first':>15}"]
+    first = {}   # impl -> its time per token at the first length it ran
+    for r in rows:
+        if r['ms'] is None: out.append(f"{r['L']:>7} {r['impl']:>8}   {r['note']}"); continue
+        first.setdefault(r['impl'], r['us_per_token'])
+        out.append(f"{r['L']:>7} {r['impl']:>8} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>9.1f}"
+                   + ''.join(f" {c:>10}" for v in vs for c in pair(r, get(r['L'], v)))
+                   + f" {r['us_per_token'] / first[r['impl']]:>15.2f}")
+    return '\n'.join(out)
 
 # %% ../nbs/07_measure.ipynb #bc36c178
 def pyplot(save: bool = False,  # the figure will be saved to a file
