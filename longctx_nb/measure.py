@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_measure.ipynb #31d3f331
 from __future__ import annotations
-import contextlib, ctypes, json, os, platform, resource, subprocess, sys, time
+import contextlib, ctypes, itertools, json, os, platform, resource, statistics, subprocess, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -15,7 +15,7 @@ from .core import UsageError
 __all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'reset_peak_memory', 'peak_memory_mb', 'Timing',
            'bench_clock', 'time_reps', 'best_time', 'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores',
            'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'mfu', 'format_mfu',
-           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'pyplot', 'rel_err']
+           'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'bench_table', 'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
 def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
@@ -42,9 +42,7 @@ class Timing:
     @property
     def min(self) -> float: return min(self.times)
     @property
-    def median(self) -> float:
-        s = sorted(self.times); n = len(s)
-        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    def median(self) -> float: return statistics.median(self.times)
     @property
     def spread(self) -> float: return self.median / self.min if self.min > 0 else float('inf')
     @property
@@ -243,12 +241,21 @@ def format_mfu(flops_per_s: float,  # FLOP/s the work achieved
 @contextlib.contextmanager
 def _quiet_fd2():
     "Send file descriptor 2 (C-level stderr) to /dev/null inside the block: the profiler prints there."
-    try: sys.stderr.flush()
-    except Exception: pass
+    with contextlib.suppress(Exception): sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try: yield
     finally: os.dup2(saved, 2); os.close(saved); os.close(null)
+
+@contextlib.contextmanager
+def _profiled(**kw):
+    "torch.profiler on the CPU inside the block (its start and stop, which print to C-level stderr, kept quiet)."
+    from torch.profiler import profile, ProfilerActivity
+    prof = profile(activities=[ProfilerActivity.CPU], **kw)
+    with _quiet_fd2(): prof.__enter__()
+    try: yield prof
+    finally:
+        with _quiet_fd2(): prof.__exit__(None, None, None)
 
 def peak_memory_bytes(fn,            # called once with no arguments
                       device='cpu',  # CUDA: the caching allocator; else torch.profiler's CPU memory events
@@ -259,17 +266,10 @@ def peak_memory_bytes(fn,            # called once with no arguments
         torch.cuda.synchronize(device); base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device); fn(); torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import profile, ProfilerActivity
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_fd2(): prof.__enter__()
-    try: fn()
-    finally:
-        with _quiet_fd2(): prof.__exit__(None, None, None)
+    with _profiled(profile_memory=True) as prof: fn()
     events = sorted((e.start_ns(), i, e.nbytes()) for i, e in enumerate(prof.profiler.kineto_results.events())
                     if e.name() == '[memory]')
-    cur = peak = 0
-    for *_, n in events: cur += n; peak = max(peak, cur)
-    return peak
+    return max(itertools.accumulate((n for *_, n in events), initial=0))   # the largest running sum
 
 # %% ../nbs/07_measure.ipynb #0b1918c2
 def profile_ops(fn,                # called `reps` times under torch.profiler (warm it up first)
@@ -278,14 +278,9 @@ def profile_ops(fn,                # called `reps` times under torch.profiler (w
                 top: int = 10,     # rows returned
                ) -> list[dict]:    # name, ms (per call), share (of all self time), calls (per call)
     "The operators that dominate `fn()` on the CPU, from torch.profiler: per-call milliseconds and share of the total."
-    from torch.profiler import profile, ProfilerActivity
     if by not in ('self', 'total'): raise UsageError(f"profile_ops: by={by!r}; valid choices: self, total.")
-    prof = profile(activities=[ProfilerActivity.CPU])
-    with _quiet_fd2(): prof.__enter__()      # the profiler prints to C-level stderr as it starts and stops
-    try:
+    with _profiled() as prof:
         for _ in range(reps): fn()
-    finally:
-        with _quiet_fd2(): prof.__exit__(None, None, None)
     ev = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in ev) or 1
     key = (lambda e: e.self_cpu_time_total) if by == 'self' else (lambda e: e.cpu_time_total)
@@ -314,6 +309,9 @@ def saved_tensor_bytes(fn: Callable,                                           #
     return sum(seen.values())
 
 # %% ../nbs/07_measure.ipynb #b01f50e2
+_EMPTY_ROW = dict(ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='',
+                  times_ms=None)   # what `bench_impls` fills in
+
 def bench_impls(Ls,               # sequence lengths
                 impls,            # implementations, run in this order at each length
                 setup,            # `setup(L) -> (step, leaves)`: `step(impl)` gives the function to time, or why not
@@ -333,22 +331,38 @@ def bench_impls(Ls,               # sequence lengths
             for t in leaves: t.grad = None
         runs, cases = {}, {}   # impl -> the call to time, its row
         for impl in impls:
-            key = dict(impl=impl, L=L)
-            row = {k: key[k] for k in first} | (columns or {}) | dict(
-                ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='',
-                times_ms=None)
+            row = {k: dict(impl=impl, L=L)[k] for k in first} | (columns or {}) | _EMPTY_ROW
             rows.append(row)
             fn = step(impl)
             if isinstance(fn, str): row['note'] = fn; continue
             runs[impl], cases[impl] = (lambda fn=fn: (clear(), fn())), row
         for impl, t in time_in_turn(runs, device, reps, warmup, timer).items():
             cases[impl].update(ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3),
-                               disturbed=t.disturbed,
-                               us_per_token=1e6 * t.min / (tokens * L), times_ms=[1e3 * s for s in t.times])
+                               disturbed=t.disturbed, us_per_token=1e6 * t.min / (tokens * L),
+                               times_ms=[1e3 * s for s in t.times])
         for impl, run in runs.items():
             clear(); cases[impl]['peak_mib'] = peak_memory_bytes(run, device) / 2**20
         clear()
     return rows
+
+# %% ../nbs/07_measure.ipynb #b7e1a2c4
+def bench_table(rows: list[dict],     # rows of `bench_impls` (impl, L, ms, us_per_token, peak_mib, note)
+                vs: tuple = ('ref',),  # the references: each one's time over this one's, this one's memory over its
+               ) -> str:
+    "The rows as a table: ms (min), us/token, peak MiB, ratios to each reference at the same L, per-token time growth."
+    get = lambda L, impl: next((r for r in rows if r['L'] == L and r['impl'] == impl and r['ms'] is not None), None)
+    pair = lambda r, b: (f"{b['ms'] / r['ms']:.2f}x" if b else '-',
+                         f"{r['peak_mib'] / b['peak_mib']:.3f}" if b and b['peak_mib'] else '-')
+    out = [f"{'L':>7} {'impl':>8} {'ms':>10} {'us/token':>9} {'peak MiB':>9}"
+           + ''.join(f" {'vs ' + v:>10} {'mem/' + v:>10}" for v in vs) + f" {'tok-time/first':>15}"]
+    first = {}   # impl -> its time per token at the first length it ran
+    for r in rows:
+        if r['ms'] is None: out.append(f"{r['L']:>7} {r['impl']:>8}   {r['note']}"); continue
+        first.setdefault(r['impl'], r['us_per_token'])
+        out.append(f"{r['L']:>7} {r['impl']:>8} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>9.1f}"
+                   + ''.join(f" {c:>10}" for v in vs for c in pair(r, get(r['L'], v)))
+                   + f" {r['us_per_token'] / first[r['impl']]:>15.2f}")
+    return '\n'.join(out)
 
 # %% ../nbs/07_measure.ipynb #bc36c178
 def pyplot(save: bool = False,  # the figure will be saved to a file

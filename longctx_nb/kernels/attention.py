@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError
-from ..measure import bench_impls
-from .dispatch import Impl, KernelImpls, try_import
+from ..measure import bench_impls, bench_table
+from .dispatch import Impl, KernelImpls, _default_device, try_import
 
 # %% auto #0
 __all__ = ['WINDOW_KINDS', 'LOG2E', 'LN2', 'FLEX_MIN_HEAD_DIM', 'attention_impls', 'RandomKeys', 'bigbird_random_keys',
@@ -332,10 +332,6 @@ class _BlockedAttention(torch.autograd.Function):
         with torch.autocast(do.device.type, enabled=False):
             return (*_blocked_backward(*ctx.saved_tensors, do, dlse, ctx.lay, ctx.scale), None, None)
 
-def _attention_blocked(q, k, v, window_size, n_global, rk, window_kind, block_size, scale, return_lse):
-    lay = _blocked_layout(q.shape[2], window_size, n_global, rk, window_kind, block_size, q.device)
-    o, lse = _BlockedAttention.apply(q, k, v, lay, scale)
-    return (o, lse) if return_lse else o
 
 # %% ../../nbs/14_attention.ipynb #8b4665db
 def _flex_module():
@@ -479,7 +475,9 @@ def local_attention(q: torch.Tensor,                                       # (B,
         impl = attention_impls.auto(q.device, skip=('flex',) if narrow else ())
     if impl == 'ref': return _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
     if impl == 'blocked':
-        return _attention_blocked(q, k, v, window_size, n_global, rk, window_kind, block_size, scale, return_lse)
+        lay = _blocked_layout(q.shape[2], window_size, n_global, rk, window_kind, block_size, q.device)
+        o, lse = _BlockedAttention.apply(q, k, v, lay, scale)
+        return (o, lse) if return_lse else o
     return _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
 
 # %% ../../nbs/14_attention.ipynb #1086658d
@@ -515,7 +513,7 @@ def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
                    ) -> list[dict]:                    # one row per (L, impl)
     """Forward+backward time (min and median of `reps`, timed in turn) and peak memory of each impl per length; 'sdpa'
     is full causal SDPA."""
-    device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
+    device = _default_device(device)
     def setup(L):
         gen = torch.Generator().manual_seed(L)
         q, k, v, g = (torch.randn(batch_size, H, L, Dh, generator=gen).to(device, dtype) for _ in range(4))
@@ -528,28 +526,6 @@ def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
             return lambda: local_attention(q, k, v, window, n_global, block_size=block_size, impl=impl).backward(g)
         return step, (q, k, v)
     rows = bench_impls(Ls, impls, setup, device, reps, warmup=2, tokens=batch_size, first=('L', 'impl'))
-    if verbose: _print_bench(rows, device, dtype, H, Dh, window, batch_size)
+    if verbose: print(f"forward+backward on {device} ({torch.get_num_threads()} threads), {dtype}, B={batch_size} H={H} "
+                      f"Dh={Dh} window={window}\n{bench_table(rows, ('ref', 'sdpa'))}")
     return rows
-
-# %% ../../nbs/14_attention.ipynb #b70a1eb9
-def _print_bench(rows, device, dtype, H, Dh, window, B):
-    print(f"forward+backward on {device} ({torch.get_num_threads()} threads), {dtype}, B={B} H={H} Dh={Dh} "
-          f"window={window}")
-    print(f"{'L':>7} {'impl':>8} {'ms':>10} {'us/token':>9} {'peak MiB':>10}")
-    for r in rows:
-        if r['ms'] is None: print(f"{r['L']:>7} {r['impl']:>8}   {r['note']}")
-        else: print(f"{r['L']:>7} {r['impl']:>8} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>10.1f}")
-    get = lambda L, impl: next((r for r in rows if r['L'] == L and r['impl'] == impl and r['ms'] is not None), None)
-    Ls = sorted({r['L'] for r in rows})
-    for fast in ('blocked', 'flex'):
-        base = get(Ls[0], fast)
-        for L in Ls:
-            f, ref, sd = get(L, fast), get(L, 'ref'), get(L, 'sdpa')
-            if f is None: continue
-            parts = [f"{fast} L={L}:"]
-            if ref: parts.append(f"memory {f['peak_mib'] / ref['peak_mib']:.3f}x ref's, time "
-                                 f"{f['ms'] / ref['ms']:.3f}x ref's;")
-            if sd: parts.append(f"time {f['ms'] / sd['ms']:.3f}x sdpa's, memory {f['peak_mib'] / sd['peak_mib']:.2f}x "
-                                "sdpa's;")
-            if base: parts.append(f"per-token time {f['us_per_token'] / base['us_per_token']:.2f}x L={Ls[0]}'s")
-            print(' '.join(parts))

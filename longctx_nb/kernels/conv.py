@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError
-from .dispatch import Impl, KernelImpls, try_import
+from .dispatch import Impl, KernelImpls, _first_accepted, try_import
 from .scan import kernel_arg, scan_impls, resolved_scan_impl
 from .cpu import cpu_extension
 
@@ -36,7 +36,14 @@ def _as_2d_weight(weight: torch.Tensor) -> torch.Tensor:
     "`(dim, width)`, also from `nn.Conv1d`'s depthwise `(dim, 1, width)`."
     return weight[:, 0] if weight.dim() == 3 and weight.shape[1] == 1 else weight
 
-def _check_common(fn, x, weight, bias, activation, impl):
+def _check_conv_inputs(fn, x, weight, bias, activation, impl):
+    """Validate the arguments of `fn` (`causal_conv1d`: x `(batch, dim, L)`; its update: `(batch, dim)`); returns the
+    weight as `(dim, width)`."""
+    full = fn == 'causal_conv1d'
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 + full or (full and x.shape[-1] == 0):
+        shape = '(batch, dim, L) with L >= 1' if full else '(batch, dim)'
+        raise UsageError(f"{fn}: x must be a tensor of shape {shape}, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}.")
     conv_impls.check_name(impl, fn=fn)
     if activation not in CONV_ACTIVATIONS:
         raise UsageError(f"{fn}: unknown activation {activation!r}; valid choices: None, 'silu', 'swish' "
@@ -48,22 +55,13 @@ def _check_common(fn, x, weight, bias, activation, impl):
         if t.dtype not in CONV_DTYPES:
             raise UsageError(f"{fn}: {name} has dtype {t.dtype}; supported dtypes are float32, float16 and bfloat16.")
         if t.device != x.device: raise UsageError(f"{fn}: {name} is on {t.device} but x is on {x.device}.")
-    w = _as_2d_weight(weight)
-    dim = x.shape[1] if x.dim() >= 2 else None
+    w, dim = _as_2d_weight(weight), x.shape[1]
     if w.dim() != 2 or w.shape[0] != dim or w.shape[1] < 1:
         raise UsageError(f"{fn}: weight must have shape (dim, width) with dim = {dim} (x.shape[1]), "
-                         "or (dim, 1, width); "
-                         f"got {tuple(weight.shape)}.")
+                         f"or (dim, 1, width); got {tuple(weight.shape)}.")
     if bias is not None and tuple(bias.shape) != (dim,):
         raise UsageError(f"{fn}: bias must have shape (dim,) = ({dim},), got {tuple(bias.shape)}.")
     return w
-
-def _check_conv_inputs(x, weight, bias, activation, impl):
-    "Validate `causal_conv1d`'s arguments; returns the weight as `(dim, width)`."
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] == 0:
-        raise UsageError(f"causal_conv1d: x must be a tensor of shape (batch, dim, L) with L >= 1, got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}.")
-    return _check_common('causal_conv1d', x, weight, bias, activation, impl)
 
 # %% ../../nbs/13_conv.ipynb #c5a05370
 def _conv_ref(x, weight, bias, activation):
@@ -76,19 +74,14 @@ def _conv_ref(x, weight, bias, activation):
 def _load_conv_ext(): return try_import('causal_conv1d_cuda')   # (module, None) or (None, why not)
 def _conv_ext(): return _load_conv_ext()[0]
 
-def _first_accepted(fn, *arg_lists):
-    "Call `fn` with the first argument list its pybind11 signature accepts (the API changed across versions)."
-    for i, args in enumerate(arg_lists):
-        try: return fn(*args)
-        except TypeError as e:
-            if 'incompatible function arguments' not in str(e) or i == len(arg_lists) - 1: raise
-
-def _require_cuda(fn, x, width):
-    "Raise a `UsageError` saying what to do if the kernel cannot run on `x` with a filter of `width`."
+def _cuda_args(fn, x, weight, bias):
+    """The weight and bias as the kernel takes them, after a `UsageError` saying what to do if it cannot run on `x`
+    with this filter."""
     conv_impls.require('cuda', x.device, prefix=f'{fn}: ', arg='x')
-    if not 2 <= width <= 4:
+    if not 2 <= (width := weight.shape[1]) <= 4:
         raise UsageError(f"{fn}: impl='cuda' supports filter widths 2 to 4 (causal-conv1d's kernel), got {width}; "
                          "use impl='ref'.")
+    return weight.contiguous(), None if bias is None else bias.to(weight.dtype).contiguous()
 
 # %% ../../nbs/13_conv.ipynb #6af5ce35
 class _CausalConv1dCuda(torch.autograd.Function):
@@ -114,10 +107,8 @@ class _CausalConv1dCuda(torch.autograd.Function):
         return dx, dw.to(weight.dtype), (None if bias is None else db.to(bias.dtype)), None
 
 def _conv_cuda(x, weight, bias, activation):
-    _require_cuda('causal_conv1d', x, weight.shape[1])
+    weight, bias = _cuda_args('causal_conv1d', x, weight, bias)
     x = x if x.stride(-1) == 1 else x.contiguous()
-    weight = weight.contiguous()
-    bias = None if bias is None else bias.to(weight.dtype).contiguous()
     return _CausalConv1dCuda.apply(x, weight, bias, activation is not None)
 
 # %% ../../nbs/13_conv.ipynb #76ab25a3
@@ -236,7 +227,7 @@ def causal_conv1d(x: torch.Tensor,                   # (batch, dim, L)
                   impl: str = 'auto',                # 'auto', 'ref', 'cuda' or 'cpu'
                  ) -> torch.Tensor:
     "Depthwise causal convolution: output `t` of channel `d` sees `x[d, t - width + 1 .. t]`, in `x`'s dtype."
-    weight = _check_conv_inputs(x, weight, bias, activation, impl)
+    weight = _check_conv_inputs('causal_conv1d', x, weight, bias, activation, impl)
     impl = conv_impls.resolve(impl, x.device, prefix='causal_conv1d: ', arg='x',   # 'auto' past a failed build: 'ref'
                               skip=_conv_skip(weight.shape[1]))
     return {'cuda': _conv_cuda, 'cpu': _conv_cpu}.get(impl, _conv_ref)(x, weight, bias, activation)
@@ -251,13 +242,11 @@ def _update_ref(x, conv_state, weight, bias, activation):
     return (out if activation is None else F.silu(out)).to(x.dtype)
 
 def _update_cuda(x, conv_state, weight, bias, activation):
-    _require_cuda('causal_conv1d_update', x, weight.shape[1])
+    weight, bias = _cuda_args('causal_conv1d_update', x, weight, bias)
     if conv_state.dtype != x.dtype:
         raise UsageError(f"causal_conv1d_update: impl='cuda' needs conv_state in x's dtype ({x.dtype}), "
                          f"got {conv_state.dtype}.")
     x3 = x.unsqueeze(-1).contiguous()
-    weight = weight.contiguous()
-    bias = None if bias is None else bias.to(weight.dtype).contiguous()
     out = torch.empty_like(x3)
     silu = activation is not None
     r = _first_accepted(_conv_ext().causal_conv1d_update, (x3, conv_state, weight, bias, out, silu, None, None),
@@ -274,10 +263,7 @@ def causal_conv1d_update(x: torch.Tensor,                   # (batch, dim): this
                          impl: str = 'auto',                # 'auto', 'ref', 'cuda' or 'cpu' (the reference's maths)
                         ) -> torch.Tensor:
     "One generation step of `causal_conv1d`: rolls `x` into `conv_state` (in place), returns `(batch, dim)`."
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise UsageError(f"causal_conv1d_update: x must be a tensor of shape (batch, dim), got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}.")
-    weight = _check_common('causal_conv1d_update', x, weight, bias, activation, impl)
+    weight = _check_conv_inputs('causal_conv1d_update', x, weight, bias, activation, impl)
     b, d = x.shape; width = weight.shape[1]
     is_t = isinstance(conv_state, torch.Tensor)
     if not is_t or conv_state.dim() != 3 or tuple(conv_state.shape[:2]) != (b, d) or conv_state.shape[2] < width - 1:

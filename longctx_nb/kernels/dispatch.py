@@ -23,6 +23,13 @@ def try_import(name: str,  # a module name, e.g. 'selective_scan_cuda'
     except Exception as e:                 # not installed, or an undefined symbol of another torch/CUDA build
         return None, f"{type(e).__name__}: {e}"
 
+def _first_accepted(fn, *arg_lists):
+    "Call `fn` with the first argument list its pybind11 signature accepts (extensions' APIs change across versions)."
+    for i, args in enumerate(arg_lists):
+        try: return fn(*args)
+        except TypeError as e:
+            if 'incompatible function arguments' not in str(e) or i == len(arg_lists) - 1: raise
+
 # %% ../../nbs/10_dispatch.ipynb #add84160
 @dataclass(frozen=True)
 class Impl:

@@ -8,8 +8,8 @@ import contextlib, math
 import torch
 import torch.nn.functional as F
 from ..core import UsageError
-from ..measure import bench_impls
-from .dispatch import Impl, KernelImpls, try_import
+from ..measure import bench_impls, bench_table
+from .dispatch import Impl, KernelImpls, _default_device, _first_accepted, try_import
 from .cpu import SCAN_CPP, cpu_extension
 
 # %% auto #0
@@ -53,15 +53,13 @@ def _check_scan_tensor(name, t, u):
 def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl='auto', merge=None, merge_gate=None):
     "Validate `selective_scan`'s arguments; returns `(batch, dim, L, N, G)`."
     scan_impls.check_name(impl)
-    opt = ('D', 'z', 'delta_bias', 'merge', 'merge_gate')
-    tensors = dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, merge=merge, merge_gate=merge_gate)
-    for name, t in tensors.items():
-        if t is not None or name not in opt: _check_scan_tensor(name, t, u)
+    for name, t in dict(u=u, delta=delta, A=A, B=B, C=C).items(): _check_scan_tensor(name, t, u)
+    for name, t in dict(D=D, z=z, delta_bias=delta_bias, merge=merge, merge_gate=merge_gate).items():
+        if t is not None: _check_scan_tensor(name, t, u)
     if (merge is None) != (merge_gate is None):
-        raise UsageError("selective_scan: merge and merge_gate go together (out = lerp(out, merge, "
-                         "sigmoid(merge_gate))); "
-                         f"got merge={'a tensor' if merge is not None else None}, "
-                         f"merge_gate={'a tensor' if merge_gate is not None else None}.")
+        got = lambda t: 'a tensor' if t is not None else None
+        raise UsageError("selective_scan: merge and merge_gate go together (out = lerp(out, merge, sigmoid("
+                         f"merge_gate))); got merge={got(merge)}, merge_gate={got(merge_gate)}.")
     if u.dim() != 3 or u.shape[-1] == 0:
         raise UsageError(f"selective_scan: u must have shape (batch, dim, L) with L >= 1, got {_shape(u)}.")
     b, d, L = u.shape
@@ -71,21 +69,17 @@ def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl=
     if A.dim() != 2 or A.shape[0] != d:
         raise UsageError(f"selective_scan: A must have shape (dim, N) with dim = {d} (u.shape[1]), got {_shape(A)}.")
     N = A.shape[1]
-    G = None
     for name, t in (('B', B), ('C', C)):
         ok = (t.dim() == 3 and _shape(t) == (b, N, L)) or (t.dim() == 4 and t.shape[0] == b and t.shape[2:] == (N, L)
                                                            and t.shape[1] >= 1 and d % t.shape[1] == 0)
         if not ok:
             raise UsageError(f"selective_scan: {name} must have shape (batch, N, L) = {(b, N, L)} or grouped "
                              f"(batch, G, N, L) = ({b}, G, {N}, {L}) with dim = {d} divisible by G; got {_shape(t)}.")
-        g = 1 if t.dim() == 3 else t.shape[1]
-        if G is not None and g != G:
-            raise UsageError(f"selective_scan: B has {G} group(s) but C has {g}; they must have the same number of "
-                             "groups.")
-        G = g
+    G, g = (1 if t.dim() == 3 else t.shape[1] for t in (B, C))
+    if g != G:
+        raise UsageError(f"selective_scan: B has {G} group(s) but C has {g}; they must have the same number of groups.")
     for name, t, shape in (('D', D, (d,)), ('delta_bias', delta_bias, (d,)), ('z', z, (b, d, L)),
-                           ('merge', merge, (b, d, L)),
-                           ('merge_gate', merge_gate, (b, d, L))):
+                           ('merge', merge, (b, d, L)), ('merge_gate', merge_gate, (b, d, L))):
         if t is not None and _shape(t) != shape:
             raise UsageError(f"selective_scan: {name} must have shape {shape}, got {_shape(t)}.")
     return b, d, L, N, G
@@ -108,8 +102,8 @@ def _finish(y, u, D, z, dtype):
     if z is not None: y = y * F.silu(z.float())
     return y.to(dtype)
 
-def _scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
-    "Sequential reference. B, C are `(batch, G, N, L)`."
+def _scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    "Sequential reference: the output and the last state. B, C are `(batch, G, N, L)`."
     b, d, L = u.shape
     dt = _step_sizes(delta, delta_bias, delta_softplus)
     Bx, Cx = _expand_groups(B.float(), d), _expand_groups(C.float(), d)     # (b, d, N, L)
@@ -120,8 +114,7 @@ def _scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_s
     for a_t, x_t, c_t in zip(decay.unbind(2), inp.unbind(2), Cx.unbind(-1)):
         h = a_t * h + x_t
         ys.append((h * c_t).sum(-1))
-    out = _finish(torch.stack(ys, -1), u, D, z, u.dtype)
-    return (out, h) if return_last_state else out
+    return _finish(torch.stack(ys, -1), u, D, z, u.dtype), h
 
 # %% ../../nbs/12_scan.ipynb #4dfc3834
 TORCH_SCAN_CHUNK = {'cpu': 8, 'cuda': 64}              # steps per chunk: the length of the sequential inner loop
@@ -299,30 +292,23 @@ def _torch_scan_plan(b, d, N, L, device, chunk=None, block=None):
     per_op = b * d * N * (min(block, L) // chunk or 1)   # one step of the block's chunks
     return chunk, block, _scan_threads(device, per_op)
 
-def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, chunk=None, block=None):
-    "Chunked scan. B, C are `(batch, G, N, L)`; `chunk`, `block` (steps) default from the `TORCH_SCAN_*` tables."
+def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, chunk=None, block=None):
+    "Chunked scan -> (output, last state); B, C `(batch, G, N, L)`; `chunk`, `block` (steps) from `TORCH_SCAN_*`."
     b, d, L = u.shape
     chunk, block, threads = _torch_scan_plan(b, d, A.shape[1], L, u.device, chunk, block)
     dt = _step_sizes(delta, delta_bias, delta_softplus)
     y, last = _ChunkedScan.apply(u.float(), dt, A.float(), B.float(), C.float(), chunk, block, threads)
-    out = _finish(y, u, D, z, u.dtype)
-    return (out, last) if return_last_state else out
+    return _finish(y, u, D, z, u.dtype), last
 
 # %% ../../nbs/12_scan.ipynb #b32bb7d3
 def _load_scan_ext(): return try_import('selective_scan_cuda')   # (module, None) or (None, why not)
-def _scan_ext(): return _load_scan_ext()[0]
-
-def _call_ext(fn, *args):
-    "Call an extension function; if pybind11 rejects the arity, retry with a trailing `None` (newer signatures)."
-    try: return fn(*args)
-    except TypeError as e:
-        if 'incompatible function arguments' not in str(e): raise
-        return fn(*args, None)
+def _call_ext(name, *args):   # newer versions of the extension take a trailing `None`
+    return _first_accepted(getattr(_load_scan_ext()[0], name), args, (*args, None))
 
 class _SelectiveScanCuda(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-        out, x, *rest = _call_ext(_scan_ext().fwd, u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        out, x, *rest = _call_ext('fwd', u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         ctx.delta_softplus, ctx.has_z = delta_softplus, z is not None
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, x, out if z is not None else None)
         last = x[:, :, -1, 1::2].clone()
@@ -334,7 +320,7 @@ class _SelectiveScanCuda(torch.autograd.Function):
         u, delta, A, B, C, D, z, delta_bias, x, out = ctx.saved_tensors
         if dout.stride(-1) != 1: dout = dout.contiguous()
         du, ddelta, dA, dB, dC, dD, ddelta_bias, *rest = _call_ext(
-            _scan_ext().bwd, u, delta, A, B, C, D, z, delta_bias, dout, x, out, None, ctx.delta_softplus, False)
+            'bwd', u, delta, A, B, C, D, z, delta_bias, dout, x, out, None, ctx.delta_softplus, False)
         return (du, ddelta, dA, dB, dC, dD if D is not None else None, rest[0] if ctx.has_z else None,
                 ddelta_bias if delta_bias is not None else None, None)
 
@@ -350,13 +336,12 @@ def kernel_arg(t: torch.Tensor | None,              # an argument of a compiled 
     return t.contiguous() if whole or not (t.stride(-1) == 1 or t.shape[-1] == 1) else t
 
 # %% ../../nbs/12_scan.ipynb #da7496eb
-def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
-    "mamba-ssm's kernel. B, C are `(batch, G, N, L)`."
+def _scan_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    "mamba-ssm's kernel: output and last state. B, C are `(batch, G, N, L)`."
     scan_impls.require('cuda', u.device, arg='u')
     u, delta, B, C, z = (kernel_arg(t, u.dtype) for t in (u, delta, B, C, z))
     A, D, delta_bias = (kernel_arg(t, whole=True) for t in (A, D, delta_bias))
-    out, last = _SelectiveScanCuda.apply(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
-    return (out, last) if return_last_state else out
+    return _SelectiveScanCuda.apply(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
 
 # %% ../../nbs/12_scan.ipynb #79c67820
 def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
@@ -370,13 +355,11 @@ def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
 
 def _too_big(N): return ('cuda', 'cpu') if N > 256 else ()   # the kernels that cannot take a state size N
 
-def _merge_after(out, merge, gate, return_last_state=False):
-    "`lerp(out, merge, sigmoid(gate))` in `out`'s dtype, laid out as `merge` (`out` copied into that layout first)."
-    y = out[0] if return_last_state else out
+def _merge_after(y, merge, gate):
+    "`lerp(y, merge, sigmoid(gate))` in `y`'s dtype, laid out as `merge` (`y` copied into that layout first)."
     m = merge.to(y.dtype)
     if y.stride() != m.stride(): y = torch.empty_like(m).copy_(y)
-    y = torch.lerp(y, m, torch.sigmoid(gate).to(y.dtype))
-    return (y, out[1]) if return_last_state else y
+    return torch.lerp(y, m, torch.sigmoid(gate).to(y.dtype))
 
 def selective_scan(u: torch.Tensor,                         # (batch, dim, L) input
                    delta: torch.Tensor,                     # (batch, dim, L) step size, before delta_bias and softplus
@@ -400,11 +383,12 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
                          "impl='torch'.")
     impl = scan_impls.resolve(impl, u.device, arg='u', skip=_too_big(A.shape[1]))   # past a failed build: 'torch'
     if B.dim() == 3: B, C = B.unsqueeze(1), C.unsqueeze(1)
-    if impl == 'cpu':                                 # '_scan_cpu' comes below; it fuses the merge
-        return _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge, merge_gate)
-    fn = {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]
-    out = fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    return out if merge is None else _merge_after(out, merge, merge_gate, return_last_state)
+    # the CPU kernel ('_scan_cpu', below) fuses an fp32 merge without z; else the merge runs after the scan
+    fused = impl == 'cpu' and merge is not None and z is None and merge.dtype == merge_gate.dtype == torch.float32
+    fn = _scan_cpu if impl == 'cpu' else {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]
+    out, last = fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, *((merge, merge_gate) if fused else ()))
+    if merge is not None and not fused: out = _merge_after(out, merge, merge_gate)
+    return (out, last) if return_last_state else out
 
 # %% ../../nbs/12_scan.ipynb #9f761a13
 def scan_inputs(batch: int = 2,              # batch size
@@ -461,20 +445,15 @@ class _CpuScan(torch.autograd.Function):
         return (du, dd, dA, dB, dC, given(dD, D), given(dz, z), given(dbias, delta_bias), given(dm, merge),
                 given(dmg, merge_gate), None)
 
-def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, merge=None, merge_gate=None):
-    """The compiled CPU kernel (`scan_impls.resolve` built it). B, C are `(batch, G, N, L)`; an fp32 merge without `z`
-    is fused into its output stage."""
-    fused = merge is not None and z is None and merge.dtype == merge_gate.dtype == torch.float32
-    if merge is not None and not fused:                  # with z, or in low precision: the merge runs after the scan
-        out = _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-        return _merge_after(out, merge, merge_gate, return_last_state)
+def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, merge=None, merge_gate=None):
+    """The compiled CPU kernel (`scan_impls.resolve` built it): output and last state. B, C are `(batch, G, N, L)`; a
+    merge (fp32, without `z`) is fused into its output stage."""
     dtype = u.dtype
     u, delta, z = (kernel_arg(t) for t in (u, delta, z))                                    # fp32, time contiguous
     A, B, C, D, delta_bias = (kernel_arg(t, whole=True) for t in (A, B.mT, C.mT, D, delta_bias))   # B, C: (b, G, L, N)
     with _no_autocast(u.device):
         out, last = _CpuScan.apply(u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, bool(delta_softplus))
-    out = out.to(dtype)
-    return (out, last) if return_last_state else out
+    return out.to(dtype), last
 
 # %% ../../nbs/12_scan.ipynb #6fda8bbe
 def cpu_scan_workspace_bytes(batch: int,       # sequences
@@ -569,7 +548,7 @@ def bench_scan(Ls=(1024, 4096, 16384),                       # sequence lengths
     'ref' and mambapy."""
     if bad := [i for i in impls if i not in BENCH_SCAN_IMPLS]:
         raise UsageError(f"bench_scan: unknown impl {bad[0]!r}; valid choices: {', '.join(BENCH_SCAN_IMPLS)}.")
-    device = torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
+    device = _default_device(device)
     def setup(L):
         x = scan_inputs(batch, dim, L, N, device=device, seed=L)
         g = torch.randn(batch, dim, L, generator=torch.Generator().manual_seed(L)).to(device)
@@ -580,30 +559,13 @@ def bench_scan(Ls=(1024, 4096, 16384),                       # sequence lengths
         return step, list(x.values())
     rows = bench_impls(Ls, impls, setup, device, reps, tokens=batch,
                        columns=dict(batch=batch, dim=dim, N=N, device=str(device)))
-    if verbose: _print_scan_bench(rows)
-    return rows
-
-def _print_scan_bench(rows):
-    r0 = rows[0]
-    print(f"selective_scan forward+backward, {r0['device']} ({torch.get_num_threads()} threads), "
-          f"batch={r0['batch']} dim={r0['dim']} N={r0['N']}, fp32")
-    print(f"{'L':>7} {'impl':>8} {'ms':>10} {'us/token':>9} {'peak MiB':>9} {'vs ref':>8} {'vs mambapy':>10} "
-          f"{'mem/ref':>8} {'tok-time/first':>15}")
-    get = lambda L, impl: next((r for r in rows if r['L'] == L and r['impl'] == impl and r['ms'] is not None), None)
-    first = {}
-    for r in rows:
-        if r['ms'] is None: print(f"{r['L']:>7} {r['impl']:>8}   {r['note']}"); continue
-        ref, mp = get(r['L'], 'ref'), get(r['L'], 'mambapy')
-        first.setdefault(r['impl'], r['us_per_token'])
-        sp = f"{ref['ms'] / r['ms']:.2f}x" if ref else '-'
-        spm = f"{mp['ms'] / r['ms']:.2f}x" if mp else '-'
-        mem = f"{r['peak_mib'] / ref['peak_mib']:.3f}" if ref and ref['peak_mib'] else '-'
-        print(f"{r['L']:>7} {r['impl']:>8} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>9.1f} {sp:>8} "
-              f"{spm:>10} {mem:>8} "
-              f"{r['us_per_token'] / first[r['impl']]:>15.2f}")
+    if not verbose: return rows
+    print(f"selective_scan forward+backward, {device} ({torch.get_num_threads()} threads), batch={batch} dim={dim} "
+          f"N={N}, fp32\n{bench_table(rows, ('ref', 'mambapy'))}")
     nt = torch.get_num_threads()
-    one = [r['L'] for r in rows if r['impl'] == 'torch' and r['ms'] is not None and r['device'] == 'cpu' and nt > 1
-           and _torch_scan_plan(r['batch'], r['dim'], r['N'], r['L'], torch.device('cpu'))[2] == 1]
+    one = [r['L'] for r in rows if r['impl'] == 'torch' and r['ms'] is not None and nt > 1
+           and _torch_scan_plan(batch, dim, N, r['L'], device)[2] == 1]
     if one: print(f"note: 'torch' ran on one thread of {nt} at L = {', '.join(map(str, one))}: each of its operations "
                   f"there touches fewer than {TORCH_SCAN_PARALLEL_ELEMS['cpu']:,} numbers, too few to share between "
                   "threads beside other work")
+    return rows
