@@ -66,9 +66,10 @@ def hold(point: str,  # where the process is, e.g. 'version_0 step 5' (the train
         ):
     """A test's handle on a running process: when `HOLD_ENV` names this `point` ('POINT=FILE'), create FILE and wait
     here for SIGTERM, SIGINT or SIGUSR1, then hand it to the handler in place, as if it came at this point (SIGKILL
-    needs no help). A test then signals a known place, on a busy machine too, instead of racing the process to it."""
+    needs no help). A test then signals a known place, on a busy machine too, instead of racing the process to it.
+    'POINT on rank R=FILE' holds only the torchrun worker of rank R there; the other ranks run on."""
     spec = dict(s.split('=', 1) for s in os.environ.get(HOLD_ENV, '').split(';') if '=' in s)
-    if not (path := spec.get(point)): return
+    if not (path := spec.get(point) or spec.get(f"{point} on rank {os.environ.get('RANK')}")): return
     import signal
     got, old = [], {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
     def caught(signum, frame):
