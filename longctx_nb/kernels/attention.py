@@ -526,6 +526,6 @@ def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
             return lambda: local_attention(q, k, v, window, n_global, block_size=block_size, impl=impl).backward(g)
         return step, (q, k, v)
     rows = bench_impls(Ls, impls, setup, device, reps, warmup=2, tokens=batch_size, first=('L', 'impl'))
-    if verbose: print(f"forward+backward on {device} ({torch.get_num_threads()} threads), {dtype}, B={batch_size} H={H} "
-                      f"Dh={Dh} window={window}\n{bench_table(rows, ('ref', 'sdpa'))}")
+    if verbose: print(f"forward+backward on {device} ({torch.get_num_threads()} threads), {dtype}, B={batch_size} "
+                      f"H={H} Dh={Dh} window={window}\n{bench_table(rows, ('ref', 'sdpa'))}")
     return rows

@@ -25,14 +25,14 @@ CPU_MATH = r'''
 #include <type_traits>
 
 // ---- branch-free math that the compiler vectorises ----
-static inline float exp2_(float x) {                    // 2^x, relative error ~2e-7 (Cephes' exp2f polynomial)
+// Cephes' exp2f polynomial on [-0.5, 0.5], highest power first (the AVX-512 kernels' too)
+static constexpr float EXP2_P[] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
+                                   5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f, 1.0f};
+static inline float exp2_(float x) {                    // 2^x, relative error ~2e-7
   x = std::min(std::max(x, -126.0f), 126.0f);
-  float r = std::nearbyint(x), f = x - r;                // f in [-0.5, 0.5]
-  float p = 1.535336188319500e-4f;
-  p = p * f + 1.339887440266574e-3f; p = p * f + 9.618437357674640e-3f; p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f; p = p * f + 6.931472028550421e-1f;
-  int32_t e = ((int32_t)r + 127) << 23;
-  return (p * f + 1.0f) * __builtin_bit_cast(float, e);
+  float r = std::nearbyint(x), f = x - r, p = EXP2_P[0];   // f in [-0.5, 0.5]
+  for (int k = 1; k < 7; ++k) p = p * f + EXP2_P[k];
+  return p * __builtin_bit_cast(float, ((int32_t)r + 127) << 23);
 }
 static constexpr float LOG2E = 1.4426950408889634f;
 static inline float exp_(float x) { return exp2_(x * LOG2E); }
@@ -86,8 +86,7 @@ class CpuExtension:
         # would rebuild it (a minute) each time another environment loaded it
         env = hashlib.sha1(f"{Path(torch.__file__).parent}|{sysconfig.get_paths()['include']}".encode()).hexdigest()[:6]
         word = lambda s: re.sub(r'[^0-9a-zA-Z]+', '_', s)
-        name = (f"{self.prefix}_{word(isa.lower())}_torch_{word(torch.__version__)}"
-                f"_{digest}_{env}")
+        name = f"{self.prefix}_{word(isa.lower())}_torch_{word(torch.__version__)}_{digest}_{env}"
         return name, ['-O3', '-fopenmp', '-ffp-contract=fast', *CPU_ISA_FLAGS.get(isa, [])]
 
     def build(self):
@@ -98,8 +97,7 @@ class CpuExtension:
         folder = Path(cpp_extension._get_build_directory(name, verbose=False))
         if not (folder / f'{name}.so').exists():   # the name carries the source's digest: a built one is this source
             print(f"{self.op}: compiling its CPU kernel into {folder} (once per machine, Python environment, torch "
-                  "version and kernel source, "
-                  "about a minute)", flush=True)
+                  "version and kernel source, about a minute)", flush=True)
         return cpp_extension.load_inline(name, cpp_sources=['\n'.join(self.src.values())], functions=self.functions,
                                          extra_cflags=flags, extra_ldflags=['-fopenmp'])
 
@@ -143,14 +141,14 @@ struct V3 {
 struct Scan {
   // H = d / G channels per group; nblk = channel blocks per (batch, group)
   int64_t b, d, L, N, G, H, T, nc, cb, nblk;
-  const float *u, *delta, *A, *B, *C, *D, *z, *bias;    // u, delta, z: (b, d, L); A: (d, N); B, C: (b, G, L, N)
-  int64_t su[2], sde[2], sz[2];                         // batch and channel strides of u, delta, z (time is contiguous)
+  V3 u, delta, z;                                       // (b, d, L), time contiguous (z.p null without)
+  const float *A, *B, *C, *D, *bias;                    // A: (d, N); B, C: (b, G, L, N)
   // the merge (p null without): out = lerp(y + D u, ma, sigmoid(mw)); mo: that out (backward)
   V3 ma, mw, mo;
   bool softplus;
-  const float* U(int64_t bi, int64_t ch) const { return u + bi * su[0] + ch * su[1]; }       // a channel's series
-  const float* De(int64_t bi, int64_t ch) const { return delta + bi * sde[0] + ch * sde[1]; }
-  const float* Z(int64_t bi, int64_t ch) const { return z ? z + bi * sz[0] + ch * sz[1] : nullptr; }
+  const float* U(int64_t bi, int64_t ch) const { return u.at(bi, ch, 0); }       // a channel's series
+  const float* De(int64_t bi, int64_t ch) const { return delta.at(bi, ch, 0); }
+  const float* Z(int64_t bi, int64_t ch) const { return z.p ? z.at(bi, ch, 0) : nullptr; }
   int64_t ntasks() const { return b * G * nblk; }
   void task(int64_t i, int64_t& bi, int64_t& g, int64_t& c0, int64_t& c1) const {
     bi = i / (G * nblk); g = (i / nblk) % G; int64_t j = i % nblk;
@@ -168,13 +166,15 @@ static inline void gather(const float* p, int64_t st, int64_t n, float* col) {
     for (int64_t t = 0; t < n; ++t) col[t] = p[t * st]; }
 static inline void scatter(const float* col, int64_t n, float* p, int64_t st) {
     for (int64_t t = 0; t < n; ++t) p[t * st] = col[t]; }
-// Prefetch steps [s, s + n) of such an array over channels [c0, c1) (a share of the next chunk's, while this one
+// Prefetch steps [s, s + n) of such arrays over channels [c0, c1) (a share of the next chunk's, while this one
 // runs): the hardware prefetchers do not follow the rows' stride.
-static void rows_prefetch(const V3& v, int64_t bi, int64_t c0, int64_t c1, int64_t s, int64_t n, bool write) {
-  for (int64_t t = 0; t < n; ++t)   // n <= 0: nothing
-    for (const char *a = (const char*)v.at(bi, c0, s + t), *e = (const char*)v.at(bi, c1, s + t); a < e; a += 64) {
-      if (write) __builtin_prefetch(a, 1, 3); else __builtin_prefetch(a, 0, 3);
-    }
+static void rows_prefetch(std::initializer_list<const V3*> vs, int64_t bi, int64_t c0, int64_t c1, int64_t s, int64_t n,
+                          bool write) {
+  for (const V3* v : vs)
+    for (int64_t t = 0; t < n; ++t)   // n <= 0: nothing
+      for (const char *a = (const char*)v->at(bi, c0, s + t), *e = (const char*)v->at(bi, c1, s + t); a < e; a += 64) {
+        if (write) __builtin_prefetch(a, 1, 3); else __builtin_prefetch(a, 0, 3);
+      }
 }
 
 // Run f(task) for every task, handing tasks out one at a time to torch's intra-op threads (a late thread takes fewer).
@@ -274,12 +274,8 @@ SCAN_CPP['avx512_math'] = r'''
 #include <immintrin.h>
 static inline __m512 exp2v(__m512 x) {                  // 2^x: the same polynomial, scaled by 2^round(x) with vscalefps
   __m512 r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm512_sub_ps(x, r);
-  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f)); p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(EXP2_P[0]);
+  for (int k = 1; k < 7; ++k) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_P[k]));
   return _mm512_scalef_ps(p, r);
 }
 // y[t] = sum of row t of S (n_t, 16): sixteen rows at a time by a transpose-and-add tree, in a fixed order.
@@ -391,13 +387,12 @@ static void fwd_task(const Scan& P, int64_t i, const V3& out, float* last, float
       if (rows && k + 1 < P.nc) {                        // a share of the next chunk's rows, a few steps per channel
         const int64_t per = (T + (c1 - c0) - 1) / (c1 - c0), t0 = s + T + (ch - c0) * per,
             nn = std::min(per, std::min(L, s + 2 * T) - t0);
-        rows_prefetch(P.ma, bi, c0, c1, t0, nn, false); rows_prefetch(P.mw, bi, c0, c1, t0, nn, false);
-        rows_prefetch(out, bi, c0, c1, t0, nn, true);
+        rows_prefetch({&P.ma, &P.mw}, bi, c0, c1, t0, nn, false); rows_prefetch({&out}, bi, c0, c1, t0, nn, true);
       }
       step_sizes(P, bi, ch, s, n_t, dt, dtu, nullptr);
       Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hp, Bk, Ck, dt, dtu, y, nullptr, nullptr, S);
       const float* u = P.U(bi, ch) + s;
-      const float Dc = P.D ? P.D[ch] : 0.0f; const float* z = P.z ? P.Z(bi, ch) + s : nullptr;
+      const float Dc = P.D ? P.D[ch] : 0.0f; const float* z = P.z.p ? P.Z(bi, ch) + s : nullptr;
       if (z) {
 #pragma omp simd
         for (int64_t t = 0; t < n_t; ++t) y[t] = (y[t] + Dc * u[t]) * z[t] * sigmoid_(z[t]);
@@ -433,16 +428,15 @@ static void fwd_task(const Scan& P, int64_t i, const V3& out, float* last, float
 SCAN_CPP['backward'] = r'''
 template <int NS>
 static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlast, const float* starts, float* du,
-                     float* ddelta, float* dz, const V3& dma, const V3& dmw, float* pB, float* pC, float* pA,
-                         float* pD, float* pbias) {
+                     float* ddelta, float* dz, const V3& dma, const V3& dmw, float* pB, float* pC, float* pA, float* pD,
+                     float* pbias) {
   const int64_t N = NS ? NS : P.N, T = P.T, L = P.L;
   int64_t bi, g, c0, c1; P.task(i, bi, g, c0, c1);
   const int64_t nch = c1 - c0;
   std::vector<float> gs(nch * N, 0.0f), dA(nch * N, 0.0f), dD(nch, 0.0f), dbias(nch, 0.0f), A2(nch * N), hw(N);
   std::vector<float> buf(10 * T + 4 * T * N);
   float *dt = buf.data(), *dtu = dt + T, *sig = dtu + T, *dy = sig + T, *gB = dy + T, *gA = gB + T, *y = gA + T;
-  float *cg = y + T, *ca = cg + T, *cw = ca + T, *aT = cw + T, *hT = aT + T * N, *SB = hT + T * N, *SA = SB + T * N,
-      *S = SB;
+  float *cg = y + T, *ca = cg + T, *cw = ca + T, *aT = cw + T, *hT = aT + T * N, *SB = hT + T * N, *SA = SB + T * N;
   const bool merge = P.ma.p;
   const bool rows = merge && token_major(dout) && token_major(P.ma) && token_major(P.mw) && token_major(P.mo)
                     && token_major(dma) && token_major(dmw);
@@ -450,7 +444,7 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
   const bool gtile = token_major(dout);
   const int64_t CP = P.cb + 16;
   std::vector<float> tiles(gtile ? T * CP : 0);
-  float *tG = tiles.data();
+  float* tG = tiles.data();
   for (int64_t ch = c0; ch < c1; ++ch)
     for (int64_t n = 0; n < N; ++n) {
       A2[(ch - c0) * N + n] = P.A[ch * N + n] * LOG2E;
@@ -479,7 +473,7 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t row = (bi * P.d + ch) * L;
       const float* h0 = starts + ((bi * P.d + ch) * P.nc + k) * N;
-      const float* u = P.U(bi, ch) + s; const float* zz = P.z ? P.Z(bi, ch) + s : nullptr;
+      const float* u = P.U(bi, ch) + s; const float* zz = P.z.p ? P.Z(bi, ch) + s : nullptr;
       const float Dc = P.D ? P.D[ch] : 0.0f;
       {                                                   // the next channel's (or the previous chunk's) inputs
         const int64_t nch = ch + 1 < c1 ? ch + 1 : c0, ns = ch + 1 < c1 ? s : s - T;
@@ -493,16 +487,15 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
       // a share of the previous chunk's rows, a few steps per channel
       if (gtile && k > 0) {
         const int64_t per = (T + nch - 1) / nch, t0 = s - T + (ch - c0) * per, nn = std::min(per, s - t0);
-        rows_prefetch(dout, bi, c0, c1, t0, nn, false);
+        rows_prefetch({&dout}, bi, c0, c1, t0, nn, false);
         if (rows) {
-          rows_prefetch(P.ma, bi, c0, c1, t0, nn, false); rows_prefetch(P.mw, bi, c0, c1, t0, nn, false);
-              rows_prefetch(P.mo, bi, c0, c1, t0, nn, false);
-          rows_prefetch(dma, bi, c0, c1, t0, nn, true); rows_prefetch(dmw, bi, c0, c1, t0, nn, true);
+          rows_prefetch({&P.ma, &P.mw, &P.mo}, bi, c0, c1, t0, nn, false);
+          rows_prefetch({&dma, &dmw}, bi, c0, c1, t0, nn, true);
         }
       }
       step_sizes(P, bi, ch, s, n_t, dt, dtu, sig);
       std::memcpy(hw.data(), h0, N * sizeof(float));     // the chunk's states again, from the saved one entering it
-      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hw.data(), Bk, Ck, dt, dtu, zz ? y : nullptr, aT, hT, S);
+      Chunk<NS>::forward(N, n_t, A2.data() + (ch - c0) * N, hw.data(), Bk, Ck, dt, dtu, zz ? y : nullptr, aT, hT, SB);
       // dy: the gradient reaching y + D u (dout's column made contiguous where it is not)
       const float* go = dout.s[2] == 1 ? dout.at(bi, ch, s) : cg;
       if (rows) gather(tG + (ch - c0), CP, n_t, dy);
@@ -551,18 +544,19 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
 
 # %% ../../nbs/11_cpu.ipynb #24d4fd79
 SCAN_CPP['api_forward'] = r'''
-using OptT = std::optional<torch::Tensor>;
+using torch::Tensor;
+using OptT = std::optional<Tensor>;
+using Tensors = std::vector<Tensor>;
 static const float* ptr(const OptT& t) { return t.has_value() ? t->data_ptr<float>() : nullptr; }
-static V3 v3(const torch::Tensor& t) {                 // an fp32 (b, d, L) array, strides as they are
+static V3 v3(const Tensor& t) {                 // an fp32 (b, d, L) array, strides as they are
   TORCH_CHECK(t.dtype() == torch::kFloat32 && t.dim() == 3 && t.device().is_cpu(), "scan: fp32 (b, d, L) arrays");
   V3 v; v.p = t.data_ptr<float>(); for (int k = 0; k < 3; ++k) v.s[k] = t.stride(k);
   return v;
 }
 // A new (b, d, L) array laid out as t: token-major where t is (even a view of a wider array), else as empty_like
 // makes it.
-static torch::Tensor like(const torch::Tensor& t) {
-  if (t.stride(1) == 1 && t.stride(2) != 1) return torch::empty({t.size(0), t.size(2), t.size(1)},
-      t.options()).transpose(1, 2);
+static Tensor like(const Tensor& t) {
+  if (t.stride(1) == 1 && t.stride(2) != 1) return torch::empty({t.size(0), t.size(2), t.size(1)}, t.options()).mT();
   return torch::empty_like(t);
 }
 
@@ -572,22 +566,21 @@ template <class F> static void by_N(int64_t N, const F& f) {
   else if (N == 64) f(std::integral_constant<int, 64>{}); else f(std::integral_constant<int, 0>{});
 }
 
-static Scan make(const torch::Tensor& u, const torch::Tensor& delta, const torch::Tensor& A, const torch::Tensor& B,
-                 const torch::Tensor& C, const OptT& D, const OptT& z, const OptT& bias, bool softplus, int64_t T,
-                     int64_t cb,
-                 const OptT& ma, const OptT& mw) {
+static Scan make(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                 const OptT& D, const OptT& z, const OptT& bias, bool softplus, int64_t T, int64_t cb, const OptT& ma,
+                 const OptT& mw) {
   for (auto* t : {&A, &B, &C})
     TORCH_CHECK(t->dtype() == torch::kFloat32 && t->is_contiguous() && t->device().is_cpu(),
         "scan: fp32 contiguous A, B, C");
-  for (const torch::Tensor* t : {&u, &delta, z.has_value() ? &*z : &u})
+  for (const Tensor* t : {&u, &delta, z.has_value() ? &*z : &u})
     TORCH_CHECK(t->dtype() == torch::kFloat32 && (t->stride(2) == 1 || t->size(2) == 1) && t->device().is_cpu(),
         "scan: fp32 u, delta, z, time contiguous");
   Scan P;
   P.b = u.size(0); P.d = u.size(1); P.L = u.size(2); P.N = A.size(1); P.G = B.size(1); P.H = P.d / P.G;
   TORCH_CHECK(P.N <= 256, "scan: N <= 256");
   P.T = T; P.nc = (P.L + T - 1) / T; P.cb = std::min(cb, P.H); P.nblk = (P.H + P.cb - 1) / P.cb;
-  P.u = u.data_ptr<float>(); P.delta = delta.data_ptr<float>(); P.A = A.data_ptr<float>();
-  P.B = B.data_ptr<float>(); P.C = C.data_ptr<float>(); P.D = ptr(D); P.z = ptr(z); P.bias = ptr(bias);
+  P.u = v3(u); P.delta = v3(delta); if (z.has_value()) P.z = v3(*z);
+  P.A = A.data_ptr<float>(); P.B = B.data_ptr<float>(); P.C = C.data_ptr<float>(); P.D = ptr(D); P.bias = ptr(bias);
   P.softplus = softplus;
   TORCH_CHECK(ma.has_value() == mw.has_value() && !(ma.has_value() && z.has_value()),
       "scan: the merge takes both tensors, and no z");
@@ -595,14 +588,11 @@ static Scan make(const torch::Tensor& u, const torch::Tensor& delta, const torch
     P.ma = v3(*ma); P.mw = v3(*mw);
     for (auto* t : {&*ma, &*mw}) TORCH_CHECK(t->sizes() == u.sizes(), "scan: the merge's tensors have u's shape");
   }
-  P.su[0] = u.stride(0); P.su[1] = u.stride(1); P.sde[0] = delta.stride(0); P.sde[1] = delta.stride(1);
-  P.sz[0] = z.has_value() ? z->stride(0) : 0; P.sz[1] = z.has_value() ? z->stride(1) : 0;
   return P;
 }
 
-std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B,
-    torch::Tensor C,
-                                    OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb, OptT ma, OptT mw) {
+Tensors scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, OptT D, OptT z, OptT bias, bool softplus,
+                 int64_t T, int64_t cb, OptT ma, OptT mw) {
   Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb, ma, mw);
   // with the merge, the output takes the other path's layout (a token-major one stays token-major)
   auto out = ma.has_value() ? like(*ma) : torch::empty({P.b, P.d, P.L}, u.options());
@@ -617,25 +607,21 @@ std::vector<torch::Tensor> scan_fwd(torch::Tensor u, torch::Tensor delta, torch:
 '''
 
 SCAN_CPP['api_backward'] = r'''
-std::vector<torch::Tensor> scan_bwd(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor B,
-    torch::Tensor C,
-                                    OptT D, OptT z, OptT bias, bool softplus, int64_t T, int64_t cb,
-                                    torch::Tensor dout, OptT dlast, torch::Tensor starts, OptT ma, OptT mw, OptT mo) {
+Tensors scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, OptT D, OptT z, OptT bias, bool softplus,
+                 int64_t T, int64_t cb, Tensor dout, OptT dlast, Tensor starts, OptT ma, OptT mw, OptT mo) {
   Scan P = make(u, delta, A, B, C, D, z, bias, softplus, T, cb, ma, mw);
   TORCH_CHECK(mo.has_value() == ma.has_value(), "scan: backward through the merge reads the merged output");
-  if (mo.has_value()) {
-      TORCH_CHECK(mo->sizes() == u.sizes(), "scan: the merged output has u's shape"); P.mo = v3(*mo); }
+  TORCH_CHECK(!mo.has_value() || mo->sizes() == u.sizes(), "scan: the merged output has u's shape");
+  if (mo.has_value()) P.mo = v3(*mo);
   TORCH_CHECK(starts.is_contiguous() && (!dlast.has_value() || dlast->is_contiguous()), "scan: contiguous");
   // any strides (a token-major one is read as it is)
   TORCH_CHECK(dout.sizes() == u.sizes(), "scan: dout has u's shape");
-  auto du = torch::empty({P.b, P.d, P.L}, u.options()), ddelta = torch::empty_like(du),
-      dz = torch::empty(z.has_value() ? du.sizes() : at::IntArrayRef{0}, u.options());
   const int64_t nt = P.ntasks();
-  auto pB = torch::empty({nt, P.L, P.N}, u.options()), pC = torch::empty({nt, P.L, P.N}, u.options());
-  auto pA = torch::empty({P.b, P.d, P.N}, u.options()), pD = torch::empty({P.b, P.d}, u.options()),
-      pbias = torch::empty({P.b, P.d}, u.options());
-  auto dma = ma.has_value() ? like(*ma) : torch::empty({0}, u.options());   // gradients in their inputs' layouts
-  auto dmw = mw.has_value() ? like(*mw) : torch::empty({0}, u.options());
+  auto E = [&](at::IntArrayRef size) { return torch::empty(size, u.options()); };
+  auto du = E({P.b, P.d, P.L}), ddelta = E({P.b, P.d, P.L}), dz = E(z.has_value() ? du.sizes() : at::IntArrayRef{0});
+  auto pB = E({nt, P.L, P.N}), pC = E({nt, P.L, P.N});   // partial sums: per task,
+  auto pA = E({P.b, P.d, P.N}), pD = E({P.b, P.d}), pbias = E({P.b, P.d});   // per batch row
+  auto dma = ma.has_value() ? like(*ma) : E({0}), dmw = mw.has_value() ? like(*mw) : E({0});   // inputs' layouts
   const V3 go = v3(dout), gma = ma.has_value() ? v3(dma) : V3(), gmw = mw.has_value() ? v3(dmw) : V3();
   const float *gl = ptr(dlast), *st = starts.data_ptr<float>();
   float *du_ = du.data_ptr<float>(), *dd_ = ddelta.data_ptr<float>(),
