@@ -4,7 +4,7 @@
 
 # %% ../nbs/44_train.ipynb #8ebef1ac
 from __future__ import annotations
-import contextlib, dataclasses, gc, itertools, json, math, os, re, shutil, signal, sys, time, traceback
+import contextlib, dataclasses, gc, itertools, json, math, os, shutil, signal, sys, threading, time, traceback
 from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
@@ -18,20 +18,24 @@ from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_c
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token
-from .blocks.base import quiet_notes
+from .blocks.base import quiet_notes, get_block
+from .kernels.conv import kernel_backends
+from .kernels.attention import attention_impls, flex_width_why_not
 from .checkpoint import (save_checkpoint, list_checkpoints, checkpoint_path, prune_checkpoints, rng_state,
                                    export_model, atomic_write, StorageError)
 from .memory import MemoryEstimate, estimate_memory, check_config_fits
 from .distributed import (Dist, init_distributed, grad_accumulation, global_batch, full_state, clip_grad_norm,
                                     STOP_CODES)
-from .runs import again, new_run_dir, resume_point, fork, restore
+from .runs import (new_run_dir, resume_point, fork, restore, Stopped, _Terminated, _catch_signals, _terminated,
+                             _restore_signals, _stop_requested, _stopped, _lost_peer, _lost_message)
 from .metrics import MetricsLog, plot_losses, StepProfiler
+_all_ = ['Stopped']   # cli and compare catch `train.Stopped`
 
 # %% auto #0
 __all__ = ['ALLOC_ENVS', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 'evaluate_task', 'TrainResult',
            'resolve_precision', 'cuda_allocator_defaults', 'setup', 'stages', 'run_length', 'kernel_report', 'Window',
            'Counters', 'Run', 'open_run', 'announce', 'start_loop', 'step_seed', 'train_step', 'log_window',
-           'log_validation', 'save_state', 'finish', 'Stopped', 'train']
+           'log_validation', 'save_state', 'finish', 'train', 'Stopped']
 
 # %% ../nbs/44_train.ipynb #bad5e050
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
@@ -72,15 +76,8 @@ def evaluate(model,                           # the model
              docs=None,                       # document offsets of `data`: attention within documents (data.doc_mask)
             ) -> float:                       # nats per token
     "Mean loss per token (nats) over `max_batches` (None: all) batches of `data`; `docs`: its document offsets."
-    was_training = model.training; model.eval()
-    total, count = 0.0, 0
-    for x, y, *d in val_batches(data, seq_len, batch_size, max_batches=max_batches or None, docs=docs):
-        x, y = x.to(device), y.to(device)
-        with autocast(device, precision): logits = model(x, doc_ids=d[0].to(device)) if d else model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction='sum').item()
-        count += y.numel()
-    model.train(was_training)
-    return total / max(count, 1)
+    return _score(model, val_batches(data, seq_len, batch_size, max_batches=max_batches or None, docs=docs),
+                  device, precision)[0]
 
 @torch.no_grad()
 def evaluate_task(model,                    # the model
@@ -93,11 +90,15 @@ def evaluate_task(model,                    # the model
                   seed: int = 0,            # run seed
                  ) -> tuple[float, float]:  # (loss in nats per answer token, accuracy)
     "`evaluate` for a synthetic task: (mean loss, accuracy) over the answers of `n_batches` fixed validation batches."
+    return _score(model, data.val_batches(seq_len, batch_size, n_batches, seed), device, precision)
+
+def _score(model, batches, device, precision) -> tuple[float, float]:
+    "(mean loss, accuracy) per scored target (not -100) over `batches` of (x, y[, document ids]), in eval mode."
     was_training = model.training; model.eval()
     total, correct, count = 0.0, 0, 0
-    for x, y in data.val_batches(seq_len, batch_size, n_batches, seed):
+    for x, y, *d in batches:
         x, y = x.to(device), y.to(device)
-        with autocast(device, precision): logits = model(x).float()
+        with autocast(device, precision): logits = (model(x, doc_ids=d[0].to(device)) if d else model(x)).float()
         mask = y != -100
         total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction='sum').item()  # ignore_index=-100
         correct += (logits.argmax(-1)[mask] == y[mask]).sum().item(); count += mask.sum().item()
@@ -224,9 +225,6 @@ def kernel_report(m,       # a resolved `ModelConfig`
                   device,  # where the model runs
                  ) -> str:
     "One line: the implementation each library kernel of `m`'s block takes on `device` (the CPU kernels built first)."
-    from longctx_nb.blocks.base import get_block
-    from longctx_nb.kernels.conv import kernel_backends
-    from longctx_nb.kernels.attention import attention_impls, flex_width_why_not
     mixer = get_block(m.block)
     if not mixer.kernels: return "none of the library's (PyTorch's own operators only)"
     b = {}
@@ -329,18 +327,15 @@ class Run:
         if self.count.bad_in_row: return self.healthy
         return self.ckpt or (self.resumed[1] if self.resumed else None)
 
-def _find_resume(r: Run):
-    "Where `--resume` continues: `r.resumed`, or `r.restart` (a run dir killed before its first checkpoint)."
+def _open_dir(r: Run):
+    """The run directory (resumed, restarted or new), the fork's weights, config.json and the metrics log. `--resume`
+    continues `r.resumed`, or `r.restart` (a run dir killed before its first checkpoint)."""
     t, dist = r.t, r.dist
     r.resumed = (resume_point(t, r.cfg.model, None if dist.main else (lambda m: None))
                  if t.resume and not t.fork_from and not t.fast_dev_run else None)
     if r.resumed and r.resumed[1] is None:
         r.say(f"resume: {r.resumed[0]} holds a config and no checkpoint yet; starting it again from step 0 there")
         r.resumed, r.restart = None, r.resumed[0]
-
-def _open_dir(r: Run):
-    "The run directory (resumed, restarted or new), the fork's weights, config.json and the metrics log."
-    t, dist = r.t, r.dist
     if r.resumed: restore(r, *r.resumed)
     elif r.restart: r.run_dir = r.restart
     else: r.run_dir = None if t.fast_dev_run else dist.on_main(new_run_dir, t.default_root_dir, t.run_name)
@@ -365,7 +360,6 @@ def open_run(cfg: Config,                      # the run's config
     t, d, synthetic = cfg.trainer, cfg.data, isinstance(tokens, SyntheticData)
     r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
             synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
-    _find_resume(r)
     r.plan = stages(d.seq_len, t.max_steps, t.curriculum)
     r.max_steps = run_length(t, r.plan, d.batch_size, dist.world_size, None if synthetic else len(tokens.train))
     r.n_params, r.wrapped, r.opt = count_params(model), dist.wrap(model), make_optimizer(model, t, device)
@@ -493,8 +487,7 @@ def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
           f"({n.bad_in_row} in a row, {n.skipped} in all)")
     if n.bad_in_row < t.max_bad_steps: return
     if r.log: r.log.log(step=step + 1, loss=step_loss, grad_norm=grad_norm, skipped_steps=n.skipped)
-    kept = r.kept()
-    set_aside = _set_aside(r, kept)
+    set_aside = _set_aside(r, kept := r.kept())
     raise TrainingError(
         f"the loss or gradient was NaN or inf for {n.bad_in_row} steps in a row (steps {n.first_bad} to {step + 1}): "
         f"the run diverged at step {n.first_bad}. Lower --trainer.learning_rate (now {t.learning_rate:g}), lengthen "
@@ -598,16 +591,14 @@ def finish(r: Run,  # a run whose loop ended
           ) -> TrainResult:
     "Export the model, draw the loss plot, report the memory; the run's `TrainResult`."
     r.bar.close(); r.log.close()
-    plot, fsdp, n = None, r.dist.strategy == 'fsdp', r.count
+    plot, fsdp, n, m = None, r.dist.strategy == 'fsdp', r.count, r.cfg.model
     if r.run_dir and fsdp and (r.final_state is None or n.bad_in_row):  # no state gathered at the last step
         r.final_state = full_state(r.wrapped, r.opt)
     if r.writes and r.ckpt and not n.bad_in_row: prune_checkpoints(r.run_dir, r.t.keep_last)   # the run ended well
     if r.writes:
         export_model(r.model if not fsdp else _plain(r.model.cfg, r.final_state[0]), r.run_dir)
         hold(f'{r.run_dir.name} export')
-        if r.t.plot:
-            plot = r.run_dir / 'loss.png'
-            plot_losses(r.log.rows, plot, title=f'{r.cfg.model.block} {r.cfg.model.size}')
+        if r.t.plot: plot_losses(r.log.rows, plot := r.run_dir / 'loss.png', title=f'{m.block} {m.size}')
     peak = peak_memory_mb(r.device)
     if n.start < r.max_steps:
         r.say(f"memory: estimated {r.est.total / 2**20:,.0f} MiB, measured peak {peak:,.0f} MiB"
@@ -622,76 +613,6 @@ def _plain(cfg, state: dict) -> LM:
     m = LM(cfg); m.load_state_dict(state); return m
 
 # %% ../nbs/44_train.ipynb #542d0cd7
-class _Terminated(BaseException):   # as KeyboardInterrupt: no `except Exception` on the way swallows it
-    "A second stop signal: abort at once."
-    def __init__(self, signum): super().__init__(signal.Signals(signum).name); self.signum = signum
-
-class Stopped(Exception):
-    "The run stopped on a signal; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
-    def __init__(self, message: str,         # where the checkpoint is and how to continue
-                 code: int,                  # exit status
-                 reason: str | None = None,  # what stopped it, without how to continue (default: the message)
-                ):
-        super().__init__(message); self.code, self.reason = code, reason or message
-
-def _catch_signals(r: Run) -> dict:
-    "SIGTERM, SIGINT and SIGUSR1 ask the run to stop after the step in flight; a second one aborts at once."
-    import threading
-    if threading.current_thread() is not threading.main_thread(): return {}
-    def handler(signum, frame):
-        if r.signal is not None: raise _Terminated(signum)   # the second signal: stop now, even mid-checkpoint
-        r.signal = signum
-        r.say(f"{signal.Signals(signum).name}: finishing the step in flight, then writing a checkpoint "
-              "(signal again to abort)")
-    return {s: signal.signal(s, handler) for s in STOP_CODES}
-
-def _terminated(e: BaseException) -> _Terminated | None:
-    "The second signal behind `e`: torch.save, interrupted mid-write, raises its own error while closing the file."
-    while e is not None and not isinstance(e, _Terminated): e = e.__context__
-    return e
-
-def _restore_signals(old: dict, to=None):
-    "Put back the handlers in `old` (or set every one of them to `to`, e.g. `signal.SIG_IGN`)."
-    for s, h in old.items(): signal.signal(s, h if to is None else to)
-
-def _stop_requested(r: Run) -> bool:
-    "Whether any rank caught a stop signal: every rank agrees at the same step boundary (one all-reduce)."
-    if r.dist.world_size == 1: return r.signal is not None
-    stop = r.dist.mean(float(r.signal is not None))[0] > 0
-    if stop and r.signal is None: r.signal = signal.SIGTERM
-    return stop
-
-def _stopped(reason: str, hint: str, code: int) -> Stopped:
-    "The `Stopped` of a run: `reason` and the `hint` (how to continue) in its message; `reason` alone in its field."
-    return Stopped(f"{reason} {hint}".strip(), code, reason)
-
-def _stop_message(r: Run, step: int) -> tuple[str, str]:   # (what stopped the run, how to continue)
-    name = signal.Signals(r.signal or signal.SIGTERM).name
-    if not r.run_dir: return f"stopped by {name} after step {step}; this run writes no checkpoints.", ''
-    kept = r.kept()
-    return (f"stopped by {name} after step {step} of {r.max_steps}.",
-            f"Checkpoint: {kept}. Continue with: {again(resume=r.run_dir)}" if kept else
-            f"No checkpoint could be written. Start it again with: {again(resume=r.run_dir)}")
-
-def _abort_message(r: Run, e: _Terminated) -> tuple[str, str]:   # (what stopped the run, how to continue)
-    kept = r.kept()
-    return (f"aborted by a second {e}: the step in flight and any checkpoint being written were dropped (nothing "
-            "partial is left).", f"The newest checkpoint is {kept}; continue with: {again(resume=r.run_dir)}" if kept
-            else "No checkpoint was written." if r.run_dir else "This run writes no checkpoints.")
-
-def _lost_peer(e: RuntimeError) -> bool:
-    "Whether `e` says another rank is gone: a `DistError`, or gloo's or NCCL's plain RuntimeError for a closed peer."
-    return isinstance(e, torch.distributed.DistError) or bool(re.search(
-        r'gloo|NCCL|Connection (reset|closed|refused)|timed out|Broken pipe', str(e)))
-
-def _lost_message(r: Run, step: int, e: Exception) -> str:
-    kept, msg = r.kept(), str(e).strip()
-    return (f"rank {r.dist.rank} lost the other ranks at step {step + 1} ({type(e).__name__}: "
-            f"{msg.splitlines()[0][:200] if msg else 'no message'}): another rank "
-            f"died or the network failed; torchrun's report names the rank. "
-            + (f"The last checkpoint, {kept}, is intact; continue with --resume." if kept else
-               "No checkpoint was written."))
-
 def _due(step: int, every: int, done: bool) -> bool:
     "Whether an every-`every`-steps action (0: never) is due after step `step` (0-based), or the run is `done`."
     return done or bool(every and (step + 1) % every == 0)
@@ -704,19 +625,17 @@ def train(cfg: Config,                      # the run's config
          ) -> TrainResult:
     "Train as `cfg` says. `tokens` replaces the configured data, `model` the configured model; `quiet`: no output."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
-    import threading
     old = {s: signal.getsignal(s) for s in STOP_CODES} if threading.current_thread() is threading.main_thread() else {}
-    failed = False
     try: return _train(cfg, tokens, quiet, model, dist)
     except BaseException as e:
-        failed = True
         if dist.world_size > 1: _let_go(e)
         _restore_signals(old, signal.SIG_IGN)   # torchrun's SIGTERM after another rank failed: not an unheard end
+        if dist.world_size > 1: old = {}        # a failed rank exits ignoring them
         raise
     finally:
         if dist.world_size > 1: gc.collect()   # the model's DDP/FSDP2 state goes before its process group
         dist.close()
-        if not (failed and dist.world_size > 1): _restore_signals(old)   # a failed rank exits ignoring them
+        _restore_signals(old)
 
 def _let_go(e: BaseException):
     """Free the locals of the frames `e` (and its context) went through, keeping the traceback's lines: DDP or FSDP2
@@ -737,9 +656,8 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             lr, _, grad_norm = train_step(r, step, x, y, *doc)
             prof.after(step)
             stop, done = _stop_requested(r), step + 1 == r.max_steps
-            if (step + 1) % t.log_every_n_steps == 0 or done or stop:
-                log_window(r, step + 1, lr, grad_norm, x.shape[-1])
-            hold(f"{r.run_dir.name if r.run_dir else 'run'} step {step + 1}")   # a test's stop signal, at a known step
+            if _due(step, t.log_every_n_steps, done or stop): log_window(r, step + 1, lr, grad_norm, x.shape[-1])
+            if dist.main: hold(f"{r.run_dir.name if r.run_dir else 'run'} step {step + 1}")   # a test signals here
             r.paused_at = time.perf_counter()  # evaluation and checkpoints do not count as training time
             if can_validate and _due(step, t.eval_interval, done): log_validation(r, step + 1)
             if r.run_dir and (_due(step, t.checkpoint_interval, done or stop) or r.save_owed):
@@ -747,13 +665,12 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             r.window.t0 += time.perf_counter() - r.paused_at; r.paused_at = None
             if stop and not done:
                 prof.finish()
-                raise _stopped(*_stop_message(r, step + 1), STOP_CODES.get(r.signal or signal.SIGTERM, 143))
+                raise _stopped(r, step + 1)
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
     except (_Terminated, RuntimeError) as e:
-        if (term := _terminated(e)) is not None:
-            raise _stopped(*_abort_message(r, term), STOP_CODES[term.signum]) from None
+        if (term := _terminated(e)) is not None: raise _stopped(r, None, term) from None
         if not (dist.world_size > 1 and _lost_peer(e)): raise
         raise TrainingError(_lost_message(r, step, e)) from None
     finally: prof.finish(write=False)   # `train` puts the signal handlers back once the ranks have let go
