@@ -47,8 +47,7 @@ def _size(d, n, h, ff, **extra):
     return {'model.d_model': d, 'model.n_layers': n, 'model.n_heads': h, 'model.d_ff': ff, **extra}
 
 def _ctx32k(batch, accumulate):
-    "The GPU-native trainer's 32K recipe: full 32768-token sequences, 256-token chunks, checkpointing, effective batch "
-    "16."
+    "The GPU-native trainer's 32K recipe: 32768-token sequences, 256-token chunks, checkpointing, effective batch 16."
     return {'data.seq_len': 32768, 'data.batch_size': batch, 'trainer.accumulate_grad_batches': accumulate,
             'model.chunk_size': 256, 'model.gradient_checkpointing': True}
 
@@ -72,7 +71,7 @@ SIZE_PRESETS: dict[str, dict] = {
 
 # %% ../nbs/01_config.ipynb #6c60e997
 def _vram(batch, seq_len, accumulate, checkpointing):
-    "The Mamba memory guide's recipe for a GPU's memory: fp16, and the batch, length and accumulation that fit."
+    "A VRAM preset (`--vram 8gb`): fp16, and the batch, length and accumulation that fit that much GPU memory."
     return {'data.batch_size': batch, 'data.seq_len': seq_len, 'trainer.accumulate_grad_batches': accumulate,
             'trainer.use_fp16': True, 'model.gradient_checkpointing': checkpointing}
 
