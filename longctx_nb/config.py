@@ -345,9 +345,9 @@ ALIASES = {
     'training.logging_steps': 'trainer.log_every_n_steps', 'training.max_grad_norm': 'trainer.gradient_clip_val',
     # LightningCLI-style dotted flags
     'data.max_seq_len': 'data.seq_len', 'model.learning_rate': 'trainer.learning_rate',
-    'model.gradient_clip_val': 'trainer.gradient_clip_val', 'trainer.log_interval': 'trainer.log_every_n_steps',
+    'model.gradient_clip_val': 'trainer.gradient_clip_val',
     'trainer.gradient_accumulation_steps': 'trainer.accumulate_grad_batches',
-    'trainer.save_interval': 'trainer.checkpoint_interval',
+    'trainer.log_interval': 'trainer.log_every_n_steps', 'trainer.save_interval': 'trainer.checkpoint_interval',
     # cs336-style flat flags
     'context_length': 'data.seq_len', 'batch_size': 'data.batch_size', 'train_data': 'data.train_data',
     'val_data': 'data.val_data', 'vocab_size': 'model.vocab_size', 'd_model': 'model.d_model',
