@@ -16,7 +16,8 @@ COMMANDS = {  # command -> what it does
     'longctx_compare': 'train every block alike on one task, evaluate each, write one comparison report',
     'longctx_report': 'every evaluation that fits one checkpoint, as one report',
     'longctx_bench': 'time and peak memory of the kernels and blocks against sequence length',
-    'longctx_export': 'write a model as a transformers checkpoint (Llama, Mamba) or in our format; import a transformers one',
+    'longctx_export': 'write a model as a transformers checkpoint (Llama, Mamba) or in our format; import a '
+                      'transformers one',
 }
 
 def commands_text() -> str:

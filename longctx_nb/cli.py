@@ -85,7 +85,7 @@ SAFE_ON_RESUME = {f'trainer.{k}' for k in (
     'model.scan_impl', 'model.conv_impl'}
 
 def _flat(cfg: Config) -> dict:
-    "Every setting as a dotted key, the model's resolved (so that a preset and its sizes compare equal)."
+    "Every setting as a dotted key, the model's sizes as filled (so that a preset and its sizes compare equal)."
     m = {f'model.{k}': v for k, v in vars(cfg.model).items()}
     return {**{k: v for k, v in cfg.flat().items() if not k.startswith('model.')}, **m}
 

@@ -51,7 +51,7 @@ def block_shell_bytes(w: Workload,  # the model config, batch, length, precision
     return w.tokens * per
 
 def block_activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
-                          ) -> int:     # bytes (`w.cfg` is resolved here)
+                          ) -> int:     # bytes
     "Bytes one block saves for backward: `block_shell_bytes` plus its mixer's `activation_bytes` (else vanilla's)."
     cfg = w.cfg
     mixer = get_block(cfg.block)
@@ -64,10 +64,9 @@ def block_activation_bytes(w: Workload,  # the model config, batch, length, prec
     return block_shell_bytes(w) + n
 
 def block_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
-                         ) -> int:     # bytes (`w.cfg` is resolved here)
+                         ) -> int:     # bytes
     "Bytes one block's backward holds for a moment beyond what it saved: its mixer's `backward_workspace_bytes`."
-    cfg = w.cfg
-    return get_block(cfg.block).backward_workspace_bytes(w._replace(cfg=cfg))
+    return get_block(w.cfg.block).backward_workspace_bytes(w)
 
 # %% ../nbs/31_memory.ipynb #8e409b92
 _PARTS = [('weights', 'weights (fp32)'), ('grads', 'gradients (fp32)'), ('optimizer', 'AdamW moments (2 x fp32)'),

@@ -221,7 +221,7 @@ def run_length(t: TrainerConfig,                  # fast_dev_run, max_epochs and
     return plan[-1][2]
 
 # %% ../nbs/44_train.ipynb #5a44997d
-def kernel_report(m,       # a resolved `ModelConfig`
+def kernel_report(m,       # a `ModelConfig`
                   device,  # where the model runs
                  ) -> str:
     "One line: the implementation each library kernel of `m`'s block takes on `device` (the CPU kernels built first)."

@@ -20,7 +20,7 @@ __all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_int', 'patch_
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Workload(NamedTuple):
     "What a memory count is for: a resolved `ModelConfig` on `(batch_size, seq_len)` batches, a precision, a device."
-    cfg: Any               # a resolved `ModelConfig`
+    cfg: Any               # a `ModelConfig`
     batch_size: int        # sequences per micro-batch
     seq_len: int           # tokens per sequence
     precision: str = '32'  # '32', 'bf16' or '16'
@@ -56,13 +56,13 @@ class Mixer(nn.Module):
         return dict(f) if isinstance(f, dict) else {k: k for k in f}
 
     @classmethod
-    def config_kwargs(cls, cfg,  # a resolved `ModelConfig`
+    def config_kwargs(cls, cfg,  # a `ModelConfig`
                      ) -> dict:  # constructor keyword -> value
         "The constructor's keyword arguments, read from `cfg` as `config_fields` declares."
         return {kw: getattr(cfg, f) for f, kw in cls.field_map().items()}
 
     @classmethod
-    def from_config(cls, cfg,            # a resolved `ModelConfig`
+    def from_config(cls, cfg,            # a `ModelConfig`
                     layer_idx: int = 0,  # the layer's index (passed on if the constructor takes `layer_kw`)
                    ):
         "Build layer `layer_idx` from a resolved `ModelConfig`; a block overrides it only to translate a setting."
@@ -71,7 +71,7 @@ class Mixer(nn.Module):
         return cls(**kw)
 
     @classmethod
-    def flops_per_token(cls, cfg,      # a resolved `ModelConfig`
+    def flops_per_token(cls, cfg,      # a `ModelConfig`
                         seq_len: int,  # tokens per sequence
                        ) -> float:     # FLOPs per token
         "Training FLOPs per token of one layer's parameter-free matmuls: `q k^T` and `A v` over the keys of `attends`."

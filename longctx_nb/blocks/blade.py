@@ -118,7 +118,7 @@ class Blade(Mixer):
 @patch_to(Blade)
 @classmethod
 def from_config(cls,
-                cfg,  # a resolved `ModelConfig`
+                cfg,  # a `ModelConfig`
                 layer_idx: int = 0,  # the layer's index in the model
                ):
     "Build from a resolved `ModelConfig`; `attn_impl='ref'` selects the reference path, any other value the fast one."
@@ -131,7 +131,7 @@ def from_config(cls,
 
 @patch_to(Blade)
 @staticmethod
-def flops_per_token(cfg,  # a resolved `ModelConfig`
+def flops_per_token(cfg,  # a `ModelConfig`
                     seq_len: int,  # tokens per sequence
                    ) -> float:  # FLOPs per token
     "Training FLOPs per token of the parameter-free matmuls: attention over `C + m` keys and the `r` summary queries."

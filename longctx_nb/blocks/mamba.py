@@ -90,7 +90,7 @@ class SelectiveSSM(KeepFp32):
         return -torch.exp(self.A_log.float()), self.D.float(), self.dt_proj.bias.float()
 
     @classmethod
-    def flops_per_token(cls, cfg,      # a resolved `ModelConfig`
+    def flops_per_token(cls, cfg,      # a `ModelConfig`
                         seq_len: int,  # tokens per sequence
                        ) -> float:     # FLOPs per token
         "Training FLOPs per token outside `nn.Linear`: `Mixer`'s, the scan (9 per channel and state) and the conv."
@@ -288,7 +288,8 @@ def _ssm_shape(cls, w):
 @classmethod
 def _scan_states(cls, w, scan):
     "Bytes of the fp32 states scan `scan` keeps per sequence: one per chunk (two numbers on CUDA); none on 'ref'."
-    chunk = {'cuda': 2048, 'cpu': kscan.CPU_SCAN_CHUNK, 'torch': kscan.TORCH_SCAN_CHUNK['cuda' if w.dev == 'cuda' else 'cpu']}
+    chunk = {'cuda': 2048, 'cpu': kscan.CPU_SCAN_CHUNK,
+             'torch': kscan.TORCH_SCAN_CHUNK['cuda' if w.dev == 'cuda' else 'cpu']}
     d_inner, N = cls._ssm_dims(w.cfg)
     return 4 * d_inner * N * (2 if scan == 'cuda' else 1) * -(-w.seq_len // chunk[scan]) if scan in chunk else 0
 
