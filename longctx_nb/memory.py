@@ -111,8 +111,7 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
                     device: str = 'cuda',                        # where it runs (RMSNorm's kernel, dropout masks)
                    ) -> MemoryEstimate:
     "Training memory of `mcfg` on `(batch_size, seq_len)` batches with AdamW, in `precision` ('32', 'bf16', '16')."
-    if isinstance(mcfg, LM): mcfg = mcfg.cfg
-    cfg = mcfg
+    cfg = mcfg.cfg if isinstance(mcfg, LM) else mcfg
     if cfg.vocab_size is None:
         raise UsageError("estimate_memory needs model.vocab_size: set it to the tokenizer's vocabulary size.")
     p, dev = parse_precision(precision), torch.device(device).type
@@ -148,14 +147,14 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
 def param_count(mcfg: ModelConfig,  # the model's config (vocab_size None counts as 256, the smallest tokenizer)
                ) -> int | None:     # parameters; None: one layer alone is over 2**63 bytes
     "Parameters of `LM(mcfg)`, counted from one block built on the meta device: cheap at any size."
-    cfg = mcfg
-    mixer, V, D = get_block(cfg.block), cfg.vocab_size or 256, cfg.d_model
-    d_ff = cfg.d_ff if mixer.uses_mlp else 0
+    mixer, V, D = get_block(mcfg.block), mcfg.vocab_size or 256, mcfg.d_model
+    d_ff = mcfg.d_ff if mixer.uses_mlp else 0
     try:
-        with torch.device('meta'): blk = Block(mixer.from_config(cfg, 0), D, d_ff, dropout=cfg.dropout, bias=cfg.bias)
+        with torch.device('meta'):
+            blk = Block(mixer.from_config(mcfg, 0), D, d_ff, dropout=mcfg.dropout, bias=mcfg.bias)
     except (RuntimeError, OverflowError, ValueError): return None   # a tensor whose size overflows
     per_layer = sum(p.numel() for p in blk.parameters())
-    return V * D * (1 if cfg.tie_embeddings else 2) + D + cfg.n_layers * per_layer
+    return V * D * (1 if mcfg.tie_embeddings else 2) + D + mcfg.n_layers * per_layer
 
 # %% ../nbs/31_memory.ipynb #119eb368
 def _cgroup_free() -> int | None:
@@ -216,17 +215,16 @@ def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None
                override: str | None = '--trainer.skip_memory_check',  # the flag that skips this check (None: none)
               ) -> int:                             # the bytes needed
     "Refuse (`UsageError`) a run whose estimated memory exceeds what `device` has available; returns the estimate."
-    cfg = mcfg
-    if cfg.vocab_size is None: cfg = dataclasses.replace(cfg, vocab_size=256)
+    if mcfg.vocab_size is None: mcfg = dataclasses.replace(mcfg, vocab_size=256)
     p, dev = parse_precision(precision), torch.device(device).type
-    n, what = param_count(cfg), 'train' if training else 'evaluate'
+    n, what = param_count(mcfg), 'train' if training else 'evaluate'
     avail = available_memory(device)
-    size = f"batch {batch_size:,} x {seq_len:,} tokens, vocabulary {cfg.vocab_size:,}"
-    if n is None: need, desc = None, f"a layer of d_model={cfg.d_model:,} alone is larger than 2**63 bytes"
+    size = f"batch {batch_size:,} x {seq_len:,} tokens, vocabulary {mcfg.vocab_size:,}"
+    if n is None: need, desc = None, f"a layer of d_model={mcfg.d_model:,} alone is larger than 2**63 bytes"
     else:
-        bound = (16 * n // shards if training else 4 * n) + batch_size * seq_len * cfg.vocab_size * (act_bytes(p) + 4)
+        bound = (16 * n // shards if training else 4 * n) + batch_size * seq_len * mcfg.vocab_size * (act_bytes(p) + 4)
         early = avail is not None and bound * processes > avail[0]
-        w = Workload(cfg, batch_size, seq_len, p, dev)
+        w = Workload(mcfg, batch_size, seq_len, p, dev)
         need = processes * (bound if early else _step_bytes(w, n, gradient_checkpointing, training, shards))
         desc = (f"{'at least' if early else 'about'} {format_bytes(need)} for {n:,} parameters and {size}"
                 + (f" in each of {processes} processes" if processes > 1 else ''))
