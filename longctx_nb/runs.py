@@ -14,7 +14,9 @@ from .checkpoint import (read_checkpoint, latest_checkpoint, list_checkpoints, c
 from .distributed import load_full_state, STOP_CODES
 
 # %% auto #0
-__all__ = ['RESUME_LAST', 'again', 'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'fork', 'restore', 'Stopped']
+__all__ = ['RESUME_LAST', 'again', 'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'fork', 'restore', 'Terminated',
+           'Stopped', 'catch_signals', 'second_signal', 'restore_signals', 'stop_requested', 'stopped_at', 'lost_peer',
+           'lost_message']
 
 # %% ../nbs/42_runs.ipynb #faa675e1
 def again(resume=None,  # the run directory or checkpoint to continue from
@@ -132,9 +134,10 @@ def restore(r,              # the run being opened
               f"is {gb}; --data.global_batch_size={ck['global_batch']} continues the same trajectory.")
 
 # %% ../nbs/42_runs.ipynb #5f0c3a9e
-class _Terminated(BaseException):   # as KeyboardInterrupt: no `except Exception` on the way swallows it
+class Terminated(BaseException):   # as KeyboardInterrupt: no `except Exception` on the way swallows it
     "A second stop signal: abort at once."
-    def __init__(self, signum): super().__init__(signal.Signals(signum).name); self.signum = signum
+    def __init__(self, signum,  # the signal's number
+                ): super().__init__(signal.Signals(signum).name); self.signum = signum
 
 class Stopped(Exception):
     "The run stopped on a signal; `code` is the exit status (143 SIGTERM, 130 SIGINT, 75 SIGUSR1)."
@@ -144,33 +147,41 @@ class Stopped(Exception):
                 ):
         super().__init__(message); self.code, self.reason = code, reason or message
 
-def _catch_signals(r) -> dict:
+def catch_signals(r,          # the run: `r.signal` is set, `r.say` tells the user
+                 ) -> dict:  # the handlers replaced, for `restore_signals`
     "SIGTERM, SIGINT and SIGUSR1 ask the run to stop after the step in flight; a second one aborts at once."
     if threading.current_thread() is not threading.main_thread(): return {}
     def handler(signum, frame):
-        if r.signal is not None: raise _Terminated(signum)   # the second signal: stop now, even mid-checkpoint
+        if r.signal is not None: raise Terminated(signum)   # the second signal: stop now, even mid-checkpoint
         r.signal = signum
         r.say(f"{signal.Signals(signum).name}: finishing the step in flight, then writing a checkpoint "
               "(signal again to abort)")
     return {s: signal.signal(s, handler) for s in STOP_CODES}
 
-def _terminated(e: BaseException) -> _Terminated | None:
+def second_signal(e: BaseException,  # an error the run raised
+                 ) -> Terminated | None:
     "The second signal behind `e`: torch.save, interrupted mid-write, raises its own error while closing the file."
-    while e is not None and not isinstance(e, _Terminated): e = e.__context__
+    while e is not None and not isinstance(e, Terminated): e = e.__context__
     return e
 
-def _restore_signals(old: dict, to=None):
+def restore_signals(old: dict,  # signal -> handler, as `catch_signals` returns them
+                    to=None,    # a handler to set on every one of them instead (e.g. `signal.SIG_IGN`)
+                   ):
     "Put back the handlers in `old` (or set every one of them to `to`, e.g. `signal.SIG_IGN`)."
     for s, h in old.items(): signal.signal(s, h if to is None else to)
 
-def _stop_requested(r) -> bool:
+def stop_requested(r,  # the run
+                  ) -> bool:
     "Whether any rank caught a stop signal: every rank agrees at the same step boundary (one all-reduce)."
     if r.dist.world_size == 1: return r.signal is not None
     stop = r.dist.mean(float(r.signal is not None))[0] > 0
     if stop and r.signal is None: r.signal = signal.SIGTERM
     return stop
 
-def _stopped(r, step: int | None, term: _Terminated | None = None) -> Stopped:
+def stopped_at(r,                               # the run
+               step: int | None,                # the last step done (None: aborted by `term`)
+               term: Terminated | None = None,  # the second signal that aborted it
+              ) -> Stopped:
     "The `Stopped` of a run stopped after `step`, or aborted by a second signal `term`: the reason and how to continue."
     kept, cont, name = r.kept(), again(resume=r.run_dir), signal.Signals(r.signal or signal.SIGTERM).name
     if term is not None:
@@ -186,12 +197,17 @@ def _stopped(r, step: int | None, term: _Terminated | None = None) -> Stopped:
     code = STOP_CODES[term.signum] if term is not None else STOP_CODES.get(r.signal or signal.SIGTERM, 143)
     return Stopped(f"{reason} {hint}".strip(), code, reason)
 
-def _lost_peer(e: RuntimeError) -> bool:
+def lost_peer(e: RuntimeError,  # an error of the step's collectives
+             ) -> bool:
     "Whether `e` says another rank is gone: a `DistError`, or gloo's or NCCL's plain RuntimeError for a closed peer."
     return isinstance(e, torch.distributed.DistError) or bool(re.search(
         r'gloo|NCCL|Connection (reset|closed|refused)|timed out|Broken pipe', str(e)))
 
-def _lost_message(r, step: int, e: Exception) -> str:
+def lost_message(r,             # the run
+                 step: int,     # the step that failed
+                 e: Exception,  # what failed
+                ) -> str:
+    "What a rank says when it lost the others: the error, what it means, and the last checkpoint."
     kept, msg = r.kept(), str(e).strip()
     return (f"rank {r.dist.rank} lost the other ranks at step {step + 1} ({type(e).__name__}: "
             f"{msg.splitlines()[0][:200] if msg else 'no message'}): another rank "

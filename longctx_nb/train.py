@@ -26,8 +26,8 @@ from .checkpoint import (save_checkpoint, list_checkpoints, checkpoint_path, pru
 from .memory import MemoryEstimate, estimate_memory, check_config_fits
 from .distributed import (Dist, init_distributed, grad_accumulation, global_batch, full_state, clip_grad_norm,
                                     STOP_CODES)
-from .runs import (new_run_dir, resume_point, fork, restore, Stopped, _Terminated, _catch_signals, _terminated,
-                             _restore_signals, _stop_requested, _stopped, _lost_peer, _lost_message)
+from .runs import (new_run_dir, resume_point, fork, restore, Stopped, Terminated, catch_signals, second_signal,
+                             restore_signals, stop_requested, stopped_at, lost_peer, lost_message)
 from .metrics import MetricsLog, plot_losses, StepProfiler
 _all_ = ['Stopped']   # cli and compare catch `train.Stopped`
 
@@ -629,13 +629,13 @@ def train(cfg: Config,                      # the run's config
     try: return _train(cfg, tokens, quiet, model, dist)
     except BaseException as e:
         if dist.world_size > 1: _let_go(e)
-        _restore_signals(old, signal.SIG_IGN)   # torchrun's SIGTERM after another rank failed: not an unheard end
+        restore_signals(old, signal.SIG_IGN)   # torchrun's SIGTERM after another rank failed: not an unheard end
         if dist.world_size > 1: old = {}        # a failed rank exits ignoring them
         raise
     finally:
         if dist.world_size > 1: gc.collect()   # the model's DDP/FSDP2 state goes before its process group
         dist.close()
-        _restore_signals(old)
+        restore_signals(old)
 
 def _let_go(e: BaseException):
     """Free the locals of the frames `e` (and its context) went through, keeping the traceback's lines: DDP or FSDP2
@@ -649,13 +649,13 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
     announce(r)
     loader, t, prof = start_loop(r), r.t, r.prof
     can_validate = r.synthetic or r.tokens.val is not None
-    _catch_signals(r)
+    catch_signals(r)
     try:
         for step, x, y, *doc in loader:
             prof.before(step)
             lr, _, grad_norm = train_step(r, step, x, y, *doc)
             prof.after(step)
-            stop, done = _stop_requested(r), step + 1 == r.max_steps
+            stop, done = stop_requested(r), step + 1 == r.max_steps
             if _due(step, t.log_every_n_steps, done or stop): log_window(r, step + 1, lr, grad_norm, x.shape[-1])
             if dist.main: hold(f"{r.run_dir.name if r.run_dir else 'run'} step {step + 1}")   # a test signals here
             r.paused_at = time.perf_counter()  # evaluation and checkpoints do not count as training time
@@ -665,12 +665,12 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             r.window.t0 += time.perf_counter() - r.paused_at; r.paused_at = None
             if stop and not done:
                 prof.finish()
-                raise _stopped(r, step + 1)
+                raise stopped_at(r, step + 1)
         return finish(r)
     except StorageError as e:   # disk full, read-only, no permission: say what is still good
         raise e.with_checkpoint(r.kept()) from None
-    except (_Terminated, RuntimeError) as e:
-        if (term := _terminated(e)) is not None: raise _stopped(r, None, term) from None
-        if not (dist.world_size > 1 and _lost_peer(e)): raise
-        raise TrainingError(_lost_message(r, step, e)) from None
+    except (Terminated, RuntimeError) as e:
+        if (term := second_signal(e)) is not None: raise stopped_at(r, None, term) from None
+        if not (dist.world_size > 1 and lost_peer(e)): raise
+        raise TrainingError(lost_message(r, step, e)) from None
     finally: prof.finish(write=False)   # `train` puts the signal handlers back once the ranks have let go

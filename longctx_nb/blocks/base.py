@@ -13,9 +13,9 @@ from ..core import UsageError, parse_precision
 from ..measure import saved_tensor_bytes
 
 # %% auto #0
-__all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_int', 'patch_to', 'register_block', 'block_names',
-           'canonical_block', 'get_block', 'blocks_reading', 'check_causal', 'check_paths', 'quiet_notes', 'block_note',
-           'measure_mixer', 'linear_casts', 'rmsnorm_bytes']
+__all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_token', 'check_int', 'patch_to', 'register_block',
+           'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal', 'check_paths',
+           'quiet_notes', 'block_note', 'measure_mixer', 'linear_casts', 'rmsnorm_bytes']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Workload(NamedTuple):
@@ -104,7 +104,12 @@ class StreamCache:
         "Bytes held: fixed by the shapes, independent of the tokens seen."
         return sum(t.nbytes for t in vars(self).values() if torch.is_tensor(t))
 
-def _check_token(who: str, x_t, batch: int, d_model: int, fits: bool):
+def check_token(who: str,      # the layer's name, for the message
+                x_t,           # the token given to `step`
+                batch: int,    # the cache's batch
+                d_model: int,  # the layer's width
+                fits: bool,    # whether the cache was made for this layer
+               ):
     "Refuse a token `x_t` not `(batch, d_model)` or `(batch, 1, d_model)`, or a cache that does not fit the layer."
     if x_t.shape not in ((batch, d_model), (batch, 1, d_model)):
         raise UsageError(f"{who}.step: x_t has shape {tuple(x_t.shape)}; expected ({batch}, {d_model}) or "

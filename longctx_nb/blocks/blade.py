@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
 from .base import Mixer, StreamCache, Workload, register_block, rmsnorm_bytes, patch_to, block_note
-from .base import _check_token
+from .base import check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -259,7 +259,7 @@ def step(self, x_t: torch.Tensor,              # (B, D) or (B, 1, D): the next t
         ) -> tuple[torch.Tensor, BladeCache]:  # (output in x_t's shape, cache)
     "Output for one more token, in the shape of `x_t`; updates `cache` in place (and returns it)."
     B, C, H, Dh = cache.k.shape[0], self.chunk_size, self.n_heads, self.head_dim
-    _check_token('blade', x_t, B, self.d_model,
+    check_token('blade', x_t, B, self.d_model,
                  cache.k.shape[1:] == (H, C, Dh) and cache.state.shape[-1] == self.state_dim)
     i = cache.pos
     q, k, v = self.qkv(x_t.reshape(B, -1)).view(B, 3, H, 1, Dh).unbind(1)    # 3 x (B, H, 1, Dh)

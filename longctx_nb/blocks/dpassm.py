@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
 from ..measure import paired_ratio
-from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, _check_token
+from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .vanilla import CausalSelfAttention, _attention_bytes
+from .vanilla import CausalSelfAttention, attention_saved_bytes
 from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm
 from ..kernels.attention import attention_impls, local_attention
 from ..kernels.scan import scan_impls
@@ -194,7 +194,7 @@ def step(self, x_t: torch.Tensor,               # (B, D) or (B, 1, D): the next 
         ) -> tuple[torch.Tensor, DPASSMCache]:  # (output in x_t's shape, cache)
     "Output for one more token, in `x_t`'s shape; updates `cache` in place and returns it; constant memory and work."
     B, W, H, Dh = cache.k.shape[0], self.window_size, self.n_heads, self.head_dim
-    _check_token('dpassm', x_t, B, self.d_model,
+    check_token('dpassm', x_t, B, self.d_model,
                  cache.k.shape[1:] == (H, W, Dh) and cache.ssm_state.shape[1:] == (self.d_model, self.ssm_state_dim))
     x, p = x_t.reshape(B, self.d_model), cache.seen
     q, k, v = self.qkv(x).view(B, 3, H, 1, Dh).unbind(1)                           # 3 x (B, H, 1, Dh)
@@ -224,7 +224,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     fused = scan == 'cpu' and f32
     per = (D * 4 if f32 else 3 * D * a) + (2 if fused else 3) * D * a + D * a
     if cfg.dropout: per += D * (1 if dev == 'cuda' else a) + (D * 4 if fused else 0)
-    const = 2 * D * N * 4 + _attention_bytes(w, cfg.attn_impl)   # A = -exp(A_log), twice; the attention path
+    const = 2 * D * N * 4 + attention_saved_bytes(w, cfg.attn_impl)   # A = -exp(A_log), twice; the attention path
     const += batch_size * DPASSM._scan_states(w, scan)            # the scan's chunk-start states
     # SSM path: in_proj output (the conv's input), the conv's padded output; under autocast the copy of u x_proj reads
     # and x_proj's output, kept whole because dt_proj reads a view of it (in fp32 the scans' count of B, C includes it)

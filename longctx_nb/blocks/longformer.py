@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from .base import Workload, check_int, register_block, patch_to
-from .vanilla import CausalSelfAttention, _attention_bytes
+from .vanilla import CausalSelfAttention, attention_saved_bytes
 from ..kernels.attention import attention_impls, local_attention
 
 # %% auto #0
@@ -72,4 +72,4 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     cfg, a = w.cfg, w.act
     per = 2 * cfg.d_model * a                                        # qkv's input (autocast's copy), out_proj's input
     if cfg.dropout: per += cfg.d_model * (1 if w.dev == 'cuda' else a)   # dropout's mask
-    return w.tokens * per + _attention_bytes(w, cfg.attn_impl)       # 'auto', 'blocked', 'flex' count alike
+    return w.tokens * per + attention_saved_bytes(w, cfg.attn_impl)       # 'auto', 'blocked', 'flex' count alike

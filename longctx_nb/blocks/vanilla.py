@@ -14,7 +14,7 @@ from .base import Mixer, Workload, register_block, patch_to
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['attention_ref', 'CausalSelfAttention', 'document_mask', 'document_attention']
+__all__ = ['attention_ref', 'CausalSelfAttention', 'document_mask', 'document_attention', 'attention_saved_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -113,9 +113,11 @@ def document_attention(q: torch.Tensor,        # (B, H, L, Dh) queries
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                     ) -> int:  # bytes
     "Bytes `CausalSelfAttention` saves for backward, its input included."
-    return w.tokens * w.cfg.d_model * w.act + _attention_bytes(w)   # qkv's input: the normed x (autocast's copy of it)
+    return w.tokens * w.cfg.d_model * w.act + attention_saved_bytes(w)   # qkv's input: the normed x (autocast's copy)
 
-def _attention_bytes(w: Workload, impl: str = 'sdpa') -> int:
+def attention_saved_bytes(w: Workload,         # the model config, batch, length, precision and device measured
+                          impl: str = 'sdpa',  # the attention kernel ('ref': the L x L one)
+                         ) -> int:             # bytes
     "Bytes attention saves after `qkv`'s input: SDPA's or a windowed kernel's (any `impl` but 'ref', the L x L one's)."
     a, D, H, L = w.act, w.cfg.d_model, w.cfg.n_heads, w.seq_len
     tables = 2 * L * (D // H) * 4           # RoPE's fp32 cos and sin, saved by the rotation's multiplies

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError
-from .dispatch import Impl, KernelImpls, _first_accepted, try_import
+from .dispatch import Impl, KernelImpls, first_accepted, try_import
 from .scan import kernel_arg, scan_impls, resolved_scan_impl
 from .cpu import cpu_extension
 
@@ -88,7 +88,7 @@ class _CausalConv1dCuda(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, silu):
         out = torch.empty_like(x)
-        r = _first_accepted(_conv_ext().causal_conv1d_fwd, (x, weight, bias, None, None, out, None, silu),
+        r = first_accepted(_conv_ext().causal_conv1d_fwd, (x, weight, bias, None, None, out, None, silu),
                             (x, weight, bias, None, None, None, silu))
         ctx.save_for_backward(x, weight, bias); ctx.silu = silu
         return out if r is None else r
@@ -100,7 +100,7 @@ class _CausalConv1dCuda(torch.autograd.Function):
         dx = torch.empty_like(x)
         dw = torch.zeros_like(weight, dtype=torch.float32)
         db = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
-        r = _first_accepted(_conv_ext().causal_conv1d_bwd,
+        r = first_accepted(_conv_ext().causal_conv1d_bwd,
                             (x, weight, bias, dout, None, None, None, dx, dw, db, None, ctx.silu),
                             (x, weight, bias, dout, None, None, None, dx, False, ctx.silu))
         if r is not None: dx, dw, db = r[0], r[1], r[2]
@@ -249,7 +249,7 @@ def _update_cuda(x, conv_state, weight, bias, activation):
     x3 = x.unsqueeze(-1).contiguous()
     out = torch.empty_like(x3)
     silu = activation is not None
-    r = _first_accepted(_conv_ext().causal_conv1d_update, (x3, conv_state, weight, bias, out, silu, None, None),
+    r = first_accepted(_conv_ext().causal_conv1d_update, (x3, conv_state, weight, bias, out, silu, None, None),
                         (x3, conv_state, weight, bias, silu, None, None), (x3, conv_state, weight, bias, silu, None),
                         (x3, conv_state, weight, bias, silu))
     return (out if r is None else r)[..., 0]

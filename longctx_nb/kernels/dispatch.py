@@ -12,7 +12,7 @@ from ..core import UsageError
 from ..measure import rel_err
 
 # %% auto #0
-__all__ = ['try_import', 'Impl', 'KernelImpls', 'compare_impls']
+__all__ = ['try_import', 'first_accepted', 'Impl', 'KernelImpls', 'compare_impls']
 
 # %% ../../nbs/10_dispatch.ipynb #1545c2cd
 @functools.lru_cache(maxsize=None)
@@ -23,7 +23,9 @@ def try_import(name: str,  # a module name, e.g. 'selective_scan_cuda'
     except Exception as e:                 # not installed, or an undefined symbol of another torch/CUDA build
         return None, f"{type(e).__name__}: {e}"
 
-def _first_accepted(fn, *arg_lists):
+def first_accepted(fn,          # an extension's function
+                   *arg_lists,  # argument lists to try, in order
+                  ):
     "Call `fn` with the first argument list its pybind11 signature accepts (extensions' APIs change across versions)."
     for i, args in enumerate(arg_lists):
         try: return fn(*args)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from ..core import UsageError
 from ..measure import bench_impls, bench_table
-from .dispatch import Impl, KernelImpls, _default_device, _first_accepted, try_import
+from .dispatch import Impl, KernelImpls, _default_device, first_accepted, try_import
 from .cpu import SCAN_CPP, cpu_extension
 
 # %% auto #0
@@ -303,7 +303,7 @@ def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, chunk=None,
 # %% ../../nbs/12_scan.ipynb #b32bb7d3
 def _load_scan_ext(): return try_import('selective_scan_cuda')   # (module, None) or (None, why not)
 def _call_ext(name, *args):   # newer versions of the extension take a trailing `None`
-    return _first_accepted(getattr(_load_scan_ext()[0], name), args, (*args, None))
+    return first_accepted(getattr(_load_scan_ext()[0], name), args, (*args, None))
 
 class _SelectiveScanCuda(torch.autograd.Function):
     @staticmethod
