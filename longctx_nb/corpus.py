@@ -432,8 +432,9 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
     _check_prepare_args(exists, val_fraction, chunk_size, workers)
     if is_prepared(out):
         if exists == 'reuse': return read_meta(out)
-        if exists == 'error': raise UsageError(f"{str(out)!r} already holds prepared data (meta.json); choose a new "
-                                               f"folder, or " "overwrite it (exists='overwrite').")
+        if exists == 'error':
+            raise UsageError(f"{str(out)!r} already holds prepared data (meta.json); choose a new folder, or "
+                             "overwrite it (exists='overwrite').")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{str(out)!r} exists and is not an empty folder; prepare writes only new or empty folders.")
     check_writable_dir(out, 'the output folder')
@@ -571,8 +572,9 @@ def _load_npy(p: Path) -> np.ndarray:
     except Exception as e: raise bad(f"is not a readable .npy file ({type(e).__name__}: {e}).") from None
     if not isinstance(a, np.ndarray):
         raise bad("is an .npz archive, not one array; save the ids with np.save(path, ids).")
-    if a.ndim != 1: raise bad(f"holds a {a.ndim}-D array of shape {a.shape}; token ids are one 1-D array (documents "
-                              f"one after " "another): save ids.reshape(-1) if its rows are consecutive text.")
+    if a.ndim != 1:
+        raise bad(f"holds a {a.ndim}-D array of shape {a.shape}; token ids are one 1-D array (documents one after "
+                  "another): save ids.reshape(-1) if its rows are consecutive text.")
     return a
 
 def _bin_dtype(p: Path, dtype) -> np.dtype:

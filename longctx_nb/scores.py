@@ -323,9 +323,10 @@ def loss_by_position(model,                # the language model, in eval mode
                      docs=None,            # document offsets of `data`: attention within documents (data.doc_mask)
                     ) -> tuple[np.ndarray, int]:  # (mean loss at each position, windows used)
     "Mean loss at each position 0..length-1 over `n_windows` evenly spread windows of `data` (0: all)."
-    if len(data) < length + 1: raise UsageError(f"the validation split has {len(data):,} tokens, too few for windows "
-                                                f"of --max_len={length} (a window needs max_len + 1 tokens); use "
-                                                f"--max_len <= {len(data) - 1} or more validation " "text.")
+    if len(data) < length + 1:
+        raise UsageError(f"the validation split has {len(data):,} tokens, too few for windows of --max_len={length} "
+                         f"(a window needs max_len + 1 tokens); use --max_len <= {len(data) - 1} or more validation "
+                         "text.")
     device, total, n = torch.device(device), torch.zeros(length, dtype=torch.float64), 0
     for x, y, *d in eval_windows(data, length, n_windows, batch_size, docs):
         if x.shape[1] != length: continue                              # a short remainder window
