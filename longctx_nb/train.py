@@ -657,7 +657,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             prof.after(step)
             stop, done = stop_requested(r), step + 1 == r.max_steps
             if _due(step, t.log_every_n_steps, done or stop): log_window(r, step + 1, lr, grad_norm, x.shape[-1])
-            if dist.main: hold(f"{r.run_dir.name if r.run_dir else 'run'} step {step + 1}")   # a test signals here
+            hold(f"{r.run_dir.name if r.run_dir else 'run'} step {step + 1}")   # a test signals here (or one rank)
             r.paused_at = time.perf_counter()  # evaluation and checkpoints do not count as training time
             if can_validate and _due(step, t.eval_interval, done): log_validation(r, step + 1)
             if r.run_dir and (_due(step, t.checkpoint_interval, done or stop) or r.save_owed):
