@@ -4,7 +4,7 @@
 
 # %% ../nbs/43_metrics.ipynb #474156a6
 from __future__ import annotations
-import importlib.util, io, itertools, json, math, os, re, socket, time
+import importlib.util, io, itertools, json, math, os, re, socket, sys, time
 from pathlib import Path
 import torch
 from .core import UsageError
@@ -71,8 +71,12 @@ class MetricsLog:
             rows = [json.loads(l) for l in self.path.read_text().splitlines() if l.strip()]
             self.rows = [r for r in rows if r.get('step', 0) <= resume_step]
             if len(self.rows) < len(rows): atomic_write(self.path, ''.join(strict_json(r) + '\n' for r in self.rows))
-        if run_dir and tensorboard:
-            if importlib.util.find_spec('tensorboard'): self.tb = EventFile(run_dir, purge_step=resume_step)  # optional
+        if run_dir and tensorboard and importlib.util.find_spec('tensorboard') is None:   # an optional package
+            print("note: trainer.tensorboard: the tensorboard package is not installed, so this run writes no "
+                  "TensorBoard event files (metrics.jsonl holds every row); pip install tensorboard, or give "
+                  "--trainer.tensorboard=false.", file=sys.stderr, flush=True)
+        elif run_dir and tensorboard:   # resumed: the rows after the checkpoint's step are dropped, not its own
+            self.tb = EventFile(run_dir, purge_step=None if resume_step is None else resume_step + 1)
     def log(self, **row,  # step and metrics
            ):             # nothing: the row is kept and written
         self.rows.append(row)

@@ -56,6 +56,22 @@ def test_resume_skips_damaged_and_refuses_foreign(bindir, tmp_path):
     p = train(bindir, tmp_path, '--resume', '--model.d_model=64', '--trainer.max_steps=20', check=False)
     assert p.returncode == 2 and 'model.d_model: checkpoint 128, this run 64' in p.stderr
 
+def test_tensorboard_keeps_the_checkpoint_step(bindir, tmp_path):
+    "Resumed from step 4's checkpoint, TensorBoard (its own reader) still shows steps 1-6 and validation at 2, 4, 6."
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    args = ['--trainer.max_steps=6', '--trainer.eval_interval=2', '--trainer.limit_val_batches=1', '--trainer.tensorboard=true',
+            '--trainer.keep_last=3']
+    train(bindir, tmp_path, *args)
+    run = tmp_path / 'version_0'
+    for f in run.glob('checkpoints/step_0000006.pt*'): f.unlink()   # as if killed before it
+    train(bindir, tmp_path, '--resume', *args)
+    acc = EventAccumulator(str(run)); acc.Reload()
+    rows = [json.loads(l) for l in (run / 'metrics.jsonl').read_text().splitlines()]
+    for tag, key in (('train/loss', 'loss'), ('val/loss', 'val_loss')):
+        assert [(e.step, e.value) for e in acc.Scalars(tag)] == \
+            [(r['step'], pytest.approx(r[key])) for r in rows if key in r], tag
+    assert [e.step for e in acc.Scalars('val/loss')] == [2, 4, 6]
+
 class _Killed(Exception): "Stands for a SIGKILL between two steps."
 
 def fake_clock_run(monkeypatch, root, max_steps=8, kill_at=None, quiet=True):
