@@ -244,10 +244,12 @@ def latest_checkpoint(run_dir,             # the run directory
 
 def prune_checkpoints(run_dir,         # the run directory
                       keep_last: int,  # checkpoints to keep; 0: all
+                      keep=None,       # one more to keep (the newest healthy checkpoint), or None
                      ):
-    "Delete all but the newest `keep_last` checkpoints (0 keeps all), with their sidecars."
+    "Delete all but the newest `keep_last` checkpoints (0 keeps all) and `keep`, with their sidecars."
     if keep_last > 0:
-        for p in list_checkpoints(run_dir)[:-keep_last]: p.unlink(missing_ok=True); sidecar(p).unlink(missing_ok=True)
+        for p in list_checkpoints(run_dir)[:-keep_last]:
+            if keep is None or p != Path(keep): p.unlink(missing_ok=True); sidecar(p).unlink(missing_ok=True)
 
 # %% ../nbs/40_checkpoint.ipynb #6551d387
 RUNTIME_ONLY = {'dropout', 'gradient_checkpointing', 'compile', 'size'}  # size: a preset's name (sizes are compared)

@@ -12,9 +12,8 @@ from .core import UsageError, get_device, hold
 from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir,
                                pick_precision)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
-from .blocks.base import canonical_block, get_block
-from .blocks.bigbird import random_block_size
-from .model import LM, count_params, flops_per_token
+from .blocks.base import canonical_block
+from .model import LM, count_params, flops_per_token, dense_settings
 from .synthetic import from_config as task_from_config
 from .train import train, Stopped, kernel_report
 from .runs import RESUME_LAST
@@ -28,10 +27,10 @@ from . import __version__
 
 # %% auto #0
 __all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'COMPARE_FILE', 'RESULTS_DIR', 'ROW_KEYS', 'COMPARE_FLAGS',
-           'match_depths', 'block_configs', 'dense_settings', 'check_sparse', 'default_curriculum',
-           'curriculum_overrides', 'join_stopped_windows', 'train_and_eval', 'sweep_lrs', 'summarize', 'write_row',
-           'read_row', 'machine', 'compare_settings', 'settings_differences', 'machine_differences', 'saved_comparison',
-           'run_comparison', 'compare_blocks', 'compare_parser', 'compare_main']
+           'match_depths', 'block_configs', 'check_sparse', 'default_curriculum', 'curriculum_overrides',
+           'join_stopped_windows', 'train_and_eval', 'sweep_lrs', 'summarize', 'write_row', 'read_row', 'machine',
+           'compare_settings', 'settings_differences', 'machine_differences', 'saved_comparison', 'run_comparison',
+           'compare_blocks', 'compare_parser', 'compare_main']
 
 # %% ../nbs/63_compare.ipynb #85387b09
 def match_depths(cfgs: dict[str, Config],  # block -> its training config
@@ -99,28 +98,11 @@ def block_configs(blocks,                                     # block names (any
     return match_depths(cfgs) if match_params else cfgs
 
 # %% ../nbs/63_compare.ipynb #dd947cea
-def dense_settings(cfg: Config,  # a block's training config
-                  ) -> str | None:  # None: the block is in its sparse regime at cfg.data.seq_len
-    "Why `cfg`'s block is dense at its training length (window covering it, one chunk, no random key), by setting."
-    m, L = cfg.model, cfg.data.seq_len
-    fields = get_block(m.block).field_map()
-    g = m.n_global_tokens if 'n_global_tokens' in fields else 0
-    if 'window_size' in fields and m.window_size + g >= L:
-        return (f"--model.window_size={m.window_size}{f' with {g} global tokens' if g else ''} covers all {L} tokens: "
-                f"full attention")
-    if 'chunk_size' in fields and m.chunk_size >= L:
-        return f"--model.chunk_size={m.chunk_size} is one chunk of {L} tokens: block-local attention is full attention"
-    if 'n_random_tokens' in fields and (m.n_random_tokens == 0 or
-                                        random_block_size(L, m.attn_block_size, m.window_size, g) is None):
-        return (f"--model.n_random_tokens={m.n_random_tokens}: no random key at {L} tokens, the block is "
-                "baseline_longformer")
-    return None
-
 def check_sparse(cfgs: dict[str, Config],  # block -> its training config
                  allow_dense: bool = False,  # train degenerate blocks anyway (marked in the table)
                 ) -> dict[str, str]:        # block -> why it is dense (only with allow_dense)
     "Refuse blocks whose settings make them dense at the training length, naming the setting to change."
-    dense = {b: r for b, c in cfgs.items() if (r := dense_settings(c))}
+    dense = {b: r for b, c in cfgs.items() if (r := dense_settings(c.model, c.data.seq_len))}
     if dense and not allow_dense:
         L = next(iter(cfgs.values())).data.seq_len
         why = '; '.join(f'{b}: {r}' for b, r in dense.items())

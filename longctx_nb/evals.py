@@ -12,7 +12,7 @@ from .config import Config, apply_overrides, check_writable_dir
 from .memory import check_fits, check_positive, check_seed
 from .blocks.base import canonical_block
 from .synthetic import synthetic_data
-from .model import count_params
+from .model import count_params, dense_settings
 from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_flags, perplexity,
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
 from .plots import plot_heatmap, plot_lengths, plot_drift
@@ -173,6 +173,8 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, seq_len, ma
         if not given:
             lengths, max_len, msg = fit_passkey(gen, lengths, max_len, ev.train_len)
             if msg: note(msg)
+    if dense := [L for L in (lengths if task != 'drift_curve' else [max_len]) if dense_settings(ev.model.cfg, L)]:
+        note(f"{ev.block} is dense at {', '.join(map(str, dense))} tokens: {dense_settings(ev.model.cfg, dense[-1])}")
     if not skip_memory_check:   # the longest forward pass fits, before any work
         check_fits(ev.model.cfg, batch_size, max_len, precision, dev, training=False, hint=EVAL_HINT,
                    override='--skip_memory_check')

@@ -183,6 +183,16 @@ def unread_rule(fn: Callable,  # fn(cfg, key) -> None where `key` is read, else 
     if fn not in _UNREAD: _UNREAD.append(fn)
     return fn
 
+@unread_rule
+def _unread_schedule(cfg, key: str) -> str | None:
+    "A curriculum sets the training length and steps, `trainer.warmup_steps` the warmup: what else says so is not read."
+    t = cfg.trainer
+    if key in ('data.seq_len', 'trainer.max_steps') and t.curriculum:
+        return (f"trainer.curriculum={t.curriculum!r} sets the training length ({cfg.data.seq_len}, its longest "
+                f"stage's) and the steps ({t.max_steps}, the sum of its stages')")
+    if key == 'trainer.warmup_fraction' and t.warmup_steps is not None:
+        return f"trainer.warmup_steps={t.warmup_steps} sets the warmup"
+
 # what 2 steps that write nothing ignore
 FAST_DEV_RUN_OVERRIDES = ('trainer.max_steps', 'trainer.max_epochs', 'trainer.limit_val_batches',
                           'trainer.checkpoint_interval', 'trainer.keep_last', 'trainer.run_name',

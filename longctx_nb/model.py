@@ -18,7 +18,7 @@ from .blocks import vanilla, mamba, longformer, bigbird, blade, dpassm  # regist
 
 # %% auto #0
 __all__ = ['DOC_MASK_WHY_NOT', 'LM', 'supports_doc_mask', 'check_doc_mask', 'create_model', 'count_params', 'param_groups',
-           'flops_per_token', 'can_stream', 'prefill', 'step', 'generate']
+           'flops_per_token', 'dense_settings', 'can_stream', 'prefill', 'step', 'generate']
 
 # %% ../nbs/30_model.ipynb #1a6e8dac
 _LM_FIELDS = {'d_model', 'dropout', 'bias'}   # read by the backbone around every mixer too
@@ -149,6 +149,24 @@ def flops_per_token(cfg: ModelConfig | LM,  # a model, or its config
     with torch.device('meta'): model = LM(cfg)
     n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     return 6.0 * n_matmul + cfg.n_layers * get_block(cfg.block).flops_per_token(cfg, seq_len)
+
+# %% ../nbs/30_model.ipynb #1fcae911
+def dense_settings(m: ModelConfig,  # a model's settings
+                   seq_len: int,    # the length it trains on or is evaluated at
+                  ) -> str | None:  # None: the block is in its sparse regime at `seq_len`
+    "Why `m`'s sparse block is dense at `seq_len` (a window covering it, one chunk, no random key), by setting."
+    fields, L = get_block(m.block).field_map(), seq_len
+    g = m.n_global_tokens if 'n_global_tokens' in fields else 0
+    if 'window_size' in fields and m.window_size + g >= L:
+        return (f"--model.window_size={m.window_size}{f' with {g} global tokens' if g else ''} covers all {L} tokens: "
+                f"full attention")
+    if 'chunk_size' in fields and m.chunk_size >= L:
+        return f"--model.chunk_size={m.chunk_size} is one chunk of {L} tokens: block-local attention is full attention"
+    if 'n_random_tokens' in fields and (m.n_random_tokens == 0 or
+                                        bigbird.random_block_size(L, m.attn_block_size, m.window_size, g) is None):
+        return (f"--model.n_random_tokens={m.n_random_tokens}: no random key at {L} tokens, the block is "
+                "baseline_longformer")
+    return None
 
 # %% ../nbs/30_model.ipynb #b5c450fc
 def can_stream(model: LM,  # the model

@@ -17,7 +17,7 @@ from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_c
                                pick_precision)
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
-from .model import LM, param_groups, count_params, flops_per_token
+from .model import LM, param_groups, count_params, flops_per_token, dense_settings
 from .blocks.base import quiet_notes, get_block
 from .kernels.conv import kernel_backends
 from .kernels.attention import attention_impls, flex_width_why_not
@@ -41,9 +41,9 @@ __all__ = ['ALLOC_ENVS', 'warmup_steps', 'lr_at', 'make_optimizer', 'evaluate', 
 def warmup_steps(t: TrainerConfig,              # warmup_steps and warmup_fraction
                  max_steps: int | None = None,  # the run's length (default: t.max_steps)
                 ) -> int:
-    "Warmup length: `warmup_steps`, capped at `warmup_fraction` of the run (`max_steps`, default `t.max_steps`)."
-    n = max_steps or t.max_steps
-    return min(t.warmup_steps, int(t.warmup_fraction * n))
+    "Warmup length: `warmup_steps` as given, else `warmup_fraction` of the run (`max_steps` or `t.max_steps`), <= 100."
+    if t.warmup_steps is not None: return t.warmup_steps
+    return min(100, int(t.warmup_fraction * (max_steps or t.max_steps)))
 
 def lr_at(step: int,                     # optimizer step, 0-based
           t: TrainerConfig,              # learning_rate, min_lr and the warmup
@@ -379,6 +379,10 @@ def announce(r: Run,  # an opened run
     r.say(global_batch(d, t.accumulate_grad_batches, dist.world_size)
           + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else ''))
     r.say(f"kernels: {kernel_report(r.model.cfg, device)}")
+    if why := dense_settings(cfg.model, d.seq_len): r.say(f"note: {cfg.model.block}: {why}")
+    if (w := warmup_steps(t, r.max_steps)) > r.max_steps:
+        r.say(f"note: --trainer.warmup_steps={w} is longer than the run's {r.max_steps} steps: the learning rate rises "
+              f"to {lr_at(r.max_steps - 1, t, r.max_steps):.2e} of --trainer.learning_rate={t.learning_rate:g}")
     r.est = estimate_memory(r.model.cfg, d.batch_size, max(L for L, _, _ in r.plan), r.precision, device=device.type)
     r.say(r.est.table())
     dtype = autocast_dtype(r.precision) or torch.float32
@@ -491,7 +495,7 @@ def _skip(r: Run, step: int, step_loss: float, grad_norm: float):
     raise TrainingError(
         f"the loss or gradient was NaN or inf for {n.bad_in_row} steps in a row (steps {n.first_bad} to {step + 1}): "
         f"the run diverged at step {n.first_bad}. Lower --trainer.learning_rate (now {t.learning_rate:g}), lengthen "
-        f"--trainer.warmup_steps (now {t.warmup_steps}) or lower --trainer.gradient_clip_val (now "
+        f"--trainer.warmup_steps (now {warmup_steps(t, r.max_steps)}) or lower --trainer.gradient_clip_val (now "
         f"{t.gradient_clip_val}), or use bf16 instead of 16. "
         + (f"The newest healthy checkpoint is {kept} (a finite step followed it); continue from it with "
            f"--resume={kept} and a lower learning rate." if kept else "No healthy checkpoint was written.")
@@ -562,7 +566,7 @@ def save_state(r: Run,       # the run
             train_time=n.train_time, train_tokens=n.train_tokens, train_flops=n.train_flops,   # the logged windows'
             window=r.window.saved(r.paused_at), skipped=n.skipped,   # the window not yet logged, for a resume
             last_loss=r.last_loss, val_loss=r.val_loss, val_acc=r.val_acc))   # what a resumed finished run reports
-        _prune(r)
+        prune_checkpoints(r.run_dir, r.t.keep_last, r.healthy)   # and the newest healthy one
         if r.t.checkpoint_path and Path(r.t.checkpoint_path).suffix:   # cs336-style: the newest one at that file too
             atomic_write(r.t.checkpoint_path, lambda f: _copy_file(r.ckpt, f), digest=True)
     r.ckpt = r.dist.on_main(lambda: r.ckpt)
@@ -577,14 +581,6 @@ def _finite_state(r: Run) -> bool:
     ok = ok and all(torch.isfinite(v).all() for s in r.opt.state.values() for v in s.values()
                     if torch.is_tensor(v) and v.is_floating_point())
     return r.dist.mean(float(ok))[0] == 1.0
-
-def _prune(r: Run):
-    "Keep the newest `keep_last` checkpoints and the newest healthy one."
-    if not r.t.keep_last: return
-    found = list_checkpoints(r.run_dir)
-    keep = set(found[-r.t.keep_last:]) | ({Path(r.healthy)} if r.healthy else set())
-    for p in found:
-        if p not in keep: p.unlink(missing_ok=True)
 
 # %% ../nbs/44_train.ipynb #af4b0c59
 def finish(r: Run,  # a run whose loop ended

@@ -1,5 +1,5 @@
 """End to end: the console scripts as a user runs them, in subprocesses."""
-import json, subprocess, sys
+import json, os, re, subprocess, sys
 from pathlib import Path
 import numpy as np
 import pytest
@@ -185,6 +185,12 @@ BAD = {  # args -> a phrase the error must contain
     'task_too_long': (['--data.dataset_name=synthetic', '--data.task=associative_recall', '--data.num_pairs=30',
                        '--data.seq_len=64'], 'num_pairs <= 21'),
     'kernel_not_built': (['--model.block=mamba', '--model.scan_impl=cuda'], 'needs mamba-ssm'),  # found before the run dir is made
+    'curriculum_and_steps': (['--trainer.curriculum=32:2,64:2', '--trainer.max_steps=1000', '--data.seq_len=512'],
+                             "trainer.max_steps is not read by this run: trainer.curriculum='32:2,64:2' sets the training "
+                             "length (64, its longest stage's) and the steps (4, the sum of its stages'); leave "
+                             "trainer.max_steps out."),
+    'warmup_fraction_unread': (['--warmup_iters', '10', '--trainer.warmup_fraction=0.5'], "trainer.warmup_fraction is not "
+                               "read by this run: trainer.warmup_steps=10 sets the warmup; leave trainer.warmup_fraction out."),
 }
 
 @pytest.mark.parametrize('case', list(BAD))
@@ -206,3 +212,58 @@ def test_existing_run_dir_is_not_overwritten(bindir, tmp_path):
     d = tmp_path / 'runs' / 'mine'; d.mkdir(parents=True); (d / 'metrics.jsonl').write_text('precious\n')
     p = run(bindir, 'longctx_train', '--trainer.run_name=mine', f'--trainer.default_root_dir={tmp_path / "runs"}', *SMALL, check=2)
     assert 'already holds a run' in p.stderr and (d / 'metrics.jsonl').read_text() == 'precious\n'
+
+TINY = ['--data.seq_len=32', '--data.batch_size=2', '--model.n_layers=1', '--model.d_model=32',
+        '--trainer.enable_progress_bar=false', '--trainer.limit_val_batches=1', '--trainer.plot=false']
+
+def test_warmup_as_given(bindir, tmp_path):
+    "nanoGPT's --warmup_iters 10 --max_iters 20: the learning rate rises for 10 steps, as --print_config says."
+    args = ['--warmup_iters', '10', '--max_iters', '20', '--trainer.learning_rate=1e-3', '--trainer.log_every_n_steps=1', *TINY]
+    shown = json.loads(run(bindir, 'longctx_train', *args, '--print_config', check=0).stdout)['trainer']
+    assert (shown['warmup_steps'], shown['max_steps']) == (10, 20)
+    run(bindir, 'longctx_train', *args, f'--trainer.default_root_dir={tmp_path}', check=0)
+    lrs = [r['lr'] for r in metrics(tmp_path / 'version_0') if 'lr' in r]
+    assert lrs[:10] == pytest.approx([1e-3 * s / 10 for s in range(1, 11)]) and max(lrs) == lrs[9] and lrs[-1] < lrs[10]
+    p = run(bindir, 'longctx_train', '--trainer.warmup_steps=30', *args[4:], '--trainer.fast_dev_run=true', check=0)
+    assert ("note: --trainer.warmup_steps=30 is longer than the run's 2 steps: the learning rate rises to 6.67e-05 of "
+            "--trainer.learning_rate=0.001") in p.stdout, p.stdout
+
+def test_curriculum_sets_length_and_steps(bindir, tmp_path):
+    "A curriculum alone trains its stages: 2 steps at 32 tokens, then 2 at 64; --print_config names it as their source."
+    args = ['--trainer.curriculum=32:2,64:2', '--trainer.log_every_n_steps=1', *TINY[1:]]
+    err = run(bindir, 'longctx_train', *args, '--print_config', check=0).stderr
+    assert re.search(r"trainer\.max_steps +4 +trainer\.curriculum '32:2,64:2'", err), err
+    run(bindir, 'longctx_train', *args, f'--trainer.default_root_dir={tmp_path}', check=0)
+    assert [(r['step'], r['seq_len']) for r in metrics(tmp_path / 'version_0') if 'loss' in r] == \
+        [(1, 32), (2, 32), (3, 64), (4, 64)]
+
+def test_dense_block_is_said(bindir, tmp_path):
+    "Longformer's window of 128 over 64 tokens is full attention: training and evaluating it say so, in the block's words."
+    why = 'baseline_longformer: --model.window_size=128 with 2 global tokens covers all 64 tokens: full attention'
+    p = run(bindir, 'longctx_train', '--model.block=baseline_longformer', '--trainer.max_steps=1', *TINY[1:],
+            '--data.seq_len=64', f'--trainer.default_root_dir={tmp_path}', check=0)
+    assert f'note: {why}\n' in p.stdout, p.stdout
+    p = run(bindir, 'longctx_eval', '--task', 'perplexity', '--checkpoint_path', tmp_path / 'version_0', '--n_samples', 2,
+            '--output_dir', tmp_path / 'ev', check=0)
+    said = 'baseline_longformer is dense at 64 tokens: ' + why.split(': ', 1)[1]
+    assert f'note: {said}\n' in p.stdout, p.stdout
+    assert said in json.loads(next((tmp_path / 'ev').glob('*.json')).read_text())['notes']
+
+def test_keep_last_takes_the_sidecars_along(bindir, tmp_path):
+    "--trainer.keep_last=1 leaves one checkpoint and its own .sha256, nothing of the older ones."
+    run(bindir, 'longctx_train', '--trainer.max_steps=6', '--trainer.checkpoint_interval=2', '--trainer.keep_last=1', *TINY,
+        f'--trainer.default_root_dir={tmp_path}', check=0)
+    assert sorted(p.name for p in (tmp_path / 'version_0' / 'checkpoints').iterdir()) == \
+        ['step_0000006.pt', 'step_0000006.pt.sha256']
+
+def test_no_tensorboard_package_is_said(bindir, tmp_path):
+    "Without the tensorboard package a run says that it writes no event files (and trains)."
+    (tmp_path / 'hide').mkdir()
+    (tmp_path / 'hide' / 'sitecustomize.py').write_text("import sys\nsys.modules['tensorboard'] = None   # not installed\n")
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(tmp_path / 'hide'), os.environ.get('PYTHONPATH', '')])}
+    p = subprocess.run([str(bindir / 'longctx_train'), '--trainer.max_steps=1', *TINY, f'--trainer.default_root_dir={tmp_path}'],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert ("note: trainer.tensorboard: the tensorboard package is not installed, so this run writes no TensorBoard event files "
+            "(metrics.jsonl holds every row); pip install tensorboard, or give --trainer.tensorboard=false.\n") in p.stderr
+    assert not list((tmp_path / 'version_0').glob('events.out.tfevents.*')) and metrics(tmp_path / 'version_0')

@@ -30,7 +30,7 @@ def strict(path):
         json.loads(l, parse_constant=lambda c: pytest.fail(f'bare {c} in {path}'))
 
 DIVERGE = ['--trainer.max_steps=16', '--trainer.checkpoint_interval=1', '--trainer.learning_rate=3000',
-           '--trainer.warmup_steps=8', '--trainer.warmup_fraction=0.9', '--trainer.max_bad_steps=3']
+           '--trainer.warmup_steps=8', '--trainer.max_bad_steps=3']
 
 def test_divergence_names_a_healthy_checkpoint(bindir, tmp_path):
     p = run(bindir, tmp_path, *DIVERGE, check=False)
