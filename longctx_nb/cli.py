@@ -4,12 +4,13 @@
 
 # %% ../nbs/70_cli.ipynb #62a778ea
 from __future__ import annotations
-import argparse, json, os, sys
+import argparse, dataclasses, json, os, sys
+import torch
 from pathlib import Path
 from .core import UsageError
 from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir
 from .flags import Parser, arg, make_parser, parse_config, main, read_config_file
-import longctx_nb.model  # noqa: F401 (registers the block zoo: --model.block is checked, and --help lists the blocks)
+from .model import LM, count_params   # and registers the block zoo: --model.block is checked, --help lists it
 
 # %% auto #0
 __all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'PREPARE_READS', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'print_config',
@@ -158,6 +159,11 @@ def print_config(cfg: Config,     # the config the run would use
     lines = ["where each value came from (lowest first: default, config file, command line; presets first within "
              "each):"]
     lines += [f"  {k:<{w}}  {json.dumps(v):<24} {s if then[k][0] == v else later}" for k, (v, s) in now.items()]
+    m, V = cfg.model, cfg.model.vocab_size
+    with torch.device('meta'): n = count_params(LM(dataclasses.replace(m, vocab_size=V or 50257)))
+    lines.append(f"model: {m.block} {m.size}, {m.n_layers} layers of width {m.d_model}, {n:,} parameters with "
+                 + (f"model.vocab_size={V:,}" if V else "a 50,257-token vocabulary (as the size names count; a run's "
+                    "vocabulary is its tokenizer's)"))
     print('\n'.join(lines), file=err or sys.stderr)
 
 # %% ../nbs/70_cli.ipynb #c5c0f3a17

@@ -11,10 +11,10 @@ from typing import Callable
 from .core import UsageError, parse_precision, PRECISIONS as _PRECISION_SPELLINGS
 
 # %% auto #0
-__all__ = ['SIZE_PRESETS', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'opt', 'own_values', 'settings_table', 'ModelConfig', 'DataConfig', 'TrainerConfig',
-           'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice',
-           'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate']
+__all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
+           'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'settings_table', 'ModelConfig', 'DataConfig',
+           'TrainerConfig', 'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
+           'set_twice', 'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -68,6 +68,15 @@ SIZE_PRESETS: dict[str, dict] = {
     'medium_32k': _size(1536, 12, 16, 3072, **_ctx32k(2, 8)),
     'large_32k':  _size(2048, 16, 16, 4096, **_ctx32k(1, 16)),
 }
+# Mamba's published configurations: for mamba its names mean its models (the widths above, twice the layers, no MLP)
+BLOCK_SIZES = {'mamba': {k: {'model.n_layers': n} for k, n in {'130m': 24, '370m': 48, '790m': 48, '1.4b': 48,
+                                                                '2.8b': 64}.items()}}
+
+def size_preset(size: str,               # a key of `SIZE_PRESETS`
+                block: str = 'vanilla',  # the block it builds
+               ) -> dict:                # dotted key -> value
+    "The settings size preset `size` gives block `block`: `SIZE_PRESETS`', with the block's own from `BLOCK_SIZES`."
+    return {**SIZE_PRESETS[size], **BLOCK_SIZES.get(block, {}).get(size, {})}
 
 # %% ../nbs/01_config.ipynb #6c60e997
 def _vram(batch, seq_len, accumulate, checkpointing):
@@ -88,9 +97,7 @@ TRAINING_PRESETS: dict[str, dict] = {
 # %% ../nbs/01_config.ipynb #eb7da988
 def _bounds(m: dict) -> str:
     "A field's valid values, from `opt`'s metadata: its choices or its range."
-    if m.get('choices') is not None:
-        c = m['choices']() if callable(m['choices']) else m['choices']
-        if c: return ', '.join(f'`{x}`' for x in c)
+    if (c := m.get('choices')) and (c := c() if callable(c) else c): return ', '.join(f'`{x}`' for x in c)
     lo = f"> {m['gt']}" if m.get('gt') is not None else f">= {m['ge']}" if m.get('ge') is not None else ''
     hi = f"< {m['lt']}" if m.get('lt') is not None else f"<= {m['le']}" if m.get('le') is not None else ''
     return ' and '.join(x for x in (lo, hi) if x)
@@ -111,7 +118,7 @@ def settings_table(cls,  # a settings dataclass whose fields were made with `opt
 class _SizeSettings:
     "How big the network is, and its embedding and init (read by the backbone around every block)."
     block: str = opt('vanilla', 'sequence-mixing block', choices=lambda: _owned_choices('model.block'))
-    size: str = opt('tiny', 'size preset', choices=lambda: list(SIZE_PRESETS))
+    size: str = opt('tiny', 'size preset (--print_config counts its parameters)', choices=lambda: list(SIZE_PRESETS))
     d_model: int | None = opt(None, 'model width (default: from the size preset)', gt=0)
     n_layers: int | None = opt(None, 'number of blocks (default: from the size preset)', gt=0)
     n_heads: int | None = opt(None, 'attention heads (default: from the size preset)', gt=0)
@@ -172,18 +179,17 @@ class ModelConfig(_SparseSettings, _MambaSettings, _SizeSettings):
         "A size set to `None` follows the size preset; a new `size` refills the sizes that follow it."
         object.__setattr__(self, name, value)
         if (preset := getattr(self, '_preset', None)) is None: return   # being made: `__post_init__` fills the sizes
-        if name == 'size': self._follow(preset)
+        if name in ('size', 'block'): self._follow(preset)
         elif name in _SIZES: self._follow(preset - {name} | ({name} if value is None else set()))
 
     def _follow(self, names):
         object.__setattr__(self, '_preset', frozenset(names))
-        for k in names: object.__setattr__(self, k, SIZE_PRESETS[self.size][f'model.{k}'])
+        for k in names: object.__setattr__(self, k, size_preset(self.size, self.block)[f'model.{k}'])
 
     preset_sizes = property(lambda self: self._preset, doc='the sizes not given, filled from the size preset')
 
 # after the class is made, so that the constructor keeps taking `num_params`: reading or setting it is `size`
-ModelConfig.num_params = property(lambda self: self.size, lambda self, v: setattr(self, 'size', v),
-                                  doc='the former name of `size`')
+ModelConfig.num_params = property(lambda m: m.size, lambda m, v: setattr(m, 'size', v), doc='the former name of `size`')
 
 # %% ../nbs/01_config.ipynb #91e22bb4
 # = synthetic.TASKS (tested there)
@@ -294,8 +300,7 @@ def pick_precision(t: TrainerConfig,     # precision and use_fp16
                   ) -> tuple[str, str | None]:  # ('32', 'bf16' or '16'; a note for the user, or None)
     "The precision a run uses on `device`, and a note when that is not simply what `trainer.precision` says."
     import torch
-    dev = torch.device(device)
-    gpu = dev.type == 'cuda'
+    gpu = (dev := torch.device(device)).type == 'cuda'
     if t.precision != 'auto':
         p = parse_precision(t.precision)
         return p, (f"trainer.precision={p} is given, so trainer.use_fp16=true is not used."
@@ -416,8 +421,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     else: v = str(value)
     if key in _FORMS: v = _FORMS[key](key, v, bad)
     if key in _CHECKS: _CHECKS[key](key, v, bad)
-    choices = meta.get('choices')
-    if callable(choices): choices = choices()
+    choices = c() if callable(c := meta.get('choices')) else c
     if choices is not None:
         if key in _OWNED: v = _OWNED[key][0](v)
         elif key == 'trainer.precision': v = 'auto' if v.strip().lower() == 'auto' else parse_precision(v)
@@ -435,11 +439,9 @@ def _run_name(key, v: str, bad):
             "leading '~' or '-', leading or trailing spaces, and not an absolute path (put the folder in "
             "--trainer.default_root_dir instead)")
 
-_LIGHTNING_DEVICES = ('tpu', 'hpu', 'ipu', 'xla', 'mlu', 'npu', 'xpu')
-
 def _accelerator(key, s: str, bad):
     "auto, cpu, gpu, cuda, cuda:N or mps, in lower case (whether the device exists is checked when the run starts)."
-    if s in _LIGHTNING_DEVICES:
+    if s in ('tpu', 'hpu', 'ipu', 'xla', 'mlu', 'npu', 'xpu'):
         bad(f"Lightning's {s!r} accelerator is not supported here: longctx_nb runs on CPUs, CUDA GPUs and Apple MPS; "
             "use auto (the default), cpu, cuda (gpu), cuda:N or mps")
     if not re.fullmatch(r'auto|cpu|gpu|cuda|cuda:\d+|mps', s): bad("valid choices: auto, cpu, cuda (gpu), cuda:N, mps")
@@ -570,11 +572,9 @@ def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None, bef
      "size preset's ratio.")
     m = cfg.model
     if 'model.d_model' not in canon or 'model.d_ff' in canon or _given(m, 'd_model') in (None, before): return
-    if _given(m, 'd_ff') is not None and origin.get('model.d_ff', (0, 0, 'set'))[2] != 'preset':
-        return   # set explicitly before
+    if _given(m, 'd_ff') is not None: return   # set or derived before (a size preset's follows it)
     p = SIZE_PRESETS[m.size]
     d_ff = max(32, round(m.d_model * p['model.d_ff'] / p['model.d_model'] / 32) * 32)
-    if d_ff == _given(m, 'd_ff'): return
     source = f"model.d_model={m.d_model} (the {m.size!r} size preset's d_ff/d_model ratio)"
     readers = _OWNED.get('model.block', (None, None, None))[2]
     read = readers is None or (r := readers('d_ff')) is None or m.block in r
@@ -620,6 +620,7 @@ def _set(cfg, key, value, notes, origin: dict, source: str, kind: str):
     origin[key] = (value, source, kind)
     cls, f = _field_of(key)
     v = coerce(key, value, _hints(cls)[f.name], f.metadata)
+    if kind == 'preset' and cls is ModelConfig and f.name in _SIZES: v = None   # it follows the size preset and block
     if '.' in key: setattr(getattr(cfg, key.split('.')[0]), f.name, v)
     else: setattr(cfg, key, v)
 
@@ -633,13 +634,14 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
     "A copy of `cfg` with dotted-key `overrides` applied (presets first), converted and checked."
     cfg, canon = copy.deepcopy(cfg), merge_settings(((canonical_key(k), k, v) for k, v in overrides.items()), notes)
     origin, d_model = ({} if origins is None else origins), _given(cfg.model, 'd_model')
-    for pkey, table in PRESETS.items():
-        if pkey in canon:
-            _set(cfg, pkey, canon[pkey][1], notes, origin, _where(canon[pkey][0], where), 'set')
-            name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey)
-            if name is not None:
-                source = f"the {pkey.removesuffix('_preset')} preset {name!r}"
-                for k, v in table[name].items(): _set(cfg, k, v, notes, origin, source, 'preset')
+    for pkey in ('model.block', *PRESETS):   # the block first: the size preset's shapes depend on it
+        if pkey not in canon: continue
+        _set(cfg, pkey, canon[pkey][1], notes, origin, _where(canon[pkey][0], where), 'set')
+        name = cfg.model.size if pkey == 'model.size' else getattr(cfg, pkey, None)
+        if name is not None:
+            source = f"the {pkey.removesuffix('_preset')} preset {name!r}"
+            for k, v in (size_preset(name, cfg.model.block) if pkey == 'model.size' else PRESETS[pkey][name]).items():
+                _set(cfg, k, v, notes, origin, source, 'preset')
     for k, (spelled, v) in canon.items():
         if k not in PRESETS: _set(cfg, k, v, notes, origin, _where(spelled, where), 'set')
     _derive_d_ff(cfg, canon, origin, notes, d_model)
@@ -691,8 +693,7 @@ def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_step
     if t.min_lr is not None and t.min_lr > t.learning_rate:
         raise UsageError(f"trainer.min_lr={t.min_lr} is above trainer.learning_rate={t.learning_rate}; the cosine "
                          "decay ends at min_lr, so min_lr <= learning_rate.")
-    check_writable_dir(t.default_root_dir, 'trainer.default_root_dir', writable=False)   # a file where a folder goes
-    if t.run_name:
-        check_writable_dir(Path(t.default_root_dir, t.run_name), 'the run directory (trainer.run_name)', writable=False)
-    if cfg.data.cache_dir: check_writable_dir(cfg.data.cache_dir, 'data.cache_dir', writable=False)
+    for p, what in ((t.default_root_dir, 'trainer.default_root_dir'), (cfg.data.cache_dir, 'data.cache_dir'),
+                    (t.run_name and Path(t.default_root_dir, t.run_name), 'the run directory (trainer.run_name)')):
+        if p: check_writable_dir(p, what, writable=False)   # a file where a folder goes
     return cfg

@@ -347,6 +347,11 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
     n_docs = train.docs + val.docs
     if n_docs == 0: raise UsageError(f"the corpus {source or ''} holds no text documents; nothing to prepare.")
     split = _even_splits(train, val, val_fraction)
+    share = val.n / (train.n + val.n)
+    if not val_fraction / 2 <= share <= 2 * val_fraction:   # whole documents: too few to come within a factor 2
+        print(f"note: {val.docs} of the {n_docs} documents ({share:.0%} of the tokens) "
+              f"{'is' if val.docs == 1 else 'are'} held out for validation, not data.val_fraction={val_fraction}: each "
+              "document goes to one split whole, and this corpus has too few documents to come closer", file=sys.stderr)
     train.close(); val.close()
     dropped = {name: _pack(w, name, chunk_size, source) for name, w in (('train', train), ('val', val))}
     for name, n in dropped.items():

@@ -20,8 +20,8 @@ from .flags import arg, make_parser, main
 
 # %% auto #0
 __all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'EVAL_FLAGS', 'eval_lengths', 'fit_passkey',
-           'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals',
-           'eval_parser', 'eval_main']
+           'meaningless', 'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names',
+           'format_table', 'run_evals', 'eval_parser', 'eval_main']
 
 # %% ../nbs/61_evals.ipynb #d607b094
 EVAL_TASKS = ('passkey', 'copy_recall', 'drift_curve', 'perplexity')
@@ -113,6 +113,17 @@ def fit_passkey(gen,                           # a passkey generator (`passkey_g
                                          "Give --lengths to choose the lengths.")
 
 # %% ../nbs/61_evals.ipynb #3cc0ff36
+def meaningless(ev: Evaluated,             # the model
+                task: str,                   # one of `EVAL_TASKS`
+                data_dir: str | None = None, # the text given to score it on (None: its own)
+               ) -> str | None:              # why not (None: it can)
+    "Why `task` cannot mean what it measures for model `ev`: longctx_eval refuses it, longctx_report leaves it out."
+    if task == 'copy_recall' and ev.trained and ev.synthetic_task is None:
+        return ('a text model has no synthetic vocabulary to recall from; it is run for models trained on a synthetic '
+                'task')
+    if task in ('perplexity', 'drift_curve') and ev.synthetic_task and data_dir is None:
+        return f"the model was trained on the synthetic task {ev.synthetic_task!r}: its vocabulary holds no text"
+
 def _reads_bpe(ev: Evaluated) -> bool:
     "Whether the passkey for `ev` is written with its BPE tokenizer, read from its text (the corpus or --data_dir)."
     return ev.synthetic_task is None and ev.config is not None and ev.config.data.tokenizer == 'bpe'
@@ -158,6 +169,11 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, seq_len, ma
     "Every check for one model: (the result's settings, the work that adds the numbers)."
     given, notes = lengths is not None, []
     def note(text): notes.append(text); say(f"note: {text}")
+    if why := meaningless(ev, task, data_dir):
+        ok = [t for t in EVAL_TASKS if not meaningless(ev, t)]
+        raise UsageError(f"--task {task} cannot score {ev.source}: {why}. Evaluate it with --task "
+                         f"{', '.join(ok[:-1])} or {ok[-1]}"
+                         + (', or give --data_dir with text in its vocabulary.' if task != 'copy_recall' else '.'))
     seq_len, max_len, lengths = _lengths(ev, task, seq_len, max_len, lengths, note)
     n_buckets = N_BUCKETS if n_buckets is None else n_buckets
     _check(task != 'drift_curve' or n_buckets <= max_len,

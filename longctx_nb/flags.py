@@ -227,6 +227,10 @@ def check_read(cfg: Config,   # the resolved config
                              f"data.dataset_name={d.dataset_name!r}"
                              + (" (its --data.train_data token ids)" if d.train_data else '')
                              + f"; leave {k} out, or give --data.dataset_name=synthetic.")
+        if k == 'data.dataset_config' and d.dataset_name == 'stdlib':   # other sources of tokens: `_unread_data`
+            raise UsageError("data.dataset_config is read only with data.dataset_name=local (the path of its text) or "
+                             "a Hugging Face dataset name (its config), and this run reads data.dataset_name='stdlib'; "
+                             "leave data.dataset_config out, or give --data.dataset_name=local.")
         if k == 'data.bpe_vocab_size' and d.tokenizer != 'bpe':
             raise UsageError(f"data.bpe_vocab_size is read only with --data.tokenizer=bpe, and this run's tokenizer is "
                              f"{d.tokenizer!r}; leave it out, or give --data.tokenizer=bpe.")

@@ -12,7 +12,7 @@ from .config import check_writable_dir, parse_curriculum
 from .memory import check_fits, check_positive
 from .model import count_params
 from .scores import load_for_eval, passkey_generator, text_data
-from .evals import run_eval, format_result, fit_passkey, eval_lengths
+from .evals import run_eval, format_result, fit_passkey, eval_lengths, meaningless
 from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, main
 
@@ -234,14 +234,8 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     max_len = max_len or 4 * L0
     if max_len < L0: raise UsageError(f"--max_len={max_len} is below the training length {L0}.")
     check_fits(ev.model.cfg, 8, max_len, '32', dev, training=False, hint='--max_len', override=None)
-    if ev.synthetic_task:
-        tasks = ['copy_recall', 'passkey']
-        left = [(t, f"the model was trained on the synthetic task {ev.synthetic_task!r}: its vocabulary holds no text")
-                for t in ('perplexity', 'drift_curve')]
-    else:
-        tasks = ['perplexity', 'drift_curve', 'passkey']
-        left = [('copy_recall', 'a text model has no synthetic vocabulary to recall from; it is run for models trained '
-                                'on a synthetic task')]
+    tasks = [t for t in ('perplexity', 'drift_curve', 'copy_recall', 'passkey') if not meaningless(ev, t)]
+    left = [(t, why) for t in ('perplexity', 'drift_curve', 'copy_recall') if (why := meaningless(ev, t))]
     results = []
     for t in tasks:
         lengths = eval_lengths(L0, max_len)

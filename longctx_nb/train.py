@@ -12,7 +12,7 @@ import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype,
                              seed_everything, hold)
-from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, mfu, format_mfu
+from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, recheck_peak, mfu, format_mfu
 from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_curriculum,
                                pick_precision)
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
@@ -521,6 +521,8 @@ def log_window(r: Run,            # the run
     dt = time.perf_counter() - w.t0; n.train_time += dt; n.train_tokens += w.tokens
     if n.train_flops is not None: n.train_flops += w.flops
     r.last_loss = w.loss / max(w.steps, 1)
+    r.peak_flops = recheck_peak(r.peak_flops, w.flops / dt, r.device, autocast_dtype(r.precision) or torch.float32,
+                                r.dist.world_size, r.say)   # outside the time measured: `dt` is taken
     row = dict(step=step, loss=r.last_loss, lr=lr, grad_norm=grad_norm, tokens_per_sec=round(w.tokens / dt, 1),
                mfu=mfu(w.flops / dt, r.peak_flops, 5), peak_mem_mb=round(peak_memory_mb(r.device), 1),
                tokens=n.tokens_seen, seq_len=seq_len, skipped_steps=n.skipped)

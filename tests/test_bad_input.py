@@ -426,12 +426,17 @@ def test_notes_say_which_value_wins(tmp_path):
     assert code == 0 and 'runs as fsdp' in err, err
     assert list(tmp_path.iterdir()) == []
 
+DATASET_CONFIG = ("data.dataset_config is read only with data.dataset_name=local (the path of its text) or a Hugging Face dataset name "
+                     "(its config), and this run reads data.dataset_name='stdlib'; leave data.dataset_config out, or give "
+                     "--data.dataset_name=local.")
 SUBPROCESS = [('longctx_train', ['--trainer.learning_rate=nan'], 'finite'),
               ('longctx_bench', ['blocks', '--L', '0'], '--L 0'),
               ('longctx_report', ['--checkpoint_path', 'nowhere', '--n_samples', '0'], '--n_samples 0'),
               ('longctx_compare', ['--eval_lengths', '32', '--seq_len', '64'], 'below 64'),
               ('longctx_eval', ['--lengths', '100000000', '--device', 'cpu'], 'cannot fit in memory'),
-              ('longctx_prepare', ['--out', 'prep', '--data.val_fraction=nan'], 'finite')]
+              ('longctx_prepare', ['--out', 'prep', '--data.val_fraction=nan'], 'finite'),
+              ('longctx_train', ['--data.dataset_config=texts/'], DATASET_CONFIG),   # without --data.dataset_name=local
+              ('longctx_prepare', ['--out', 'prep', '--data.dataset_config=texts/'], DATASET_CONFIG)]
 
 @pytest.mark.parametrize('script,argv,phrase', SUBPROCESS, ids=[s[0] for s in SUBPROCESS])
 def test_console_scripts(bindir, tmp_path, script, argv, phrase):

@@ -143,6 +143,21 @@ def test_bad_input(bindir, copy_run, tmp_path, case):
     assert 'Traceback' not in p.stderr and p.stderr.startswith('longctx_eval: error:')
     assert not out.exists()
 
+def test_copy_recall_of_a_text_model_is_refused_as_the_report_leaves_it_out(bindir, tmp_path):
+    "One rule: longctx_eval refuses what longctx_report leaves out, in the same words (a text model has no task vocabulary)."
+    run([bindir / 'longctx_train'], '--trainer.max_steps=2', '--data.seq_len=32', '--data.batch_size=2', '--trainer.eval_interval=0',
+        '--trainer.limit_val_batches=1', *TINY, f'--trainer.default_root_dir={tmp_path}', '--trainer.run_name=text', check=0)
+    why = 'a text model has no synthetic vocabulary to recall from; it is run for models trained on a synthetic task'
+    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', f'--checkpoint_path={tmp_path / "text"}', '--device', 'cpu',
+            '--output_dir', tmp_path / 'eval', check=2)
+    ckpt = sorted((tmp_path / 'text' / 'checkpoints').glob('step_*.pt'))[-1]
+    assert p.stderr.splitlines()[0] == (f"longctx_eval: error: --task copy_recall cannot score {ckpt}: {why}. Evaluate it with "
+                                        "--task passkey, drift_curve or perplexity."), p.stderr
+    assert not (tmp_path / 'eval').exists()
+    run([bindir / 'longctx_report'], f'--checkpoint_path={tmp_path / "text"}', '--output_dir', tmp_path / 'rep', '--max_len', 64,
+        '--n_samples', 2, '--device', 'cpu', check=0)
+    assert f'* copy_recall: {why}.' in (tmp_path / 'rep' / 'report.md').read_text()
+
 SMALL_MODEL = ['--model.n_layers=2', '--model.d_model=64', '--model.n_heads=4', '--model.d_ff=128', '--data.copy_len=4']
 
 def test_compare_and_report(bindir, tmp_path):

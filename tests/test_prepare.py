@@ -117,3 +117,18 @@ def test_doc_mask_refused(bindir, tmp_path, more, message):
                         f'--trainer.default_root_dir={tmp_path / "runs"}'], capture_output=True, text=True)
     assert r.returncode == 2 and message in ' '.join(r.stderr.split()) and 'Traceback' not in r.stderr, r.stderr
     assert not (tmp_path / 'runs').exists()
+
+def test_a_split_far_from_val_fraction_is_said(bindir, tmp_path):
+    "Three documents: one of them, a third of the tokens, is held out for validation (asked: 5%), and a note says so."
+    corpus = tmp_path / 'texts'; corpus.mkdir()
+    for name in 'abc': (corpus / f'{name}.txt').write_text(f'word {name} ' * 300 + '\n')
+    p = subprocess.run([str(bindir / 'longctx_prepare'), '--data.dataset_name=local', f'--data.dataset_config={corpus}',
+                        '--out', str(tmp_path / 'prep')], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert ("note: 1 of the 3 documents (33% of the tokens) is held out for validation, not data.val_fraction=0.05: each document "
+            "goes to one split whole, and this corpus has too few documents to come closer\n") in p.stderr, p.stderr
+    meta = json.loads((tmp_path / 'prep' / 'meta.json').read_text())
+    assert (meta['n_documents'], meta['n_val_documents']) == (3, 1)
+    p = subprocess.run([*_cmd(bindir, _corpus(tmp_path / 'many', n=200, words=50), tmp_path / 'prep2')], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0 and 'held out for validation' not in p.stderr, p.stderr   # 200 documents: near 5%, nothing to say

@@ -83,7 +83,7 @@ def test_print_config_says_where_each_value_came_from(bindir, guide, tmp_path):
     d = json.loads(p.stdout)                       # stdout stays a config file
     assert (d['model']['block'], d['trainer']['max_steps'], d['data']['batch_size']) == ('mamba', 100, 3)
     lines = p.stderr.split('where each value came from', 1)[1].splitlines()[1:]
-    src = {l.split()[0]: l.split(None, 2)[2] for l in lines if l.strip()}
+    src = {l.split()[0]: l.split(None, 2)[2] for l in lines if l.startswith('  ')}
     assert len(src) == len(d['model']) + len(d['data']) + len(d['trainer']) + 2, len(src)   # every value, vram and training_preset
     assert src['model.d_state'] == f'model.d_state in config {guide}'
     assert src['model.expand'] == f'model.expand_factor in config {guide}'
@@ -94,6 +94,21 @@ def test_print_config_says_where_each_value_came_from(bindir, guide, tmp_path):
     assert src['model.block'].startswith("the Mamba memory guide's settings")
     assert "trainer.max_steps=100 from the training preset 'fast' replaces 100000" in p.stderr
     assert list(tmp_path.iterdir()) == [guide]   # nothing written
+
+def test_size_names_are_the_blocks_own(bindir, tmp_path):
+    "For mamba, 130m is Mamba's published 130m (24 layers of width 768), also after --config 130m; --print_config counts it."
+    say = lambda block, layers, n, vocab: (f"model: {block} 130m, {layers} layers of width 768, {n} parameters with " + (
+        f"model.vocab_size={vocab}" if vocab else "a 50,257-token vocabulary (as the size names count; a run's vocabulary "
+                                                  "is its tokenizer's)"))
+    for args, block, layers, n, vocab in ((['--model.block=mamba', '--model.size=130m'], 'mamba', 24, '129,117,696', None),
+                                          (['--config', '130m', '--model.block=mamba', '--model.vocab_size=50280'], 'mamba', 24,
+                                           '129,135,360', '50,280'),   # the published mamba-130m's count
+                                          (['--model.size=130m'], 'vanilla', 12, '130,629,120', None)):
+        p = run(bindir, 'longctx_train', *args, '--print_config', cwd=tmp_path)
+        assert p.returncode == 0 and json.loads(p.stdout)['model']['n_layers'] == layers, p.stderr
+        assert p.stderr.splitlines()[-1] == say(block, layers, n, vocab), p.stderr.splitlines()[-1]
+        assert f"  model.n_layers                   {layers:<24} the model.size preset '130m'\n" in p.stderr
+    assert list(tmp_path.iterdir()) == []
 
 def test_synthetic_data_dir_names_the_flag(bindir, tmp_path):
     "The guide's step 2 (`--data_dir synthetic_data`) says exactly which flag selects the synthetic data sets."
