@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_checkpoint.ipynb #42f7ca0d
 from __future__ import annotations
-import contextlib, errno, hashlib, io, json, os, random, re, warnings
+import contextlib, errno, hashlib, io, json, os, random, re, sys
 from pathlib import Path
 import numpy as np
 import torch
@@ -12,15 +12,21 @@ from .core import UsageError, TrainingError, hold
 from .config import ModelConfig
 
 # %% auto #0
-__all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError', 'rng_state',
-           'set_rng_state', 'StorageError', 'sidecar', 'atomic_write', 'save_checkpoint', 'file_sha256',
-           'verify_digest', 'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint',
-           'latest_checkpoint', 'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model']
+__all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'WEIGHTS', 'ALIASES', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError',
+           'rng_state', 'set_rng_state', 'StorageError', 'os_error', 'sidecar', 'atomic_write', 'save_checkpoint',
+           'file_sha256', 'verify_digest', 'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint',
+           'latest_checkpoint', 'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model',
+           'load_weights']
 
 # %% ../nbs/40_checkpoint.ipynb #56b00df8
 FORMAT = 'longctx_nb.checkpoint/2'      # /2: written with a SHA-256 sidecar
 LEGACY_FORMATS = ('longctx_nb.checkpoint/1',)  # older versions: no sidecar; loaded with a warning
 REQUIRED = ('model', 'optimizer', 'scaler', 'rng', 'step', 'tokens_seen', 'config')  # what the trainer saves and needs
+WEIGHTS = ('model', 'config')  # what a model's weights need: the tensors and the model's settings
+ALIASES = {'model_state_dict': 'model', 'optimizer_state_dict': 'optimizer',   # other trainers' names for ours
+           'iter': 'step', 'iteration': 'step'}
+
+def _warn(msg: str): print(f"warning: {msg}", file=sys.stderr, flush=True)
 
 class CheckpointError(UsageError):
     "A checkpoint that is missing, damaged, not ours, or from a different model."
@@ -81,6 +87,16 @@ class StorageError(TrainingError):
                                      if ckpt else " No checkpoint was written."),)
         return self
 
+def os_error(e: BaseException,  # what a failed write raised
+            ) -> OSError | None:
+    """The `OSError` behind a failed write (None: none): `e` itself, a `StorageError`'s, the one torch.save's zip writer
+    hides behind its RuntimeError ('unexpected pos'), or the 'os error N' of a `SafetensorError`."""
+    if isinstance(e, OSError): return e
+    if isinstance(e, StorageError): return OSError(e.errno, e.reason)
+    if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError): return e.__context__
+    m = re.search(r'os error (\d+)\)', str(e)) if type(e).__name__ == 'SafetensorError' else None
+    return OSError(int(m[1]), os.strerror(int(m[1]))) if m else None
+
 # %% ../nbs/40_checkpoint.ipynb #a4ad69be
 def _fsync_dir(d: Path):
     try:
@@ -114,7 +130,7 @@ def _write_tmp(tmp: Path, write) -> str:
 @contextlib.contextmanager
 def _replacing(paths: list[Path]):
     """Temporary files for `paths`, written in the block, then renamed onto them, the last first; on an error none is
-    left (an `OSError`: a `StorageError` about `paths[0]`)."""
+    left (one of the file system, `os_error`: a `StorageError` about `paths[0]`)."""
     tmps = [_tmp(p) for p in paths]
     try:
         paths[0].parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +140,7 @@ def _replacing(paths: list[Path]):
         for t in tmps:
             try: t.unlink(missing_ok=True)
             except OSError: pass
-        if isinstance(e, OSError): raise StorageError(paths[0], e) from None
+        if (err := os_error(e)) is not None: raise StorageError(paths[0], err) from None
         raise
     _fsync_dir(paths[0].parent)
 
@@ -144,8 +160,12 @@ def atomic_write(path,                  # the file to write
 def save_checkpoint(path,         # file to write
                     state: dict,  # tensors and plain Python values
                    ) -> Path:
-    "Write `state` (plus the format tag) to `path` atomically, with its SHA-256 sidecar."
-    return atomic_write(path, lambda f: torch.save({'format': FORMAT, **state}, f), digest=True)
+    """Write `state` (plus the format tag) to `path` atomically, with its SHA-256 sidecar; its entries also answer to
+    the names of `ALIASES` and a `scheduler_state_dict` at its step, each stored once (pickle refers to it again)."""
+    ck = {'format': FORMAT, **state}
+    ck |= {a: ck[k] for a, k in ALIASES.items() if k in ck} | ({'scheduler_state_dict': {'last_epoch': ck['step']}}
+                                                                 if 'step' in ck else {})
+    return atomic_write(path, lambda f: torch.save(ck, f), digest=True)
 
 # %% ../nbs/40_checkpoint.ipynb #4a1dee45
 def file_sha256(path,  # a file
@@ -181,7 +201,8 @@ def read_checkpoint(path,                        # a checkpoint file
                     map_location='cpu',          # device to load tensors onto
                     required: tuple = REQUIRED,  # keys it must hold
                    ) -> dict:
-    "Verify and load a checkpoint (`weights_only=True`); `CheckpointError` naming the file and the reason if it fails."
+    """Verify and load a checkpoint (`weights_only=True`): ours, or another trainer's dict of weights (its `ALIASES`
+    read as ours); `CheckpointError` naming the file and the reason if it fails."""
     path = Path(path); side = sidecar(path); name = repr(str(path))
     want = verify_digest(path)
     try: ck = torch.load(path, map_location=map_location, weights_only=True)
@@ -190,18 +211,29 @@ def read_checkpoint(path,                        # a checkpoint file
                        str(e).strip())[0].strip()
         msg = msg.splitlines()[0][:200] if msg else 'no message'
         raise CheckpointError(f"{name} is not a readable checkpoint ({type(e).__name__}: {msg}).") from None
-    if not isinstance(ck, dict) or ck.get('format') not in (FORMAT, *LEGACY_FORMATS):
-        raise CheckpointError(f"{name} is not a longctx_nb checkpoint (no {FORMAT!r} format tag).")
+    ours = isinstance(ck, dict) and ck.get('format') in (FORMAT, *LEGACY_FORMATS)
+    if not ours and not (isinstance(ck, dict) and {'model', 'model_state_dict'} & set(ck)):
+        raise CheckpointError(f"{name} is not a longctx_nb checkpoint (no {FORMAT!r} format tag) nor a dict of a "
+                              "model's weights ('model' or 'model_state_dict').")
     if not want:
-        if ck['format'] == FORMAT: raise CheckpointError(f"{name} has no {side.name}: its SHA-256 sidecar is missing.")
-        warnings.warn(f"{name} was written by an older longctx_nb, without a digest: its content CANNOT be verified "
-                      f"and is loaded as is. If you trust it, `sha256sum {path.name} > {side.name}` in its folder "
-                      "vouches for it.", stacklevel=2)
+        if ours and ck['format'] == FORMAT:
+            raise CheckpointError(f"{name} has no {side.name}: its SHA-256 sidecar is missing.")
+        _warn(f"{name} was written by {'an older longctx_nb' if ours else 'another program'}, without a digest: its "
+              f"content CANNOT be verified and is loaded as is. If you trust it, `sha256sum {path.name} > {side.name}` "
+              "in its folder vouches for it.")
+    ck = {**{k: ck[a] for a, k in ALIASES.items() if a in ck}, **ck}
+    if isinstance(cfg := ck.get('config'), dict) and 'block' in cfg: ck['config'] = cfg = {'model': cfg}  # its fields
     missing = [k for k in required if k not in ck]
-    cfg = ck.get('config')
     if 'config' in required and 'config' in ck and not (isinstance(cfg, dict) and isinstance(cfg.get('model'), dict)):
         missing.append('config.model')
-    if missing: raise CheckpointError(f"{name} is incomplete: it lacks {', '.join(missing)}.")
+    if missing and required == REQUIRED and not {'model', 'config', 'config.model'} & set(missing):
+        raise CheckpointError(f"{name} holds a model's weights and settings but not the full training state that "
+                              f"--resume continues (it lacks {', '.join(missing)}): --trainer.fork_from={path} starts "
+                              "a new run from its weights; longctx_eval, longctx_report and longctx_export read it as "
+                              "it is.")
+    settings = " (the model's settings: our config's to_dict(), or vars(model.cfg))"
+    if missing: raise CheckpointError(f"{name} is incomplete: it lacks {', '.join(missing)}"
+                                      f"{settings if {'config', 'config.model'} & set(missing) else ''}.")
     return ck
 
 # %% ../nbs/40_checkpoint.ipynb #b04dfeb0
@@ -219,15 +251,16 @@ def list_checkpoints(run_dir,  # the run directory
     found = [(int(m.group(1)), p) for p in d.glob('step_*.pt') if (m := _NAME.search(p.name))] if d.is_dir() else []
     return [p for _, p in sorted(found)]
 
-def find_checkpoint(run_dir,             # the run directory
-                    map_location='cpu',  # device to load tensors onto
-                    accept=None,         # accept(ck) raises `CheckpointError` to skip a checkpoint
+def find_checkpoint(run_dir,                     # the run directory
+                    map_location='cpu',          # device to load tensors onto
+                    accept=None,                 # accept(ck) raises `CheckpointError` to skip a checkpoint
+                    required: tuple = REQUIRED,  # keys it must hold
                    ) -> tuple[tuple[Path, dict] | None, list[tuple[Path, str]]]:  # (path, checkpoint) or None; skipped
     "The newest checkpoint of `run_dir` that verifies and `accept`s; the `(path, reason)` of each newer one skipped."
     skipped = []
     for p in reversed(list_checkpoints(run_dir)):
         try:
-            ck = read_checkpoint(p, map_location)
+            ck = read_checkpoint(p, map_location, required)
             if accept: accept(ck)
             return (p, ck), skipped
         except CheckpointError as e: skipped.append((p, str(e)))
@@ -237,9 +270,9 @@ def latest_checkpoint(run_dir,             # the run directory
                       map_location='cpu',  # device to load tensors onto
                       accept=None,         # accept(ck) raises `CheckpointError` to skip a checkpoint
                      ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
-    "The newest checkpoint of `run_dir` that verifies (and `accept`s), warning once per skipped file; None if none."
+    "The newest checkpoint of `run_dir` that verifies (and `accept`s), said on stderr per skipped file; None if none."
     found, skipped = find_checkpoint(run_dir, map_location, accept)
-    for p, why in skipped: warnings.warn(f"skipping checkpoint {p.name}: {why}", stacklevel=2)
+    for p, why in skipped: _warn(f"skipping checkpoint {p.name}: {why}")
     return found
 
 def prune_checkpoints(run_dir,         # the run directory
@@ -271,21 +304,27 @@ def check_same_model(saved: dict,            # the checkpoint's config dict
 EXPORT_FORMAT = 'longctx_nb.export/2'  # in the safetensors metadata: this export comes with SHA256SUMS
 _SUMS, _COVERED = 'SHA256SUMS', ('model.safetensors', 'model_config.json', 'tokenizer.json')
 
-def _safetensors_bytes(model) -> bytes:
-    "The model's state in safetensors form, each tied weight stored once (as `safetensors.torch.save_model` does)."
+def _safetensors_bytes(model, step: int | None = None) -> bytes:
+    """The model's state in safetensors form, each tied weight stored once (as `safetensors.torch.save_model` does), the
+    `step` in the metadata; the header's keys sorted, so that equal weights give equal bytes in any process."""
     from safetensors.torch import save, _remove_duplicate_names
-    sd, meta = model.state_dict(), {'format': EXPORT_FORMAT}
+    sd, meta = model.state_dict(), {'format': EXPORT_FORMAT, **({'step': str(step)} if step is not None else {})}
     for kept, removed in _remove_duplicate_names(sd).items():
         for n in removed: meta[n] = kept; del sd[n]
-    return save({k: v.contiguous() for k, v in sd.items()}, metadata=meta)
+    b = save({k: v.contiguous() for k, v in sd.items()}, metadata=meta)
+    n = int.from_bytes(b[:8], 'little')   # safetensors orders the metadata differently in each process
+    h = json.dumps(json.loads(b[8:8 + n]), sort_keys=True, separators=(',', ':')).encode()
+    h += b' ' * (-len(h) % 8)
+    return len(h).to_bytes(8, 'little') + h + b[8 + n:]
 
 def export_model(model: torch.nn.Module,  # an `LM`
                  out_dir,                 # folder to write
+                 step: int | None = None,  # the optimizer steps it was trained, recorded in its metadata
                 ) -> Path:                # the safetensors file
     "Write `model.safetensors`, `model_config.json` (its resolved config) and `SHA256SUMS` into `out_dir`, atomically."
     out = Path(out_dir); names = ['model.safetensors', 'model_config.json', _SUMS]
     with _replacing([out / n for n in names]) as tmps:   # renamed the sums first, the weights last
-        sums = {names[0]: _write_tmp(tmps[0], _safetensors_bytes(model)),
+        sums = {names[0]: _write_tmp(tmps[0], _safetensors_bytes(model, step)),
                 names[1]: _write_tmp(tmps[1], json.dumps(vars(model.cfg), indent=2) + '\n')}
         if (out / 'tokenizer.json').is_file(): sums['tokenizer.json'] = file_sha256(out / 'tokenizer.json')
         _write_tmp(tmps[2], ''.join(f"{h}  {n}\n" for n, h in sums.items()))
@@ -303,9 +342,8 @@ def verify_export(d,  # an exported folder
             raise CheckpointError(f"{str(d / 'model.safetensors')!r} is not a readable safetensors file "
                                   f"({e}).") from None
         if fmt == EXPORT_FORMAT: raise CheckpointError(f"{str(d)!r} has no {_SUMS}: the export's digests are missing.")
-        warnings.warn(f"{str(d)!r} was exported by an older longctx_nb, without {_SUMS}: its content CANNOT be "
-                      f"verified and is loaded as is. If you trust it, `sha256sum {' '.join(_COVERED[:2])} > {_SUMS}` "
-                      "there vouches for it.", stacklevel=3)
+        _warn(f"{str(d)!r} was exported by an older longctx_nb, without {_SUMS}: its content CANNOT be verified and is "
+              f"loaded as is. If you trust it, `sha256sum {' '.join(_COVERED[:2])} > {_SUMS}` there vouches for it.")
         return
     try: want = dict(reversed(l.split(None, 1)) for l in sums.read_text().splitlines() if l.strip())
     except (OSError, ValueError) as e: raise CheckpointError(f"{str(sums)!r} cannot be read ({e}).") from None
@@ -324,10 +362,7 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     "An `LM` from a verified exported folder (model.safetensors + model_config.json) or training checkpoint (.pt)."
     from longctx_nb.model import LM
     p = Path(path)
-    if p.suffix == '.pt':
-        ck = read_checkpoint(p)
-        model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model'])
-        return model.to(device)
+    if p.suffix == '.pt': return _model(read_checkpoint(p, required=WEIGHTS), device)
     d = p if p.is_dir() else p.parent
     if not (d / 'model.safetensors').is_file() or not (d / 'model_config.json').is_file():
         raise CheckpointError(f"{str(d)!r} holds no exported model (model.safetensors and model_config.json).")
@@ -336,3 +371,37 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     model = LM(ModelConfig(**json.loads((d / 'model_config.json').read_text())))
     _load(model, str(d / 'model.safetensors'), device=str(device))
     return model.to(device)
+
+def _model(ck: dict, device):
+    from longctx_nb.model import LM
+    model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model']); return model.to(device)
+
+def _export_step(f: Path) -> int | None:
+    "The step an export records (None: none, or unreadable)."
+    from safetensors import safe_open
+    try:
+        with safe_open(str(f), 'pt') as s: return int((s.metadata() or {})['step'])
+    except Exception: return None
+
+def load_weights(path,          # a checkpoint file, a run directory, or an exported folder (or its model.safetensors)
+                 device='cpu',  # where the model goes
+                ) -> tuple:     # (the `LM` in eval mode, its run's config dict or None, the file read, its step / None)
+    """The newest intact weights at `path`: a checkpoint file (ours, the cs336 helpers' or another trainer's dict), a
+    run directory (its newest checkpoint that verifies, or its final model.safetensors when newer) or an exported
+    folder. Each newer file skipped is said on stderr, with why."""
+    p = Path(path).expanduser(); d = p if p.is_dir() else p.parent; st = d / 'model.safetensors'
+    found, skipped = (((p, read_checkpoint(p, required=WEIGHTS)), []) if p.suffix == '.pt' else
+                      find_checkpoint(p, required=WEIGHTS) if p.is_dir() else (None, []))
+    for f, why in skipped: _warn(f"skipping checkpoint {f.name}: {why}")
+    step = _export_step(st) if p.suffix != '.pt' and st.is_file() else None
+    if p.suffix != '.pt' and st.is_file() and (found is None or (step or -1) > (found[1].get('step') or 0)):
+        try: model, run = load_model(d, device), d / 'config.json'
+        except CheckpointError as e:
+            if found is None: raise
+            _warn(f"skipping {st.name}: {e}")
+        else: return model.eval(), json.loads(run.read_text()) if run.is_file() else None, st, step
+    if found is None:
+        raise CheckpointError(f"{str(p)!r} holds no checkpoint that verifies (checkpoints/step_N.pt) and no exported "
+                              "model (model.safetensors + model_config.json).")
+    (f, ck), run = found, found[1]['config']
+    return _model(ck, device).eval(), run if set(run) - {'model'} else None, f, ck.get('step')

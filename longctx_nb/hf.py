@@ -11,7 +11,7 @@ from .core import UsageError
 from .config import Config, ModelConfig, apply_overrides
 from .blocks.base import canonical_block
 from .model import LM
-from .checkpoint import read_checkpoint, latest_checkpoint, load_model, export_model
+from .checkpoint import load_weights, list_checkpoints, export_model, StorageError, os_error
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
 from .corpus import cached_corpus
 from .flags import make_parser, arg, main, flatten_sections
@@ -196,12 +196,16 @@ def _writing(out_dir, overwrite: bool):
     out = Path(out_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise UsageError(f"{str(out)!r} exists and is not empty; choose a new folder or pass --overwrite.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.', dir=out.parent))
-    try: yield tmp
-    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
-    if out.exists(): shutil.rmtree(out) if out.is_dir() else out.unlink()
-    os.replace(tmp, out)
+    tmp = None
+    try:   # a full disk or a refused write: one `StorageError` naming `out_dir`, nothing left
+        out.parent.mkdir(parents=True, exist_ok=True)
+        yield (tmp := Path(tempfile.mkdtemp(prefix=f'.{out.name}.', dir=out.parent)))
+        if out.exists(): shutil.rmtree(out) if out.is_dir() else out.unlink()
+        os.replace(tmp, out)
+    except BaseException as e:
+        if tmp: shutil.rmtree(tmp, ignore_errors=True)
+        if (err := os_error(e)) is not None: raise StorageError(out, err) from None
+        raise
 
 def _edit_json(f: Path, **kv):
     "Set keys `kv` in the JSON file `f`, if it exists."
@@ -424,6 +428,8 @@ def create_model_from_hf(path,                # a local transformers Llama or Ma
     return model.eval(), tok
 
 # %% ../nbs/46_hf.ipynb #651bb6d7
+_OURS = ('model.safetensors', 'model_config.json')   # our export
+
 def _no_source(p: Path) -> UsageError:
     return UsageError(f"{str(p)!r} does not exist; give a checkpoint (.pt), a run directory or an exported folder.")
 
@@ -431,23 +437,20 @@ def _run_config(d: dict | None) -> Config | None:
     try: return apply_overrides(Config(), flatten_sections(d)) if d else None
     except UsageError: return None
 
-def load_source(path,  # a checkpoint .pt, a run directory, or our exported folder
+def load_source(path,     # a checkpoint .pt, a run directory, or our exported folder
+                say=None,  # told which weights are read, at which step (None: nobody)
                ) -> tuple[LM, Config | None]:  # (the model in eval mode, the run's config when known)
     "(the model in eval mode, its training config if known) of a checkpoint .pt, a run directory or our export."
-    p = Path(path).expanduser()
+    p = Path(path).expanduser(); d = p if p.is_dir() else p.parent
     if not p.exists(): raise _no_source(p)
-    is_pt = p.is_file() and p.suffix == '.pt'
-    found = (p, read_checkpoint(p)) if is_pt else latest_checkpoint(p) if p.is_dir() else None
-    if found:
-        ck = found[1]; model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model'])
-        return model.eval(), _run_config(ck['config'])
-    d = p if p.is_dir() else p.parent
-    if not (d / 'model.safetensors').is_file() or not (d / 'model_config.json').is_file():
+    if p.suffix != '.pt' and not list_checkpoints(d) and not all((d / f).is_file() for f in _OURS):
         why = _config_json(d)[1] if (d / 'config.json').is_file() else ''
         raise UsageError(f"{str(p)!r} holds no checkpoint (checkpoints/step_N.pt), no exported model "
                          "(model.safetensors + model_config.json) and is not a transformers checkpoint folder"
                          + (f" ({why})." if why else '.'))
-    return load_model(d).eval(), _run_config(json.loads(f.read_text())) if (f := d / 'config.json').is_file() else None
+    model, run, src, step = load_weights(p)
+    if say: say(f"weights: {src}" + (f" (step {step})" if step is not None else ''))
+    return model, _run_config(run)
 
 def run_tokenizer(cfg: Config | None,  # the run's config (None: unknown)
                   where,               # the SOURCE folder or file, searched for a tokenizer.json
@@ -601,7 +604,7 @@ def export(source,                                      # a checkpoint .pt, run 
         model, tok = create_model_from_hf(source, check=not no_check, say=say)
         if tokenizer != 'auto': tok = _given_tokenizer(tokenizer, tok, source, model.cfg.vocab_size, False, say)
         return _save_ours(model, tok, out_dir, overwrite)
-    model, cfg = load_source(source)
+    model, cfg = load_source(source, say)
     block = _hf_block(model.cfg.block) if format == 'hf' else canonical_block(model.cfg.block)
     if block != 'vanilla' and max_position_embeddings is not None:
         has = f", whose {HF_CLASSES[block].replace('ForCausalLM', 'Config')} has none" if block in HF_CLASSES else ''

@@ -9,7 +9,7 @@ import torch
 from pathlib import Path
 from .core import UsageError
 from .config import ModelConfig, TrainerConfig
-from .checkpoint import (read_checkpoint, latest_checkpoint, list_checkpoints, check_same_model, set_rng_state,
+from .checkpoint import (read_checkpoint, load_weights, list_checkpoints, check_same_model, set_rng_state,
                                    find_checkpoint)
 from .distributed import load_full_state, STOP_CODES
 
@@ -97,18 +97,15 @@ def resume_point(t: TrainerConfig,              # resume, default_root_dir and r
 
 # %% ../nbs/42_runs.ipynb #c1cfaef3
 def fork(r,         # a new run, before its first step
-         src: str,  # a checkpoint file or a run directory (its newest checkpoint)
+         src: str,  # a checkpoint file, a run directory (its newest intact weights) or an exported folder
         ):
     "Start the run `r` from the weights of `src` (`--trainer.fork_from`): a fresh optimizer, step 0, its own directory."
-    p = Path(src)
-    found = (p, read_checkpoint(src)) if p.is_file() else latest_checkpoint(src) if p.is_dir() else None
-    if found is None:
-        raise UsageError(f"--trainer.fork_from={src!r}: no such checkpoint file, or no checkpoint in that run "
-                         "directory.")
-    check_same_model(found[1]['config'], r.cfg.model, found[0])
-    load_full_state(r.wrapped, None, found[1]['model'])
-    r.say(f"fork: new run {r.run_dir} from the weights of {found[0]} (step {found[1]['step']}); "
-          "a fresh optimizer and schedule from step 0")
+    if not Path(src).exists(): raise UsageError(f"--trainer.fork_from={src!r}: no such checkpoint file or run folder.")
+    model, _, path, step = load_weights(src)
+    check_same_model({'model': vars(model.cfg)}, r.cfg.model, path)
+    load_full_state(r.wrapped, None, model.state_dict())
+    r.say(f"fork: new run {r.run_dir} from the weights of {path}" + (f" (step {step})" if step is not None else '')
+          + "; a fresh optimizer and schedule from step 0")
 
 def restore(r,              # the run being opened
             run_dir: Path,  # the run directory resumed

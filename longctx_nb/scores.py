@@ -4,20 +4,20 @@
 
 # %% ../nbs/60_scores.ipynb #9670902b
 from __future__ import annotations
-import bisect, dataclasses, functools, json, math, warnings
+import bisect, dataclasses, functools, math, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from typing import Iterator
 import torch, torch.nn.functional as F
 from .core import UsageError, autocast, seed_everything
-from .config import Config, DataConfig, ModelConfig, apply_overrides
+from .config import Config, DataConfig, apply_overrides
 from .flags import flatten_sections
 from .blocks.base import canonical_block
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
 from .model import LM
-from .checkpoint import CheckpointError, read_checkpoint, latest_checkpoint, load_model
+from .checkpoint import CheckpointError, load_weights
 from .train import evaluate_task
 
 # %% auto #0
@@ -58,10 +58,6 @@ def _config(d: dict | None, where: str) -> Config | None:
         warnings.warn(f"the training config of {where} cannot be read ({e}); evaluating without it", stacklevel=3)
         return None
 
-def _from_checkpoint(path: Path, ck: dict, device) -> Evaluated:
-    model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model'])
-    return Evaluated(model.to(device).eval(), _config(ck['config'], str(path)), str(path), step=ck.get('step'))
-
 def load_for_eval(path,          # a checkpoint .pt, a run directory or an exported model folder
                   device='cpu',  # the torch device (or its name) to load onto
                  ) -> Evaluated:
@@ -70,16 +66,8 @@ def load_for_eval(path,          # a checkpoint .pt, a run directory or an expor
     if not p.exists():
         raise CheckpointError(f"--checkpoint_path {str(p)!r} does not exist; give a checkpoint (.pt), a run directory "
                               "(runs/version_N) or an exported model folder (model.safetensors + model_config.json).")
-    if p.is_file() and p.suffix == '.pt': return _from_checkpoint(p, read_checkpoint(p), device)
-    d = p if p.is_dir() else p.parent
-    found = latest_checkpoint(d) if p.is_dir() else None
-    if found: return _from_checkpoint(found[0], found[1], device)
-    if not (d / 'model.safetensors').is_file():
-        raise CheckpointError(f"{str(p)!r} holds no checkpoint (checkpoints/step_N.pt) and no exported model "
-                              "(model.safetensors + model_config.json).")
-    cfg_file = d / 'config.json'
-    cfg = _config(json.loads(cfg_file.read_text()), str(cfg_file)) if cfg_file.is_file() else None
-    return Evaluated(load_model(d, device).eval(), cfg, str(d / 'model.safetensors'))
+    model, run, src, step = load_weights(p, device)
+    return Evaluated(model, _config(run, str(src)), str(src), step=step)
 
 def fresh_model(block: str = 'vanilla',  # the block (any name `canonical_block` accepts)
                 vocab_size: int = 256,   # ids in the vocabulary

@@ -594,7 +594,8 @@ def finish(r: Run,  # a run whose loop ended
         r.final_state = full_state(r.wrapped, r.opt)
     if r.writes and r.ckpt and not n.bad_in_row: prune_checkpoints(r.run_dir, r.t.keep_last)   # the run ended well
     if r.writes:
-        export_model(r.model if not fsdp else _plain(r.model.cfg, r.final_state[0]), r.run_dir)
+        final = r.model if not fsdp else _plain(r.model.cfg, r.final_state[0])
+        export_model(final, r.run_dir, step=max(n.start, r.max_steps))   # the steps its weights have had
         hold(f'{r.run_dir.name} export')
         if r.t.plot: plot_losses(r.log.rows, plot := r.run_dir / 'loss.png', title=f'{m.block} {m.size}')
     peak = peak_memory_mb(r.device)

@@ -4,8 +4,9 @@ the run with one paragraph, no traceback, nothing partial, and the previous chec
 import json, os, subprocess
 from pathlib import Path
 import pytest
+import torch
 from longctx_nb.checkpoint import (save_checkpoint, read_checkpoint, sidecar, list_checkpoints, checkpoint_path, load_model,
-                                   StorageError)
+                                   StorageError, ALIASES)
 from conftest import fill
 
 ARGS = ['--data.seq_len=32', '--data.batch_size=2', '--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2',
@@ -135,3 +136,88 @@ def test_loss_plot_and_event_file_on_a_full_disk(small_fs):
     assert sorted(f.name for f in small_fs.iterdir() if f.name != 'filler') == [ev.path.name]   # no loss.png, no .tmp
     subprocess.run(['mount', '-o', 'remount,ro', str(small_fs)], check=True)
     with pytest.raises(StorageError, match=r'Read-only file system \[EROFS\]'): EventFile(small_fs)
+
+def test_export_takes_the_newest_intact_weights_and_says_which(bindir, runs, tmp_path):
+    "The newest checkpoint damaged: the run's final export (step 6) is exported; that one damaged too: step 4's checkpoint."
+    run_dir = copy_run(runs, tmp_path / 'r')
+    newest = list_checkpoints(run_dir)[-1]; flip(newest, newest.stat().st_size // 2)
+    skip6 = (f"warning: skipping checkpoint step_0000006.pt: {str(newest)!r} is damaged: its SHA-256 does not match "
+             "step_0000006.pt.sha256 (the file changed after it was written).\n")
+    p = run(bindir, tmp_path, '--format', 'safetensors', run_dir, tmp_path / 'a', prog='longctx_export')
+    assert (p.returncode, p.stderr, p.stdout) == (0, skip6, f"weights: {run_dir / 'model.safetensors'} (step 6)\nwrote {tmp_path / 'a'}\n")
+    assert all(torch.equal(a, b) for a, b in zip(load_model(tmp_path / 'a').state_dict().values(), load_model(run_dir).state_dict().values()))
+    flip(run_dir / 'model.safetensors', -7)
+    p = run(bindir, tmp_path, '--format', 'safetensors', run_dir, tmp_path / 'b', prog='longctx_export')
+    assert (p.returncode, p.stderr) == (0, skip6 + f"warning: skipping model.safetensors: {str(run_dir / 'model.safetensors')!r} is "
+                                           f"damaged: its SHA-256 does not match SHA256SUMS.\n")
+    assert p.stdout.startswith(f"weights: {run_dir / 'checkpoints' / 'step_0000004.pt'} (step 4)\n")
+
+def test_checkpoints_answer_other_trainers_keys(runs):
+    "What the guides' snippets read, from a plain torch.load (weights_only, torch's default), each entry stored once."
+    import io
+    ck = torch.load(list_checkpoints(runs)[-1])
+    assert ck['model_state_dict'] is ck['model'] and ck['optimizer_state_dict'] is ck['optimizer']
+    assert (ck['iter'], ck['iteration'], ck['step'], ck['config']['model']['d_model']) == (6, 6, 6, 32)
+    load_model(runs).load_state_dict(ck['model'])
+    sched = torch.optim.lr_scheduler.OneCycleLR(torch.optim.AdamW(load_model(runs).parameters()), max_lr=1e-3, total_steps=100)
+    sched.load_state_dict(ck['scheduler_state_dict']); assert sched.last_epoch == 6   # a torch scheduler goes on from the step
+    plain = io.BytesIO(); torch.save({k: v for k, v in ck.items() if k not in (*ALIASES, 'scheduler_state_dict')}, plain)
+    assert list_checkpoints(runs)[-1].stat().st_size - len(plain.getvalue()) < 400   # the names refer to the same entries
+
+def weights_only_files(runs, tmp_path):
+    "A checkpoint of the cs336 helpers, and the two guides' layouts (torch.save'd, no digest), of the run's final weights."
+    from longctx_nb import cs336
+    model = load_model(runs); opt = torch.optim.AdamW(model.parameters()); cfg = json.loads((runs / 'config.json').read_text())
+    files = {'cs336': cs336.save_checkpoint(model, opt, 6, tmp_path / 'cs336.pt'),
+             'mamba guide': tmp_path / 'mamba.pt', 'gpu guide': tmp_path / 'gpu.pt'}
+    torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict(), 'iter': 6, 'config': vars(model.cfg)}, files['mamba guide'])
+    torch.save({'step': 6, 'model_state_dict': model.state_dict(), 'optimizer_state_dict': opt.state_dict(),
+                'scheduler_state_dict': {}, 'loss': 4.0, 'config': cfg}, files['gpu guide'])
+    return model, files
+
+@pytest.mark.parametrize('kind', ['cs336', 'mamba guide', 'gpu guide'])
+def test_weights_only_checkpoints(bindir, runs, tmp_path, kind):
+    "Evaluated, exported, forked and started from; --resume says what it lacks and what to run instead."
+    model, files = weights_only_files(runs, tmp_path); f = files[kind]
+    unverified = '' if kind == 'cs336' else (f"warning: {str(f)!r} was written by another program, without a digest: its content "
+                                             f"CANNOT be verified and is loaded as is. If you trust it, `sha256sum {f.name} > "
+                                             f"{f.name}.sha256` in its folder vouches for it.\n")
+    p = run(bindir, tmp_path, '--format', 'safetensors', f, tmp_path / 'out', prog='longctx_export')
+    assert p.returncode == 0 and p.stderr == unverified and p.stdout.startswith(f"weights: {f} (step 6)\n"), (p.stdout, p.stderr)
+    assert all(torch.equal(a, b) for a, b in zip(load_model(tmp_path / 'out').state_dict().values(), model.state_dict().values()))
+    p = run(bindir, tmp_path, '--checkpoint_path', f, '--task', 'perplexity', '--seq_len', 32, '--n_samples', 2, prog='longctx_eval')
+    assert p.returncode == 0 and p.stderr == unverified, p.stderr
+    p = run(bindir, tmp_path / 'fork', '--trainer.max_steps=1', f'--trainer.fork_from={f}')
+    assert p.returncode == 0 and f"from the weights of {f} (step 6); a fresh optimizer" in p.stdout, p.stderr
+    p = run(bindir, tmp_path / 'init', '--trainer.max_steps=1', f'--init_from={f}')
+    assert p.returncode == 0, p.stderr
+    p = run(bindir, tmp_path / 'resume', '--trainer.max_steps=8', f'--resume={f}')
+    assert p.returncode == 2 and p.stderr.endswith(
+        f"longctx_train: error: {str(f)!r} holds a model's weights and settings but not the full training state that --resume "
+        f"continues (it lacks scaler, rng, tokens_seen): --trainer.fork_from={f} starts a new run from its weights; longctx_eval, "
+        "longctx_report and longctx_export read it as it is.\n(see longctx_train --help)\n"), p.stderr
+
+def test_report_of_a_cs336_checkpoint(bindir, runs, tmp_path):
+    _, files = weights_only_files(runs, tmp_path)
+    p = run(bindir, tmp_path, '--checkpoint_path', files['cs336'], '--output_dir', tmp_path / 'rep', '--n_samples', 2, prog='longctx_report')
+    assert p.returncode == 0 and 'Traceback' not in p.stderr, p.stderr
+
+def test_first_checkpoint_on_a_full_disk(bindir, small_fs):
+    "The first checkpoint does not fit: torch.save's zip writer fails part-way (a RuntimeError, the OSError behind it)."
+    p = run(bindir, small_fs, '--trainer.max_steps=4', '--model.d_model=128', '--model.n_layers=2')
+    assert p.returncode == 1 and p.stderr.splitlines()[-1] == (
+        f"longctx_train: stopped: cannot write '{small_fs}/version_0/checkpoints/step_0000002.pt': No space left on device [ENOSPC]; "
+        "the disk is full: free space there or write elsewhere. Nothing partial was left behind. No checkpoint was written."), p.stderr
+    clean(p)
+    assert not list((small_fs / 'version_0' / 'checkpoints').iterdir()), 'a temporary or partial file was left'
+
+@pytest.mark.parametrize('leave', [0, 4])
+def test_hf_export_onto_a_full_disk(bindir, runs, small_fs, leave):
+    "Full from the start (the folder, config.json) or in the weights (safetensors' own writer): one line, nothing left."
+    pytest.importorskip('transformers')
+    fill(small_fs, leave=leave)
+    p = run(bindir, small_fs, runs, small_fs / 'hf', prog='longctx_export')
+    assert p.returncode == 1 and p.stderr == (f"longctx_export: stopped: cannot write '{small_fs}/hf': No space left on device "
+                                             "[ENOSPC]; the disk is full: free space there or write elsewhere. Nothing partial was "
+                                             "left behind.\n"), p.stderr
+    assert [f.name for f in small_fs.iterdir()] == ['filler']
