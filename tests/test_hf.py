@@ -273,3 +273,34 @@ def test_bf16_import_says_it_is_stored_in_float32(runs, tmp_path, capsys):
     from safetensors.torch import load_file
     w = load_file(tmp_path / 'ours' / 'model.safetensors')
     assert {t.dtype for t in w.values()} == {torch.float32} and torch.equal(w['embed.weight'], hf.model.embed_tokens.weight.float())
+
+def cli(bindir, script, *args, cwd):
+    "`script args` run in `cwd`; the finished process, asserted to exit 0."
+    p = subprocess.run([str(bindir / script), *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    assert p.returncode == 0, f'{script} exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}'
+    return p
+
+def test_bpe_tokenizer_follows_the_model(tmp_path, bindir):
+    "longctx_prepare with BPE, then train on --data.data_dir: the run, its resume, its export and a run --init_from that export all read that BPE."
+    (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text() * 3)
+    tiny = ['--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2', '--model.d_ff=64', '--data.seq_len=32', '--data.batch_size=2',
+            '--trainer.enable_progress_bar=false', '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0']
+    cli(bindir, 'longctx_prepare', '--data.dataset_name=local', '--data.dataset_config=texts', '--data.tokenizer=bpe',
+        '--data.bpe_vocab_size=300', '--out', 'prepared', cwd=tmp_path)
+    want = json.loads((tmp_path / 'prepared' / 'tokenizer.json').read_text())['model']
+    config = lambda run: json.loads((tmp_path / run / 'config.json').read_text())
+    shipped = lambda out: json.loads((tmp_path / out / 'tokenizer.json').read_text())['model']
+    cli(bindir, 'longctx_train', '--data.data_dir', 'prepared', *tiny, '--trainer.max_steps=1', '--trainer.default_root_dir=runs', cwd=tmp_path)
+    cli(bindir, 'longctx_train', '--resume', 'runs/version_0', '--trainer.max_steps=2', cwd=tmp_path)
+    assert (config('runs/version_0')['data']['tokenizer'], config('runs/version_0')['model']['vocab_size']) == ('bpe', 300)
+    cli(bindir, 'longctx_export', 'runs/version_0', 'hf', cwd=tmp_path)
+    assert shipped('hf') == want and tf.AutoTokenizer.from_pretrained(tmp_path / 'hf').eos_token == '<|endoftext|>'
+    cli(bindir, 'longctx_export', 'runs/version_0', 'named', '--tokenizer', 'prepared/tokenizer.json', cwd=tmp_path)  # the run's own: taken
+    # a run from that transformers folder tokenizes the text with its BPE (as many tokens as longctx_prepare made), and ships it again
+    p = cli(bindir, 'longctx_train', '--init_from', 'hf', '--data.dataset_name=local', '--data.dataset_config=texts', *tiny[4:],
+            '--trainer.max_steps=1', '--trainer.default_root_dir=runs2', cwd=tmp_path)
+    n = json.loads((tmp_path / 'prepared' / 'meta.json').read_text())['n_train_tokens']
+    assert f'{n:,} train tokens, vocab 300' in p.stdout, p.stdout
+    assert config('runs2/version_0')['data']['tokenizer'] == 'bpe'
+    cli(bindir, 'longctx_export', 'runs2/version_0', 'hf2', cwd=tmp_path)
+    assert shipped('hf2') == want
