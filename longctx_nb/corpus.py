@@ -354,7 +354,8 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
                     f"chunk_size={chunk_size:,}", file=sys.stderr)
     (d / '.documents.jsonl').unlink(missing_ok=True)
     meta = dict(format='longctx_nb.tokens', version=FORMAT_VERSION, tokenizer=tok.name, vocab_size=tok.vocab_size,
-                eot_id=tok.eot_id, dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n,
+                eot_id=tok.eot_id if tok.name == 'bpe' else None,   # the id ending each document (byte: a blank line)
+                dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n,
                 n_documents=n_docs, n_val_documents=val.docs, split=split, val_fraction=val_fraction, source=source,
                 documents='train.docs.npy, val.docs.npy', chunk_size=chunk_size, n_dropped_tokens=sum(dropped.values()))
     (d / 'meta.json').write_text(json.dumps(meta, indent=2) + '\n')

@@ -172,14 +172,14 @@ def is_byte_tokenizer(tok,  # a `tokenizers.Tokenizer`
 
 def hf_tokenizer(tokenizer,  # a `ByteTokenizer` or `BPETokenizer`
                 ):
-    "A transformers `PreTrainedTokenizerFast` (one `tokenizer.json`) that gives the same ids as our `tokenizer`."
+    "A transformers `PreTrainedTokenizerFast` (one `tokenizer.json`): our `tokenizer`'s ids, its end-of-text as eos."
     tf = require_transformers()
-    if isinstance(tokenizer, ByteTokenizer): return tf.PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer_json())
-    if not isinstance(tokenizer, BPETokenizer):
+    if not isinstance(tokenizer, (ByteTokenizer, BPETokenizer)):
         raise UsageError(f"cannot export tokenizer {tokenizer!r}: give a ByteTokenizer or a BPETokenizer.")
-    eot = tokenizer.eot_id   # the text '<|endoftext|>' is encoded as text, as ours does: split_special_tokens
-    return tf.PreTrainedTokenizerFast(tokenizer_object=tokenizer.tok, split_special_tokens=True,
-                                      **(dict(eos_token=EOT) if eot is not None else {}))
+    tok, eot = byte_tokenizer_json() if isinstance(tokenizer, ByteTokenizer) else tokenizer.tok, tokenizer.eot_id
+    # the text of a special token ('<|endoftext|>', 'Ā') is encoded as text, as ours does: split_special_tokens
+    return tf.PreTrainedTokenizerFast(tokenizer_object=tok, split_special_tokens=True,
+                                      **(dict(eos_token=tok.id_to_token(eot)) if eot is not None else {}))
 
 def tokenizer_from_json(tok,  # a `tokenizers.Tokenizer` (from a tokenizer.json)
                        ) -> ByteTokenizer | BPETokenizer:

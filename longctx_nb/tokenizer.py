@@ -15,8 +15,8 @@ __all__ = ['EOT', 'ByteTokenizer', 'BPETokenizer']
 
 # %% ../nbs/03_tokenizer.ipynb #5979d286
 class ByteTokenizer:
-    "UTF-8 bytes as tokens: 256 ids, nothing to train or download."
-    name, vocab_size, eot_id = 'byte', 256, None
+    "UTF-8 bytes as tokens: 256 ids, nothing to train or download; NUL (0), never in text, is its end-of-text id."
+    name, vocab_size, eot_id = 'byte', 256, 0
     def encode(self, text: str,  # any text
               ) -> np.ndarray:   # int64 ids, one per UTF-8 byte
         "The ids (0..255) of `text`'s UTF-8 bytes."

@@ -304,3 +304,44 @@ def test_bpe_tokenizer_follows_the_model(tmp_path, bindir):
     assert config('runs2/version_0')['data']['tokenizer'] == 'bpe'
     cli(bindir, 'longctx_export', 'runs2/version_0', 'hf2', cwd=tmp_path)
     assert shipped('hf2') == want
+
+LM_EVAL_TASK = """task: {task}
+output_type: {kind}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+doc_to_text: "{{{{context}}}}"
+doc_to_target: "{{{{target}}}}"
+generation_kwargs:
+  until: ["\\n"]
+  max_gen_toks: 8
+metric_list:
+  - metric: {metric}
+"""
+
+def test_byte_export_in_lm_evaluation_harness(runs, tmp_path):
+    "`lm_eval --model hf --model_args pretrained=OUT` on a byte-tokenizer export, local tasks: its log-likelihoods and greedy text are ours."
+    pytest.importorskip('lm_eval')
+    assert export(runs['vanilla'], tmp_path / 'hf') == 0
+    docs = [dict(context='def dumps(obj', target=', *, skipkeys'), dict(context='import', target=' json')]
+    (tmp_path / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in docs))
+    for task, kind, metric in (('tiny_ll', 'loglikelihood', 'acc'), ('tiny_gen', 'generate_until', 'exact_match')):
+        (tmp_path / f'{task}.yaml').write_text(LM_EVAL_TASK.format(task=task, kind=kind, metric=metric, data=tmp_path / 'docs.jsonl'))
+    env = {**os.environ, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1', 'HF_HOME': str(tmp_path / 'hf_home')}
+    p = subprocess.run([sys.executable, '-m', 'lm_eval', '--model', 'hf', '--model_args', f'pretrained={tmp_path / "hf"}',
+                        '--tasks', 'tiny_ll,tiny_gen', '--include_path', tmp_path, '--device', 'cpu', '--batch_size', '2',
+                        '--log_samples', '--output_path', tmp_path / 'out'], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = lambda task: [json.loads(l) for f in (tmp_path / 'out').rglob(f'samples_{task}_*.jsonl') for l in f.read_text().splitlines()]
+    model, tok = load_source(runs['vanilla'])[0], ByteTokenizer()
+    for s in got('tiny_ll'):
+        ids = torch.tensor([tok.encode(s['doc']['context'] + s['doc']['target']).tolist()])
+        with torch.no_grad(): logp = model(ids)[0, :-1].log_softmax(-1).gather(1, ids[0, 1:, None])[:, 0]
+        assert abs(float(s['resps'][0][0][0]) - logp[-len(s['doc']['target']):].sum().item()) < 1e-3, s
+    for s in got('tiny_gen'):
+        ids = torch.tensor([tok.encode(s['doc']['context']).tolist()])
+        new = tok.decode(generate(model, ids, 8, temperature=0)[0, ids.shape[1]:])
+        assert s['resps'][0][0] == new.split('\x00')[0].split('\n')[0], (s['resps'], new)   # stops at NUL, its eos, or the task's '\n'
+    assert len(got('tiny_ll')) == len(got('tiny_gen')) == 2
