@@ -465,7 +465,9 @@ def load_tokenizer(prepared_dir,  # a folder written by `prepare`
     if not meta: raise UsageError(f"{str(d)!r} has no meta.json: it was not made by prepare / longctx_prepare.")
     name = meta.get('tokenizer')
     if name == 'byte': return ByteTokenizer()
-    if name == 'bpe': return BPETokenizer.load(d / 'tokenizer.json')
+    if name == 'bpe':   # with the end-of-text token its documents end with (a transformers folder's may be </s>)
+        tok = BPETokenizer.load(d / 'tokenizer.json')
+        return tok if meta.get('eot_id') is None else BPETokenizer(tok.tok, tok.tok.id_to_token(meta['eot_id']))
     raise UsageError(f"unknown tokenizer {name!r} in {str(d / 'meta.json')!r}; valid choices: byte, bpe")
 
 # %% ../nbs/04_corpus.ipynb #7399605d

@@ -240,6 +240,9 @@ def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindi
     tok = load_tokenizer(prepared)
     assert json.loads(tok.tok.to_str())['model'] == json.loads(t.to_str())['model']
     assert json.loads((prepared / 'meta.json').read_text())['eot_id'] == t.token_to_id('</s>')
+    assert export(next((tmp_path / 'runs').iterdir()), tmp_path / 'back') == 0   # the run's export ends text with </s> again
+    assert tf.AutoTokenizer.from_pretrained(tmp_path / 'back').eos_token == '</s>'
+    assert json.loads((tmp_path / 'back' / 'config.json').read_text())['eos_token_id'] == t.token_to_id('</s>')
 
 def test_export_refuses_what_the_run_or_format_does_not_read(runs, tmp_path, capsys):
     "A tokenizer that is not the run's, --max_position_embeddings where no config holds it, --no_check where nothing is checked: exit 2, nothing written."
