@@ -359,7 +359,8 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
                     f"chunk_size={chunk_size:,}", file=sys.stderr)
     (d / '.documents.jsonl').unlink(missing_ok=True)
     meta = dict(format='longctx_nb.tokens', version=FORMAT_VERSION, tokenizer=tok.name, vocab_size=tok.vocab_size,
-                eot_id=tok.eot_id, dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n,
+                eot_id=tok.eot_id if tok.name == 'bpe' else None,   # the id ending each document (byte: a blank line)
+                dtype=train.dtype.name, n_train_tokens=train.n, n_val_tokens=val.n,
                 n_documents=n_docs, n_val_documents=val.docs, split=split, val_fraction=val_fraction, source=source,
                 documents='train.docs.npy, val.docs.npy', chunk_size=chunk_size, n_dropped_tokens=sum(dropped.values()))
     (d / 'meta.json').write_text(json.dumps(meta, indent=2) + '\n')
@@ -469,7 +470,9 @@ def load_tokenizer(prepared_dir,  # a folder written by `prepare`
     if not meta: raise UsageError(f"{str(d)!r} has no meta.json: it was not made by prepare / longctx_prepare.")
     name = meta.get('tokenizer')
     if name == 'byte': return ByteTokenizer()
-    if name == 'bpe': return BPETokenizer.load(d / 'tokenizer.json')
+    if name == 'bpe':   # with the end-of-text token its documents end with (a transformers folder's may be </s>)
+        tok = BPETokenizer.load(d / 'tokenizer.json')
+        return tok if meta.get('eot_id') is None else BPETokenizer(tok.tok, tok.tok.id_to_token(meta['eot_id']))
     raise UsageError(f"unknown tokenizer {name!r} in {str(d / 'meta.json')!r}; valid choices: byte, bpe")
 
 # %% ../nbs/04_corpus.ipynb #7399605d

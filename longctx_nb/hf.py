@@ -22,8 +22,8 @@ from .memory import check_positive
 __all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'quiet_transformers', 'hf_config', 'hf_name',
            'hf_state_dict', 'to_hf', 'logit_gap', 'byte_tokenizer_json', 'is_byte_tokenizer', 'hf_tokenizer',
            'tokenizer_from_json', 'save_pretrained', 'model_config_from_hf', 'read_hf_weights', 'state_dict_from_hf',
-           'is_hf_checkpoint', 'HFTokenizer', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source',
-           'run_tokenizer', 'init_data', 'init_from', 'export_parser', 'export', 'check_export_args', 'export_main']
+           'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source', 'run_tokenizer',
+           'init_data', 'init_from', 'export_parser', 'export', 'check_export_args', 'export_main']
 
 # %% ../nbs/46_hf.ipynb #7a0ab927
 HF_INSTALL = "pip install 'longctx_nb[hf]'  (or: pip install 'transformers>=4.46')"
@@ -172,14 +172,14 @@ def is_byte_tokenizer(tok,  # a `tokenizers.Tokenizer`
 
 def hf_tokenizer(tokenizer,  # a `ByteTokenizer` or `BPETokenizer`
                 ):
-    "A transformers `PreTrainedTokenizerFast` (one `tokenizer.json`) that gives the same ids as our `tokenizer`."
+    "A transformers `PreTrainedTokenizerFast` (one `tokenizer.json`): our `tokenizer`'s ids, its end-of-text as eos."
     tf = require_transformers()
-    if isinstance(tokenizer, ByteTokenizer): return tf.PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer_json())
-    if not isinstance(tokenizer, BPETokenizer):
+    if not isinstance(tokenizer, (ByteTokenizer, BPETokenizer)):
         raise UsageError(f"cannot export tokenizer {tokenizer!r}: give a ByteTokenizer or a BPETokenizer.")
-    eot = tokenizer.eot_id   # the text '<|endoftext|>' is encoded as text, as ours does: split_special_tokens
-    return tf.PreTrainedTokenizerFast(tokenizer_object=tokenizer.tok, split_special_tokens=True,
-                                      **(dict(eos_token=EOT) if eot is not None else {}))
+    tok, eot = byte_tokenizer_json() if isinstance(tokenizer, ByteTokenizer) else tokenizer.tok, tokenizer.eot_id
+    # the text of a special token ('<|endoftext|>', 'Ā') is encoded as text, as ours does: split_special_tokens
+    return tf.PreTrainedTokenizerFast(tokenizer_object=tok, split_special_tokens=True,
+                                      **(dict(eos_token=tok.id_to_token(eot)) if eot is not None else {}))
 
 def tokenizer_from_json(tok,  # a `tokenizers.Tokenizer` (from a tokenizer.json)
                        ) -> ByteTokenizer | BPETokenizer:
@@ -352,26 +352,19 @@ def is_hf_checkpoint(path,  # a folder
     "Whether the folder `path` is a transformers checkpoint (a config.json with a `model_type`)."
     return _config_json(path)[0] is not None
 
-class HFTokenizer(BPETokenizer):
-    "A `BPETokenizer` whose end-of-text id is a transformers folder's `eos_token` (e.g. Llama's `</s>`)."
-    def __init__(self, tok,           # a `tokenizers.Tokenizer` (a transformers folder's tokenizer.json)
-                 eos_id: int | None,  # its end-of-text id (None: it has none)
-                ): super().__init__(tok); self.eos_id = eos_id   # None: it has none
-    eot_id = property(lambda self: self.eos_id)
-
-def _eos_id(d: Path, tok) -> int | None:
-    "The id of the folder's end-of-text token: tokenizer_config.json's eos_token, else config.json's eos_token_id."
+def _eos(d: Path, tok) -> str | None:
+    "The folder's end-of-text token: tokenizer_config.json's eos_token, else config.json's eos_token_id's."
     try: t = json.loads((d / 'tokenizer_config.json').read_text()).get('eos_token')
     except (OSError, ValueError, AttributeError): t = None
     if isinstance(t, dict): t = t.get('content')
-    if isinstance(t, str) and tok.token_to_id(t) is not None: return tok.token_to_id(t)
+    if isinstance(t, str) and tok.token_to_id(t) is not None: return t
     e = (_config_json(d)[0] or {}).get('eos_token_id')
     e = e[0] if isinstance(e, list) and e else e
-    return e if isinstance(e, int) and 0 <= e < tok.get_vocab_size() else None
+    return tok.id_to_token(e) if isinstance(e, int) and 0 <= e < tok.get_vocab_size() else None
 
 def hf_folder_tokenizer(path,  # a transformers checkpoint folder
                        ):
-    "Ours (`ByteTokenizer`, `BPETokenizer` or `HFTokenizer`) for a folder's tokenizer.json (None if it has none)."
+    "Ours (`ByteTokenizer`, or `BPETokenizer` with the folder's eos) for its tokenizer.json (None if it has none)."
     f = Path(path) / 'tokenizer.json'
     if not f.is_file(): return None
     from tokenizers import Tokenizer
@@ -379,7 +372,7 @@ def hf_folder_tokenizer(path,  # a transformers checkpoint folder
     except Exception as e:
         raise UsageError(f"{str(f)!r} is not a tokenizer the tokenizers library reads ({str(e)[:200]}).") from None
     if is_byte_tokenizer(tok) or tok.token_to_id(EOT) is not None: return tokenizer_from_json(tok)
-    return HFTokenizer(tok, _eos_id(Path(path), tok))
+    return BPETokenizer(tok, _eos(Path(path), tok))
 
 # %% ../nbs/46_hf.ipynb #33f0b90a
 _SIZE_KEYS = {'llama': ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads'),

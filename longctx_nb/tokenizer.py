@@ -15,8 +15,8 @@ __all__ = ['EOT', 'ByteTokenizer', 'BPETokenizer']
 
 # %% ../nbs/03_tokenizer.ipynb #5979d286
 class ByteTokenizer:
-    "UTF-8 bytes as tokens: 256 ids, nothing to train or download."
-    name, vocab_size, eot_id = 'byte', 256, None
+    "UTF-8 bytes as tokens: 256 ids, nothing to train or download; NUL (0), never in text, is its end-of-text id."
+    name, vocab_size, eot_id = 'byte', 256, 0
     def encode(self, text: str,  # any text
               ) -> np.ndarray:   # int64 ids, one per UTF-8 byte
         "The ids (0..255) of `text`'s UTF-8 bytes."
@@ -48,11 +48,12 @@ def _train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 
 # %% ../nbs/03_tokenizer.ipynb #023dc8c3
 class BPETokenizer:
-    "Byte-level BPE (GPT-2 style) trained locally with Hugging Face `tokenizers`; `<|endoftext|>` ends each document."
+    "Byte-level BPE (GPT-2 style) trained locally with Hugging Face `tokenizers`; `eot` ends each document."
     name = 'bpe'
-    def __init__(self, tok: Tokenizer,  # a trained Hugging Face `tokenizers.Tokenizer`
+    def __init__(self, tok: Tokenizer,   # a trained Hugging Face `tokenizers.Tokenizer`
+                 eot: str | None = EOT,  # its end-of-text token (a transformers folder's may be `</s>`; None: none)
                 ):
-        self.tok = tok
+        self.tok, self.eot = tok, eot
         # the text '<|endoftext|>' inside a document is encoded as text: only `prepare` puts the real eot id in
         if hasattr(tok, 'encode_special_tokens'): tok.encode_special_tokens = True
 
@@ -78,7 +79,7 @@ class BPETokenizer:
     @property
     def vocab_size(self) -> int: return self.tok.get_vocab_size()
     @property
-    def eot_id(self) -> int: return self.tok.token_to_id(EOT)
+    def eot_id(self) -> int | None: return None if self.eot is None else self.tok.token_to_id(self.eot)
     def encode(self, text: str,  # any text
               ) -> np.ndarray:   # int64 ids
         return np.array(self.tok.encode(text).ids, dtype=np.int64)

@@ -72,6 +72,19 @@ def test_mamba_guide_config_and_presets(bindir, tmp_path):
     d = json.loads(p.stdout)
     assert (d['model']['d_model'], d['data']['batch_size'], d['trainer']['accumulate_grad_batches'], d['vram']) == (512, 1, 16, '8gb')
 
+def test_config_vocab_size_the_tokenizer_contradicts(bindir, tmp_path):
+    "A config file's vocab_size of 50257 with the byte or a BPE tokenizer: the model has the tokenizer's ids, and the note says so."
+    (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text())
+    (tmp_path / 'c.json').write_text(json.dumps({'model': {'d_model': 32, 'vocab_size': 50257}}))
+    for tok, n in (('byte', 256), ('bpe', 300)):
+        p = run(bindir, 'longctx_train', '--config', tmp_path / 'c.json', '--data.dataset_name=local', f'--data.dataset_config={tmp_path / "texts"}',
+                f'--data.tokenizer={tok}', *(['--data.bpe_vocab_size=300'] if tok == 'bpe' else []), *SMALL, '--trainer.max_steps=1',
+                f'--data.cache_dir={tmp_path / "cache"}', f'--trainer.default_root_dir={tmp_path / tok}', check=0)
+        assert (f"note: the model is built with the {n} ids of the {tok} tokenizer, not model.vocab_size=50257 (rows no token id "
+                "reaches)") in p.stderr, p.stderr
+        assert json.loads((tmp_path / tok / 'version_0' / 'config.json').read_text())['model']['vocab_size'] == n
+        assert f'vocab {n} |' in p.stdout
+
 def test_lightning_dotted_flags(bindir, tmp_path):
     "LightningCLI-style dotted flags, with its `fit` subcommand."
     p = run(bindir, 'longctx_train', 'fit', '--model.block=vanilla', '--model.num_params=tiny', '--data.max_seq_len=64',

@@ -240,6 +240,9 @@ def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindi
     tok = load_tokenizer(prepared)
     assert json.loads(tok.tok.to_str())['model'] == json.loads(t.to_str())['model']
     assert json.loads((prepared / 'meta.json').read_text())['eot_id'] == t.token_to_id('</s>')
+    assert export(next((tmp_path / 'runs').iterdir()), tmp_path / 'back') == 0   # the run's export ends text with </s> again
+    assert tf.AutoTokenizer.from_pretrained(tmp_path / 'back').eos_token == '</s>'
+    assert json.loads((tmp_path / 'back' / 'config.json').read_text())['eos_token_id'] == t.token_to_id('</s>')
 
 def test_export_refuses_what_the_run_or_format_does_not_read(runs, tmp_path, capsys):
     "A tokenizer that is not the run's, --max_position_embeddings where no config holds it, --no_check where nothing is checked: exit 2, nothing written."
@@ -273,3 +276,75 @@ def test_bf16_import_says_it_is_stored_in_float32(runs, tmp_path, capsys):
     from safetensors.torch import load_file
     w = load_file(tmp_path / 'ours' / 'model.safetensors')
     assert {t.dtype for t in w.values()} == {torch.float32} and torch.equal(w['embed.weight'], hf.model.embed_tokens.weight.float())
+
+def cli(bindir, script, *args, cwd):
+    "`script args` run in `cwd`; the finished process, asserted to exit 0."
+    p = subprocess.run([str(bindir / script), *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    assert p.returncode == 0, f'{script} exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}'
+    return p
+
+def test_bpe_tokenizer_follows_the_model(tmp_path, bindir):
+    "longctx_prepare with BPE, then train on --data.data_dir: the run, its resume, its export and a run --init_from that export all read that BPE."
+    (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text() * 3)
+    tiny = ['--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2', '--model.d_ff=64', '--data.seq_len=32', '--data.batch_size=2',
+            '--trainer.enable_progress_bar=false', '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0']
+    cli(bindir, 'longctx_prepare', '--data.dataset_name=local', '--data.dataset_config=texts', '--data.tokenizer=bpe',
+        '--data.bpe_vocab_size=300', '--out', 'prepared', cwd=tmp_path)
+    want = json.loads((tmp_path / 'prepared' / 'tokenizer.json').read_text())['model']
+    config = lambda run: json.loads((tmp_path / run / 'config.json').read_text())
+    shipped = lambda out: json.loads((tmp_path / out / 'tokenizer.json').read_text())['model']
+    cli(bindir, 'longctx_train', '--data.data_dir', 'prepared', *tiny, '--trainer.max_steps=1', '--trainer.default_root_dir=runs', cwd=tmp_path)
+    cli(bindir, 'longctx_train', '--resume', 'runs/version_0', '--trainer.max_steps=2', cwd=tmp_path)
+    assert (config('runs/version_0')['data']['tokenizer'], config('runs/version_0')['model']['vocab_size']) == ('bpe', 300)
+    cli(bindir, 'longctx_export', 'runs/version_0', 'hf', cwd=tmp_path)
+    assert shipped('hf') == want and tf.AutoTokenizer.from_pretrained(tmp_path / 'hf').eos_token == '<|endoftext|>'
+    cli(bindir, 'longctx_export', 'runs/version_0', 'named', '--tokenizer', 'prepared/tokenizer.json', cwd=tmp_path)  # the run's own: taken
+    # a run from that transformers folder tokenizes the text with its BPE (as many tokens as longctx_prepare made), and ships it again
+    p = cli(bindir, 'longctx_train', '--init_from', 'hf', '--data.dataset_name=local', '--data.dataset_config=texts', *tiny[4:],
+            '--trainer.max_steps=1', '--trainer.default_root_dir=runs2', cwd=tmp_path)
+    n = json.loads((tmp_path / 'prepared' / 'meta.json').read_text())['n_train_tokens']
+    assert f'{n:,} train tokens, vocab 300' in p.stdout, p.stdout
+    assert config('runs2/version_0')['data']['tokenizer'] == 'bpe'
+    cli(bindir, 'longctx_export', 'runs2/version_0', 'hf2', cwd=tmp_path)
+    assert shipped('hf2') == want
+
+LM_EVAL_TASK = """task: {task}
+output_type: {kind}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+doc_to_text: "{{{{context}}}}"
+doc_to_target: "{{{{target}}}}"
+generation_kwargs:
+  until: ["\\n"]
+  max_gen_toks: 8
+metric_list:
+  - metric: {metric}
+"""
+
+def test_byte_export_in_lm_evaluation_harness(runs, tmp_path):
+    "`lm_eval --model hf --model_args pretrained=OUT` on a byte-tokenizer export, local tasks: its log-likelihoods and greedy text are ours."
+    pytest.importorskip('lm_eval')
+    assert export(runs['vanilla'], tmp_path / 'hf') == 0
+    docs = [dict(context='def dumps(obj', target=', *, skipkeys'), dict(context='import', target=' json')]
+    (tmp_path / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in docs))
+    for task, kind, metric in (('tiny_ll', 'loglikelihood', 'acc'), ('tiny_gen', 'generate_until', 'exact_match')):
+        (tmp_path / f'{task}.yaml').write_text(LM_EVAL_TASK.format(task=task, kind=kind, metric=metric, data=tmp_path / 'docs.jsonl'))
+    env = {**os.environ, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1', 'HF_HOME': str(tmp_path / 'hf_home')}
+    p = subprocess.run([sys.executable, '-m', 'lm_eval', '--model', 'hf', '--model_args', f'pretrained={tmp_path / "hf"}',
+                        '--tasks', 'tiny_ll,tiny_gen', '--include_path', tmp_path, '--device', 'cpu', '--batch_size', '2',
+                        '--log_samples', '--output_path', tmp_path / 'out'], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = lambda task: [json.loads(l) for f in (tmp_path / 'out').rglob(f'samples_{task}_*.jsonl') for l in f.read_text().splitlines()]
+    model, tok = load_source(runs['vanilla'])[0], ByteTokenizer()
+    for s in got('tiny_ll'):
+        ids = torch.tensor([tok.encode(s['doc']['context'] + s['doc']['target']).tolist()])
+        with torch.no_grad(): logp = model(ids)[0, :-1].log_softmax(-1).gather(1, ids[0, 1:, None])[:, 0]
+        assert abs(float(s['resps'][0][0][0]) - logp[-len(s['doc']['target']):].sum().item()) < 1e-3, s
+    for s in got('tiny_gen'):
+        ids = torch.tensor([tok.encode(s['doc']['context']).tolist()])
+        new = tok.decode(generate(model, ids, 8, temperature=0)[0, ids.shape[1]:])
+        assert s['resps'][0][0] == new.split('\x00')[0].split('\n')[0], (s['resps'], new)   # stops at NUL, its eos, or the task's '\n'
+    assert len(got('tiny_ll')) == len(got('tiny_gen')) == 2
