@@ -1,7 +1,7 @@
 """The headline commands of the five guides our users come from, shrunk to tiny sizes on the CPU and run as real
 processes: each works as its guide describes, or is refused (exit code 2, one paragraph, no traceback) with a message
 that names what to run instead. The guides' `python train.py` becomes `longctx_train` (see the README)."""
-import importlib.util, json, os, socket, subprocess, sys
+import json, os, socket, subprocess, sys
 import numpy as np
 from pathlib import Path
 import pytest
@@ -11,11 +11,11 @@ BIN = Path(sys.executable).parent
 QUIET = ['--trainer.enable_progress_bar=false', '--trainer.tensorboard=false', '--trainer.plot=false']
 TINY = ['--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2', '--model.d_ff=64', *QUIET]
 
-def run(cmd, *args, cwd, check=None, timeout=600):
-    "Run a console script (or an executable on PATH) with `args` in `cwd`; assert its exit code if `check` is given."
+def run(cmd, *args, cwd, check=None, timeout=600, env=None):
+    "Run a console script (or an executable on PATH) with `args` in `cwd` (`env` added); assert its exit code if `check`."
     exe = str(BIN / cmd) if (BIN / cmd).exists() else cmd
     p = subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, 'OMP_NUM_THREADS': '1'})
+                       env={**os.environ, 'OMP_NUM_THREADS': '1', **(env or {})})
     if check is not None: assert p.returncode == check, f'exit {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}'
     return p
 
@@ -120,12 +120,13 @@ def test_blocks_guide_make_setup():
     p = run('make', '-n', 'setup', 'VENV=/nonexistent/venv', cwd=ROOT, check=0)
     assert '-m venv /nonexistent/venv' in p.stdout and 'pip install -q -e ".[dev]"' in p.stdout
 
-@pytest.mark.skipif(importlib.util.find_spec('datasets') is not None, reason='datasets is installed: the message is not shown')
-def test_blocks_guide_wikitext_without_datasets(work):
-    "`--data.dataset_name=wikitext` without the `datasets` package: the install command through the hf extra."
+def test_blocks_guide_wikitext_without_datasets(work, tmp_path):
+    "`--data.dataset_name=wikitext` without the `datasets` package (hidden here): the install command through the hf extra."
+    (tmp_path / 'sitecustomize.py').write_text("import sys\nsys.modules['datasets'] = None   # not installed\n")
+    hide = {'PYTHONPATH': os.pathsep.join([str(tmp_path), os.environ.get('PYTHONPATH', '')])}
     p = run('longctx_train', 'fit', '--model.num_params=tiny', '--model.block=dpassm', '--model.window_size=16',
             '--model.ssm_state_dim=8', '--data.dataset_name=wikitext', '--data.dataset_config=wikitext-2-raw-v1',
-            '--data.seq_len=64', '--trainer.max_steps=2', '--trainer.default_root_dir=runs_wikitext', cwd=work)
+            '--data.seq_len=64', '--trainer.max_steps=2', '--trainer.default_root_dir=runs_wikitext', cwd=work, env=hide)
     refused(p, 'longctx_train', "pip install 'longctx_nb[hf]'", '--data.dataset_name=local', '--data.dataset_name=stdlib')
     assert not (work / 'runs_wikitext').exists()
 
