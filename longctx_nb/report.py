@@ -249,7 +249,8 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
         results.append(run_eval(t, checkpoint_path, seq_len=L0, max_len=max(max_len, *lengths), lengths=lengths,
                                 n_samples=n_samples, device=device, output_dir=output_dir, verbose=False))
     out = Path(output_dir)
-    data = ev.synthetic_task or (ev.config.data.dataset_name if ev.config else 'unknown data')
+    d = ev.config.data if ev.config else None
+    data = ev.synthetic_task or (d and (d.data_dir or d.dataset_name)) or 'unknown data'   # a prepared folder: its path
     md = [f"# Evaluation of {ev.source}", '',
           f"{ev.block}, {count_params(ev.model):,} parameters, trained at seq_len {L0} on {data}.", '']
     for k, r in enumerate(results, 1):

@@ -326,7 +326,6 @@ metric_list:
 
 def test_byte_export_in_lm_evaluation_harness(runs, tmp_path):
     "`lm_eval --model hf --model_args pretrained=OUT` on a byte-tokenizer export, local tasks: its log-likelihoods and greedy text are ours."
-    pytest.importorskip('lm_eval')
     assert export(runs['vanilla'], tmp_path / 'hf') == 0
     docs = [dict(context='def dumps(obj', target=', *, skipkeys'), dict(context='import', target=' json')]
     (tmp_path / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in docs))
