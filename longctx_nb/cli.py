@@ -9,7 +9,7 @@ import torch
 from pathlib import Path
 from .core import UsageError
 from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir
-from .flags import Parser, arg, make_parser, parse_config, main, read_config_file
+from .flags import Parser, arg, make_parser, parse_config, main, read_config_file, check_read, explicit_keys
 from .model import LM, count_params   # and registers the block zoo: --model.block is checked, --help lists it
 
 # %% auto #0
@@ -129,6 +129,7 @@ def run_config(cfg: Config,  # the config the flags describe on their own
                          + '; '.join(f"{k}: checkpoint {changed[k][0]}, this run {changed[k][1]}" for k in refused)
                          + ". Drop them to continue the run, or start a new run from its weights with "
                          f"--trainer.fork_from={run_dir} (instead of --resume).")
+    check_read(new, explicit_keys(levels))   # against the run it continues: its curriculum, its block
     what = 'fork' if t.fork_from else 'resume'
     for k, (a, b) in changed.items():
         if k not in ('trainer.resume', 'trainer.fork_from', 'trainer.run_name', 'trainer.default_root_dir'):

@@ -17,7 +17,7 @@ __all__ = ['MAMBA_GUIDE_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'MAMB
            'read_config_file', 'guide_keys', 'build_config', 'config_settings', 'load_config', 'setting_sources',
            'unread_rule', 'check_read', 'check_before_run', 'run_checks', 'HelpFormatter', 'Parser', 'arg', 'add_args',
            'arg_comments', 'args_from', 'field_help', 'option_specs', 'key_type', 'key_meta', 'setting_help',
-           'alias_style', 'add_settings', 'make_parser', 'parse_config', 'setting_overrides', 'main']
+           'alias_style', 'add_settings', 'make_parser', 'explicit_keys', 'parse_config', 'setting_overrides', 'main']
 
 # %% ../nbs/02_flags.ipynb #1548a524
 def flatten_sections(d: dict,           # {section: {key: value}} or top-level scalars
@@ -558,7 +558,8 @@ def _sources(parser: Parser, ns: argparse.Namespace, argv: list[str]) -> list[tu
     return [(canonical_key(k), f'--{k}', getattr(ns, k)) for k in flags]
 
 # %% ../nbs/02_flags.ipynb #c36ba6b5
-def _explicit(levels: list) -> list[str]:
+def explicit_keys(levels: list,  # `build_config` levels: [(where or None, {key: value}), ...]
+                 ) -> list[str]:
     "The keys the user set: every flag, and the config file's keys whose value is not the default."
     out = []
     for where, d in levels:
@@ -581,7 +582,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
     ns.origins = {}
     cfg = build_config(levels, notes, ns.origins)
-    check_read(cfg, _explicit(levels), notes)
+    check_read(cfg, explicit_keys(levels), notes)
     if cfg.trainer.strategy.startswith('deepspeed'):
         notes.append(f"trainer.strategy={cfg.trainer.strategy} runs as fsdp (FSDP2, every block sharded over the "
                      "ranks, as DeepSpeed's ZeRO stages 2 and 3 shard); DeepSpeed itself is not used. Say "

@@ -4,7 +4,7 @@
 
 # %% ../nbs/60_scores.ipynb #9670902b
 from __future__ import annotations
-import bisect, dataclasses, functools, math, warnings
+import bisect, dataclasses, functools, math, sys
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -51,11 +51,11 @@ class Evaluated:
         return c.data.task if synthetic else None
 
 def _config(d: dict | None, where: str) -> Config | None:
-    "A `Config` from a saved config dict (None if absent or unreadable, with a warning)."
+    "A `Config` from a saved config dict (None if absent or unreadable, said on stderr)."
     if not d: return None
     try: return apply_overrides(Config(), flatten_sections(d))
     except UsageError as e:
-        warnings.warn(f"the training config of {where} cannot be read ({e}); evaluating without it", stacklevel=3)
+        print(f"warning: the training config of {where} cannot be read ({e}); evaluating without it", file=sys.stderr)
         return None
 
 def load_for_eval(path,          # a checkpoint .pt, a run directory or an exported model folder

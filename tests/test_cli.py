@@ -249,6 +249,13 @@ def test_curriculum_sets_length_and_steps(bindir, tmp_path):
     run(bindir, 'longctx_train', *args, f'--trainer.default_root_dir={tmp_path}', check=0)
     assert [(r['step'], r['seq_len']) for r in metrics(tmp_path / 'version_0') if 'loss' in r] == \
         [(1, 32), (2, 32), (3, 64), (4, 64)]
+    for flag in ('--trainer.fork_from', '--resume'):   # a run that continues the curriculum's run is held to it too
+        p = run(bindir, 'longctx_train', f'{flag}={tmp_path}/version_0', '--trainer.max_steps=1000',
+                f'--trainer.default_root_dir={tmp_path}/more', check=2)
+        assert p.stderr.startswith("longctx_train: error: trainer.max_steps is not read by this run: trainer.curriculum='32:2,64:2' "
+                                   "sets the training length (64, its longest stage's) and the steps (4, the sum of its stages'); "
+                                   "leave trainer.max_steps out."), p.stderr
+    assert not (tmp_path / 'more').exists()
 
 def test_dense_block_is_said(bindir, tmp_path):
     "Longformer's window of 128 over 64 tokens is full attention: training and evaluating it say so, in the block's words."
