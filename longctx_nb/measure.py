@@ -13,10 +13,10 @@ from .core import UsageError
 
 # %% auto #0
 __all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'PEAK_CLOSE', 'reset_peak_memory', 'peak_memory_mb',
-           'Timing', 'bench_clock', 'time_reps', 'best_time', 'time_in_turn', 'paired_ratio', 'steady_heap',
-           'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops',
-           'recheck_peak', 'mfu', 'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls',
-           'bench_table', 'pyplot', 'rel_err']
+           'Timing', 'bench_clock', 'time_reps', 'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores',
+           'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'recheck_peak', 'mfu',
+           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'bench_table',
+           'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
 def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
@@ -88,13 +88,6 @@ def time_reps(fn,                              # called with no arguments
         sync(); t0 = timer(); fn(); sync()
         times.append(timer() - t0)
     return Timing(times, max_spread)
-
-def best_time(fn,             # called with no arguments
-              device,         # synchronised around each call on CUDA
-              reps: int = 3,  # calls timed; the fastest counts
-             ) -> float:      # seconds
-    "Seconds of the fastest of `reps` calls of `fn()` on `device` (synchronised on CUDA); warm up before calling it."
-    return time_reps(fn, device, reps, warmup=0).min
 
 # %% ../nbs/07_measure.ipynb #d379bfe3
 def time_in_turn(fns: dict,                      # name -> a function of no arguments
