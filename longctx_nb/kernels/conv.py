@@ -10,7 +10,7 @@ from torch.autograd.function import once_differentiable
 from ..core import UsageError
 from .dispatch import Impl, KernelImpls, first_accepted, try_import
 from .scan import kernel_arg, scan_impls, resolved_scan_impl
-from .cpu import cpu_extension
+from .cpu import CpuExtension
 
 # %% auto #0
 __all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update', 'kernel_backends']
@@ -192,7 +192,7 @@ std::vector<torch::Tensor> conv_bwd(torch::Tensor x, torch::Tensor w, std::optio
 }
 """
 
-_CPU_CONV = cpu_extension('causal_conv1d', 'longctx_conv', {'conv': _CONV_SRC}, ['conv_fwd', 'conv_bwd'],
+_CPU_CONV = CpuExtension('causal_conv1d', 'longctx_conv', {'conv': _CONV_SRC}, ['conv_fwd', 'conv_bwd'],
                           "impl='auto' runs the reference ('ref') instead")
 
 class _CpuConv(torch.autograd.Function):

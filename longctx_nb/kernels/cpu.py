@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 # %% auto #0
-__all__ = ['CPU_MATH', 'CPU_ISA_FLAGS', 'SCAN_CPP', 'cpu_tools_missing', 'CpuExtension', 'cpu_extension']
+__all__ = ['CPU_MATH', 'CPU_ISA_FLAGS', 'SCAN_CPP', 'cpu_tools_missing', 'CpuExtension']
 
 # %% ../../nbs/11_cpu.ipynb #19405624
 # branch-free maths the compiler vectorises, first in every kernel's source
@@ -70,11 +70,12 @@ class CpuExtension:
     process."""
     def __init__(self, op: str,          # the op, for messages ('selective_scan')
                  prefix: str,            # the build's name starts with it
-                 src: dict,              # the C++ source in named pieces
+                 src: dict,              # the op's C++ source in named pieces, after the shared maths (`CPU_MATH`)
                  functions: list,        # the functions Python calls
                  fallback: str,          # what 'auto' runs where it cannot be built, for the message
                 ):
-        self.op, self.prefix, self.src, self.functions, self.fallback = op, prefix, src, functions, fallback
+        self.op, self.prefix, self.functions, self.fallback = op, prefix, functions, fallback
+        self.src = {'math': CPU_MATH, **src}
         self.state = {}
 
     def spec(self) -> tuple[str, list]:
@@ -118,15 +119,6 @@ class CpuExtension:
         "None where it runs (CPU tensors, a compiler and ninja; with `build`, the kernel built), else why not."
         if torch.device(device).type != 'cpu': return 'it needs CPU tensors'
         if build or self.state or cpu_tools_missing(): return self.load()[1]
-
-def cpu_extension(op: str,          # the op, for messages ('selective_scan')
-                  prefix: str,      # the build's name starts with it
-                  src: dict,        # the op's C++ source in named pieces, after the shared maths (`CPU_MATH`)
-                  functions: list,  # the functions Python calls
-                  fallback: str,    # what 'auto' runs where it cannot be built, for the message
-                 ) -> CpuExtension:
-    "A CPU kernel from the shared maths and the op's own C++, built on first use."
-    return CpuExtension(op, prefix, {'math': CPU_MATH, **src}, functions, fallback)
 
 
 # %% ../../nbs/11_cpu.ipynb #97c0e956

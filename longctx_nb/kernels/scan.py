@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from ..core import UsageError
 from ..measure import bench_impls, bench_table
 from .dispatch import Impl, KernelImpls, _default_device, first_accepted, try_import
-from .cpu import SCAN_CPP, cpu_extension
+from .cpu import SCAN_CPP, CpuExtension
 
 # %% auto #0
 __all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
@@ -415,7 +415,7 @@ def scan_inputs(batch: int = 2,              # batch size
 # %% ../../nbs/12_scan.ipynb #f67bf6ff
 CPU_SCAN_CHUNK = 64       # steps per chunk: forward saves the state entering each chunk, backward recomputes the rest
 CPU_SCAN_CHANNELS = 32    # channels per task; dB, dC are summed per task, then over tasks in a fixed order
-_CPU_SCAN = cpu_extension('selective_scan', 'longctx_scan', SCAN_CPP, ['scan_fwd', 'scan_bwd'],
+_CPU_SCAN = CpuExtension('selective_scan', 'longctx_scan', SCAN_CPP, ['scan_fwd', 'scan_bwd'],
                          "impl='auto' runs the pure-PyTorch scan ('torch') instead, several times slower")
 _load_cpu_scan_ext, _cpu_scan_why_not, _cpu_ext_spec = _CPU_SCAN.load, _CPU_SCAN.why_not, _CPU_SCAN.spec
 
