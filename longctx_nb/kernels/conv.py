@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError
-from .dispatch import Impl, KernelImpls, first_accepted, try_import
+from .dispatch import Impl, KernelImpls, check_tensors, first_accepted, try_import
 from .scan import kernel_arg, scan_impls, resolved_scan_impl
 from .cpu import CpuExtension
 
 # %% auto #0
-__all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'CONV_DTYPES', 'causal_conv1d', 'causal_conv1d_update', 'kernel_backends']
+__all__ = ['conv_impls', 'CONV_ACTIVATIONS', 'causal_conv1d', 'causal_conv1d_update', 'kernel_backends']
 
 # %% ../../nbs/13_conv.ipynb #a2bba331
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -30,7 +30,6 @@ conv_impls = KernelImpls('causal_conv1d', ('ref',), (
 
 # %% ../../nbs/13_conv.ipynb #4691b86f
 CONV_ACTIVATIONS = (None, 'silu', 'swish')
-CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def _as_2d_weight(weight: torch.Tensor) -> torch.Tensor:
     "`(dim, width)`, also from `nn.Conv1d`'s depthwise `(dim, 1, width)`."
@@ -48,13 +47,7 @@ def _check_conv_inputs(fn, x, weight, bias, activation, impl):
     if activation not in CONV_ACTIVATIONS:
         raise UsageError(f"{fn}: unknown activation {activation!r}; valid choices: None, 'silu', 'swish' "
                          "(the same as 'silu').")
-    for name, t in (('x', x), ('weight', weight), ('bias', bias)):
-        if t is None and name == 'bias': continue
-        if not isinstance(t, torch.Tensor):
-            raise UsageError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}.")
-        if t.dtype not in CONV_DTYPES:
-            raise UsageError(f"{fn}: {name} has dtype {t.dtype}; supported dtypes are float32, float16 and bfloat16.")
-        if t.device != x.device: raise UsageError(f"{fn}: {name} is on {t.device} but x is on {x.device}.")
+    check_tensors(fn, dict(x=x, weight=weight, bias=bias), optional=('bias',))
     w, dim = _as_2d_weight(weight), x.shape[1]
     if w.dim() != 2 or w.shape[0] != dim or w.shape[1] < 1:
         raise UsageError(f"{fn}: weight must have shape (dim, width) with dim = {dim} (x.shape[1]), "

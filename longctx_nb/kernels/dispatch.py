@@ -12,7 +12,7 @@ from ..core import UsageError
 from ..measure import rel_err
 
 # %% auto #0
-__all__ = ['try_import', 'first_accepted', 'Impl', 'KernelImpls', 'compare_impls']
+__all__ = ['KERNEL_DTYPES', 'try_import', 'first_accepted', 'check_tensors', 'Impl', 'KernelImpls', 'compare_impls']
 
 # %% ../../nbs/10_dispatch.ipynb #1545c2cd
 @functools.lru_cache(maxsize=None)
@@ -31,6 +31,26 @@ def first_accepted(fn,          # an extension's function
         try: return fn(*args)
         except TypeError as e:
             if 'incompatible function arguments' not in str(e) or i == len(arg_lists) - 1: raise
+
+# %% ../../nbs/10_dispatch.ipynb #7c3e1a91
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)   # the dtypes the kernels' inputs may have
+
+def check_tensors(fn: str,        # the op, for messages ('selective_scan')
+                  tensors: dict,  # argument name -> value, all on the first one's device
+                  optional=(),    # names that may be None (left out)
+                 ):
+    "Raise a `UsageError` naming the first argument that is not a real tensor of a `KERNEL_DTYPES` dtype on one device."
+    first, ref = next(iter(tensors.items()))
+    for name, t in tensors.items():
+        if t is None and name in optional: continue
+        if not isinstance(t, torch.Tensor):
+            raise UsageError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}.")
+        if t.is_complex(): raise UsageError(f"{fn}: {name} is complex ({t.dtype}); only real tensors are supported.")
+        if t.dtype not in KERNEL_DTYPES:
+            raise UsageError(f"{fn}: {name} has dtype {t.dtype}; supported dtypes are float32, float16 and bfloat16.")
+        if t.device != ref.device:
+            raise UsageError(f"{fn}: {name} is on {t.device} but {first} is on {ref.device}; put every tensor on one "
+                             "device.")
 
 # %% ../../nbs/10_dispatch.ipynb #add84160
 @dataclass(frozen=True)

@@ -9,14 +9,13 @@ import torch
 import torch.nn.functional as F
 from ..core import UsageError
 from ..measure import bench_impls, bench_table
-from .dispatch import Impl, KernelImpls, _default_device, first_accepted, try_import
+from .dispatch import Impl, KernelImpls, _default_device, check_tensors, first_accepted, try_import
 from .cpu import SCAN_CPP, CpuExtension
 
 # %% auto #0
-__all__ = ['scan_impls', 'SCAN_DTYPES', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS',
-           'CPU_SCAN_CHUNK', 'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'kernel_arg', 'resolved_scan_impl',
-           'selective_scan', 'scan_inputs', 'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes',
-           'selective_state_update', 'bench_scan']
+__all__ = ['scan_impls', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS', 'CPU_SCAN_CHUNK',
+           'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'kernel_arg', 'resolved_scan_impl', 'selective_scan', 'scan_inputs',
+           'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes', 'selective_state_update', 'bench_scan']
 
 # %% ../../nbs/12_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -32,30 +31,13 @@ scan_impls = KernelImpls('selective_scan', ('ref', 'torch'), (
     fallback='torch', unknown="unknown selective-scan impl {impl!r}; valid choices: {quoted}.")
 
 # %% ../../nbs/12_scan.ipynb #526ba9db
-SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
 def _shape(t) -> tuple: return tuple(t.shape)
-
-def _check_scan_tensor(name, t, u):
-    "One argument of `selective_scan`: a real tensor of a supported dtype on `u`'s device."
-    if not isinstance(t, torch.Tensor):
-        raise UsageError(f"selective_scan: {name} must be a torch.Tensor, got {type(t).__name__}.")
-    if t.is_complex():
-        raise UsageError(f"selective_scan: {name} is complex ({t.dtype}); only real tensors are supported "
-                         "(mamba-ssm's complex-A variant is not implemented here).")
-    if t.dtype not in SCAN_DTYPES:
-        raise UsageError(f"selective_scan: {name} has dtype {t.dtype}; supported dtypes are float32, float16 and "
-                         "bfloat16.")
-    if t.device != u.device:
-        raise UsageError(f"selective_scan: {name} is on {t.device} but u is on {u.device}; put every tensor on one "
-                         "device.")
 
 def _check_scan_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, impl='auto', merge=None, merge_gate=None):
     "Validate `selective_scan`'s arguments; returns `(batch, dim, L, N, G)`."
     scan_impls.check_name(impl)
-    for name, t in dict(u=u, delta=delta, A=A, B=B, C=C).items(): _check_scan_tensor(name, t, u)
-    for name, t in dict(D=D, z=z, delta_bias=delta_bias, merge=merge, merge_gate=merge_gate).items():
-        if t is not None: _check_scan_tensor(name, t, u)
+    optional = dict(D=D, z=z, delta_bias=delta_bias, merge=merge, merge_gate=merge_gate)
+    check_tensors('selective_scan', dict(u=u, delta=delta, A=A, B=B, C=C, **optional), optional)
     if (merge is None) != (merge_gate is None):
         got = lambda t: 'a tensor' if t is not None else None
         raise UsageError("selective_scan: merge and merge_gate go together (out = lerp(out, merge, sigmoid("
