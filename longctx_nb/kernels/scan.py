@@ -84,14 +84,14 @@ def _finish(y, u, D, z, dtype):
     if z is not None: y = y * F.silu(z.float())
     return y.to(dtype)
 
-def _scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-    "Sequential reference: the output and the last state. B, C are `(batch, G, N, L)`."
+def _scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, h0=None):
+    "Sequential reference: output and last state, from the state `h0` (None: zeros). B, C are `(batch, G, N, L)`."
     b, d, L = u.shape
     dt = _step_sizes(delta, delta_bias, delta_softplus)
     Bx, Cx = _expand_groups(B.float(), d), _expand_groups(C.float(), d)     # (b, d, N, L)
     decay = torch.exp(dt[..., None] * A.float()[:, None, :])                 # (b, d, L, N)
     inp = (dt * u.float())[..., None] * Bx.transpose(-1, -2)                 # (b, d, L, N)
-    h = u.new_zeros(b, d, A.shape[1], dtype=torch.float32)
+    h = u.new_zeros(b, d, A.shape[1], dtype=torch.float32) if h0 is None else h0.float()
     ys = []
     for a_t, x_t, c_t in zip(decay.unbind(2), inp.unbind(2), Cx.unbind(-1)):
         h = a_t * h + x_t
@@ -488,12 +488,11 @@ def selective_state_update(state: torch.Tensor,                  # (batch, dim, 
         if not ((t.dim() == 2 and _shape(t) == (b, N)) or grouped):
             raise UsageError(f"selective_state_update: {name} must have shape (batch, N) = {(b, N)} or (batch, G, N) "
                              f"with dim = {d} divisible by G, got {_shape(t)}.")
-    step = _step_sizes(dt[..., None], dt_bias, dt_softplus)[..., 0]                         # (b, d) fp32
-    grp = lambda t: _expand_groups((t[:, None] if t.dim() == 2 else t).float()[..., None], d)[..., 0]   # (b, d, N)
-    h = state.float() * torch.exp(step[..., None] * A.float()) + (step * x.float())[..., None] * grp(B)
+    grp = lambda t: (t[:, None] if t.dim() == 2 else t)[..., None]        # (b, G, N, 1): one step of grouped B, C
+    y, h = _scan_ref(x[..., None], dt[..., None], A, grp(B), grp(C), D, None if z is None else z[..., None], dt_bias,
+                     dt_softplus, h0=state)                                # the reference's recurrence, one step on
     state.copy_(h)
-    y = (h * grp(C)).sum(-1)
-    return _finish(y[..., None], x[..., None], D, None if z is None else z[..., None], x.dtype)[..., 0]
+    return y[..., 0]
 
 # %% ../../nbs/12_scan.ipynb #2ac130c1
 def _mambapy_scan(u, delta, A, B, C, D, z, delta_bias):
