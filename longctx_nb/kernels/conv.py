@@ -64,8 +64,7 @@ def _conv_ref(x, weight, bias, activation):
     return (out if activation is None else F.silu(out)).to(x.dtype)
 
 # %% ../../nbs/13_conv.ipynb #7141e5a9
-def _load_conv_ext(): return try_import('causal_conv1d_cuda')   # (module, None) or (None, why not)
-def _conv_ext(): return _load_conv_ext()[0]
+def _conv_ext(): return try_import('causal_conv1d_cuda')[0]   # the module, or None
 
 def _cuda_args(fn, x, weight, bias):
     """The weight and bias as the kernel takes them, after a `UsageError` saying what to do if it cannot run on `x`
