@@ -91,6 +91,12 @@ def _local(i, j, w, kind):
     if kind == 'sliding': return i - j < w
     return torch.div(i, w, rounding_mode='floor') == torch.div(j, w, rounding_mode='floor')
 
+def _allowed(i, j, w, n_global, rk, tab, kind):
+    "Whether query `i` may attend to key `j` (broadcasting tensors); `tab`: the table of `rk`'s blocks, or None."
+    m = _local(i, j, w, kind) | (j < n_global)
+    if tab is not None: m = m | tab[i // rk.q_block, j // rk.k_block]
+    return m & (j <= i)
+
 def local_attention_mask(seq_len: int,                           # tokens per sequence
                          window_size: int,                       # query i sees keys i - window_size < j <= i
                          n_global: int = 0,                      # the first n_global positions, seen by all later
@@ -99,15 +105,10 @@ def local_attention_mask(seq_len: int,                           # tokens per se
                          device=None,                            # where the mask goes
                         ) -> torch.Tensor:                       # bool (seq_len, seq_len)
     "The `(seq_len, seq_len)` boolean mask of `local_attention`: `[i, j]` is True where query `i` attends to key `j`."
-    L = seq_len
-    i = torch.arange(L, device=device)[:, None]
-    j = torch.arange(L, device=device)[None, :]
-    m = _local(i, j, window_size, window_kind) | (j < n_global)
-    if random_keys is not None:
-        rk = random_keys
-        tab = rk.table(-(-L // rk.q_block), -(-L // rk.k_block), device)
-        m = m | tab[i // rk.q_block, j // rk.k_block]
-    return m & (j <= i)
+    L, rk = seq_len, random_keys
+    i, j = torch.arange(L, device=device)[:, None], torch.arange(L, device=device)[None, :]
+    tab = None if rk is None else rk.table(-(-L // rk.q_block), -(-L // rk.k_block), device)
+    return _allowed(i, j, window_size, n_global, rk, tab, window_kind)
 
 # %% ../../nbs/14_attention.ipynb #ed566246
 WINDOW_KINDS = ('sliding', 'chunk')
@@ -368,14 +369,11 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
     ck = (seq_len, window_size, n_global, rk.key if rk is not None else None, window_kind, str(device), block_size)
     if ck in _BLOCK_MASKS:
         _BLOCK_MASKS.move_to_end(ck); return _BLOCK_MASKS[ck]
-    w, G, L = window_size, n_global, seq_len
+    L = seq_len
     with torch.inference_mode(False):
         span = L + block_size
         tab = None if rk is None else rk.table(span // rk.q_block + 1, span // rk.k_block + 1, device)
-        def mask_mod(b, h, q_idx, kv_idx):
-            m = _local(q_idx, kv_idx, w, window_kind) | (kv_idx < G)
-            if tab is not None: m = m | tab[q_idx // rk.q_block, kv_idx // rk.k_block]
-            return m & (kv_idx <= q_idx)
+        mask_mod = lambda b, h, q_idx, kv_idx: _allowed(q_idx, kv_idx, window_size, n_global, rk, tab, window_kind)
         bm = fa.create_block_mask(mask_mod, None, None, L, L, device=device, BLOCK_SIZE=block_size,
                                   _compile=device.type == 'cuda')
     _BLOCK_MASKS[ck] = bm
