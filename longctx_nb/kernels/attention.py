@@ -17,7 +17,7 @@ from .dispatch import Impl, KernelImpls, _default_device, try_import
 # %% auto #0
 __all__ = ['WINDOW_KINDS', 'LOG2E', 'LN2', 'FLEX_MIN_HEAD_DIM', 'attention_impls', 'RandomKeys', 'bigbird_random_keys',
            'local_attention_mask', 'flex_available', 'flex_block_mask', 'clear_pattern_caches', 'flex_width_why_not',
-           'local_attention', 'local_attention_saved_bytes', 'bench_attention']
+           'local_attention', 'bench_attention']
 
 # %% ../../nbs/14_attention.ipynb #39a1d6e8
 @dataclass(frozen=True, eq=False)
@@ -477,22 +477,6 @@ def local_attention(q: torch.Tensor,                                       # (B,
         o, lse = _BlockedAttention.apply(q, k, v, lay, scale)
         return (o, lse) if return_lse else o
     return _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
-
-# %% ../../nbs/14_attention.ipynb #1086658d
-def local_attention_saved_bytes(batch_size: int,           # sequences
-                                n_heads: int,              # attention heads
-                                seq_len: int,              # tokens per sequence
-                                head_dim: int,             # Dh of q and k
-                                impl: str = 'blocked',     # 'blocked', 'flex' or 'ref'
-                                elem_bytes: int = 4,       # bytes per element of q, k, v
-                                v_dim: int | None = None,  # Dv (default: head_dim)
-                               ) -> int:
-    """Bytes `local_attention` saves for backward on `(batch_size, n_heads, seq_len, head_dim)` inputs of `elem_bytes`
-    each."""
-    BH, L, Dh, Dv, a = batch_size * n_heads, seq_len, head_dim, v_dim or head_dim, elem_bytes
-    if impl in ('blocked', 'flex'): return BH * L * (2 * Dh + 2 * Dv) * a + BH * L * max(a, 4)   # q, k, v, out; lse
-    if impl == 'ref': return BH * L * (2 * Dh + Dv) * max(a, 4) + L * L + BH * L * L * max(a, 4)
-    raise UsageError(f"impl={impl!r} is not valid here; choices: blocked, ref, flex.")
 
 # %% ../../nbs/14_attention.ipynb #a86a7b9d
 def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
