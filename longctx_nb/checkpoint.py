@@ -116,8 +116,6 @@ def sidecar(path,  # a checkpoint file
     "The SHA-256 sidecar of `path`: `path` + '.sha256'."
     return Path(path).with_name(Path(path).name + '.sha256')
 
-def _tmp(p: Path) -> Path: return p.with_name(f'.{p.name}.tmp')
-
 def _write_tmp(tmp: Path, write) -> str:
     "Write `tmp` with `write(f)` (or bytes/str), fsync it; its SHA-256."
     with open(tmp, 'wb') as f:
@@ -131,7 +129,7 @@ def _write_tmp(tmp: Path, write) -> str:
 def _replacing(paths: list[Path]):
     """Temporary files for `paths`, written in the block, then renamed onto them, the last first; on an error none is
     left (one of the file system, `os_error`: a `StorageError` about `paths[0]`)."""
-    tmps = [_tmp(p) for p in paths]
+    tmps = [p.with_name(f'.{p.name}.tmp') for p in paths]
     try:
         paths[0].parent.mkdir(parents=True, exist_ok=True)
         yield tmps

@@ -301,8 +301,13 @@ def _tokenize(d: Path, tok, documents, val_fraction: float, settings: dict | Non
     return train, val
 
 # %% ../nbs/04_corpus.ipynb #d3d34eae
-def _finish_split(w: _SplitWriter, chunk_size: int | None = None, block: int = 1 << 20) -> int:
-    "Cut split `w` to whole chunks and write its document offsets as `NAME.docs.npy`; returns the tokens dropped."
+def _finish_split(w: _SplitWriter, chunk_size: int | None = None, source: str = '', block: int = 1 << 20) -> int:
+    "Cut split `w` to whole chunks (none: refused) and write its document offsets as `NAME.docs.npy`; tokens dropped."
+    name = w.path.stem
+    if chunk_size and w.n < chunk_size:
+        raise UsageError(f"the {name} split of {source or 'the corpus'} has {w.n:,} tokens, fewer than one chunk of "
+                         f"chunk_size={chunk_size:,}; use a smaller --chunk_size"
+                         + (", a larger --data.val_fraction" if name == 'val' else '') + " or more text.")
     keep = w.n - w.n % chunk_size if chunk_size else w.n
     if keep < w.n: os.truncate(w.path, keep * w.dtype.itemsize)
     starts = np.memmap(w.dpath, np.int64, mode='r') if w.docs else np.zeros(0, np.int64)
@@ -325,14 +330,6 @@ def _even_splits(train: _SplitWriter, val: _SplitWriter, val_fraction: float) ->
     val.add(train.pop_tail(train.n - max(1, round(train.n * val_fraction)), doc=False), doc=False)  # last val_fraction
     return 'tail'
 
-def _pack(w: _SplitWriter, name: str, chunk_size: int | None, source: str) -> int:
-    "Finish split `w` (see `_finish_split`), refusing one shorter than a chunk; returns the tokens dropped."
-    if chunk_size and w.n < chunk_size:
-        raise UsageError(f"the {name} split of {source or 'the corpus'} has {w.n:,} tokens, fewer than one chunk of "
-                         f"chunk_size={chunk_size:,}; use a smaller --chunk_size"
-                         + (", a larger --data.val_fraction" if name == 'val' else '') + " or more text.")
-    return _finish_split(w, chunk_size)
-
 def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str,
                   chunk_size: int | None = None, workers: int = 1, progress: bool = False,
                   total_bytes: int | None = None, resume_every: int = 1 << 26) -> dict:
@@ -353,7 +350,7 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
               f"{'is' if val.docs == 1 else 'are'} held out for validation, not data.val_fraction={val_fraction}: each "
               "document goes to one split whole, and this corpus has too few documents to come closer", file=sys.stderr)
     train.close(); val.close()
-    dropped = {name: _pack(w, name, chunk_size, source) for name, w in (('train', train), ('val', val))}
+    dropped = {w.path.stem: _finish_split(w, chunk_size, source) for w in (train, val)}
     for name, n in dropped.items():
         if n: print(f"note: dropped the last {n:,} tokens of the {name} split: a chunk shorter than "
                     f"chunk_size={chunk_size:,}", file=sys.stderr)
@@ -515,21 +512,17 @@ def _corpus(cfg: DataConfig) -> tuple:
     name, config = _hf_name(name, cfg.dataset_config)
     return (lambda: hf_documents(name, config)), f"hf:{name}" + (f"/{config}" if config else ''), {}
 
-def prepare_corpus(cfg: DataConfig,                # names the corpus and the tokenizer
-                   out_dir,                        # folder to create
-                   exists: str = 'error',          # if out_dir is already prepared: 'error', 'reuse' or 'overwrite'
-                   chunk_size: int | None = None,  # pack the tokens into whole chunks of this many (None: no packing)
-                   workers: int = 1,               # tokenizing processes
-                   progress: bool = False,         # show a progress bar on stderr
-                   resume_every: int = 1 << 26,    # write a resume marker every this many bytes of text
-                  ) -> dict:
-    "Prepare the text corpus that `cfg` names into `out_dir` (see `prepare`); returns the meta."
+def prepare_corpus(cfg: DataConfig,  # names the corpus and the tokenizer
+                   out_dir,          # folder to create
+                   **kw,             # `prepare`'s exists, chunk_size, workers, progress and resume_every
+                  ) -> dict:         # the meta
+    "Prepare the text corpus that `cfg` names into `out_dir` with `prepare`; returns the meta."
     if cfg.train_data is not None: raise UsageError("data.train_data is already tokenized; prepare_corpus tokenizes "
                                                     "text (data.dataset_name or data.data_dir).")
     documents, source, extra = _corpus(cfg)
     total = sum(s for _, s, _ in extra['files']) if 'files' in extra else None
-    return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source, exists,
-                   chunk_size, workers, progress, total, resume_every)
+    return prepare(documents(), out_dir, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val_fraction, source,
+                   total_bytes=total, **kw)
 
 # %% ../nbs/04_corpus.ipynb #0cfe4b15
 def cache_root(cache_dir: str | None = None,  # data.cache_dir; it comes first

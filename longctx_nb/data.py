@@ -77,14 +77,14 @@ def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
     inner = np.asarray(off[(off > lo) & (off < lo + n)]) - lo
     return np.concatenate([[0], inner, [n]]).astype(np.int64)
 
-def _load_prepared(d: Path, vocab_size: int | None, source: str | None = None) -> TokenData:
+def _load_prepared(d: Path, vocab_size: int | None) -> TokenData:
     meta = read_meta(d)
     tf = TokenFile(str(d / 'train.bin'))
     vf = TokenFile(str(d / 'val.bin')) if meta.get('n_val_tokens') else None
     train, val = tf.open(), vf.open() if vf else None
     arrays = {f'{d}/train.bin': train, **({f'{d}/val.bin': val} if vf is not None else {})}
     return TokenData(train, val, _vocab(meta, arrays, vocab_size), load_tokenizer(d), meta,
-                     source or meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)),
+                     meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)),
                      _docs_of(vf, len(val) if vf else 0))
 
 def _same_kind(tp: Path, meta: dict, vp: Path):

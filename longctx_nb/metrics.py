@@ -83,7 +83,6 @@ class MetricsLog:
         if self.path: _append(self.path, (strict_json(row) + '\n').encode())
         if self.tb: self.tb.add_scalars(row['step'], {TB_NAMES.get(k, k): v for k, v in row.items() if k != 'step' and
                                                       isinstance(v, (int, float)) and not isinstance(v, bool)})
-    def close(self): pass   # every row is on disk already
 
 TB_NAMES = {'loss': 'train/loss', 'lr': 'train/lr', 'grad_norm': 'train/grad_norm', 'val_loss': 'val/loss',
             'val_ppl': 'val/ppl', 'tokens_per_sec': 'perf/tokens_per_sec', 'mfu': 'perf/mfu',

@@ -14,8 +14,8 @@ from .checkpoint import (read_checkpoint, load_weights, list_checkpoints, check_
 from .distributed import load_full_state, STOP_CODES
 
 # %% auto #0
-__all__ = ['RESUME_LAST', 'again', 'new_run_dir', 'resume_runs', 'resume_pick', 'resume_point', 'fork', 'restore', 'Terminated',
-           'Stopped', 'catch_signals', 'second_signal', 'restore_signals', 'stop_requested', 'stopped_at', 'lost_peer',
+__all__ = ['RESUME_LAST', 'again', 'new_run_dir', 'resume_pick', 'resume_point', 'fork', 'restore', 'Terminated', 'Stopped',
+           'catch_signals', 'second_signal', 'restore_signals', 'stop_requested', 'stopped_at', 'lost_peer',
            'lost_message']
 
 # %% ../nbs/42_runs.ipynb #faa675e1
@@ -52,21 +52,16 @@ def new_run_dir(root,                     # folder of run directories
 # %% ../nbs/42_runs.ipynb #7a9bcca4
 RESUME_LAST = ('last', 'true', 'latest')   # the --resume values that mean "the newest run"
 
-def resume_runs(t: TrainerConfig,  # default_root_dir and run_name
-               ) -> list[Path]:    # newest first
-    "The run directories `--resume last` considers: the named run, else every `version_N` under the root, newest first."
-    root = Path(t.default_root_dir)
-    if t.run_name: return [root / t.run_name]
-    found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
-    return [p for _, p in sorted(found, reverse=True)]
-
 def resume_pick(t: TrainerConfig,  # default_root_dir and run_name
                ) -> Path | None:   # None: nothing to resume
-    "The run `--resume last` continues: the newest with a checkpoint, or a named run killed before its first one."
-    runs = resume_runs(t)
-    with_ck = [d for d in runs if list_checkpoints(d)]
-    if with_ck: return with_ck[0]
-    return runs[0] if t.run_name and (runs[0] / 'config.json').is_file() else None
+    """The run `--resume last` continues: the named run, if it has a checkpoint or was killed before its first one;
+    else the newest `version_N` under the root (by number) that has a checkpoint."""
+    root = Path(t.default_root_dir)
+    if t.run_name:
+        d = root / t.run_name
+        return d if list_checkpoints(d) or (d / 'config.json').is_file() else None
+    found = [(int(m.group(1)), p) for p in root.glob('version_*') if (m := re.fullmatch(r'version_(\d+)', p.name))]
+    return next((p for _, p in sorted(found, reverse=True) if list_checkpoints(p)), None)
 
 def resume_point(t: TrainerConfig,              # resume, default_root_dir and run_name
                  m: ModelConfig | None = None,  # this run's model: a checkpoint of another model is skipped

@@ -31,22 +31,8 @@ class ByteTokenizer:
 
     def __repr__(self): return 'ByteTokenizer(vocab_size=256)'
 
-# %% ../nbs/03_tokenizer.ipynb #138cc9b0
-EOT = '<|endoftext|>'
-def _train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
-    "A byte-level BPE `tokenizers.Tokenizer` of `vocab_size` ids: 256 bytes, merges and `<|endoftext|>`."
-    if vocab_size < 257:
-        raise UsageError(f"bpe_vocab_size={vocab_size} is too small: a byte-level BPE needs at least 257 ids "
-                         "(256 bytes and <|endoftext|>); use --data.bpe_vocab_size=4096 or --data.tokenizer=byte.")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(iter(texts), trainer=trainer)
-    return tok
-
 # %% ../nbs/03_tokenizer.ipynb #023dc8c3
+EOT = '<|endoftext|>'
 class BPETokenizer:
     "Byte-level BPE (GPT-2 style) trained locally with Hugging Face `tokenizers`; `eot` ends each document."
     name = 'bpe'
@@ -62,7 +48,16 @@ class BPETokenizer:
               vocab_size: int = 4096,     # ids in all, >= 257
              ) -> BPETokenizer:
         "Learn merges from `texts` until the vocabulary (256 bytes, merges, `<|endoftext|>`) has `vocab_size` ids."
-        return cls(_train_bpe(texts, vocab_size))
+        if vocab_size < 257:
+            raise UsageError(f"bpe_vocab_size={vocab_size} is too small: a byte-level BPE needs at least 257 ids "
+                             "(256 bytes and <|endoftext|>); use --data.bpe_vocab_size=4096 or --data.tokenizer=byte.")
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(iter(texts), trainer=trainer)
+        return cls(tok)
 
     @classmethod
     def load(cls, path,  # a tokenizer.json, or a folder holding one

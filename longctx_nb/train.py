@@ -592,7 +592,7 @@ def _finite_state(r: Run) -> bool:
 def finish(r: Run,  # a run whose loop ended
           ) -> TrainResult:
     "Export the model, draw the loss plot, report the memory; the run's `TrainResult`."
-    r.bar.close(); r.log.close()
+    r.bar.close()
     plot, fsdp, n, m = None, r.dist.strategy == 'fsdp', r.count, r.cfg.model
     if r.run_dir and fsdp and (r.final_state is None or n.bad_in_row):  # no state gathered at the last step
         r.final_state = full_state(r.wrapped, r.opt)
