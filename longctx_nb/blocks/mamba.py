@@ -9,14 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, Workload, register_block, patch_to
+from .base import Mixer, Workload, check_int, register_block, patch_to
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'Mamba', 'cf_mm']
+__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 @torch.no_grad()
@@ -98,29 +98,28 @@ class SelectiveSSM(KeepFp32):
         return super().flops_per_token(cfg, seq_len) + 3.0 * d_inner * (9 * N + 2 * cfg.d_conv)
 
 # %% ../../nbs/23_mamba.ipynb #ed364b00
-def _check_positive_int(name, value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name}={value!r} is not valid: {what}, a positive integer.")
-
-def _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_init, dt_init_floor, scan_impl,
-                 conv_impl) -> int:
-    "Check Mamba's settings, naming the first bad one; the resolved `dt_rank`."
-    _check_positive_int('d_model', d_model, 'the model width')
-    _check_positive_int('d_state', d_state, 'the SSM state size per channel')
-    _check_positive_int('d_conv', d_conv, 'the causal convolution width')
-    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or int(expand * d_model) < 1:
-        raise UsageError(f"expand={expand!r} is not valid: the inner width int(expand * d_model) must be >= 1.")
+def check_ssm(who: str,              # the block, to start each message
+              d_model: int,          # model width; dt_rank 'auto' (or None) is ceil(d_model / 16)
+              d_conv: int,           # width of the causal conv
+              dt_rank,               # an integer, 'auto' or None
+              dt_min: float,         # smallest initial step size
+              dt_max: float,         # largest initial step size
+              dt_init_floor: float,  # floor of the initial step sizes
+              scan_impl: str,        # `selective_scan`'s impl
+              conv_impl: str,        # `causal_conv1d`'s impl
+             ) -> int:               # the resolved `dt_rank`
+    "Check the settings of a block's selective SSM (Mamba's, DP-ASSM's), naming the first bad one."
+    check_int('d_model', d_model, 1, 'the model width', who)
+    check_int('d_conv', d_conv, 1, 'the causal conv width (1 for a per-channel scale, i.e. no conv)', who)
     if dt_rank in ('auto', None): dt_rank = math.ceil(d_model / 16)
-    _check_positive_int('dt_rank', dt_rank, "the rank of the step-size projection ('auto': ceil(d_model / 16))")
+    check_int('dt_rank', dt_rank, 1, "the rank of the step-size projection ('auto': ceil(d_model / 16))", who)
     if not 0 < dt_min <= dt_max:
-        raise UsageError(f"dt_min={dt_min!r}, dt_max={dt_max!r} are not valid: the initial step sizes are drawn "
-                         "log-uniformly from [dt_min, dt_max], so 0 < dt_min <= dt_max is needed.")
-    if not dt_init_floor > 0: raise UsageError(f"dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
-    if dt_init not in ('random', 'constant'):
-        raise UsageError(f"dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
+        raise UsageError(f"{who}: dt_min={dt_min!r}, dt_max={dt_max!r} are not valid: the initial step sizes are "
+                         "drawn log-uniformly from [dt_min, dt_max], so 0 < dt_min <= dt_max is needed.")
+    if not dt_init_floor > 0: raise UsageError(f"{who}: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
     for name, value, impls in (('scan_impl', scan_impl, kscan.scan_impls), ('conv_impl', conv_impl, kconv.conv_impls)):
         if value not in impls.choices:
-            raise UsageError(f"{name}={value!r} is not valid; choices: {', '.join(map(repr, impls.choices))}.")
+            raise UsageError(f"{who}: {name}={value!r} is not valid; choices: {', '.join(map(repr, impls.choices))}.")
     return dt_rank
 
 # %% ../../nbs/23_mamba.ipynb #ec19ee2f
@@ -154,8 +153,13 @@ class Mamba(SelectiveSSM, Mixer):
                  layer_idx: int | None = None,        # the layer's index in the model
                 ):
         super().__init__()
-        dt_rank = _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_init, dt_init_floor,
-                               scan_impl, conv_impl)
+        dt_rank = check_ssm('mamba', d_model, d_conv, dt_rank, dt_min, dt_max, dt_init_floor, scan_impl, conv_impl)
+        check_int('d_state', d_state, 1, 'the SSM state size per channel', 'mamba')
+        if isinstance(expand, bool) or not isinstance(expand, (int, float)) or int(expand * d_model) < 1:
+            raise UsageError(f"mamba: expand={expand!r} is not valid: the inner width int(expand * d_model) must be "
+                             ">= 1.")
+        if dt_init not in ('random', 'constant'):
+            raise UsageError(f"mamba: dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
         self.d_inner, self.dt_rank = int(expand * d_model), dt_rank
         self.dt_min, self.dt_max, self.dt_init_floor = dt_min, dt_max, dt_init_floor
@@ -205,7 +209,11 @@ def _scan(self, x_in, scan_impl, conv_impl, return_last_state=False, **kw):
                           delta_softplus=True, return_last_state=return_last_state, impl=scan_impl, **kw)
 
 @patch_to(Mamba)
-def _mix(self, x: torch.Tensor, return_state: bool = False):
+def forward(self,
+            x: torch.Tensor,             # (B, L, d_model)
+            return_state: bool = False,  # also return the states `step` continues from
+           ):                            # (B, L, d_model); with `return_state`, and `(conv_state, ssm_state)`
+    "`(B, L, d_model) -> (B, L, d_model)`, causal."
     if x.dim() != 3 or x.shape[-1] != self.d_model:
         raise UsageError(f"Mamba expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
     L, W = x.shape[1], self.in_proj
@@ -222,18 +230,11 @@ def _mix(self, x: torch.Tensor, return_state: bool = False):
     return out, conv_state.detach().contiguous(), last.detach().float()
 
 @patch_to(Mamba)
-def forward(self,
-            x: torch.Tensor,  # (B, L, d_model)
-           ) -> torch.Tensor:  # (B, L, d_model)
-    "`(B, L, d_model) -> (B, L, d_model)`, causal."
-    return self._mix(x)
-
-@patch_to(Mamba)
 def prefill(self,
             x: torch.Tensor,  # (B, L, d_model) prompt
            ):
     "The parallel forward of a prompt `x` `(B, L, D)`, and the states `(conv_state, ssm_state)` `step` continues."
-    return self._mix(x, return_state=True)
+    return self.forward(x, return_state=True)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
 @patch_to(Mamba)
