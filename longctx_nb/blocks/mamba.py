@@ -16,30 +16,9 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm']
+__all__ = ['add_selective_ssm_', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
-@torch.no_grad()
-def init_selective_ssm_(dt_proj: nn.Linear,  # step-size projection; weight and bias are set
-                        A_log: nn.Parameter,  # (d_inner, d_state); set to log(1..d_state)
-                        D: nn.Parameter,  # (d_inner,) skip weights; set to 1
-                        dt_min: float = 0.001,  # smallest initial step size
-                        dt_max: float = 0.1,  # largest initial step size
-                        dt_init_floor: float = 1e-4,  # floor of the initial step sizes
-                        dt_scale: float = 1.0,  # scales the weight init's bound
-                        dt_init: str = 'random',  # 'random' (uniform weight) or 'constant'
-                       ):
-    "Initialise `dt_proj`, `A_log` `(d_inner, d_state)` (to `log(1..d_state)`) and `D` (to 1) as mamba-ssm does."
-    bound = dt_proj.in_features ** -0.5 * dt_scale
-    if dt_init == 'constant': dt_proj.weight.fill_(bound)
-    else: dt_proj.weight.uniform_(-bound, bound)
-    lo, hi = math.log(dt_min), math.log(dt_max)
-    dt = torch.exp(torch.rand(dt_proj.out_features, device=D.device) * (hi - lo) + lo).clamp(min=dt_init_floor)
-    dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))                 # softplus^{-1}(dt)
-    n = torch.arange(1, A_log.shape[1] + 1, dtype=torch.float32, device=A_log.device)
-    A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                  # S4D-real: A[:, n-1] = -n
-    D.fill_(1.0)
-
 def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
                        d_inner: int,  # channels of the SSM
                        d_state: int,  # state size per channel
@@ -53,14 +32,15 @@ def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_l
     m.dt_proj = nn.Linear(dt_rank, d_inner, bias=True)
     m.A_log = nn.Parameter(torch.empty(d_inner, d_state, dtype=torch.float32))
     m.D = nn.Parameter(torch.empty(d_inner, dtype=torch.float32))
-    for p in (m.dt_proj.weight, m.dt_proj.bias, m.A_log, m.D): p._no_reinit = True   # `init_selective_ssm_` draws them
+    for p in (m.dt_proj.weight, m.dt_proj.bias, m.A_log, m.D): p._no_reinit = True   # `reset_parameters` draws them
     for p in (m.A_log, m.D): p._no_weight_decay = True
     return m
 
-# %% ../../nbs/23_mamba.ipynb #328873e9
-class KeepFp32(nn.Module):
-    "A module whose parameters named in `fp32_params` stay fp32 when it is cast to fp16 or bf16 (an SSM's A_log, D)."
-    fp32_params: tuple[str, ...] = ()
+# %% ../../nbs/23_mamba.ipynb #a7e1c0d1
+class SelectiveSSM(nn.Module):
+    "A mixer with `add_selective_ssm_`'s SSM (Mamba; DP-ASSM's second path): its init, scan, step, FLOPs and memory."
+    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast to fp16 or bf16
+    dt_min, dt_max, dt_init_floor, dt_scale, dt_init = 0.001, 0.1, 1e-4, 1.0, 'random'   # the init's, unless set
 
     def _apply(self, fn, recurse=True):
         "Cast or move as usual, but keep `fp32_params` in fp32 when the cast would lower them to fp16/bf16."
@@ -73,17 +53,20 @@ class KeepFp32(nn.Module):
                 if p.grad is not None: p.grad = p.grad.float()
         return self
 
-# %% ../../nbs/23_mamba.ipynb #a7e1c0d1
-class SelectiveSSM(KeepFp32):
-    "A mixer with `add_selective_ssm_`'s SSM (Mamba; DP-ASSM's second path): its init, scan, step, FLOPs and memory."
-    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
-    dt_init, dt_scale = 'random', 1.0                 # `init_selective_ssm_`'s defaults, unless the block sets them
-
     @torch.no_grad()
     def reset_parameters(self):
-        "(Re)draw the parameters the model's generic init leaves alone (mamba-ssm's init): `dt_proj`, `A_log`, `D`."
-        init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor,
-                            self.dt_scale, self.dt_init)
+        """(Re)draw what the model's generic init leaves alone, as mamba-ssm does: `dt_proj` (its bias from step sizes
+        log-uniform on `[dt_min, dt_max]`, floored), `A_log` to `log(1..d_state)` (S4D-real), `D` to 1."""
+        W, A_log = self.dt_proj, self.A_log
+        bound = W.in_features ** -0.5 * self.dt_scale
+        if self.dt_init == 'constant': W.weight.fill_(bound)
+        else: W.weight.uniform_(-bound, bound)
+        lo, hi = math.log(self.dt_min), math.log(self.dt_max)
+        dt = torch.exp(torch.rand(W.out_features, device=self.D.device) * (hi - lo) + lo).clamp(min=self.dt_init_floor)
+        W.bias.copy_(dt + torch.log(-torch.expm1(-dt)))                        # softplus^{-1}(dt)
+        n = torch.arange(1, A_log.shape[1] + 1, dtype=torch.float32, device=A_log.device)
+        A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                    # S4D-real: A[:, n-1] = -n
+        self.D.fill_(1.0)
 
     def _ssm_params(self):
         "A, D and the step-size bias, fp32."
