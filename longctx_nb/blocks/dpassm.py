@@ -31,19 +31,6 @@ class DPASSMCache(StreamCache):
 
 PATHS = {'ref': ('ref', 'ref', 'ref'), 'fast': ('blocked', 'torch', 'ref')}   # impl -> (attention, scan, conv)
 
-def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_size, dt_rank, dt_min, dt_max,
-                  dt_init_floor, attn_impl, scan_impl, conv_impl) -> int:
-    "Check DP-ASSM's settings, naming the first bad one (the SSM's with `check_ssm`); the resolved `dt_rank`."
-    dt_rank = check_ssm('dpassm', d_model, d_conv, dt_rank, dt_min, dt_max, dt_init_floor, scan_impl, conv_impl)
-    check_int('n_heads', n_heads, 1, 'the number of attention heads', 'dpassm')
-    if d_model % n_heads: raise UsageError(f"dpassm: d_model={d_model} must be divisible by n_heads={n_heads}.")
-    check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)', 'dpassm')
-    check_int('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel', 'dpassm')
-    check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel', 'dpassm')
-    if attn_impl not in (choices := attention_impls.choices):
-        raise UsageError(f"dpassm: attn_impl={attn_impl!r} is not valid; choices: {', '.join(choices)}.")
-    return dt_rank
-
 # %% ../../nbs/27_dpassm.ipynb #08a38bbb
 @register_block
 class DPASSM(SelectiveSSM, Mixer):
@@ -78,8 +65,14 @@ class DPASSM(SelectiveSSM, Mixer):
                  block_size: int = 64,                # query block of the blocked attention kernel
                 ):
         super().__init__()
-        dt_rank = _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_size, dt_rank, dt_min,
-                                dt_max, dt_init_floor, attn_impl, scan_impl, conv_impl)
+        dt_rank = check_ssm('dpassm', d_model, d_conv, dt_rank, dt_min, dt_max, dt_init_floor, scan_impl, conv_impl)
+        check_int('n_heads', n_heads, 1, 'the number of attention heads', 'dpassm')
+        if d_model % n_heads: raise UsageError(f"dpassm: d_model={d_model} must be divisible by n_heads={n_heads}.")
+        check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)', 'dpassm')
+        check_int('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel', 'dpassm')
+        check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel', 'dpassm')
+        if attn_impl not in (choices := attention_impls.choices):
+            raise UsageError(f"dpassm: attn_impl={attn_impl!r} is not valid; choices: {', '.join(choices)}.")
         D, N, R = d_model, ssm_state_dim, dt_rank
         self.d_model, self.n_heads, self.head_dim, self.dropout = D, n_heads, D // n_heads, dropout
         self.window_size, self.ssm_state_dim, self.d_conv, self.dt_rank = window_size, N, d_conv, R
