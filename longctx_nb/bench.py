@@ -57,8 +57,7 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
         if s['flags'] == ('--reps',): s.update(default=max(s['default'], MIN_REPS), help='timed runs per case, after '
                                                                                          'warm-up: min and median are '
                                                                                          'reported')
-    if 'csv' not in inspect.signature(fn).parameters:
-        specs.append(arg('--csv', type=Path, help='also write the rows to this CSV file'))
+    specs.append(arg('--csv', help='also write the rows to this CSV file'))
     specs.append(arg('--threads', type=int, default=None,
                      help="CPU threads of torch, pinned for the whole run (default: torch's current count)"))
     specs.append(arg('--clock', default='wall', choices=['wall', 'cpu'],
@@ -264,8 +263,7 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     if threads is not None and threads > 256: raise UsageError(f"--threads {threads}: at most 256 (this machine has "
                                                                f"{os.cpu_count()} cores).")
     check_args(fn, ns, given={a[2:].split('=')[0] for a in argv[1:] if a.startswith('--')})
-    out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
-    clock, busy = ns.pop('clock'), ns.pop('busy')
+    out, clock, busy = ns.pop('csv'), ns.pop('clock'), ns.pop('busy')
     if argv[0] == 'gpu' and clock == 'cpu': raise UsageError("--clock cpu measures CPU work; longctx_bench gpu needs "
                                                              "--clock wall.")
     if not 0 <= busy <= 256: raise UsageError(f"--busy {busy}: give 0 to 256 busy processes to run beside the "
@@ -461,7 +459,6 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' of our
                  chunk_size: int = 256,   # chunk length of blade
                  device=None,             # default: the GPU if any
                  reps: int = 5,           # timed rounds, each one step of every model in turn: min and median reported
-                 csv: str | None = None,  # also write the rows to this CSV file
                  png: str | None = None,  # also save the plot to this PNG file
                  verbose: bool = True,    # print the table
                 ) -> list[dict]:          # one row per (block, L)
@@ -493,7 +490,6 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' of our
                              peak_mib=round(res[L][1][b] / 2**20, 2), times_ms=[round(1e3 * s, 3) for s in t.times])
                         | ({'counterpart': HF_BLOCKS[b.lower()]} if b.lower() in HF_BLOCKS else {}))
     if verbose: print_block_bench(rows, notes)
-    if csv: write_csv(rows, csv)
     if png: plot_bench(rows, png)
     return rows
 
