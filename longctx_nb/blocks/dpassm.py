@@ -141,7 +141,6 @@ def forward(self,
     cache.seen = L
     return y, cache
 
-
 # %% ../../nbs/27_dpassm.ipynb #d5c74ed2
 @patch_to(DPASSM)
 def allocate_cache(self,
