@@ -20,7 +20,7 @@ from .blocks.base import blocks_reading, canonical_block
 __all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'RATIOS_APART', 'ALL_BLOCKS',
            'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
            'bench_main', 'train_step_fn', 'train_step_timing', 'print_block_bench', 'plot_bench', 'hf_counterpart',
-           'print_hf_pairs', 'bench_blocks', 'require_cuda', 'compare_impl']
+           'bench_blocks', 'require_cuda', 'compare_impl']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -57,8 +57,7 @@ def bench_parser(name: str | None = None,  # a key of `BENCHES`; None: the comma
         if s['flags'] == ('--reps',): s.update(default=max(s['default'], MIN_REPS), help='timed runs per case, after '
                                                                                          'warm-up: min and median are '
                                                                                          'reported')
-    if 'csv' not in inspect.signature(fn).parameters:
-        specs.append(arg('--csv', type=Path, help='also write the rows to this CSV file'))
+    specs.append(arg('--csv', help='also write the rows to this CSV file'))
     specs.append(arg('--threads', type=int, default=None,
                      help="CPU threads of torch, pinned for the whole run (default: torch's current count)"))
     specs.append(arg('--clock', default='wall', choices=['wall', 'cpu'],
@@ -264,8 +263,7 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
     if threads is not None and threads > 256: raise UsageError(f"--threads {threads}: at most 256 (this machine has "
                                                                f"{os.cpu_count()} cores).")
     check_args(fn, ns, given={a[2:].split('=')[0] for a in argv[1:] if a.startswith('--')})
-    out = None if 'csv' in inspect.signature(fn).parameters else ns.pop('csv')
-    clock, busy = ns.pop('clock'), ns.pop('busy')
+    out, clock, busy = ns.pop('csv'), ns.pop('clock'), ns.pop('busy')
     if argv[0] == 'gpu' and clock == 'cpu': raise UsageError("--clock cpu measures CPU work; longctx_bench gpu needs "
                                                              "--clock wall.")
     if not 0 <= busy <= 256: raise UsageError(f"--busy {busy}: give 0 to 256 busy processes to run beside the "
@@ -325,9 +323,11 @@ def train_step_timing(model,          # an `LM` on `device`
     return t, peak_memory_bytes(step, device)
 
 # %% ../nbs/50_bench.ipynb #80137f1e
-def print_block_bench(rows: list[dict],  # from `bench_blocks`
+def print_block_bench(rows: list[dict],  # from `bench_blocks`: ours, and transformers' (with `counterpart`)
+                      notes=(),          # one line per transformers model: how it compares with ours
                      ):
-    "The table: min and median per step, each block's time per token relative to its shortest length, `!` if disturbed."
+    """The table: min and median per step, each block's time per token relative to its shortest length, `!` if
+    disturbed; then each of our blocks against its transformers counterpart at the same length, and the notes."""
     first = {}
     print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'median':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} "
           f"{'peak MiB':>9}")
@@ -336,6 +336,20 @@ def print_block_bench(rows: list[dict],  # from `bench_blocks`
         print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r.get('ms_median', r['ms']):>9.1f} "
               f"{r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} {r['us_per_token'] / u0:>10.2f}x "
               f"{r['peak_mib']:>9.1f}" + ' !' * bool(r.get('disturbed')))
+    pairs = [(o, h) for h in rows if h.get('counterpart') for o in rows
+             if o['L'] == h['L'] and not o.get('counterpart') and canonical_block(o['block']) == h['counterpart']]
+    if pairs:
+        print("ours against transformers at the same size, timed in turn in each round; ratio = transformers' time / "
+              "ours (> 1: ours is faster), of the minima, of the medians, and paired (the median of the rounds' own "
+              "ratios)")
+        print(f"{'L':>7} {'ours':>20} {'transformers':>14} {'ms ours':>9} {'ms hf':>9} {'ratio(min)':>11} "
+              f"{'ratio(med)':>11} {'paired':>9} {'MiB ours':>9} {'MiB hf':>9}")
+    for o, h in pairs:
+        p = paired_ratio(h.get('times_ms') or [], o.get('times_ms') or [])
+        rat = ' '.join([_x(h['ms'] / o['ms'], 11), _x(h['ms_median'] / o['ms_median'], 11), _x(p, 9)])
+        print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} {rat} "
+              f"{o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}" + ' !' * bool(o.get('disturbed') or h.get('disturbed')))
+    for n in notes: print('note:', n)
 
 # %% ../nbs/50_bench.ipynb #d31b7a80
 def plot_bench(rows: list[dict],  # from `bench_blocks`
@@ -408,26 +422,6 @@ def hf_counterpart(name: str,     # a key of `HF_BLOCKS`
         "(only the cost compares: the task is meaningless for a model that sees the future). No padding: every length "
         "is a multiple of attention_window.")
 
-# %% ../nbs/50_bench.ipynb #976cb491
-def print_hf_pairs(rows: list[dict],  # from `bench_blocks`: ours and transformers' (with `counterpart`)
-                   notes=(),          # one line per transformers model: how it compares with ours
-                  ):
-    "Each of our blocks against its transformers counterpart at the same length, and the notes of what differs."
-    pairs = [(o, h) for h in rows if h.get('counterpart') for o in rows
-             if o['L'] == h['L'] and not o.get('counterpart') and canonical_block(o['block']) == h['counterpart']]
-    if pairs:
-        print("ours against transformers at the same size, timed in turn in each round; ratio = transformers' time / "
-              "ours (> 1: ours is faster), of the minima, of the medians, and paired (the median of the rounds' own "
-              "ratios)")
-        print(f"{'L':>7} {'ours':>20} {'transformers':>14} {'ms ours':>9} {'ms hf':>9} {'ratio(min)':>11} "
-              f"{'ratio(med)':>11} {'paired':>9} {'MiB ours':>9} {'MiB hf':>9}")
-    for o, h in pairs:
-        p = paired_ratio(h.get('times_ms') or [], o.get('times_ms') or [])
-        rat = ' '.join([_x(h['ms'] / o['ms'], 11), _x(h['ms_median'] / o['ms_median'], 11), _x(p, 9)])
-        print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} {rat} "
-              f"{o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}" + ' !' * bool(o.get('disturbed') or h.get('disturbed')))
-    for n in notes: print('note:', n)
-
 # %% ../nbs/50_bench.ipynb #04780594
 def _check_block_fits(names, ours, size: str, batch: int, max_len: int, kw: dict, device):
     """`--blocks` `names` (`ours`: each one's block of our own) at `size`, `batch` and `max_len`, with the block
@@ -465,7 +459,6 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' of our
                  chunk_size: int = 256,   # chunk length of blade
                  device=None,             # default: the GPU if any
                  reps: int = 5,           # timed rounds, each one step of every model in turn: min and median reported
-                 csv: str | None = None,  # also write the rows to this CSV file
                  png: str | None = None,  # also save the plot to this PNG file
                  verbose: bool = True,    # print the table
                 ) -> list[dict]:          # one row per (block, L)
@@ -496,8 +489,7 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' of our
                              us_per_token=round(1e3 * ms / (batch * L), 3),
                              peak_mib=round(res[L][1][b] / 2**20, 2), times_ms=[round(1e3 * s, 3) for s in t.times])
                         | ({'counterpart': HF_BLOCKS[b.lower()]} if b.lower() in HF_BLOCKS else {}))
-    if verbose: print_block_bench(rows); print_hf_pairs(rows, notes)
-    if csv: write_csv(rows, csv)
+    if verbose: print_block_bench(rows, notes)
     if png: plot_bench(rows, png)
     return rows
 

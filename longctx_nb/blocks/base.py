@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError, parse_precision
+from ..core import UsageError, autocast, parse_precision
 from ..measure import saved_tensor_bytes
 
 # %% auto #0
@@ -241,8 +241,6 @@ def block_note(msg: str,  # what the block changed, and why
     return True
 
 # %% ../../nbs/20_blocks.ipynb #c12d886e
-from ..core import autocast
-
 def measure_mixer(m: nn.Module,      # a mixer
                   x: torch.Tensor,   # its input (B, L, D), on the device measured
                   precision: str,    # '32', 'bf16' or '16'

@@ -61,14 +61,6 @@ def _positive_int(name: str, value, what: str):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"blade: {name}={value!r} is not valid: it must be a positive integer ({what}).")
 
-def _check_blade(d_model, n_heads, chunk_size, state_dim, n_mem):
-    "Check BLADE's sizes, naming the first bad one."
-    _positive_int('chunk_size', chunk_size, "the number of tokens per attention chunk, e.g. 128; it need not "
-                  "divide the sequence length, the last chunk is padded")
-    _positive_int('state_dim', state_dim, "the size of the state carried from chunk to chunk, e.g. 64")
-    _positive_int('n_mem', n_mem, "the number of memory tokens per head, e.g. 4")
-    if d_model % n_heads: raise UsageError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
-
 # %% ../../nbs/26_blade.ipynb #bbacf75c
 @register_block
 class Blade(Mixer):
@@ -89,7 +81,11 @@ class Blade(Mixer):
                  impl: str = 'fast',           # 'fast' (batched SDPA over all chunks) or 'ref' (a loop over chunks)
                 ):
         super().__init__()
-        _check_blade(d_model, n_heads, chunk_size, state_dim, n_mem)
+        _positive_int('chunk_size', chunk_size, "the number of tokens per attention chunk, e.g. 128; it need not "
+                      "divide the sequence length, the last chunk is padded")
+        _positive_int('state_dim', state_dim, "the size of the state carried from chunk to chunk, e.g. 64")
+        _positive_int('n_mem', n_mem, "the number of memory tokens per head, e.g. 4")
+        if d_model % n_heads: raise UsageError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
         if impl not in self.IMPLS:
             raise UsageError(f"blade: impl={impl!r} is not valid; valid choices: {', '.join(self.IMPLS)}.")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads

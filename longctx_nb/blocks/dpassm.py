@@ -4,20 +4,17 @@
 
 # %% ../../nbs/27_dpassm.ipynb #4f42339b
 from __future__ import annotations
-import functools, math
 from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError
-from ..measure import paired_ratio
+from ..core import UsageError, get_device, seed_everything
+from ..measure import bench_impls, paired_ratio
 from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .vanilla import CausalSelfAttention, attention_saved_bytes
-from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm
+from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm, check_ssm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import scan_impls
-from ..kernels.conv import conv_impls
 
 # %% auto #0
 __all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'bench_dpassm']
@@ -33,29 +30,6 @@ class DPASSMCache(StreamCache):
     seen: int = 0            # tokens processed so far (the next token's position)
 
 PATHS = {'ref': ('ref', 'ref', 'ref'), 'fast': ('blocked', 'torch', 'ref')}   # impl -> (attention, scan, conv)
-
-def _check_choice(name: str, value, choices):
-    if value not in choices: raise UsageError(f"dpassm: {name}={value!r} is not valid; choices: {', '.join(choices)}.")
-
-def _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_size, dt_rank, dt_min, dt_max,
-                  dt_init_floor, attn_impl, scan_impl, conv_impl) -> int:
-    "Check DP-ASSM's settings, naming the first bad one; the resolved `dt_rank`."
-    ck = functools.partial(check_int, who='dpassm')
-    ck('d_model', d_model, 1, 'the model width')
-    ck('n_heads', n_heads, 1, 'the number of attention heads')
-    if d_model % n_heads: raise UsageError(f"dpassm: d_model={d_model} must be divisible by n_heads={n_heads}.")
-    ck('window_size', window_size, 1, 'the attention window in tokens (the query itself included)')
-    ck('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel')
-    ck('d_conv', d_conv, 1, 'the causal conv width (1 for a per-channel scale, i.e. no conv)')
-    ck('block_size', block_size, 1, 'the query block length of the blocked attention kernel')
-    if dt_rank in (None, 'auto'): dt_rank = math.ceil(d_model / 16)
-    ck('dt_rank', dt_rank, 1, "the rank of the step-size projection (or 'auto')")
-    if not 0 < dt_min <= dt_max:
-        raise UsageError(f"dpassm: dt_min={dt_min!r} and dt_max={dt_max!r} must satisfy 0 < dt_min <= dt_max.")
-    if not dt_init_floor > 0: raise UsageError(f"dpassm: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
-    for name, value, impls in (('attn_impl', attn_impl, attention_impls), ('scan_impl', scan_impl, scan_impls),
-                               ('conv_impl', conv_impl, conv_impls)): _check_choice(name, value, impls.choices)
-    return dt_rank
 
 # %% ../../nbs/27_dpassm.ipynb #08a38bbb
 @register_block
@@ -91,8 +65,14 @@ class DPASSM(SelectiveSSM, Mixer):
                  block_size: int = 64,                # query block of the blocked attention kernel
                 ):
         super().__init__()
-        dt_rank = _check_dpassm(d_model, n_heads, window_size, ssm_state_dim, d_conv, block_size, dt_rank, dt_min,
-                                dt_max, dt_init_floor, attn_impl, scan_impl, conv_impl)
+        dt_rank = check_ssm('dpassm', d_model, d_conv, dt_rank, dt_min, dt_max, dt_init_floor, scan_impl, conv_impl)
+        check_int('n_heads', n_heads, 1, 'the number of attention heads', 'dpassm')
+        if d_model % n_heads: raise UsageError(f"dpassm: d_model={d_model} must be divisible by n_heads={n_heads}.")
+        check_int('window_size', window_size, 1, 'the attention window in tokens (the query itself included)', 'dpassm')
+        check_int('ssm_state_dim', ssm_state_dim, 1, 'the SSM state size per channel', 'dpassm')
+        check_int('block_size', block_size, 1, 'the query block length of the blocked attention kernel', 'dpassm')
+        if attn_impl not in (choices := attention_impls.choices):
+            raise UsageError(f"dpassm: attn_impl={attn_impl!r} is not valid; choices: {', '.join(choices)}.")
         D, N, R = d_model, ssm_state_dim, dt_rank
         self.d_model, self.n_heads, self.head_dim, self.dropout = D, n_heads, D // n_heads, dropout
         self.window_size, self.ssm_state_dim, self.d_conv, self.dt_rank = window_size, N, d_conv, R
@@ -135,7 +115,12 @@ def _ssm_path(self, x, scan_impl, conv_impl, want_last=False, merge=None, merge_
 
 # %% ../../nbs/27_dpassm.ipynb #1bda9d2e
 @patch_to(DPASSM)
-def _forward(self, x, impl=None, want_cache=False):
+def forward(self,
+            x: torch.Tensor,          # (B, L, d_model)
+            impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
+            want_cache: bool = False, # also return the cache `step` continues from
+           ):                         # (B, L, d_model); with `want_cache`, and the `DPASSMCache`
+    "`(B, L, d_model) -> (B, L, d_model)`, causal."
     if x.dim() != 3 or x.shape[-1] != self.d_model:
         raise UsageError(f"dpassm expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
     attn_impl, scan_impl, conv_impl = self._impls(impl)
@@ -155,14 +140,6 @@ def _forward(self, x, impl=None, want_cache=False):
     cache.ssm_state.copy_(last.detach())
     cache.seen = L
     return y, cache
-
-@patch_to(DPASSM)
-def forward(self,
-            x: torch.Tensor,  # (B, L, d_model)
-            impl: str | None = None,  # None: the module's attn/scan/conv impls; 'ref' or 'fast' for both paths
-           ) -> torch.Tensor:  # (B, L, d_model)
-    "`(B, L, d_model) -> (B, L, d_model)`, causal."
-    return self._forward(x, impl)
 
 # %% ../../nbs/27_dpassm.ipynb #d5c74ed2
 @patch_to(DPASSM)
@@ -185,7 +162,7 @@ def prefill(self,
             impl: str | None = None,  # as in `forward`
            ) -> tuple[torch.Tensor, DPASSMCache]:  # (output (B, L, d_model), cache)
     "The parallel forward of a prompt `x` `(B, L, D)`, and the cache to continue it with `step`."
-    return self._forward(x, impl, want_cache=True)
+    return self.forward(x, impl, want_cache=True)
 
 # %% ../../nbs/27_dpassm.ipynb #adb5fb80
 @patch_to(DPASSM)
@@ -244,10 +221,6 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     return w.tokens * per + const
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
-def _dp_row(impl, L, t, batch):
-    return dict(impl=impl, L=L, ms=1e3 * t.min, ms_median=1e3 * t.median, spread=round(t.spread, 3),
-                disturbed=t.disturbed, us_per_token=1e6 * t.min / (batch * L), times_ms=[1e3 * s for s in t.times])
-
 def _print_dpassm_bench(rows, device, D, H, N, w, B):
     print(f"DP-ASSM mixer forward+backward on {device} ({torch.get_num_threads()} threads), "
           f"D={D} H={H} N={N} window={w} batch={B}")
@@ -272,13 +245,10 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
                  verbose: bool = True,      # print the table
                 ) -> list[dict]:            # per L: rows 'dpassm', 'attention path', 'SSM path', 'both paths'
     "Forward+backward of the DP-ASSM mixer against its attention path, its SSM path, and both, timed in turn."
-    from longctx_nb.core import get_device, seed_everything
-    from longctx_nb.measure import time_in_turn
     device = get_device(device or 'auto'); seed_everything(0)
     m = DPASSM(d_model, n_heads, window_size=window_size, ssm_state_dim=ssm_state_dim).to(device)
     ai, si, ci = m._impls(None)
-    rows = []
-    for L in Ls:
+    def setup(L):   # `measure.bench_impls` clears the gradients of `x` and the weights before each call
         x = torch.randn(batch, L, d_model, device=device, requires_grad=True)
         gy = torch.randn(batch, L, d_model, device=device)
         def clear(): m.zero_grad(set_to_none=True); x.grad = None
@@ -286,7 +256,7 @@ def bench_dpassm(Ls=(2048, 8192),          # sequence lengths
                  'attention path': lambda: m.out_proj(m._attn_path(x, ai)[0]).backward(gy),
                  'SSM path': lambda: m.out_proj(m._ssm_path(x, si, ci)[0].mT).backward(gy)}
         cases['both paths'] = lambda: (cases['attention path'](), clear(), cases['SSM path']())   # one timed call
-        t = time_in_turn({k: (lambda f=f: (clear(), f())) for k, f in cases.items()}, device, reps)
-        for k, tk in t.items(): rows.append(_dp_row(k, L, tk, batch))
+        return cases.get, [x, *m.parameters()]
+    rows = bench_impls(Ls, ('dpassm', 'attention path', 'SSM path', 'both paths'), setup, device, reps, tokens=batch)
     if verbose: _print_dpassm_bench(rows, device, d_model, n_heads, ssm_state_dim, window_size, batch)
     return rows

@@ -9,37 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, Workload, register_block, patch_to
+from .base import Mixer, Workload, check_int, register_block, patch_to
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['init_selective_ssm_', 'add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'Mamba', 'cf_mm']
+__all__ = ['add_selective_ssm_', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
-@torch.no_grad()
-def init_selective_ssm_(dt_proj: nn.Linear,  # step-size projection; weight and bias are set
-                        A_log: nn.Parameter,  # (d_inner, d_state); set to log(1..d_state)
-                        D: nn.Parameter,  # (d_inner,) skip weights; set to 1
-                        dt_min: float = 0.001,  # smallest initial step size
-                        dt_max: float = 0.1,  # largest initial step size
-                        dt_init_floor: float = 1e-4,  # floor of the initial step sizes
-                        dt_scale: float = 1.0,  # scales the weight init's bound
-                        dt_init: str = 'random',  # 'random' (uniform weight) or 'constant'
-                       ):
-    "Initialise `dt_proj`, `A_log` `(d_inner, d_state)` (to `log(1..d_state)`) and `D` (to 1) as mamba-ssm does."
-    bound = dt_proj.in_features ** -0.5 * dt_scale
-    if dt_init == 'constant': dt_proj.weight.fill_(bound)
-    else: dt_proj.weight.uniform_(-bound, bound)
-    lo, hi = math.log(dt_min), math.log(dt_max)
-    dt = torch.exp(torch.rand(dt_proj.out_features, device=D.device) * (hi - lo) + lo).clamp(min=dt_init_floor)
-    dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))                 # softplus^{-1}(dt)
-    n = torch.arange(1, A_log.shape[1] + 1, dtype=torch.float32, device=A_log.device)
-    A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                  # S4D-real: A[:, n-1] = -n
-    D.fill_(1.0)
-
 def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
                        d_inner: int,  # channels of the SSM
                        d_state: int,  # state size per channel
@@ -53,14 +32,15 @@ def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_l
     m.dt_proj = nn.Linear(dt_rank, d_inner, bias=True)
     m.A_log = nn.Parameter(torch.empty(d_inner, d_state, dtype=torch.float32))
     m.D = nn.Parameter(torch.empty(d_inner, dtype=torch.float32))
-    for p in (m.dt_proj.weight, m.dt_proj.bias, m.A_log, m.D): p._no_reinit = True   # `init_selective_ssm_` draws them
+    for p in (m.dt_proj.weight, m.dt_proj.bias, m.A_log, m.D): p._no_reinit = True   # `reset_parameters` draws them
     for p in (m.A_log, m.D): p._no_weight_decay = True
     return m
 
-# %% ../../nbs/23_mamba.ipynb #328873e9
-class KeepFp32(nn.Module):
-    "A module whose parameters named in `fp32_params` stay fp32 when it is cast to fp16 or bf16 (an SSM's A_log, D)."
-    fp32_params: tuple[str, ...] = ()
+# %% ../../nbs/23_mamba.ipynb #a7e1c0d1
+class SelectiveSSM(nn.Module):
+    "A mixer with `add_selective_ssm_`'s SSM (Mamba; DP-ASSM's second path): its init, scan, step, FLOPs and memory."
+    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast to fp16 or bf16
+    dt_min, dt_max, dt_init_floor, dt_scale, dt_init = 0.001, 0.1, 1e-4, 1.0, 'random'   # the init's, unless set
 
     def _apply(self, fn, recurse=True):
         "Cast or move as usual, but keep `fp32_params` in fp32 when the cast would lower them to fp16/bf16."
@@ -73,17 +53,20 @@ class KeepFp32(nn.Module):
                 if p.grad is not None: p.grad = p.grad.float()
         return self
 
-# %% ../../nbs/23_mamba.ipynb #a7e1c0d1
-class SelectiveSSM(KeepFp32):
-    "A mixer with `add_selective_ssm_`'s SSM (Mamba; DP-ASSM's second path): its init, scan, step, FLOPs and memory."
-    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast
-    dt_init, dt_scale = 'random', 1.0                 # `init_selective_ssm_`'s defaults, unless the block sets them
-
     @torch.no_grad()
     def reset_parameters(self):
-        "(Re)draw the parameters the model's generic init leaves alone (mamba-ssm's init): `dt_proj`, `A_log`, `D`."
-        init_selective_ssm_(self.dt_proj, self.A_log, self.D, self.dt_min, self.dt_max, self.dt_init_floor,
-                            self.dt_scale, self.dt_init)
+        """(Re)draw what the model's generic init leaves alone, as mamba-ssm does: `dt_proj` (its bias from step sizes
+        log-uniform on `[dt_min, dt_max]`, floored), `A_log` to `log(1..d_state)` (S4D-real), `D` to 1."""
+        W, A_log = self.dt_proj, self.A_log
+        bound = W.in_features ** -0.5 * self.dt_scale
+        if self.dt_init == 'constant': W.weight.fill_(bound)
+        else: W.weight.uniform_(-bound, bound)
+        lo, hi = math.log(self.dt_min), math.log(self.dt_max)
+        dt = torch.exp(torch.rand(W.out_features, device=self.D.device) * (hi - lo) + lo).clamp(min=self.dt_init_floor)
+        W.bias.copy_(dt + torch.log(-torch.expm1(-dt)))                        # softplus^{-1}(dt)
+        n = torch.arange(1, A_log.shape[1] + 1, dtype=torch.float32, device=A_log.device)
+        A_log.copy_(torch.log(n).expand(A_log.shape[0], -1))                    # S4D-real: A[:, n-1] = -n
+        self.D.fill_(1.0)
 
     def _ssm_params(self):
         "A, D and the step-size bias, fp32."
@@ -98,29 +81,28 @@ class SelectiveSSM(KeepFp32):
         return super().flops_per_token(cfg, seq_len) + 3.0 * d_inner * (9 * N + 2 * cfg.d_conv)
 
 # %% ../../nbs/23_mamba.ipynb #ed364b00
-def _check_positive_int(name, value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name}={value!r} is not valid: {what}, a positive integer.")
-
-def _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_init, dt_init_floor, scan_impl,
-                 conv_impl) -> int:
-    "Check Mamba's settings, naming the first bad one; the resolved `dt_rank`."
-    _check_positive_int('d_model', d_model, 'the model width')
-    _check_positive_int('d_state', d_state, 'the SSM state size per channel')
-    _check_positive_int('d_conv', d_conv, 'the causal convolution width')
-    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or int(expand * d_model) < 1:
-        raise UsageError(f"expand={expand!r} is not valid: the inner width int(expand * d_model) must be >= 1.")
+def check_ssm(who: str,              # the block, to start each message
+              d_model: int,          # model width; dt_rank 'auto' (or None) is ceil(d_model / 16)
+              d_conv: int,           # width of the causal conv
+              dt_rank,               # an integer, 'auto' or None
+              dt_min: float,         # smallest initial step size
+              dt_max: float,         # largest initial step size
+              dt_init_floor: float,  # floor of the initial step sizes
+              scan_impl: str,        # `selective_scan`'s impl
+              conv_impl: str,        # `causal_conv1d`'s impl
+             ) -> int:               # the resolved `dt_rank`
+    "Check the settings of a block's selective SSM (Mamba's, DP-ASSM's), naming the first bad one."
+    check_int('d_model', d_model, 1, 'the model width', who)
+    check_int('d_conv', d_conv, 1, 'the causal conv width (1 for a per-channel scale, i.e. no conv)', who)
     if dt_rank in ('auto', None): dt_rank = math.ceil(d_model / 16)
-    _check_positive_int('dt_rank', dt_rank, "the rank of the step-size projection ('auto': ceil(d_model / 16))")
+    check_int('dt_rank', dt_rank, 1, "the rank of the step-size projection ('auto': ceil(d_model / 16))", who)
     if not 0 < dt_min <= dt_max:
-        raise UsageError(f"dt_min={dt_min!r}, dt_max={dt_max!r} are not valid: the initial step sizes are drawn "
-                         "log-uniformly from [dt_min, dt_max], so 0 < dt_min <= dt_max is needed.")
-    if not dt_init_floor > 0: raise UsageError(f"dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
-    if dt_init not in ('random', 'constant'):
-        raise UsageError(f"dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
+        raise UsageError(f"{who}: dt_min={dt_min!r}, dt_max={dt_max!r} are not valid: the initial step sizes are "
+                         "drawn log-uniformly from [dt_min, dt_max], so 0 < dt_min <= dt_max is needed.")
+    if not dt_init_floor > 0: raise UsageError(f"{who}: dt_init_floor={dt_init_floor!r} is not valid: it must be > 0.")
     for name, value, impls in (('scan_impl', scan_impl, kscan.scan_impls), ('conv_impl', conv_impl, kconv.conv_impls)):
         if value not in impls.choices:
-            raise UsageError(f"{name}={value!r} is not valid; choices: {', '.join(map(repr, impls.choices))}.")
+            raise UsageError(f"{who}: {name}={value!r} is not valid; choices: {', '.join(map(repr, impls.choices))}.")
     return dt_rank
 
 # %% ../../nbs/23_mamba.ipynb #ec19ee2f
@@ -154,8 +136,13 @@ class Mamba(SelectiveSSM, Mixer):
                  layer_idx: int | None = None,        # the layer's index in the model
                 ):
         super().__init__()
-        dt_rank = _check_mamba(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max, dt_init, dt_init_floor,
-                               scan_impl, conv_impl)
+        dt_rank = check_ssm('mamba', d_model, d_conv, dt_rank, dt_min, dt_max, dt_init_floor, scan_impl, conv_impl)
+        check_int('d_state', d_state, 1, 'the SSM state size per channel', 'mamba')
+        if isinstance(expand, bool) or not isinstance(expand, (int, float)) or int(expand * d_model) < 1:
+            raise UsageError(f"mamba: expand={expand!r} is not valid: the inner width int(expand * d_model) must be "
+                             ">= 1.")
+        if dt_init not in ('random', 'constant'):
+            raise UsageError(f"mamba: dt_init={dt_init!r} is not valid; choices: 'random', 'constant'.")
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
         self.d_inner, self.dt_rank = int(expand * d_model), dt_rank
         self.dt_min, self.dt_max, self.dt_init_floor = dt_min, dt_max, dt_init_floor
@@ -205,7 +192,11 @@ def _scan(self, x_in, scan_impl, conv_impl, return_last_state=False, **kw):
                           delta_softplus=True, return_last_state=return_last_state, impl=scan_impl, **kw)
 
 @patch_to(Mamba)
-def _mix(self, x: torch.Tensor, return_state: bool = False):
+def forward(self,
+            x: torch.Tensor,             # (B, L, d_model)
+            return_state: bool = False,  # also return the states `step` continues from
+           ):                            # (B, L, d_model); with `return_state`, and `(conv_state, ssm_state)`
+    "`(B, L, d_model) -> (B, L, d_model)`, causal."
     if x.dim() != 3 or x.shape[-1] != self.d_model:
         raise UsageError(f"Mamba expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
     L, W = x.shape[1], self.in_proj
@@ -222,18 +213,11 @@ def _mix(self, x: torch.Tensor, return_state: bool = False):
     return out, conv_state.detach().contiguous(), last.detach().float()
 
 @patch_to(Mamba)
-def forward(self,
-            x: torch.Tensor,  # (B, L, d_model)
-           ) -> torch.Tensor:  # (B, L, d_model)
-    "`(B, L, d_model) -> (B, L, d_model)`, causal."
-    return self._mix(x)
-
-@patch_to(Mamba)
 def prefill(self,
             x: torch.Tensor,  # (B, L, d_model) prompt
            ):
     "The parallel forward of a prompt `x` `(B, L, D)`, and the states `(conv_state, ssm_state)` `step` continues."
-    return self._mix(x, return_state=True)
+    return self.forward(x, return_state=True)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
 @patch_to(Mamba)
