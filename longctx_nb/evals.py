@@ -15,7 +15,7 @@ from .synthetic import synthetic_data
 from .model import count_params, dense_settings
 from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_flags, perplexity,
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
-from .plots import plot_heatmap, plot_lengths, plot_drift
+from .plots import plot_heatmaps, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
@@ -307,7 +307,7 @@ def plot_result(r: dict,    # a `run_eval` result
     "The picture of a `run_eval` result; saved to `path` if given."
     t, L0 = _title(r), r['train_seq_len']
     if r['task'] == 'passkey':
-        return plot_heatmap(r['accuracy'], r['lengths'], r['depths'], t + f" ({r['mode']})", path, L0)
+        return plot_heatmaps({'': r['accuracy']}, r['lengths'], r['depths'], t + f" ({r['mode']})", path, L0)
     if r['task'] == 'copy_recall':
         return plot_lengths({k: v['accuracy'] for k, v in r['tasks'].items()}, r['lengths'], L0, title=t + ' (dotted: '
                             "chance)", path=path, chance={k: v['chance'] for k, v in r['tasks'].items()})

@@ -9,7 +9,7 @@ import numpy as np
 from .measure import pyplot
 
 # %% auto #0
-__all__ = ['legend_outside', 'fit_title', 'plot_heatmap', 'plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']
+__all__ = ['legend_outside', 'fit_title', 'plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']
 
 # %% ../nbs/55_plots.ipynb #c592380b
 def legend_outside(ax,    # the matplotlib axes
@@ -35,33 +35,7 @@ def _save(fig, plt, path, then=None):
     return fig
 
 # %% ../nbs/55_plots.ipynb #4086f548
-def _heat(ax, acc, lengths, depths, train_len, ylabels=True):
-    im = ax.imshow(acc, vmin=0, vmax=1, cmap='RdYlGn', aspect='auto')
-    for (i, j), v in np.ndenumerate(acc): ax.text(j, i, f'{v:.0%}', ha='center', va='center', fontsize=7, color='black')
-    ax.set_xticks(range(len(lengths)), [f'{L}' + ('*' if L == train_len else '') for L in lengths], fontsize=7)
-    ax.set_yticks(range(len(depths)), [f'{d:.0%}' for d in depths] if ylabels else [], fontsize=7)
-    return im
-
-def plot_heatmap(acc,                           # accuracy, depths x lengths
-                 lengths,                       # the columns
-                 depths,                        # the rows
-                 title: str = '',               # the plot title
-                 path=None,                     # file to save the figure to (None: not saved)
-                 train_len: int | None = None,  # the training length, marked with *
-                ):
-    """Accuracy (depths x lengths) as an annotated heat map with a colour bar; saved to `path` if given. Returns the
-    figure."""
-    plt = pyplot(save=path is not None)
-    w = 2.4 + 0.8 * len(lengths)
-    fig, ax = plt.subplots(figsize=(w, 1.5 + 0.42 * len(depths)))
-    im = _heat(ax, np.asarray(acc, float), lengths, depths, train_len)
-    ax.set_xlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''), fontsize=8)
-    ax.set_ylabel('passkey depth', fontsize=8); fit_title(ax, title)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label='accuracy')
-    return _save(fig, plt, path)
-
-# %% ../nbs/55_plots.ipynb #f14c5c52
-def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x lengths
+def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x lengths; one entry: a single map
                   lengths,                       # the columns
                   depths,                        # the rows
                   title: str = '',               # the figure title
@@ -73,7 +47,11 @@ def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x le
     n = len(grids); w = 1.2 + (0.55 * len(lengths) + 0.5) * n
     fig, axs = plt.subplots(1, n, figsize=(w, 1.9 + 0.35 * len(depths)), squeeze=False)
     for k, (ax, (name, acc)) in enumerate(zip(axs[0], grids.items())):
-        im = _heat(ax, np.asarray(acc, float), lengths, depths, train_len, ylabels=k == 0)
+        im = ax.imshow(acc := np.asarray(acc, float), vmin=0, vmax=1, cmap='RdYlGn', aspect='auto')
+        for (i, j), v in np.ndenumerate(acc):
+            ax.text(j, i, f'{v:.0%}', ha='center', va='center', fontsize=7, color='black')
+        ax.set_xticks(range(len(lengths)), [f'{L}' + ('*' if L == train_len else '') for L in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f'{d:.0%}' for d in depths] if k == 0 else [], fontsize=7)
         ax.set_title(textwrap.fill(name.replace('_', ' '), 12), fontsize=8)
     axs[0][0].set_ylabel('passkey depth', fontsize=8)
     fig.supxlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''), fontsize=8)
