@@ -9,22 +9,13 @@ import numpy as np
 from .measure import pyplot
 
 # %% auto #0
-__all__ = ['legend_outside', 'fit_title', 'plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']
+__all__ = ['plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']
 
 # %% ../nbs/55_plots.ipynb #c592380b
-def legend_outside(ax,    # the matplotlib axes
-                   **kw,  # more `ax.legend` arguments
-                  ):
-    "A legend to the right of `ax`, where it covers no point."
-    return ax.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kw)
-
-def fit_title(ax,                   # the matplotlib axes
-              title: str,           # the title
-              fontsize: float = 9,  # the title's size
-             ):
-    "Set `title`, wrapped to the width of the axes (about 13 characters per inch at size 9)."
-    width = ax.figure.get_figwidth() * ax.get_position().width
-    ax.set_title(textwrap.fill(title, max(8, int(width * 13 * 9 / fontsize))), fontsize=fontsize)
+def _axes(path, height: float):
+    "(pyplot, the axes of a new figure 7.5 inches wide), pyplot set up to save to `path` if given (`measure.pyplot`)."
+    plt = pyplot(save=path is not None)
+    return plt, plt.subplots(figsize=(7.5, height))[1]
 
 def _save(fig, plt, path, then=None):
     "Lay `fig` out, `then()` (what must come after the layout), save it to `path` if given and close it."
@@ -33,6 +24,15 @@ def _save(fig, plt, path, then=None):
     if path is not None: fig.savefig(path, dpi=110, bbox_inches='tight')
     plt.close(fig)
     return fig
+
+def _finish(plt, ax, xlabel: str, ylabel: str, title: str, path):
+    """Label the axes, grid them, wrap the title to their width (about 13 characters per inch), put the legend right of
+    them (where it covers no point); save to `path` if given. Returns the figure."""
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=.3)
+    ax.set_title(textwrap.fill(title, max(8, int(ax.figure.get_figwidth() * ax.get_position().width * 13))), fontsize=9)
+    ax.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(ax.figure, plt, path)
 
 # %% ../nbs/55_plots.ipynb #4086f548
 def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x lengths; one entry: a single map
@@ -69,8 +69,7 @@ def plot_lengths(series: dict,                        # name -> one value per le
                  errors: dict | None = None,          # name -> one error bar (e.g. a standard deviation) per length
                 ):
     "Values by length, one line per entry of `series` (name -> list), the training length and chance levels marked."
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    plt, ax = _axes(path, 3.4)
     for name, ys in series.items():
         err = (errors or {}).get(name)
         line = ax.errorbar(lengths, ys, yerr=err, fmt='o-', capsize=3, label=name)[0] if err is not None else \
@@ -79,10 +78,8 @@ def plot_lengths(series: dict,                        # name -> one value per le
     if isinstance(chance, (int, float)): ax.axhline(chance, color='gray', ls=':', lw=1, label='chance')
     if train_len: ax.axvline(train_len, color='k', ls='--', lw=1, label=f'training length {train_len}')
     ax.set_xscale('log', base=2); ax.set_xticks(lengths, [str(L) for L in lengths]); ax.minorticks_off()
-    ax.set_xlabel('sequence length (tokens)'); ax.set_ylabel(ylabel)
     if ylabel.startswith('accuracy'): ax.set_ylim(-0.03, 1.03)
-    fit_title(ax, title); ax.grid(alpha=.3); legend_outside(ax)
-    return _save(fig, plt, path)
+    return _finish(plt, ax, 'sequence length (tokens)', ylabel, title, path)
 
 # %% ../nbs/55_plots.ipynb #dfa2f72e
 def plot_drift(curves: dict,     # name -> `drift_curve` result
@@ -91,17 +88,14 @@ def plot_drift(curves: dict,     # name -> `drift_curve` result
                path=None,        # file to save the figure to (None: not saved)
               ):
     "Loss against position, one line per entry of `curves` (name -> `drift_curve` result), the training length marked."
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    plt, ax = _axes(path, 3.6)
     for name, c in curves.items(): ax.plot(c['positions'], c['loss'], 'o-', ms=3, label=name)
     ax.axvline(train_len, color='k', ls='--', lw=1, label=f'training length {train_len}')
     top = max(max(c['positions']) for c in curves.values())
     ax.set_xscale('symlog', base=2, linthresh=1, linscale=0.5)         # linear up to 1, so position 0 is on the axis
     ticks = [0] + [2 ** k for k in range(0, int(np.log2(max(top, 1))) + 1, 2)]
     ax.set_xticks(ticks, [str(t) for t in ticks]); ax.minorticks_off(); ax.set_xlim(-0.3, top * 1.15)
-    ax.set_xlabel('token position'); ax.set_ylabel('loss (nats/token)')
-    fit_title(ax, title); ax.grid(alpha=.3); legend_outside(ax)
-    return _save(fig, plt, path)
+    return _finish(plt, ax, 'token position', 'loss (nats/token)', title, path)
 
 # %% ../nbs/55_plots.ipynb #eeddded1
 def plot_curves(curves: dict,                      # name -> [(step, loss), ...]
@@ -111,14 +105,11 @@ def plot_curves(curves: dict,                      # name -> [(step, loss), ...]
                ):
     "Loss against step, one line per entry of `curves`, on a log axis with plain-number ticks."
     from matplotlib.ticker import LogLocator, FuncFormatter
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    plt, ax = _axes(path, 3.6)
     for name, c in curves.items(): ax.plot(*zip(*c), label=name)
     ax.set_yscale('log')
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
     ax.yaxis.set_minor_locator(LogLocator(base=10, subs=np.arange(1, 10)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ''))
-    ax.set_xlabel('step'); ax.set_ylabel(ylabel); ax.grid(alpha=.3, which='major')
-    fit_title(ax, title); legend_outside(ax)
-    return _save(fig, plt, path)
+    return _finish(plt, ax, 'step', ylabel, title, path)
