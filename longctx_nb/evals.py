@@ -54,9 +54,6 @@ def _check_task_flags(task: str, given: dict):
     _check(not bad, f"--task {task} does not read {', '.join('--' + f for f in bad)}: " + '; '.join(
         f"--{f} is read only by --task {tasks(r)}" for f, r in bad.items()) + "; leave them out.")
 
-_SETTINGS = ('seq_len', 'max_len', 'lengths', 'depths', 'n_samples', 'batch_size', 'seed', 'passkey_len',
-             'task_vocab_size', 'num_pairs', 'copy_len', 'n_buckets', 'data_dir', 'skip_memory_check')  # per model
-
 def _check_args(task, output_dir, untrained, vocab_size, seq_len, max_len, lengths, depths, n_samples, batch_size, seed,
                 passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, **_):
     "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
@@ -164,7 +161,7 @@ def _write(r: dict, stem: Path, say):
     plot_result(r, Path(f'{stem}.png'))
     say(f"wrote {stem}.json and {stem}.png")
 
-def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, seq_len, max_len, lengths, depths, n_samples,
+def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len, max_len, lengths, depths, n_samples,
           batch_size, seed, passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check):
     "Every check for one model: (the result's settings, the work that adds the numbers)."
     given, notes = lengths is not None, []
@@ -208,6 +205,8 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, seq_len, ma
                trained=ev.trained, train_seq_len=ev.train_len, trained_on=trained_on, seq_len=seq_len, max_len=max_len,
                device=str(dev), precision=precision, seed=seed, n_samples=n_samples, notes=notes)
     return out, work
+
+_SETTINGS = [k for k, p in inspect.signature(_plan).parameters.items() if p.kind is p.KEYWORD_ONLY]   # per model
 
 def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              checkpoint_path: str | None = None,  # checkpoint .pt, run directory or exported folder; None: untrained
