@@ -16,7 +16,8 @@ from .blocks.base import canonical_block
 from .model import LM, count_params, flops_per_token, dense_settings
 from .synthetic import from_config as task_from_config
 from .train import train, Stopped, kernel_report
-from .runs import RESUME_LAST
+from .runs import RESUME_LAST, restore_signals
+from .distributed import STOP_CODES
 from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
 from .bench import ALL_BLOCKS, train_step_timing
 from .scores import (load_for_eval, task_accuracy, passkey_grid, passkey_generator, text_data, perplexity, drift_curve,
@@ -625,16 +626,15 @@ def _compare(argv=None) -> int:
     p = compare_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     ns, extra = p.parse_known_args(argv)
-    from longctx_nb.distributed import STOP_CODES
     if ns.resume is not None: ns.output_dir = _resume_dir(ns, argv)
     def stop(signum, frame):   # outside training (a training run catches its own, and writes a checkpoint)
-        for s in STOP_CODES: signal.signal(s, signal.SIG_IGN)   # first: a second signal cannot interrupt the stop
+        restore_signals(old, signal.SIG_IGN)   # first: a second signal cannot interrupt the stop
         raise _Signalled(signum)
     old = {s: signal.signal(s, stop) for s in STOP_CODES}
     try: compare_blocks(**{k: v for k, v in vars(ns).items() if k != 'resume'}, resume=ns.resume is not None,
                         overrides=setting_overrides(extra, p._option_string_actions))
     except (Stopped, _Signalled) as e:   # say what stopped it, with the comparison's resume command (not the trainer's)
-        for s in STOP_CODES: signal.signal(s, signal.SIG_IGN)   # one message, however many signals follow
+        restore_signals(old, signal.SIG_IGN)   # one message, however many signals follow
         reason, code = (e.reason, e.code) if isinstance(e, Stopped) else (str(e), STOP_CODES[e.signum])
         if (Path(ns.output_dir) / COMPARE_FILE).is_file():
             print(f"longctx_compare: {reason.rstrip('.')}. The finished runs are kept in {ns.output_dir}; continue the "
@@ -642,8 +642,7 @@ def _compare(argv=None) -> int:
         else: print(f"longctx_compare: {reason.rstrip('.')} before the comparison wrote anything; start it again with: "
                     f"{shlex.join(['longctx_compare', *map(str, argv)])}", file=sys.stderr)
         return code
-    finally:
-        for s, h in old.items(): signal.signal(s, h)
+    finally: restore_signals(old)
     return 0
 
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])
