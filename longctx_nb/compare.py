@@ -16,7 +16,8 @@ from .blocks.base import canonical_block
 from .model import LM, count_params, flops_per_token, dense_settings
 from .synthetic import from_config as task_from_config
 from .train import train, Stopped, kernel_report
-from .runs import RESUME_LAST
+from .runs import RESUME_LAST, restore_signals
+from .distributed import STOP_CODES
 from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
 from .bench import ALL_BLOCKS, train_step_timing
 from .scores import (load_for_eval, task_accuracy, passkey_grid, passkey_generator, text_data, perplexity, drift_curve,
@@ -46,12 +47,14 @@ def match_depths(cfgs: dict[str, Config],  # block -> its training config
 SPARSE_DEFAULTS = {'model.window_size': 64, 'model.chunk_size': 64}   # well below the default length 256: all sparse
 
 _SET_HERE = {   # settings a comparison sets itself: why an override of each is refused
+    **dict.fromkeys(('model.block', 'trainer.run_name', 'trainer.default_root_dir'),
+                    "{k} is set by the comparison itself; it cannot be overridden."),
     'trainer.resume': "--{k} continues one training run; a comparison continues with --resume and its --output_dir.",
     'trainer.fork_from': "--{k} starts one training run from another's weights; a comparison trains every block from "
                          "scratch.",
-    'trainer.checkpoint_dir': "--{k} sets where one training run's checkpoints go; a comparison keeps each run's "
-                              "checkpoints in its folder under --output_dir/runs (give --output_dir)."}
-_SET_HERE['trainer.checkpoint_path'] = _SET_HERE['trainer.checkpoint_dir']
+    **dict.fromkeys(('trainer.checkpoint_dir', 'trainer.checkpoint_path'), "--{k} sets where one training run's "
+                    "checkpoints go; a comparison keeps each run's checkpoints in its folder under --output_dir/runs "
+                    "(give --output_dir).")}
 
 def block_configs(blocks,                                     # block names (any `canonical_block` accepts)
                   task: str = 'passkey',                      # a synthetic task, or 'text' (the default corpus)
@@ -77,8 +80,6 @@ def block_configs(blocks,                                     # block names (any
             'trainer.eval_interval': 0, 'trainer.checkpoint_interval': 0, 'trainer.keep_last': 1,
             'trainer.log_every_n_steps': max(1, max_steps // 20), **(overrides or {})}
     for k in overrides or {}:
-        if canonical_key(k) in ('model.block', 'trainer.run_name', 'trainer.default_root_dir'):
-            raise UsageError(f"{k} is set by the comparison itself; it cannot be overridden.")
         if canonical_key(k) in _SET_HERE: raise UsageError(_SET_HERE[canonical_key(k)].format(k=k))
         if canonical_key(k) == 'model.vocab_size' and task != 'text':
             raise UsageError(f"{k} is set by the comparison itself: the model's vocabulary is the task's "
@@ -625,18 +626,15 @@ def _compare(argv=None) -> int:
     p = compare_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     ns, extra = p.parse_known_args(argv)
-    from longctx_nb.distributed import STOP_CODES
     if ns.resume is not None: ns.output_dir = _resume_dir(ns, argv)
     def stop(signum, frame):   # outside training (a training run catches its own, and writes a checkpoint)
-        for s in STOP_CODES: signal.signal(s, signal.SIG_IGN)   # first: a second signal cannot interrupt the stop
+        restore_signals(old, signal.SIG_IGN)   # first: a second signal cannot interrupt the stop
         raise _Signalled(signum)
     old = {s: signal.signal(s, stop) for s in STOP_CODES}
-    try: compare_blocks(ns.blocks, ns.task, ns.max_steps, ns.seq_len, ns.eval_lengths, ns.output_dir, ns.batch_size,
-                        ns.size, ns.seed, ns.device, ns.match_params, ns.n_samples,
-                        setting_overrides(extra, p._option_string_actions), lr_sweep=ns.lr_sweep, seeds=ns.seeds,
-                        allow_dense=ns.allow_dense, resume=ns.resume is not None)
+    try: compare_blocks(**{k: v for k, v in vars(ns).items() if k != 'resume'}, resume=ns.resume is not None,
+                        overrides=setting_overrides(extra, p._option_string_actions))
     except (Stopped, _Signalled) as e:   # say what stopped it, with the comparison's resume command (not the trainer's)
-        for s in STOP_CODES: signal.signal(s, signal.SIG_IGN)   # one message, however many signals follow
+        restore_signals(old, signal.SIG_IGN)   # one message, however many signals follow
         reason, code = (e.reason, e.code) if isinstance(e, Stopped) else (str(e), STOP_CODES[e.signum])
         if (Path(ns.output_dir) / COMPARE_FILE).is_file():
             print(f"longctx_compare: {reason.rstrip('.')}. The finished runs are kept in {ns.output_dir}; continue the "
@@ -644,8 +642,7 @@ def _compare(argv=None) -> int:
         else: print(f"longctx_compare: {reason.rstrip('.')} before the comparison wrote anything; start it again with: "
                     f"{shlex.join(['longctx_compare', *map(str, argv)])}", file=sys.stderr)
         return code
-    finally:
-        for s, h in old.items(): signal.signal(s, h)
+    finally: restore_signals(old)
     return 0
 
 def compare_main(argv=None,  # command-line arguments (None: sys.argv[1:])

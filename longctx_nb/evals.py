@@ -15,7 +15,7 @@ from .synthetic import synthetic_data
 from .model import count_params, dense_settings
 from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_flags, perplexity,
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
-from .plots import plot_heatmap, plot_lengths, plot_drift
+from .plots import plot_heatmaps, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
@@ -53,9 +53,6 @@ def _check_task_flags(task: str, given: dict):
         raise UsageError(f"--{f} is read only by --task {tasks(r)}, not by --task {task}; leave it out.")
     _check(not bad, f"--task {task} does not read {', '.join('--' + f for f in bad)}: " + '; '.join(
         f"--{f} is read only by --task {tasks(r)}" for f, r in bad.items()) + "; leave them out.")
-
-_SETTINGS = ('seq_len', 'max_len', 'lengths', 'depths', 'n_samples', 'batch_size', 'seed', 'passkey_len',
-             'task_vocab_size', 'num_pairs', 'copy_len', 'n_buckets', 'data_dir', 'skip_memory_check')  # per model
 
 def _check_args(task, output_dir, untrained, vocab_size, seq_len, max_len, lengths, depths, n_samples, batch_size, seed,
                 passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, **_):
@@ -164,7 +161,7 @@ def _write(r: dict, stem: Path, say):
     plot_result(r, Path(f'{stem}.png'))
     say(f"wrote {stem}.json and {stem}.png")
 
-def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, seq_len, max_len, lengths, depths, n_samples,
+def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len, max_len, lengths, depths, n_samples,
           batch_size, seed, passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check):
     "Every check for one model: (the result's settings, the work that adds the numbers)."
     given, notes = lengths is not None, []
@@ -208,6 +205,8 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, seq_len, ma
                trained=ev.trained, train_seq_len=ev.train_len, trained_on=trained_on, seq_len=seq_len, max_len=max_len,
                device=str(dev), precision=precision, seed=seed, n_samples=n_samples, notes=notes)
     return out, work
+
+_SETTINGS = [k for k, p in inspect.signature(_plan).parameters.items() if p.kind is p.KEYWORD_ONLY]   # per model
 
 def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              checkpoint_path: str | None = None,  # checkpoint .pt, run directory or exported folder; None: untrained
@@ -307,7 +306,7 @@ def plot_result(r: dict,    # a `run_eval` result
     "The picture of a `run_eval` result; saved to `path` if given."
     t, L0 = _title(r), r['train_seq_len']
     if r['task'] == 'passkey':
-        return plot_heatmap(r['accuracy'], r['lengths'], r['depths'], t + f" ({r['mode']})", path, L0)
+        return plot_heatmaps({'': r['accuracy']}, r['lengths'], r['depths'], t + f" ({r['mode']})", path, L0)
     if r['task'] == 'copy_recall':
         return plot_lengths({k: v['accuracy'] for k, v in r['tasks'].items()}, r['lengths'], L0, title=t + ' (dotted: '
                             "chance)", path=path, chance={k: v['chance'] for k, v in r['tasks'].items()})

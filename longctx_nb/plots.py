@@ -9,22 +9,13 @@ import numpy as np
 from .measure import pyplot
 
 # %% auto #0
-__all__ = ['legend_outside', 'fit_title', 'plot_heatmap', 'plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']
+__all__ = ['plot_heatmaps', 'plot_lengths', 'plot_drift', 'plot_curves']
 
 # %% ../nbs/55_plots.ipynb #c592380b
-def legend_outside(ax,    # the matplotlib axes
-                   **kw,  # more `ax.legend` arguments
-                  ):
-    "A legend to the right of `ax`, where it covers no point."
-    return ax.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kw)
-
-def fit_title(ax,                   # the matplotlib axes
-              title: str,           # the title
-              fontsize: float = 9,  # the title's size
-             ):
-    "Set `title`, wrapped to the width of the axes (about 13 characters per inch at size 9)."
-    width = ax.figure.get_figwidth() * ax.get_position().width
-    ax.set_title(textwrap.fill(title, max(8, int(width * 13 * 9 / fontsize))), fontsize=fontsize)
+def _axes(path, height: float):
+    "(pyplot, the axes of a new figure 7.5 inches wide), pyplot set up to save to `path` if given (`measure.pyplot`)."
+    plt = pyplot(save=path is not None)
+    return plt, plt.subplots(figsize=(7.5, height))[1]
 
 def _save(fig, plt, path, then=None):
     "Lay `fig` out, `then()` (what must come after the layout), save it to `path` if given and close it."
@@ -34,34 +25,17 @@ def _save(fig, plt, path, then=None):
     plt.close(fig)
     return fig
 
+def _finish(plt, ax, xlabel: str, ylabel: str, title: str, path):
+    """Label the axes, grid them, wrap the title to their width (about 13 characters per inch), put the legend right of
+    them (where it covers no point); save to `path` if given. Returns the figure."""
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=.3)
+    ax.set_title(textwrap.fill(title, max(8, int(ax.figure.get_figwidth() * ax.get_position().width * 13))), fontsize=9)
+    ax.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(ax.figure, plt, path)
+
 # %% ../nbs/55_plots.ipynb #4086f548
-def _heat(ax, acc, lengths, depths, train_len, ylabels=True):
-    im = ax.imshow(acc, vmin=0, vmax=1, cmap='RdYlGn', aspect='auto')
-    for (i, j), v in np.ndenumerate(acc): ax.text(j, i, f'{v:.0%}', ha='center', va='center', fontsize=7, color='black')
-    ax.set_xticks(range(len(lengths)), [f'{L}' + ('*' if L == train_len else '') for L in lengths], fontsize=7)
-    ax.set_yticks(range(len(depths)), [f'{d:.0%}' for d in depths] if ylabels else [], fontsize=7)
-    return im
-
-def plot_heatmap(acc,                           # accuracy, depths x lengths
-                 lengths,                       # the columns
-                 depths,                        # the rows
-                 title: str = '',               # the plot title
-                 path=None,                     # file to save the figure to (None: not saved)
-                 train_len: int | None = None,  # the training length, marked with *
-                ):
-    """Accuracy (depths x lengths) as an annotated heat map with a colour bar; saved to `path` if given. Returns the
-    figure."""
-    plt = pyplot(save=path is not None)
-    w = 2.4 + 0.8 * len(lengths)
-    fig, ax = plt.subplots(figsize=(w, 1.5 + 0.42 * len(depths)))
-    im = _heat(ax, np.asarray(acc, float), lengths, depths, train_len)
-    ax.set_xlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''), fontsize=8)
-    ax.set_ylabel('passkey depth', fontsize=8); fit_title(ax, title)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label='accuracy')
-    return _save(fig, plt, path)
-
-# %% ../nbs/55_plots.ipynb #f14c5c52
-def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x lengths
+def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x lengths; one entry: a single map
                   lengths,                       # the columns
                   depths,                        # the rows
                   title: str = '',               # the figure title
@@ -73,7 +47,11 @@ def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x le
     n = len(grids); w = 1.2 + (0.55 * len(lengths) + 0.5) * n
     fig, axs = plt.subplots(1, n, figsize=(w, 1.9 + 0.35 * len(depths)), squeeze=False)
     for k, (ax, (name, acc)) in enumerate(zip(axs[0], grids.items())):
-        im = _heat(ax, np.asarray(acc, float), lengths, depths, train_len, ylabels=k == 0)
+        im = ax.imshow(acc := np.asarray(acc, float), vmin=0, vmax=1, cmap='RdYlGn', aspect='auto')
+        for (i, j), v in np.ndenumerate(acc):
+            ax.text(j, i, f'{v:.0%}', ha='center', va='center', fontsize=7, color='black')
+        ax.set_xticks(range(len(lengths)), [f'{L}' + ('*' if L == train_len else '') for L in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f'{d:.0%}' for d in depths] if k == 0 else [], fontsize=7)
         ax.set_title(textwrap.fill(name.replace('_', ' '), 12), fontsize=8)
     axs[0][0].set_ylabel('passkey depth', fontsize=8)
     fig.supxlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''), fontsize=8)
@@ -91,8 +69,7 @@ def plot_lengths(series: dict,                        # name -> one value per le
                  errors: dict | None = None,          # name -> one error bar (e.g. a standard deviation) per length
                 ):
     "Values by length, one line per entry of `series` (name -> list), the training length and chance levels marked."
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    plt, ax = _axes(path, 3.4)
     for name, ys in series.items():
         err = (errors or {}).get(name)
         line = ax.errorbar(lengths, ys, yerr=err, fmt='o-', capsize=3, label=name)[0] if err is not None else \
@@ -101,10 +78,8 @@ def plot_lengths(series: dict,                        # name -> one value per le
     if isinstance(chance, (int, float)): ax.axhline(chance, color='gray', ls=':', lw=1, label='chance')
     if train_len: ax.axvline(train_len, color='k', ls='--', lw=1, label=f'training length {train_len}')
     ax.set_xscale('log', base=2); ax.set_xticks(lengths, [str(L) for L in lengths]); ax.minorticks_off()
-    ax.set_xlabel('sequence length (tokens)'); ax.set_ylabel(ylabel)
     if ylabel.startswith('accuracy'): ax.set_ylim(-0.03, 1.03)
-    fit_title(ax, title); ax.grid(alpha=.3); legend_outside(ax)
-    return _save(fig, plt, path)
+    return _finish(plt, ax, 'sequence length (tokens)', ylabel, title, path)
 
 # %% ../nbs/55_plots.ipynb #dfa2f72e
 def plot_drift(curves: dict,     # name -> `drift_curve` result
@@ -113,17 +88,14 @@ def plot_drift(curves: dict,     # name -> `drift_curve` result
                path=None,        # file to save the figure to (None: not saved)
               ):
     "Loss against position, one line per entry of `curves` (name -> `drift_curve` result), the training length marked."
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    plt, ax = _axes(path, 3.6)
     for name, c in curves.items(): ax.plot(c['positions'], c['loss'], 'o-', ms=3, label=name)
     ax.axvline(train_len, color='k', ls='--', lw=1, label=f'training length {train_len}')
     top = max(max(c['positions']) for c in curves.values())
     ax.set_xscale('symlog', base=2, linthresh=1, linscale=0.5)         # linear up to 1, so position 0 is on the axis
     ticks = [0] + [2 ** k for k in range(0, int(np.log2(max(top, 1))) + 1, 2)]
     ax.set_xticks(ticks, [str(t) for t in ticks]); ax.minorticks_off(); ax.set_xlim(-0.3, top * 1.15)
-    ax.set_xlabel('token position'); ax.set_ylabel('loss (nats/token)')
-    fit_title(ax, title); ax.grid(alpha=.3); legend_outside(ax)
-    return _save(fig, plt, path)
+    return _finish(plt, ax, 'token position', 'loss (nats/token)', title, path)
 
 # %% ../nbs/55_plots.ipynb #eeddded1
 def plot_curves(curves: dict,                      # name -> [(step, loss), ...]
@@ -133,14 +105,11 @@ def plot_curves(curves: dict,                      # name -> [(step, loss), ...]
                ):
     "Loss against step, one line per entry of `curves`, on a log axis with plain-number ticks."
     from matplotlib.ticker import LogLocator, FuncFormatter
-    plt = pyplot(save=path is not None)
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    plt, ax = _axes(path, 3.6)
     for name, c in curves.items(): ax.plot(*zip(*c), label=name)
     ax.set_yscale('log')
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
     ax.yaxis.set_minor_locator(LogLocator(base=10, subs=np.arange(1, 10)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ''))
-    ax.set_xlabel('step'); ax.set_ylabel(ylabel); ax.grid(alpha=.3, which='major')
-    fit_title(ax, title); legend_outside(ax)
-    return _save(fig, plt, path)
+    return _finish(plt, ax, 'step', ylabel, title, path)

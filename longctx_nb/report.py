@@ -35,7 +35,7 @@ def report_table(rows: list[dict],  # one `summarize` (or `train_and_eval`) row 
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for r in rows:
         sds = r.get(key + '_sd') or {}
-        name = r['block'] + (' (dense)' if r.get('dense') else '') + (' (at chance)' if _at_chance(r, settings) else '')
+        name = r['block'] + (' (dense)' if r.get('dense') else '') + (' (at chance)' if at_chance(r, settings) else '')
         cells = [name, str(r['n_layers']), f"{r['params']:,}", f"{r['tokens_per_sec']:,.0f}", f"{r['peak_mib']:,.1f}",
                  _pm(r['val_loss'], r.get('val_loss_sd'), '{:.3f}')]
         cells += [_pm(r[key][L], sds.get(L), '{:.3f}' if text else '{:.1%}') for L in Ls]
@@ -68,14 +68,11 @@ def at_chance(row: dict,       # a `summarize` (or `train_and_eval`) row
     if n is None or row.get('chance') is None: return None
     return bool(row['acc'][L] <= chance_bound(row['chance'], n * len(row.get('seeds') or [0])))
 
-def _at_chance(row, settings):   # stored by compare_blocks
-    return row['at_chance'] if 'at_chance' in row else at_chance(row, settings)
-
 def chance_note(rows: list[dict],  # `summarize` rows
                 settings: dict,    # the comparison settings
                ) -> list[str]:     # one sentence, or none when no row is at chance
     "The note after the table: which blocks are at chance, by what test, and what budget to raise."
-    low = [r for r in rows if _at_chance(r, settings)]
+    low = [r for r in rows if at_chance(r, settings)]
     if not low: return []
     names = ', '.join(r['block'] for r in low)
     steps = "(--max_steps; the default curriculum gives half of them to the short stage)" \
@@ -275,8 +272,7 @@ def report_parser() -> argparse.ArgumentParser:
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N')])
 
 def _report(argv=None) -> int:
-    ns = report_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    generate_report(ns.checkpoint_path, ns.output_dir, ns.max_len, ns.n_samples, ns.device)
+    generate_report(**vars(report_parser().parse_args(sys.argv[1:] if argv is None else argv)))
     return 0
 
 def report_main(argv=None,  # command-line arguments (None: sys.argv[1:])

@@ -8,7 +8,6 @@ import bisect, dataclasses, functools, math, sys
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from typing import Iterator
 import torch, torch.nn.functional as F
 from .core import UsageError, autocast, seed_everything
 from .config import Config, DataConfig, apply_overrides
@@ -21,9 +20,9 @@ from .checkpoint import CheckpointError, load_weights
 from .train import evaluate_task
 
 # %% auto #0
-__all__ = ['FILLER', 'RECALL_TASKS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags', 'eval_windows', 'token_bytes',
-           'perplexity', 'TextPasskey', 'recall_params', 'passkey_generator', 'answer_accuracy', 'passkey_grid',
-           'chance_level', 'task_accuracy', 'loss_by_position', 'drift_curve', 'text_data', 'unigram_loss']
+__all__ = ['FILLER', 'RECALL_TASKS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags', 'token_bytes', 'perplexity',
+           'TextPasskey', 'recall_params', 'passkey_generator', 'answer_accuracy', 'passkey_grid', 'chance_level',
+           'task_accuracy', 'loss_by_position', 'drift_curve', 'text_data', 'unigram_loss']
 
 # %% ../nbs/60_scores.ipynb #ded02c88
 @dataclass
@@ -93,15 +92,6 @@ def check_flags(ev: Evaluated,                  # the model to check the flags a
                          f"vocab_size={ev.vocab_size}; leave --vocab_size out (it is read from the checkpoint).")
 
 # %% ../nbs/60_scores.ipynb #a819eb94
-def eval_windows(data,             # validation token ids (1-D)
-                 seq_len: int,     # tokens per window
-                 n_windows: int,   # windows (0, or more than the split holds: the whole split, each target once)
-                 batch_size: int,  # windows per batch; the last batch holds the rest
-                 docs=None,        # document offsets of `data`: also yield each input token's document
-                ) -> Iterator[tuple[torch.Tensor, ...]]:  # (x, y[, documents]) int64 batches
-    "Exactly `n_windows` evenly spread windows of `data` (as `val_batches` spreads them), in batches of `batch_size`."
-    return val_batches(data, seq_len, batch_size, docs=docs, n_windows=n_windows)
-
 def token_bytes(tokenizer,  # the corpus tokenizer (byte or BPE), or None
                ) -> np.ndarray | None:  # indexed by token id
     "UTF-8 bytes of the text each token id stands for (special tokens: 0); None without a tokenizer."
@@ -316,7 +306,7 @@ def loss_by_position(model,                # the language model, in eval mode
                          f"(a window needs max_len + 1 tokens); use --max_len <= {len(data) - 1} or more validation "
                          "text.")
     device, total, n = torch.device(device), torch.zeros(length, dtype=torch.float64), 0
-    for x, y, *d in eval_windows(data, length, n_windows, batch_size, docs):
+    for x, y, *d in val_batches(data, length, batch_size, docs=docs, n_windows=n_windows):
         if x.shape[1] != length: continue                              # a short remainder window
         x, y = x.to(device), y.to(device)
         with autocast(device, precision): logits = model(x, doc_ids=d[0].to(device)) if d else model(x)
