@@ -90,11 +90,12 @@ class StorageError(TrainingError):
 def os_error(e: BaseException,  # what a failed write raised
             ) -> OSError | None:
     """The `OSError` behind a failed write (None: none): `e` itself, a `StorageError`'s, the one torch.save's zip writer
-    hides behind its RuntimeError ('unexpected pos'), or the 'os error N' of a `SafetensorError`."""
+    hides behind its RuntimeError ('unexpected pos'), or the 'os error N' of a `SafetensorError` or of the plain
+    `Exception` that tokenizers' `save` raises."""
     if isinstance(e, OSError): return e
     if isinstance(e, StorageError): return OSError(e.errno, e.reason)
     if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError): return e.__context__
-    m = re.search(r'os error (\d+)\)', str(e)) if type(e).__name__ == 'SafetensorError' else None
+    m = re.search(r'os error (\d+)\)', str(e)) if type(e).__name__ in ('SafetensorError', 'Exception') else None
     return OSError(int(m[1]), os.strerror(int(m[1]))) if m else None
 
 # %% ../nbs/40_checkpoint.ipynb #a4ad69be

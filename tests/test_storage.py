@@ -221,3 +221,20 @@ def test_hf_export_onto_a_full_disk(bindir, runs, small_fs, leave):
                                              "[ENOSPC]; the disk is full: free space there or write elsewhere. Nothing partial was "
                                              "left behind.\n"), p.stderr
     assert [f.name for f in small_fs.iterdir()] == ['filler']
+
+def test_export_when_only_the_tokenizer_does_not_fit(bindir, runs, small_fs, tmp_path):
+    "The weights fit, the tokenizer.json does not (tokenizers' own writer, a plain Exception 'os error 28'): one line too."
+    pytest.importorskip('transformers')
+    (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text() * 3)
+    p = run(bindir, tmp_path, '--trainer.max_steps=1', '--model.d_model=16', '--data.dataset_name=local',
+            f'--data.dataset_config={tmp_path / "texts"}', '--data.tokenizer=bpe', '--data.bpe_vocab_size=1000', cache=tmp_path / 'c')
+    assert p.returncode == 0, p.stderr
+    for fmt, src in (('hf', runs), ('safetensors', tmp_path / 'version_0')):
+        fill(small_fs, leave=23)   # 19 pages of 4 KiB for the weights, a few for the configs: tokenizer.json gets 1 or 2
+        p = run(bindir, small_fs, '--format', fmt, *(['--no_check'] if fmt == 'hf' else []), src, small_fs / 'ex',
+                prog='longctx_export', cache=tmp_path / 'c')
+        assert p.returncode == 1 and p.stderr == (f"longctx_export: stopped: cannot write '{small_fs}/ex': No space left on "
+                                                 "device [ENOSPC]; the disk is full: free space there or write elsewhere. "
+                                                 "Nothing partial was left behind.\n"), (fmt, p.stderr)
+        assert [f.name for f in small_fs.iterdir()] == ['filler']
+        (small_fs / 'filler').unlink()
