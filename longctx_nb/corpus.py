@@ -4,14 +4,14 @@
 
 # %% ../nbs/04_corpus.ipynb #bab20ca2
 from __future__ import annotations
-import hashlib, itertools, json, os, re, shutil, sys, sysconfig, threading, time, uuid
+import errno, hashlib, itertools, json, os, re, shutil, sys, sysconfig, threading, time, uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
-from .core import UsageError
+from .core import UsageError, StorageError, os_error
 from .config import DataConfig, check_writable_dir
 from .tokenizer import ByteTokenizer, BPETokenizer
 try: import fcntl   # locks the resumable folder; without it (Windows) an interrupted prepare starts over
@@ -152,8 +152,9 @@ class _SplitWriter:
         if self.nbuf >= self.limit: self.flush()
 
     def flush(self):
-        if self.buf: np.concatenate(self.buf).tofile(self.f); self.buf, self.nbuf = [], 0
-        if self.starts: np.array(self.starts, np.int64).tofile(self.df); self.starts = []
+        # file.write, not ndarray.tofile: a full disk then raises its OSError (ENOSPC), not a count of items written
+        if self.buf: self.f.write(np.concatenate(self.buf).tobytes()); self.buf, self.nbuf = [], 0
+        if self.starts: self.df.write(np.array(self.starts, np.int64).tobytes()); self.starts = []
         self.f.flush(); self.df.flush()
     @property
     def last_start(self) -> int:
@@ -392,6 +393,8 @@ def _check_prepare_args(exists: str, val_fraction: float, chunk_size: int | None
         raise UsageError(f"workers={workers!r} must be a number of processes from 1 to 256 "
                          "(1: tokenize in this process).")
 
+_WRITE_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # what only a write gives (not an unreadable document)
+
 def _publish(d: Path, out: Path, exists: str, meta: dict) -> dict:
     "Rename the finished folder `d` to `out` (atomic); if another process was first, use its result (or replace it)."
     try: os.rename(d, out); return meta   # fails when `out` is a folder that is not empty
@@ -453,8 +456,10 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
         else: print(f"\ninterrupted: the work done so far is kept in {d}; the same command continues it.",
                     file=sys.stderr)
         raise
-    except BaseException:
-        shutil.rmtree(d, ignore_errors=True); raise
+    except BaseException as e:   # a full disk: one `StorageError` naming `out`, nothing left
+        shutil.rmtree(d, ignore_errors=True)
+        if (err := os_error(e)) is not None and err.errno in _WRITE_ONLY: raise StorageError(out, err) from None
+        raise
     finally:
         if lock is not None: lock.close()
 

@@ -238,3 +238,20 @@ def test_export_when_only_the_tokenizer_does_not_fit(bindir, runs, small_fs, tmp
                                                  "Nothing partial was left behind.\n"), (fmt, p.stderr)
         assert [f.name for f in small_fs.iterdir()] == ['filler']
         (small_fs / 'filler').unlink()
+
+@pytest.mark.parametrize('tokenizer', ['byte', 'bpe'])
+def test_prepare_onto_a_full_disk(bindir, small_fs, tmp_path, tokenizer):
+    "longctx_prepare, and longctx_train preparing into its corpus cache there: one line, no traceback, nothing left."
+    (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text() * 3)
+    data = ['--data.dataset_name=local', f'--data.dataset_config={tmp_path / "texts"}', f'--data.tokenizer={tokenizer}',
+            *(['--data.bpe_vocab_size=1000'] if tokenizer == 'bpe' else [])]
+    fill(small_fs, leave=4)   # 16 KiB: less than the tokens (or the BPE tokenizer's spooled text)
+    p = run(bindir, tmp_path, *data, '--out', small_fs / 'prep', prog='longctx_prepare')
+    line = "No space left on device [ENOSPC]; the disk is full: free space there or write elsewhere. Nothing partial was left behind."
+    assert (p.returncode, p.stderr.splitlines()[-1]) == (1, f"longctx_prepare: stopped: cannot write '{small_fs / 'prep'}': {line}")
+    clean(p)
+    p = run(bindir, tmp_path, *data, cache=small_fs / 'cache')
+    cached = next(iter(l.split(' into ')[1].split(' (once')[0] for l in p.stderr.splitlines() if l.startswith('preparing ')))
+    assert (p.returncode, p.stderr.splitlines()[-1]) == (1, f"longctx_train: stopped: cannot write '{cached}': {line}")
+    clean(p)
+    assert sorted(str(f.relative_to(small_fs)) for f in small_fs.rglob('*')) == ['cache', 'filler']
