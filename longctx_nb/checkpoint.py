@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from .core import UsageError, StorageError, os_error, hold
 from .config import ModelConfig
+from .flags import build_config, flatten_sections
 
 # %% auto #0
 __all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'WEIGHTS', 'ALIASES', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError',
@@ -311,7 +312,7 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     "An `LM` from a verified exported folder (model.safetensors + model_config.json) or training checkpoint (.pt)."
     from longctx_nb.model import LM
     p = Path(path)
-    if p.suffix == '.pt': return _model(read_checkpoint(p, required=WEIGHTS), device)
+    if p.suffix == '.pt': return _model(read_checkpoint(p, required=WEIGHTS), device, p)
     d = p if p.is_dir() else p.parent
     if not (d / 'model.safetensors').is_file() or not (d / 'model_config.json').is_file():
         raise CheckpointError(f"{str(d)!r} holds no exported model (model.safetensors and model_config.json).")
@@ -321,9 +322,24 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     _load(model, str(d / 'model.safetensors'), device=str(device))
     return model.to(device)
 
-def _model(ck: dict, device):
+def _model(ck: dict, device, path):
+    """The `LM` of checkpoint `ck` (file `path`): its config's model section read as `--config` reads a file's (other
+    trainers' keys mapped), refused (`CheckpointError`) where the config does not build the weights' sizes."""
     from longctx_nb.model import LM
-    model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model']); return model.to(device)
+    try: m = build_config([(f'the config in {path}', flatten_sections({'model': ck['config']['model']}))]).model
+    except UsageError as e: raise CheckpointError(f"the config in {str(path)!r} cannot be read: {e}") from None
+    model, sd = LM(m), ck['model']
+    have, n = model.state_dict(), lambda keys: len({k.split('.')[1] for k in keys if k.startswith('blocks.')})
+    diff = [f"{n(sd)} layers in the weights, {n(have)} by the config"] if n(sd) != n(have) else []
+    diff += [f"{k} {tuple(sd[k].shape)} in the weights, {tuple(v.shape)} by the config" for k, v in have.items()
+             if k in sd and sd[k].shape != v.shape][:3]
+    if not diff and set(sd) != set(have):   # the same sizes, other parameters (another block)
+        diff = [f"{k} only in {'the weights' if k in sd else 'the config'}" for k in sorted(set(sd) ^ set(have))][:3]
+    if diff: raise CheckpointError(
+        f"the weights in {str(path)!r} do not fit the model its config describes (model.block={m.block}, "
+        f"model.n_layers={m.n_layers}, model.d_model={m.d_model}): {'; '.join(diff)}. Its config must be the one the "
+        "weights were trained with.")
+    model.load_state_dict(sd); return model.to(device)
 
 def _export_step(f: Path) -> int | None:
     "The step an export records (None: none, or unreadable)."
@@ -353,4 +369,4 @@ def load_weights(path,          # a checkpoint file, a run directory, or an expo
         raise CheckpointError(f"{str(p)!r} holds no checkpoint that verifies (checkpoints/step_N.pt) and no exported "
                               "model (model.safetensors + model_config.json).")
     (f, ck), run = found, found[1]['config']
-    return _model(ck, device).eval(), run if set(run) - {'model'} else None, f, ck.get('step')
+    return _model(ck, device, f).eval(), run if 'data' in run else None, f, ck.get('step')   # another's: data unknown

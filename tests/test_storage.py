@@ -255,3 +255,28 @@ def test_prepare_onto_a_full_disk(bindir, small_fs, tmp_path, tokenizer):
     assert (p.returncode, p.stderr.splitlines()[-1]) == (1, f"longctx_train: stopped: cannot write '{cached}': {line}")
     clean(p)
     assert sorted(str(f.relative_to(small_fs)) for f in small_fs.rglob('*')) == ['cache', 'filler']
+
+def test_mamba_guide_checkpoint_config(bindir, tmp_path):
+    "The Mamba guide's own layout: its config keys read as --config reads them; a config that does not fit its weights: exit 2."
+    from longctx_nb.model import LM
+    from longctx_nb.config import ModelConfig
+    sd = LM(ModelConfig(block='mamba', vocab_size=256, d_model=32, n_layers=4, d_state=16, expand=2)).state_dict()
+    guide = {'d_model': 32, 'n_layers': 4, 'd_state': 16, 'expand_factor': 2, 'dropout': 0.1, 'max_seq_len': 64, 'vocab_size': 256}
+    for name, n in (('good', 4), ('bad', 2)):
+        torch.save({'model': sd, 'iter': 100, 'config': {'model': {**guide, 'n_layers': n}, 'vram': {}, 'training': {}}},
+                   tmp_path / f'{name}.pt')
+    p = run(bindir, tmp_path, '--format', 'safetensors', tmp_path / 'good.pt', tmp_path / 'out', prog='longctx_export')
+    assert p.returncode == 0 and p.stdout.startswith(f"weights: {tmp_path / 'good.pt'} (step 100)\n"), p.stderr
+    m = load_model(tmp_path / 'out')
+    assert (m.cfg.block, m.cfg.expand, m.cfg.n_layers) == ('mamba', 2, 4) and all(torch.equal(sd[k], v) for k, v in m.state_dict().items())
+    p = run(bindir, tmp_path, '--checkpoint_path', tmp_path / 'good.pt', '--task', 'perplexity', '--seq_len', 32, '--n_samples', 2,
+            prog='longctx_eval')
+    assert p.returncode == 0, p.stderr
+    for prog, args in (('longctx_export', (tmp_path / 'bad.pt', tmp_path / 'out2')),
+                       ('longctx_eval', ('--checkpoint_path', tmp_path / 'bad.pt', '--task', 'perplexity'))):
+        p = run(bindir, tmp_path, *args, prog=prog)
+        assert p.returncode == 2 and p.stderr.splitlines()[-2] == (
+            f"{prog}: error: the weights in {str(tmp_path / 'bad.pt')!r} do not fit the model its config describes (model.block=mamba, "
+            "model.n_layers=2, model.d_model=32): 4 layers in the weights, 2 by the config. Its config must be the one the weights "
+            "were trained with."), p.stderr
+        clean(p)
