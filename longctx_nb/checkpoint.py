@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_checkpoint.ipynb #42f7ca0d
 from __future__ import annotations
-import contextlib, hashlib, io, json, os, random, re, sys
+import contextlib, hashlib, io, json, math, os, random, re, sys
 from pathlib import Path
 import numpy as np
 import torch
@@ -341,12 +341,13 @@ def _model(ck: dict, device, path):
         "weights were trained with.")
     model.load_state_dict(sd); return model.to(device)
 
-def _export_step(f: Path) -> int | None:
-    "The step an export records (None: none, or unreadable)."
+def _export_step(f: Path) -> float | None:
+    "The step an export records (None: none); inf if its header cannot be read, so that loading it says why."
     from safetensors import safe_open
     try:
-        with safe_open(str(f), 'pt') as s: return int((s.metadata() or {})['step'])
-    except Exception: return None
+        with safe_open(str(f), 'pt') as s: step = (s.metadata() or {}).get('step', '')
+    except Exception: return math.inf
+    return int(step) if step.isdigit() else None
 
 def load_weights(path,          # a checkpoint file, a run directory, or an exported folder (or its model.safetensors)
                  device='cpu',  # where the model goes

@@ -280,3 +280,17 @@ def test_mamba_guide_checkpoint_config(bindir, tmp_path):
             "model.n_layers=2, model.d_model=32): 4 layers in the weights, 2 by the config. Its config must be the one the weights "
             "were trained with."), p.stderr
         clean(p)
+
+def test_an_unreadable_final_export_is_skipped_with_its_reason(bindir, runs, tmp_path):
+    "model.safetensors cut short (its header unreadable) and the newest checkpoint too: both skips are said, step 4 is read."
+    run_dir = copy_run(runs, tmp_path / 'r')
+    os.truncate(list_checkpoints(run_dir)[-1], 5000); os.truncate(run_dir / 'model.safetensors', 300)
+    skips = (f"warning: skipping checkpoint step_0000006.pt: {str(run_dir / 'checkpoints' / 'step_0000006.pt')!r} is damaged: its "
+             "SHA-256 does not match step_0000006.pt.sha256 (the file changed after it was written).\n"
+             f"warning: skipping model.safetensors: {str(run_dir / 'model.safetensors')!r} is damaged: its SHA-256 does not match "
+             "SHA256SUMS.\n")
+    p = run(bindir, tmp_path, '--format', 'safetensors', run_dir, tmp_path / 'out', prog='longctx_export')
+    assert (p.returncode, p.stderr) == (0, skips) and p.stdout.startswith(f"weights: {run_dir / 'checkpoints' / 'step_0000004.pt'} "
+                                                                          "(step 4)\n"), (p.stdout, p.stderr)
+    p = run(bindir, tmp_path, '--checkpoint_path', run_dir, '--task', 'perplexity', '--seq_len', 32, '--n_samples', 2, prog='longctx_eval')
+    assert p.returncode == 0 and p.stderr == skips, p.stderr
