@@ -19,8 +19,8 @@ except ImportError: fcntl = None
 
 # %% auto #0
 __all__ = ['STDLIB_SKIP', 'HF_SHORT_NAMES', 'FORMAT_VERSION', 'stdlib_root', 'stdlib_documents', 'text_documents', 'hf_documents',
-           'token_dtype', 'read_meta', 'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus', 'cache_root',
-           'corpus_cache_dir', 'cached_corpus', 'load_tokens', 'check_tokens', 'TokenFile']
+           'token_dtype', 'note_split', 'read_meta', 'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus',
+           'cache_root', 'corpus_cache_dir', 'cached_corpus', 'load_tokens', 'check_tokens', 'TokenFile']
 
 # %% ../nbs/04_corpus.ipynb #678831c3
 STDLIB_SKIP = frozenset({'site-packages', 'dist-packages', 'test', 'tests', 'idle_test', '__pycache__'})
@@ -331,6 +331,19 @@ def _even_splits(train: _SplitWriter, val: _SplitWriter, val_fraction: float) ->
     val.add(train.pop_tail(train.n - max(1, round(train.n * val_fraction)), doc=False), doc=False)  # last val_fraction
     return 'tail'
 
+_NOTED: set = set()   # what has been noted in this process: each note is given once
+def _note_once(key, note: str):
+    if key not in _NOTED: _NOTED.add(key); print(note, file=sys.stderr)
+
+def note_split(meta: dict,  # a prepared folder's meta.json
+              ):
+    "Say (once in a process) that the validation split is far from `val_fraction`: whole documents, too few of them."
+    k, n, f, val = (meta.get(x) for x in ('n_val_documents', 'n_documents', 'val_fraction', 'n_val_tokens'))
+    if None in (k, n, f, val) or f / 2 <= (share := val / max(1, val + meta.get('n_train_tokens', 0))) <= 2 * f: return
+    _note_once(('split', n, k, val), f"note: {k} of the {n} documents ({share:.0%} of the tokens) "
+               f"{'is' if k == 1 else 'are'} held out for validation, not data.val_fraction={f}: each document goes to "
+               "one split whole, and this corpus has too few documents to come closer")
+
 def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str,
                   chunk_size: int | None = None, workers: int = 1, progress: bool = False,
                   total_bytes: int | None = None, resume_every: int = 1 << 26) -> dict:
@@ -345,11 +358,6 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
     n_docs = train.docs + val.docs
     if n_docs == 0: raise UsageError(f"the corpus {source or ''} holds no text documents; nothing to prepare.")
     split = _even_splits(train, val, val_fraction)
-    share = val.n / (train.n + val.n)
-    if not val_fraction / 2 <= share <= 2 * val_fraction:   # whole documents: too few to come within a factor 2
-        print(f"note: {val.docs} of the {n_docs} documents ({share:.0%} of the tokens) "
-              f"{'is' if val.docs == 1 else 'are'} held out for validation, not data.val_fraction={val_fraction}: each "
-              "document goes to one split whole, and this corpus has too few documents to come closer", file=sys.stderr)
     train.close(); val.close()
     dropped = {w.path.stem: _finish_split(w, chunk_size, source) for w in (train, val)}
     for name, n in dropped.items():
@@ -362,6 +370,7 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
                 n_documents=n_docs, n_val_documents=val.docs, split=split, val_fraction=val_fraction, source=source,
                 documents='train.docs.npy, val.docs.npy', chunk_size=chunk_size, n_dropped_tokens=sum(dropped.values()))
     (d / 'meta.json').write_text(json.dumps(meta, indent=2) + '\n')
+    note_split(meta)
     return meta
 
 def read_meta(d,  # a folder
@@ -484,10 +493,6 @@ def _local_corpus(path) -> tuple:
     stats = [(f.relative_to(p).as_posix() if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns)
              for f in _text_files(p)]
     return (lambda: text_documents(p)), f'local:{p}', {'files': stats}
-
-_NOTED: set = set()   # what has been noted in this process: each note is given once
-def _note_once(key, note: str):
-    if key not in _NOTED: _NOTED.add(key); print(note, file=sys.stderr)
 
 def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
     "A short name of `HF_SHORT_NAMES` spelled out (with a note), any other name as it is."
