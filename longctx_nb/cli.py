@@ -67,7 +67,7 @@ def init_model(cfg: Config,  # the run's config, as parsed
     from longctx_nb.model import LM
     if cfg.trainer.resume:
         raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
-    ov, state, tok = init_from(path, cfg, say=say, given=given)   # the model's settings, and the text tokenized with PATH's
+    ov, state, tok = init_from(path, cfg, say=say, given=given)   # the model's settings; the text tokenized with PATH's
     before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
               **{f'model.{k}': v for k, v in vars(cfg.model).items()}}
     for k, v in ov.items():
