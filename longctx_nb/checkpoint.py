@@ -4,19 +4,19 @@
 
 # %% ../nbs/40_checkpoint.ipynb #42f7ca0d
 from __future__ import annotations
-import contextlib, errno, hashlib, io, json, os, random, re, sys
+import contextlib, hashlib, io, json, math, os, random, re, sys
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, TrainingError, hold
+from .core import UsageError, StorageError, os_error, hold
 from .config import ModelConfig
+from .flags import build_config, flatten_sections
 
 # %% auto #0
 __all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'WEIGHTS', 'ALIASES', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError',
-           'rng_state', 'set_rng_state', 'StorageError', 'os_error', 'sidecar', 'atomic_write', 'save_checkpoint',
-           'file_sha256', 'verify_digest', 'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint',
-           'latest_checkpoint', 'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model',
-           'load_weights']
+           'rng_state', 'set_rng_state', 'sidecar', 'atomic_write', 'save_checkpoint', 'file_sha256', 'verify_digest',
+           'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint', 'latest_checkpoint',
+           'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model', 'load_weights']
 
 # %% ../nbs/40_checkpoint.ipynb #56b00df8
 FORMAT = 'longctx_nb.checkpoint/2'      # /2: written with a SHA-256 sidecar
@@ -48,54 +48,6 @@ def set_rng_state(s: dict,  # from `rng_state`
     if s['cuda'] and torch.cuda.is_available():   # this process's GPU (an older checkpoint: every GPU it saw)
         i = torch.cuda.current_device()
         torch.cuda.set_rng_state(s['cuda'][i if len(s['cuda']) > 1 and i < len(s['cuda']) else 0])
-
-# %% ../nbs/40_checkpoint.ipynb #25b93a16
-_HINTS = {errno.ENOSPC: 'the disk is full: free space there or write elsewhere',
-          errno.EDQUOT: 'the disk quota is used up: free space there or write elsewhere',
-          errno.EROFS: 'the file system is read-only: write elsewhere',
-          errno.EACCES: 'no permission to write there: fix the permissions or write elsewhere',
-          errno.EPERM: 'no permission to write there: fix the permissions or write elsewhere',
-          errno.ENOTDIR: 'a file stands where a folder is expected: move it or write elsewhere',
-          errno.EEXIST: 'a file stands where a folder is expected: move it or write elsewhere',
-          errno.EISDIR: 'a folder stands where the file goes: move it or write elsewhere'}
-
-def _in_the_way(path: Path) -> Path | None:
-    "The first existing ancestor of `path` that is not a folder."
-    for p in reversed(Path(path).parents):
-        if p.exists() and not p.is_dir(): return p
-    return None
-
-class StorageError(TrainingError):
-    "An `OSError` while writing `path`, in one paragraph: the path, the reason and what to do."
-    def __init__(self, path,    # the file (or folder) being written
-                 err: OSError,  # what the system said
-                ):
-        self.path, self.errno = Path(path), err.errno
-        self.reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
-        blocker = _in_the_way(self.path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
-        where = f" ({str(blocker)!r} is a file)" if blocker else ''
-        hint = _HINTS.get(err.errno, 'check the folder and write elsewhere if needed')
-        code = f" [{errno.errorcode[err.errno]}]" if err.errno in errno.errorcode else ''
-        self.checkpoint = None
-        super().__init__(f"cannot write {str(self.path)!r}: {self.reason}{code}{where}; {hint}. "
-                         "Nothing partial was left behind.")
-    def with_checkpoint(self, ckpt,  # the newest good checkpoint (None: none written)
-                       ) -> StorageError:
-        "Add the newest good checkpoint to the message (and to `.checkpoint`); returns self."
-        self.checkpoint = ckpt
-        self.args = (self.args[0] + (f" The newest good checkpoint is {ckpt}; continue with --resume once fixed."
-                                     if ckpt else " No checkpoint was written."),)
-        return self
-
-def os_error(e: BaseException,  # what a failed write raised
-            ) -> OSError | None:
-    """The `OSError` behind a failed write (None: none): `e` itself, a `StorageError`'s, the one torch.save's zip writer
-    hides behind its RuntimeError ('unexpected pos'), or the 'os error N' of a `SafetensorError`."""
-    if isinstance(e, OSError): return e
-    if isinstance(e, StorageError): return OSError(e.errno, e.reason)
-    if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError): return e.__context__
-    m = re.search(r'os error (\d+)\)', str(e)) if type(e).__name__ == 'SafetensorError' else None
-    return OSError(int(m[1]), os.strerror(int(m[1]))) if m else None
 
 # %% ../nbs/40_checkpoint.ipynb #a4ad69be
 def _fsync_dir(d: Path):
@@ -360,7 +312,7 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     "An `LM` from a verified exported folder (model.safetensors + model_config.json) or training checkpoint (.pt)."
     from longctx_nb.model import LM
     p = Path(path)
-    if p.suffix == '.pt': return _model(read_checkpoint(p, required=WEIGHTS), device)
+    if p.suffix == '.pt': return _model(read_checkpoint(p, required=WEIGHTS), device, p)
     d = p if p.is_dir() else p.parent
     if not (d / 'model.safetensors').is_file() or not (d / 'model_config.json').is_file():
         raise CheckpointError(f"{str(d)!r} holds no exported model (model.safetensors and model_config.json).")
@@ -370,16 +322,32 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     _load(model, str(d / 'model.safetensors'), device=str(device))
     return model.to(device)
 
-def _model(ck: dict, device):
+def _model(ck: dict, device, path):
+    """The `LM` of checkpoint `ck` (file `path`): its config's model section read as `--config` reads a file's (other
+    trainers' keys mapped), refused (`CheckpointError`) where the config does not build the weights' sizes."""
     from longctx_nb.model import LM
-    model = LM(ModelConfig(**ck['config']['model'])); model.load_state_dict(ck['model']); return model.to(device)
+    try: m = build_config([(f'the config in {path}', flatten_sections({'model': ck['config']['model']}))]).model
+    except UsageError as e: raise CheckpointError(f"the config in {str(path)!r} cannot be read: {e}") from None
+    model, sd = LM(m), ck['model']
+    have, n = model.state_dict(), lambda keys: len({k.split('.')[1] for k in keys if k.startswith('blocks.')})
+    diff = [f"{n(sd)} layers in the weights, {n(have)} by the config"] if n(sd) != n(have) else []
+    diff += [f"{k} {tuple(sd[k].shape)} in the weights, {tuple(v.shape)} by the config" for k, v in have.items()
+             if k in sd and sd[k].shape != v.shape][:3]
+    if not diff and set(sd) != set(have):   # the same sizes, other parameters (another block)
+        diff = [f"{k} only in {'the weights' if k in sd else 'the config'}" for k in sorted(set(sd) ^ set(have))][:3]
+    if diff: raise CheckpointError(
+        f"the weights in {str(path)!r} do not fit the model its config describes (model.block={m.block}, "
+        f"model.n_layers={m.n_layers}, model.d_model={m.d_model}): {'; '.join(diff)}. Its config must be the one the "
+        "weights were trained with.")
+    model.load_state_dict(sd); return model.to(device)
 
-def _export_step(f: Path) -> int | None:
-    "The step an export records (None: none, or unreadable)."
+def _export_step(f: Path) -> float | None:
+    "The step an export records (None: none); inf if its header cannot be read, so that loading it says why."
     from safetensors import safe_open
     try:
-        with safe_open(str(f), 'pt') as s: return int((s.metadata() or {})['step'])
-    except Exception: return None
+        with safe_open(str(f), 'pt') as s: step = (s.metadata() or {}).get('step', '')
+    except Exception: return math.inf
+    return int(step) if step.isdigit() else None
 
 def load_weights(path,          # a checkpoint file, a run directory, or an exported folder (or its model.safetensors)
                  device='cpu',  # where the model goes
@@ -402,4 +370,4 @@ def load_weights(path,          # a checkpoint file, a run directory, or an expo
         raise CheckpointError(f"{str(p)!r} holds no checkpoint that verifies (checkpoints/step_N.pt) and no exported "
                               "model (model.safetensors + model_config.json).")
     (f, ck), run = found, found[1]['config']
-    return _model(ck, device).eval(), run if set(run) - {'model'} else None, f, ck.get('step')
+    return _model(ck, device, f).eval(), run if 'data' in run else None, f, ck.get('step')   # another's: data unknown

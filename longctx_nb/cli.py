@@ -60,13 +60,14 @@ def parse_cli(argv: list[str] | None = None,  # command-line arguments (default:
 def init_model(cfg: Config,  # the run's config, as parsed
                path,         # what `hf.init_from` reads: a transformers folder, an export, a checkpoint or a run
                say=print,    # where the notes go
+               given=(),     # the settings the user gave (a data.tokenizer that PATH's tokenizer contradicts: refused)
               ):             # (config with PATH's model settings, the model holding PATH's weights)
     "The config and model of a run that starts from the weights at `path`; each setting it replaces is printed."
     from longctx_nb.hf import init_from
     from longctx_nb.model import LM
     if cfg.trainer.resume:
         raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
-    ov, state, tok = init_from(path, cfg, say=say)   # the model's settings, and the text tokenized with PATH's
+    ov, state, tok = init_from(path, cfg, say=say, given=given)   # the model's settings; the text tokenized with PATH's
     before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
               **{f'model.{k}': v for k, v in vars(cfg.model).items()}}
     for k, v in ov.items():
@@ -217,7 +218,7 @@ def _train(argv=None) -> int:
     cfg = run_config(cfg, _given(ns), say=say)
     if not ns.print_config: check_sources(cfg, ns.init_from)
     model = None
-    if ns.init_from: cfg, model = init_model(cfg, ns.init_from, say=say)
+    if ns.init_from: cfg, model = init_model(cfg, ns.init_from, say=say, given=explicit_keys(_given(ns)))
     if ns.print_config:
         t = cfg.trainer
         later = (f"--init_from {ns.init_from}" if ns.init_from

@@ -4,14 +4,15 @@
 
 # %% ../nbs/00_core.ipynb #517d4c20
 from __future__ import annotations
-import contextlib, os, random, time
+import contextlib, errno, os, random, re, time
 from pathlib import Path
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_CHOICES', 'HOLD_ENV', 'PRECISIONS', 'UsageError', 'TrainingError', 'get_device', 'launcher_env', 'hold',
-           'parse_precision', 'autocast_dtype', 'check_precision', 'autocast', 'seed_everything']
+__all__ = ['DEVICE_CHOICES', 'HOLD_ENV', 'PRECISIONS', 'UsageError', 'TrainingError', 'StorageError', 'os_error', 'get_device',
+           'launcher_env', 'hold', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
+           'seed_everything']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -19,6 +20,55 @@ class UsageError(ValueError):
 
 class TrainingError(RuntimeError):
     "A run that cannot go on (divergence, out of memory): the message says why and what was kept; exit code 1."
+
+# %% ../nbs/00_core.ipynb #25b93a16
+_HINTS = {errno.ENOSPC: 'the disk is full: free space there or write elsewhere',
+          errno.EDQUOT: 'the disk quota is used up: free space there or write elsewhere',
+          errno.EROFS: 'the file system is read-only: write elsewhere',
+          errno.EACCES: 'no permission to write there: fix the permissions or write elsewhere',
+          errno.EPERM: 'no permission to write there: fix the permissions or write elsewhere',
+          errno.ENOTDIR: 'a file stands where a folder is expected: move it or write elsewhere',
+          errno.EEXIST: 'a file stands where a folder is expected: move it or write elsewhere',
+          errno.EISDIR: 'a folder stands where the file goes: move it or write elsewhere'}
+
+def _in_the_way(path: Path) -> Path | None:
+    "The first existing ancestor of `path` that is not a folder."
+    for p in reversed(Path(path).parents):
+        if p.exists() and not p.is_dir(): return p
+    return None
+
+class StorageError(TrainingError):
+    "An `OSError` while writing `path`, in one paragraph: the path, the reason and what to do."
+    def __init__(self, path,    # the file (or folder) being written
+                 err: OSError,  # what the system said
+                ):
+        self.path, self.errno = Path(path), err.errno
+        self.reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
+        blocker = _in_the_way(self.path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
+        where = f" ({str(blocker)!r} is a file)" if blocker else ''
+        hint = _HINTS.get(err.errno, 'check the folder and write elsewhere if needed')
+        code = f" [{errno.errorcode[err.errno]}]" if err.errno in errno.errorcode else ''
+        self.checkpoint = None
+        super().__init__(f"cannot write {str(self.path)!r}: {self.reason}{code}{where}; {hint}. "
+                         "Nothing partial was left behind.")
+    def with_checkpoint(self, ckpt,  # the newest good checkpoint (None: none written)
+                       ) -> StorageError:
+        "Add the newest good checkpoint to the message (and to `.checkpoint`); returns self."
+        self.checkpoint = ckpt
+        self.args = (self.args[0] + (f" The newest good checkpoint is {ckpt}; continue with --resume once fixed."
+                                     if ckpt else " No checkpoint was written."),)
+        return self
+
+def os_error(e: BaseException,  # what a failed write raised
+            ) -> OSError | None:
+    """The `OSError` behind a failed write (None: none): `e` itself, a `StorageError`'s, the one torch.save's zip writer
+    hides behind its RuntimeError ('unexpected pos'), or the 'os error N' of a `SafetensorError` or of the plain
+    `Exception` that tokenizers' `save` raises."""
+    if isinstance(e, OSError): return e
+    if isinstance(e, StorageError): return OSError(e.errno, e.reason)
+    if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError): return e.__context__
+    m = re.search(r'os error (\d+)\)', str(e)) if type(e).__name__ in ('SafetensorError', 'Exception') else None
+    return OSError(int(m[1]), os.strerror(int(m[1]))) if m else None
 
 # %% ../nbs/00_core.ipynb #b5d68c06
 DEVICE_CHOICES = ('auto', 'cpu', 'cuda', 'cuda:N', 'gpu', 'mps')

@@ -4,14 +4,14 @@
 
 # %% ../nbs/04_corpus.ipynb #bab20ca2
 from __future__ import annotations
-import hashlib, itertools, json, os, re, shutil, sys, sysconfig, threading, time, uuid
+import errno, hashlib, itertools, json, os, re, shutil, sys, sysconfig, threading, time, uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
-from .core import UsageError
+from .core import UsageError, StorageError, os_error
 from .config import DataConfig, check_writable_dir
 from .tokenizer import ByteTokenizer, BPETokenizer
 try: import fcntl   # locks the resumable folder; without it (Windows) an interrupted prepare starts over
@@ -19,8 +19,8 @@ except ImportError: fcntl = None
 
 # %% auto #0
 __all__ = ['STDLIB_SKIP', 'HF_SHORT_NAMES', 'FORMAT_VERSION', 'stdlib_root', 'stdlib_documents', 'text_documents', 'hf_documents',
-           'token_dtype', 'read_meta', 'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus', 'cache_root',
-           'corpus_cache_dir', 'cached_corpus', 'load_tokens', 'check_tokens', 'TokenFile']
+           'token_dtype', 'note_split', 'read_meta', 'is_prepared', 'prepare', 'load_tokenizer', 'prepare_corpus',
+           'cache_root', 'corpus_cache_dir', 'cached_corpus', 'load_tokens', 'check_tokens', 'TokenFile']
 
 # %% ../nbs/04_corpus.ipynb #678831c3
 STDLIB_SKIP = frozenset({'site-packages', 'dist-packages', 'test', 'tests', 'idle_test', '__pycache__'})
@@ -152,8 +152,9 @@ class _SplitWriter:
         if self.nbuf >= self.limit: self.flush()
 
     def flush(self):
-        if self.buf: np.concatenate(self.buf).tofile(self.f); self.buf, self.nbuf = [], 0
-        if self.starts: np.array(self.starts, np.int64).tofile(self.df); self.starts = []
+        # file.write, not ndarray.tofile: a full disk then raises its OSError (ENOSPC), not a count of items written
+        if self.buf: self.f.write(np.concatenate(self.buf).tobytes()); self.buf, self.nbuf = [], 0
+        if self.starts: self.df.write(np.array(self.starts, np.int64).tobytes()); self.starts = []
         self.f.flush(); self.df.flush()
     @property
     def last_start(self) -> int:
@@ -330,6 +331,19 @@ def _even_splits(train: _SplitWriter, val: _SplitWriter, val_fraction: float) ->
     val.add(train.pop_tail(train.n - max(1, round(train.n * val_fraction)), doc=False), doc=False)  # last val_fraction
     return 'tail'
 
+_NOTED: set = set()   # what has been noted in this process: each note is given once
+def _note_once(key, note: str):
+    if key not in _NOTED: _NOTED.add(key); print(note, file=sys.stderr)
+
+def note_split(meta: dict,  # a prepared folder's meta.json
+              ):
+    "Say (once in a process) that the validation split is far from `val_fraction`: whole documents, too few of them."
+    k, n, f, val = (meta.get(x) for x in ('n_val_documents', 'n_documents', 'val_fraction', 'n_val_tokens'))
+    if None in (k, n, f, val) or f / 2 <= (share := val / max(1, val + meta.get('n_train_tokens', 0))) <= 2 * f: return
+    _note_once(('split', n, k, val), f"note: {k} of the {n} documents ({share:.0%} of the tokens) "
+               f"{'is' if k == 1 else 'are'} held out for validation, not data.val_fraction={f}: each document goes to "
+               "one split whole, and this corpus has too few documents to come closer")
+
 def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str,
                   chunk_size: int | None = None, workers: int = 1, progress: bool = False,
                   total_bytes: int | None = None, resume_every: int = 1 << 26) -> dict:
@@ -344,11 +358,6 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
     n_docs = train.docs + val.docs
     if n_docs == 0: raise UsageError(f"the corpus {source or ''} holds no text documents; nothing to prepare.")
     split = _even_splits(train, val, val_fraction)
-    share = val.n / (train.n + val.n)
-    if not val_fraction / 2 <= share <= 2 * val_fraction:   # whole documents: too few to come within a factor 2
-        print(f"note: {val.docs} of the {n_docs} documents ({share:.0%} of the tokens) "
-              f"{'is' if val.docs == 1 else 'are'} held out for validation, not data.val_fraction={val_fraction}: each "
-              "document goes to one split whole, and this corpus has too few documents to come closer", file=sys.stderr)
     train.close(); val.close()
     dropped = {w.path.stem: _finish_split(w, chunk_size, source) for w in (train, val)}
     for name, n in dropped.items():
@@ -361,6 +370,7 @@ def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fracti
                 n_documents=n_docs, n_val_documents=val.docs, split=split, val_fraction=val_fraction, source=source,
                 documents='train.docs.npy, val.docs.npy', chunk_size=chunk_size, n_dropped_tokens=sum(dropped.values()))
     (d / 'meta.json').write_text(json.dumps(meta, indent=2) + '\n')
+    note_split(meta)
     return meta
 
 def read_meta(d,  # a folder
@@ -391,6 +401,8 @@ def _check_prepare_args(exists: str, val_fraction: float, chunk_size: int | None
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
         raise UsageError(f"workers={workers!r} must be a number of processes from 1 to 256 "
                          "(1: tokenize in this process).")
+
+_WRITE_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # what only a write gives (not an unreadable document)
 
 def _publish(d: Path, out: Path, exists: str, meta: dict) -> dict:
     "Rename the finished folder `d` to `out` (atomic); if another process was first, use its result (or replace it)."
@@ -453,8 +465,10 @@ def prepare(documents: Iterable[tuple[str, str]],  # (name, text) pairs
         else: print(f"\ninterrupted: the work done so far is kept in {d}; the same command continues it.",
                     file=sys.stderr)
         raise
-    except BaseException:
-        shutil.rmtree(d, ignore_errors=True); raise
+    except BaseException as e:   # a full disk: one `StorageError` naming `out`, nothing left
+        shutil.rmtree(d, ignore_errors=True)
+        if (err := os_error(e)) is not None and err.errno in _WRITE_ONLY: raise StorageError(out, err) from None
+        raise
     finally:
         if lock is not None: lock.close()
 
@@ -479,10 +493,6 @@ def _local_corpus(path) -> tuple:
     stats = [(f.relative_to(p).as_posix() if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns)
              for f in _text_files(p)]
     return (lambda: text_documents(p)), f'local:{p}', {'files': stats}
-
-_NOTED: set = set()   # what has been noted in this process: each note is given once
-def _note_once(key, note: str):
-    if key not in _NOTED: _NOTED.add(key); print(note, file=sys.stderr)
 
 def _hf_name(name: str, config: str | None) -> tuple[str, str | None]:
     "A short name of `HF_SHORT_NAMES` spelled out (with a note), any other name as it is."

@@ -18,7 +18,7 @@ from .synthetic import SyntheticData, from_config as synthetic_from_config
 # the tokenizers and token files too, so that the whole data pipeline imports from here
 from .tokenizer import EOT, ByteTokenizer, BPETokenizer
 from .corpus import (STDLIB_SKIP, FORMAT_VERSION, stdlib_root, stdlib_documents, text_documents, hf_documents,
-                               token_dtype, read_meta, is_prepared, prepare, load_tokenizer, prepare_corpus,
+                               token_dtype, read_meta, note_split, is_prepared, prepare, load_tokenizer, prepare_corpus,
                                load_tokens, check_tokens, TokenFile, cache_root, corpus_cache_dir, cached_corpus)
 
 # %% auto #0
@@ -79,6 +79,7 @@ def _docs_of(tf: TokenFile | None, n: int) -> np.ndarray | None:
 
 def _load_prepared(d: Path, vocab_size: int | None) -> TokenData:
     meta = read_meta(d)
+    note_split(meta)   # on every run that reads the split, not only the one that made it
     tf = TokenFile(str(d / 'train.bin'))
     vf = TokenFile(str(d / 'val.bin')) if meta.get('n_val_tokens') else None
     train, val = tf.open(), vf.open() if vf else None

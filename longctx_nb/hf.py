@@ -519,6 +519,7 @@ _SIZES = ('block', 'vocab_size', 'd_model', 'n_layers', 'n_heads', 'd_ff', 'rope
 def init_from(path,                       # a transformers Llama/Mamba folder, our export, a checkpoint or a run
               cfg: Config | None = None,  # the new run's config: also give the data overrides it needs (`init_data`)
               say=print,                  # where the checks' results and notes go
+              given=(),                   # the settings the user gave: a data.tokenizer that is not PATH's is refused
              ) -> tuple[dict, dict, object]:  # (dotted overrides, state_dict, tokenizer or None)
     "What `longctx_train --init_from PATH` starts from: (dotted `model.*`/`data.*` overrides, state_dict, tokenizer)."
     p = Path(path).expanduser()
@@ -531,7 +532,10 @@ def init_from(path,                       # a transformers Llama/Mamba folder, o
         context = (run_cfg.data.seq_len, 'it was trained at') if run_cfg is not None else None
     m = model.cfg
     ov = {f'model.{k}': getattr(m, k) for k in _SIZES if k != 'n_heads' or m.block != 'mamba'}
-    if isinstance(tok, ByteTokenizer): ov['data.tokenizer'] = 'byte'
+    if tok is not None: ov['data.tokenizer'] = tok.name
+    if tok is not None and cfg is not None and 'data.tokenizer' in given and cfg.data.tokenizer != tok.name:
+        raise UsageError(f"data.tokenizer is not read by this run: --init_from {path} brings its own tokenizer "
+                         f"({tok!r}), which tokenizes the text; leave data.tokenizer out.")
     if cfg is not None: ov.update(init_data(apply_overrides(cfg, ov), tok, path, context, say))
     return ov, model.state_dict(), tok
 

@@ -307,6 +307,14 @@ def test_bpe_tokenizer_follows_the_model(tmp_path, bindir):
     assert config('runs2/version_0')['data']['tokenizer'] == 'bpe'
     cli(bindir, 'longctx_export', 'runs2/version_0', 'hf2', cwd=tmp_path)
     assert shipped('hf2') == want
+    # a tokenizer named against that folder's is refused, as with a prepared --data.data_dir; --print_config says whose it is
+    init = ['longctx_train', '--init_from', 'hf', '--data.dataset_name=local', '--data.dataset_config=texts', *tiny[4:]]
+    p = subprocess.run([bindir / init[0], *init[1:], '--data.tokenizer=byte'], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.splitlines()[-2] == (
+        "longctx_train: error: data.tokenizer is not read by this run: --init_from hf brings its own tokenizer "
+        "(BPETokenizer(vocab_size=300)), which tokenizes the text; leave data.tokenizer out."), p.stderr
+    p = cli(bindir, *init, '--print_config', cwd=tmp_path)
+    assert ['data.tokenizer', '"bpe"', '--init_from', 'hf'] in [l.split() for l in p.stderr.splitlines()], p.stderr
 
 LM_EVAL_TASK = """task: {task}
 output_type: {kind}

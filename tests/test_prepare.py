@@ -129,6 +129,12 @@ def test_a_split_far_from_val_fraction_is_said(bindir, tmp_path):
             "goes to one split whole, and this corpus has too few documents to come closer\n") in p.stderr, p.stderr
     meta = json.loads((tmp_path / 'prep' / 'meta.json').read_text())
     assert (meta['n_documents'], meta['n_val_documents']) == (3, 1)
+    note = next(l for l in p.stderr.splitlines() if 'held out' in l)   # and on every run that reads that split: the prepared folder, the cache twice
+    for data in (['--data_dir', tmp_path / 'prep'], *[['--data.dataset_name=local', f'--data.dataset_config={corpus}']] * 2):
+        r = subprocess.run([str(bindir / 'longctx_train'), *TRAIN, *map(str, data),
+                            f'--trainer.default_root_dir={tmp_path / "runs"}'], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, 'LONGCTX_CACHE': str(tmp_path / 'cache')})
+        assert r.returncode == 0 and r.stderr.count('held out for validation') == 1 and note in r.stderr.splitlines(), r.stderr
     p = subprocess.run([*_cmd(bindir, _corpus(tmp_path / 'many', n=200, words=50), tmp_path / 'prep2')], capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0 and 'held out for validation' not in p.stderr, p.stderr   # 200 documents: near 5%, nothing to say

@@ -221,3 +221,76 @@ def test_hf_export_onto_a_full_disk(bindir, runs, small_fs, leave):
                                              "[ENOSPC]; the disk is full: free space there or write elsewhere. Nothing partial was "
                                              "left behind.\n"), p.stderr
     assert [f.name for f in small_fs.iterdir()] == ['filler']
+
+def test_export_when_only_the_tokenizer_does_not_fit(bindir, runs, small_fs, tmp_path):
+    "The weights fit, the tokenizer.json does not (tokenizers' own writer, a plain Exception 'os error 28'): one line too."
+    pytest.importorskip('transformers')
+    (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text() * 3)
+    p = run(bindir, tmp_path, '--trainer.max_steps=1', '--model.d_model=16', '--data.dataset_name=local',
+            f'--data.dataset_config={tmp_path / "texts"}', '--data.tokenizer=bpe', '--data.bpe_vocab_size=1000', cache=tmp_path / 'c')
+    assert p.returncode == 0, p.stderr
+    for fmt, src in (('hf', runs), ('safetensors', tmp_path / 'version_0')):
+        fill(small_fs, leave=23)   # 19 pages of 4 KiB for the weights, a few for the configs: tokenizer.json gets 1 or 2
+        p = run(bindir, small_fs, '--format', fmt, *(['--no_check'] if fmt == 'hf' else []), src, small_fs / 'ex',
+                prog='longctx_export', cache=tmp_path / 'c')
+        assert p.returncode == 1 and p.stderr == (f"longctx_export: stopped: cannot write '{small_fs}/ex': No space left on "
+                                                 "device [ENOSPC]; the disk is full: free space there or write elsewhere. "
+                                                 "Nothing partial was left behind.\n"), (fmt, p.stderr)
+        assert [f.name for f in small_fs.iterdir()] == ['filler']
+        (small_fs / 'filler').unlink()
+
+@pytest.mark.parametrize('tokenizer', ['byte', 'bpe'])
+def test_prepare_onto_a_full_disk(bindir, small_fs, tmp_path, tokenizer):
+    "longctx_prepare, and longctx_train preparing into its corpus cache there: one line, no traceback, nothing left."
+    (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text() * 3)
+    data = ['--data.dataset_name=local', f'--data.dataset_config={tmp_path / "texts"}', f'--data.tokenizer={tokenizer}',
+            *(['--data.bpe_vocab_size=1000'] if tokenizer == 'bpe' else [])]
+    fill(small_fs, leave=4)   # 16 KiB: less than the tokens (or the BPE tokenizer's spooled text)
+    p = run(bindir, tmp_path, *data, '--out', small_fs / 'prep', prog='longctx_prepare')
+    line = "No space left on device [ENOSPC]; the disk is full: free space there or write elsewhere. Nothing partial was left behind."
+    assert (p.returncode, p.stderr.splitlines()[-1]) == (1, f"longctx_prepare: stopped: cannot write '{small_fs / 'prep'}': {line}")
+    clean(p)
+    p = run(bindir, tmp_path, *data, cache=small_fs / 'cache')
+    cached = next(iter(l.split(' into ')[1].split(' (once')[0] for l in p.stderr.splitlines() if l.startswith('preparing ')))
+    assert (p.returncode, p.stderr.splitlines()[-1]) == (1, f"longctx_train: stopped: cannot write '{cached}': {line}")
+    clean(p)
+    assert sorted(str(f.relative_to(small_fs)) for f in small_fs.rglob('*')) == ['cache', 'filler']
+
+def test_mamba_guide_checkpoint_config(bindir, tmp_path):
+    "The Mamba guide's own layout: its config keys read as --config reads them; a config that does not fit its weights: exit 2."
+    from longctx_nb.model import LM
+    from longctx_nb.config import ModelConfig
+    sd = LM(ModelConfig(block='mamba', vocab_size=256, d_model=32, n_layers=4, d_state=16, expand=2)).state_dict()
+    guide = {'d_model': 32, 'n_layers': 4, 'd_state': 16, 'expand_factor': 2, 'dropout': 0.1, 'max_seq_len': 64, 'vocab_size': 256}
+    for name, n in (('good', 4), ('bad', 2)):
+        torch.save({'model': sd, 'iter': 100, 'config': {'model': {**guide, 'n_layers': n}, 'vram': {}, 'training': {}}},
+                   tmp_path / f'{name}.pt')
+    p = run(bindir, tmp_path, '--format', 'safetensors', tmp_path / 'good.pt', tmp_path / 'out', prog='longctx_export')
+    assert p.returncode == 0 and p.stdout.startswith(f"weights: {tmp_path / 'good.pt'} (step 100)\n"), p.stderr
+    m = load_model(tmp_path / 'out')
+    assert (m.cfg.block, m.cfg.expand, m.cfg.n_layers) == ('mamba', 2, 4) and all(torch.equal(sd[k], v) for k, v in m.state_dict().items())
+    p = run(bindir, tmp_path, '--checkpoint_path', tmp_path / 'good.pt', '--task', 'perplexity', '--seq_len', 32, '--n_samples', 2,
+            prog='longctx_eval')
+    assert p.returncode == 0, p.stderr
+    for prog, args in (('longctx_export', (tmp_path / 'bad.pt', tmp_path / 'out2')),
+                       ('longctx_eval', ('--checkpoint_path', tmp_path / 'bad.pt', '--task', 'perplexity'))):
+        p = run(bindir, tmp_path, *args, prog=prog)
+        assert p.returncode == 2 and p.stderr.splitlines()[-2] == (
+            f"{prog}: error: the weights in {str(tmp_path / 'bad.pt')!r} do not fit the model its config describes (model.block=mamba, "
+            "model.n_layers=2, model.d_model=32): 4 layers in the weights, 2 by the config. Its config must be the one the weights "
+            "were trained with."), p.stderr
+        clean(p)
+
+def test_an_unreadable_final_export_is_skipped_with_its_reason(bindir, runs, tmp_path):
+    "model.safetensors cut short (its header unreadable) and the newest checkpoint too: both skips are said, step 4 is read."
+    run_dir = copy_run(runs, tmp_path / 'r')
+    os.truncate(list_checkpoints(run_dir)[-1], 5000); os.truncate(run_dir / 'model.safetensors', 300)
+    skips = (f"warning: skipping checkpoint step_0000006.pt: {str(run_dir / 'checkpoints' / 'step_0000006.pt')!r} is damaged: its "
+             "SHA-256 does not match step_0000006.pt.sha256 (the file changed after it was written).\n"
+             f"warning: skipping model.safetensors: {str(run_dir / 'model.safetensors')!r} is damaged: its SHA-256 does not match "
+             "SHA256SUMS.\n")
+    p = run(bindir, tmp_path, '--format', 'safetensors', run_dir, tmp_path / 'out', prog='longctx_export')
+    assert (p.returncode, p.stderr) == (0, skips) and p.stdout.startswith(f"weights: {run_dir / 'checkpoints' / 'step_0000004.pt'} "
+                                                                          "(step 4)\n"), (p.stdout, p.stderr)
+    p = run(bindir, tmp_path, '--checkpoint_path', run_dir, '--task', 'perplexity', '--seq_len', 32, '--n_samples', 2, prog='longctx_eval')
+    assert p.returncode == 0 and p.stderr == skips, p.stderr
