@@ -7,10 +7,10 @@ from __future__ import annotations
 import importlib.util, io, itertools, json, math, os, re, socket, sys, time
 from pathlib import Path
 import torch
-from .core import UsageError
+from .core import UsageError, StorageError
 from .measure import pyplot
 from .flags import check_before_run
-from .checkpoint import atomic_write, StorageError
+from .checkpoint import atomic_write
 
 # %% auto #0
 __all__ = ['TB_NAMES', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses', 'profile_range', 'StepProfiler']
