@@ -68,13 +68,17 @@ def hf_config(cfg: ModelConfig,                     # our model's config
     if block == 'vanilla':
         if not cfg.d_ff:
             raise UsageError("a vanilla model without MLP (d_ff=0) has no Llama counterpart; use --format safetensors.")
+        if cfg.qkv_bias and not cfg.bias:
+            raise UsageError("model.qkv_bias=true (biases on q, k and v alone) has no Llama counterpart: Llama's "
+                             "attention_bias covers q, k, v and o alike; use --format safetensors.")
         return tf.LlamaConfig(intermediate_size=cfg.d_ff, num_attention_heads=cfg.n_heads,
-                              num_key_value_heads=cfg.n_heads, hidden_act='silu', rms_norm_eps=1e-5,
+                              num_key_value_heads=cfg.n_kv_heads or cfg.n_heads, hidden_act='silu',
+                              rms_norm_eps=cfg.rms_norm_eps,
                               rope_theta=cfg.rope_theta, attention_bias=cfg.bias, mlp_bias=cfg.bias,
                               max_position_embeddings=max_position_embeddings, **common)
     return tf.MambaConfig(state_size=cfg.d_state, conv_kernel=cfg.d_conv, expand=cfg.expand,
                           time_step_rank=cfg.dt_rank or 'auto', use_conv_bias=cfg.conv_bias, use_bias=cfg.bias,
-                          hidden_act='silu', residual_in_fp32=True, layer_norm_epsilon=1e-5, **common)
+                          hidden_act='silu', residual_in_fp32=True, layer_norm_epsilon=cfg.rms_norm_eps, **common)
 
 # %% ../nbs/46_hf.ipynb #902c697b
 _TOP = {'vanilla': {'embed.': 'model.embed_tokens.', 'norm.': 'model.norm.', 'head.': 'lm_head.',
@@ -104,12 +108,18 @@ def _hf_keys(block: str, k: str) -> list[str]:
     i, kind = k.split('.')[1], k.rsplit('.', 1)[1]
     return [f'model.layers.{i}.self_attn.{p}_proj.{kind}' for p in 'qkv']
 
+def _qkv_rows(cfg: ModelConfig) -> list[int]:
+    "The rows of q_proj, k_proj and v_proj in our fused `qkv`."
+    kv = cfg.d_model // cfg.n_heads * (cfg.n_kv_heads or cfg.n_heads)
+    return [cfg.d_model, kv, kv]
+
 def hf_state_dict(model: LM,  # a vanilla or mamba `LM`
                  ) -> dict:   # transformers key -> tensor
     "A vanilla or mamba `model`'s weights under transformers' names, the fused `qkv` split into q, k and v."
     block, out = _hf_block(model.cfg.block), {}
     for k, v in model.state_dict().items():   # qkv's rows [q; k; v], each in the order q_proj wants: no permutation
-        out.update(zip(ks := _hf_keys(block, k), v.chunk(len(ks))))
+        ks = _hf_keys(block, k)
+        out.update(zip(ks, v.split(_qkv_rows(model.cfg)) if len(ks) == 3 else [v]))
     return out
 
 def to_hf(model: LM,                            # a vanilla or mamba `LM`
@@ -259,18 +269,17 @@ def model_config_from_hf(c,  # a transformers config (`LlamaConfig` or `MambaCon
     need(getattr(c, 'hidden_act', 'silu') == 'silu', f"hidden_act={getattr(c, 'hidden_act', None)!r} (ours: 'silu')")
     if kind == 'llama':
         H, kv = c.num_attention_heads, getattr(c, 'num_key_value_heads', None) or c.num_attention_heads
-        need(kv == H, f"num_key_value_heads={kv} differs from num_attention_heads={H} (grouped-query attention; our "
-                      "attention has one key/value head per query head)")
+        need(H % kv == 0, f"num_key_value_heads={kv} does not divide num_attention_heads={H} (each key/value head "
+                          "serves an equal group of query heads)")
         hd = getattr(c, 'head_dim', None) or c.hidden_size // H
         need(hd * H == c.hidden_size, f"head_dim={hd} x num_attention_heads={H} != hidden_size={c.hidden_size}")
         theta, rope = _rope(c)
         need(rope == 'default', f"rope scaling {rope!r} (ours: plain RoPE)")
-        need(c.rms_norm_eps == 1e-5, f"rms_norm_eps={c.rms_norm_eps} (our RMSNorm uses 1e-5)")
         mlp_bias = getattr(c, 'mlp_bias', False)
         need(bool(c.attention_bias) == bool(mlp_bias),
              f"attention_bias={c.attention_bias} but mlp_bias={mlp_bias} (ours: one `bias` for both)")
-        cfg = ModelConfig(block='vanilla', n_heads=H, d_ff=c.intermediate_size, rope_theta=theta,
-                          bias=bool(c.attention_bias), **common)
+        cfg = ModelConfig(block='vanilla', n_heads=H, n_kv_heads=kv if kv != H else None, d_ff=c.intermediate_size,
+                          rope_theta=theta, bias=bool(c.attention_bias), rms_norm_eps=c.rms_norm_eps, **common)
     elif kind == 'mamba':
         need(c.layer_norm_epsilon == 1e-5, f"layer_norm_epsilon={c.layer_norm_epsilon} (our RMSNorm uses 1e-5)")
         need(float(c.expand).is_integer(), f"expand={c.expand} (ours: an integer)")
@@ -326,9 +335,10 @@ def state_dict_from_hf(sd: dict,          # transformers key -> tensor
             bad.append(f"{n} has shape {tuple(sd[n].shape)}, the config gives {tuple(shape)}"); return None
         return sd[n]
     for k, w in want.items():
-        ks = _hf_keys(block, k)   # q, k and v are each a third of our fused rows
+        ks = _hf_keys(block, k)   # q, k and v are our fused rows, in that order
         if ks[0] not in sd and k == 'head.weight' and cfg.tie_embeddings: ks = [hf_name(block, 'embed.weight')]
-        parts = [take(n, (w.shape[0] // len(ks), *w.shape[1:])) for n in ks]
+        rows = _qkv_rows(cfg) if len(ks) == 3 else [w.shape[0]]
+        parts = [take(n, (r, *w.shape[1:])) for n, r in zip(ks, rows)]
         if all(t is not None for t in parts): out[k] = torch.cat(parts) if len(parts) > 1 else parts[0]
     if bad: raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}"
                              + (f" (and {len(bad) - 6} more)" if len(bad) > 6 else '') + '.')
@@ -514,7 +524,7 @@ def init_data(cfg: Config,   # the new run's config
     return {'data.data_dir': str(cached_corpus(d, tok, note=note))}
 
 _SIZES = ('block', 'vocab_size', 'd_model', 'n_layers', 'n_heads', 'd_ff', 'rope_theta', 'bias', 'tie_embeddings',
-          'd_state', 'd_conv', 'expand', 'dt_rank', 'conv_bias')
+          'd_state', 'd_conv', 'expand', 'dt_rank', 'conv_bias', 'rms_norm_eps', 'n_kv_heads', 'qkv_bias')
 
 def init_from(path,                       # a transformers Llama/Mamba folder, our export, a checkpoint or a run
               cfg: Config | None = None,  # the new run's config: also give the data overrides it needs (`init_data`)
@@ -530,7 +540,8 @@ def init_from(path,                       # a transformers Llama/Mamba folder, o
         model, run_cfg = load_source(p); tok = run_tokenizer(run_cfg, p) if run_cfg is not None else None
         context = (run_cfg.data.seq_len, 'it was trained at') if run_cfg is not None else None
     m = model.cfg
-    ov = {f'model.{k}': getattr(m, k) for k in _SIZES if k != 'n_heads' or m.block != 'mamba'}
+    ov = {f'model.{k}': getattr(m, k) for k in _SIZES if (k != 'n_heads' or m.block != 'mamba')
+          and (k not in ('n_kv_heads', 'qkv_bias') or m.block == 'vanilla')}
     if isinstance(tok, ByteTokenizer): ov['data.tokenizer'] = 'byte'
     if cfg is not None: ov.update(init_data(apply_overrides(cfg, ov), tok, path, context, say))
     return ov, model.state_dict(), tok

@@ -68,7 +68,7 @@ def test_refusals_exit_2_and_write_nothing(runs, tmp_path, capsys):
     assert export(runs['vanilla'], tmp_path / 'hf') == 0
     cfg = json.loads((tmp_path / 'hf' / 'config.json').read_text())
     for name, change, says in [('c', {'intermediate_size': 80}, 'model.layers.0.mlp.gate_proj.weight has shape (96, 64), the config gives (80, 64)'),
-                               ('d', {'num_key_value_heads': 2}, 'num_key_value_heads=2'),
+                               ('d', {'num_key_value_heads': 3}, 'num_key_value_heads=3 does not divide'),
                                ('e', {'hidden_act': 'gelu'}, "hidden_act='gelu'"),
                                ('f', {'model_type': 'gpt2', 'architectures': ['GPT2LMHeadModel']}, "model type 'gpt2'")]:
         src = tmp_path / f'src_{name}'; src.mkdir()

@@ -91,12 +91,13 @@ class Block(nn.Module):
                  d_ff: int,               # MLP hidden width; 0: no MLP
                  dropout: float = 0.0,    # dropout probability on each residual branch
                  bias: bool = False,      # biases in the MLP
+                 norm_eps: float = 1e-5,  # epsilon of the two RMSNorms (Llama 3 and Qwen2: 1e-6)
                 ):
         super().__init__()
-        self.norm1 = nn.RMSNorm(d_model, eps=1e-5)
+        self.norm1 = nn.RMSNorm(d_model, eps=norm_eps)
         self.mixer = mixer
         self.drop = nn.Dropout(dropout)
-        self.norm2, self.mlp = ((nn.RMSNorm(d_model, eps=1e-5), MLP(d_model, d_ff, bias=bias)) if d_ff > 0
+        self.norm2, self.mlp = ((nn.RMSNorm(d_model, eps=norm_eps), MLP(d_model, d_ff, bias=bias)) if d_ff > 0
                                 else (None, None))
 
     def forward(self,
