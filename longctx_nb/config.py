@@ -131,11 +131,18 @@ class _MambaSettings:
 # %% ../nbs/01_config.ipynb #5e0c2f7a
 @dataclass
 class _AttentionSettings:
-    "Vanilla attention's settings, as the pretrained models people start from have them (read by the vanilla block)."
-    n_kv_heads: int | None = opt(None, 'key/value heads of grouped-query attention, dividing n_heads (vanilla; '
-                                 'default: n_heads; 1: multi-query)', gt=0)
-    qkv_bias: bool = opt(False, 'biases in the q/k/v projection even without model.bias (vanilla; Qwen2 has them)')
-
+    "Vanilla attention as the pretrained models people start from have it (read by the vanilla block)."
+    n_kv_heads: int | None = opt(None, 'key/value heads, dividing n_heads (default: n_heads; 1: multi-query)', gt=0)
+    qkv_bias: bool = opt(False, 'biases in the q/k/v projection even without model.bias (Qwen2 has them)')
+    rope_scaling: str = opt('none', "RoPE scaling as transformers' rope_scaling names it",
+                            choices=['none', 'linear', 'dynamic', 'yarn', 'llama3'])
+    rope_factor: float | None = opt(None, 'rope_scaling: how many times longer the context grows', ge=1)
+    rope_original_max_position_embeddings: int | None = opt(None, 'rope_scaling: the context trained at', gt=0)
+    rope_attention_factor: float | None = opt(None, 'yarn: factor on cos and sin (default: 0.1 ln factor + 1)', gt=0)
+    rope_beta_fast: float = opt(32.0, 'yarn: rotations in the trained context above which a frequency is kept', gt=0)
+    rope_beta_slow: float = opt(1.0, 'yarn: rotations in the trained context below which it is interpolated', gt=0)
+    rope_low_freq_factor: float = opt(1.0, 'llama3: wavelengths over the trained context / this are interpolated', gt=0)
+    rope_high_freq_factor: float = opt(4.0, 'llama3: wavelengths under the trained context / this are kept', gt=0)
 
 # %% ../nbs/01_config.ipynb #a2f912fb
 @dataclass

@@ -10,6 +10,8 @@ import torch
 from .core import UsageError
 from .config import Config, ModelConfig, apply_overrides
 from .blocks.base import canonical_block
+from .blocks.layers import ROPE_SETTINGS
+from .blocks.vanilla import rope_scaling_dict
 from .model import LM
 from .checkpoint import load_weights, list_checkpoints, export_model, StorageError, os_error
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
@@ -55,6 +57,12 @@ def _hf_block(block: str) -> str:
                      "own format instead: longctx_export --format safetensors (model.safetensors + model_config.json, "
                      "read by `load_model`).")
 
+def _hf_rope(cfg: ModelConfig, max_position_embeddings: int) -> tuple[dict | None, int]:
+    "(a Llama config's rope_scaling, its max_position_embeddings): dynamic scales past max_position_embeddings."
+    rope = rope_scaling_dict(cfg)
+    if rope and rope['rope_type'] == 'dynamic': max_position_embeddings = rope.pop('original_max_position_embeddings')
+    return rope, max_position_embeddings
+
 def hf_config(cfg: ModelConfig,                     # our model's config
               eos_token_id: int | None = None,      # the tokenizer's end-of-text id, if it has one
               max_position_embeddings: int = 2048,  # the context length written into a Llama config
@@ -71,9 +79,10 @@ def hf_config(cfg: ModelConfig,                     # our model's config
         if cfg.qkv_bias and not cfg.bias:
             raise UsageError("model.qkv_bias=true (biases on q, k and v alone) has no Llama counterpart: Llama's "
                              "attention_bias covers q, k, v and o alike; use --format safetensors.")
+        rope, max_position_embeddings = _hf_rope(cfg, max_position_embeddings)
         return tf.LlamaConfig(intermediate_size=cfg.d_ff, num_attention_heads=cfg.n_heads,
                               num_key_value_heads=cfg.n_kv_heads or cfg.n_heads, hidden_act='silu',
-                              rms_norm_eps=cfg.rms_norm_eps,
+                              rms_norm_eps=cfg.rms_norm_eps, rope_scaling=rope,
                               rope_theta=cfg.rope_theta, attention_bias=cfg.bias, mlp_bias=cfg.bias,
                               max_position_embeddings=max_position_embeddings, **common)
     return tf.MambaConfig(state_size=cfg.d_state, conv_kernel=cfg.d_conv, expand=cfg.expand,
@@ -221,9 +230,10 @@ def _edit_json(f: Path, **kv):
     "Set keys `kv` in the JSON file `f`, if it exists."
     if f.is_file(): f.write_text(json.dumps({**json.loads(f.read_text()), **kv}, indent=2, sort_keys=True) + '\n')
 
-def _portable(d: Path, rope_theta: float | None):
+def _portable(d: Path, rope_theta: float | None, rope_scaling: dict | None = None):
     "Make the transformers folder `d` read the same in transformers 4.46+ and 5 (`rope_theta`: Llama's, or None)."
     if rope_theta is not None: _edit_json(d / 'config.json', rope_theta=rope_theta)
+    if rope_scaling: _edit_json(d / 'config.json', rope_scaling=rope_scaling)   # what both read (5 prefers it)
     _edit_json(d / 'tokenizer_config.json', tokenizer_class='PreTrainedTokenizerFast')
 
 def save_pretrained(model: LM,                            # a vanilla or mamba `LM`
@@ -248,16 +258,29 @@ def save_pretrained(model: LM,                            # a vanilla or mamba `
         with quiet_transformers():
             hf.save_pretrained(tmp)
             if tokenizer is not None: hf_tokenizer(tokenizer).save_pretrained(tmp)
-        _portable(tmp, model.cfg.rope_theta if block == 'vanilla' else None)
+        vanilla = block == 'vanilla'
+        _portable(tmp, model.cfg.rope_theta if vanilla else None,
+                  _hf_rope(model.cfg, max_position_embeddings)[0] if vanilla else None)
     return Path(out_dir).expanduser()
 
 # %% ../nbs/46_hf.ipynb #99015b8a
-def _rope(c) -> tuple[float, str]:
-    "(rope_theta, rope type) of a transformers config, old (rope_theta/rope_scaling) or new (rope_parameters) style."
+def _rope_settings(c, bad: list) -> dict:
+    "Our `rope_theta` and `rope_*` settings of transformers config `c` (old or new style); what we lack goes to `bad`."
     rp = getattr(c, 'rope_parameters', None) or {}
-    kind = rp or getattr(c, 'rope_scaling', None) or {}   # the new style, else the old rope_scaling
-    theta = rp.get('rope_theta', getattr(c, 'rope_theta', 10000.0))
-    return float(theta), kind.get('rope_type', kind.get('type', 'default')) or 'default'
+    rs = rp or getattr(c, 'rope_scaling', None) or {}   # the new style, else the old rope_scaling
+    out, t = {'rope_theta': float(rp.get('rope_theta', getattr(c, 'rope_theta', 10000.0)))}, rs.get('rope_type')
+    t = t or rs.get('type')   # the old spelling
+    if t in (None, 'default'): return out
+    if t not in ROPE_SETTINGS:
+        bad.append(f"rope scaling {t!r} (ours: {', '.join(ROPE_SETTINGS)})")
+        return out
+    rs = {'original_max_position_embeddings': c.max_position_embeddings, **rs}   # dynamic's, old yarn's default
+    ok = {'factor': rs.get('factor') is not None, 'truncate': rs.get('truncate', True),
+          'partial_rotary_factor': rs.get('partial_rotary_factor', 1.0) == 1.0,
+          'mscale_all_dim': rs.get('attention_factor') or not (rs.get('mscale') and rs.get('mscale_all_dim'))}
+    if odd := [f'{k}={rs.get(k)}' for k, good in ok.items() if not good]:
+        bad.append(f"rope scaling {t!r} with {', '.join(odd)} (not computed here)")
+    return {**out, 'rope_scaling': t, **{f'rope_{k}': rs[k] for k in ROPE_SETTINGS[t] if rs.get(k) is not None}}
 
 def model_config_from_hf(c,  # a transformers config (`LlamaConfig` or `MambaConfig`)
                         ) -> ModelConfig:
@@ -273,13 +296,11 @@ def model_config_from_hf(c,  # a transformers config (`LlamaConfig` or `MambaCon
                           "serves an equal group of query heads)")
         hd = getattr(c, 'head_dim', None) or c.hidden_size // H
         need(hd * H == c.hidden_size, f"head_dim={hd} x num_attention_heads={H} != hidden_size={c.hidden_size}")
-        theta, rope = _rope(c)
-        need(rope == 'default', f"rope scaling {rope!r} (ours: plain RoPE)")
         mlp_bias = getattr(c, 'mlp_bias', False)
         need(bool(c.attention_bias) == bool(mlp_bias),
              f"attention_bias={c.attention_bias} but mlp_bias={mlp_bias} (ours: one `bias` for both)")
         cfg = ModelConfig(block='vanilla', n_heads=H, n_kv_heads=kv if kv != H else None, d_ff=c.intermediate_size,
-                          rope_theta=theta, bias=bool(c.attention_bias), rms_norm_eps=c.rms_norm_eps, **common)
+                          bias=bool(c.attention_bias), rms_norm_eps=c.rms_norm_eps, **_rope_settings(c, bad), **common)
     elif kind == 'mamba':
         need(c.layer_norm_epsilon == 1e-5, f"layer_norm_epsilon={c.layer_norm_epsilon} (our RMSNorm uses 1e-5)")
         need(float(c.expand).is_integer(), f"expand={c.expand} (ours: an integer)")

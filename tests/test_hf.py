@@ -201,7 +201,8 @@ def test_import_refusals_name_what_differs(tmp_path, capsys):
     def reshape(d):
         sd = load_file(d / 'model.safetensors'); sd['model.layers.1.self_attn.k_proj.weight'] = torch.zeros(32, 64)
         save_file(sd, d / 'model.safetensors', metadata={'format': 'pt'})
-    cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling={'rope_type': 'linear', 'factor': 2.0})), "rope scaling 'linear'"),
+    longrope = {'rope_type': 'longrope', 'short_factor': [1.0] * 8, 'long_factor': [2.0] * 8, 'original_max_position_embeddings': 16}
+    cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling=longrope)), "rope scaling 'longrope' (ours: linear, dynamic, yarn, llama3)"),
              (folder('bias', tf.LlamaConfig(**L, attention_bias=True)), 'attention_bias=True but mlp_bias=False'),
              (folder('head_dim', tf.LlamaConfig(**L, head_dim=32)), 'head_dim=32 x num_attention_heads=4 != hidden_size=64'),
              (folder('eps', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, layer_norm_epsilon=1e-6)), 'layer_norm_epsilon=1e-06'),

@@ -9,14 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from ..flags import check_before_run
+from ..flags import check_before_run, unread_rule
 from ..kernels.attention import flex_available, flex_width_why_not, _flex_module, _flex_compiled
 from .base import Mixer, Workload, register_block, patch_to
-from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
+from .layers import ROPE_SETTINGS, RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['attention_ref', 'check_kv_heads', 'CausalSelfAttention', 'document_mask', 'document_attention',
-           'attention_saved_bytes']
+__all__ = ['ROPE_FIELDS', 'attention_ref', 'check_kv_heads', 'rope_scaling_dict', 'CausalSelfAttention', 'document_mask',
+           'document_attention', 'attention_saved_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -43,11 +43,31 @@ def check_kv_heads(n_heads: int,  # query heads
                          f"serves an equal group of query heads, so n_kv_heads divides n_heads: one of {ok} (1: "
                          f"multi-query attention, {n_heads}: one key/value head per query head).")
 
+ROPE_FIELDS = ('rope_scaling', 'rope_factor', 'rope_original_max_position_embeddings', 'rope_attention_factor',
+               'rope_beta_fast', 'rope_beta_slow', 'rope_low_freq_factor', 'rope_high_freq_factor')
+_ROPE_NEEDS = {'factor': 'how many times longer the context grows, e.g. 4',
+               'original_max_position_embeddings': 'the context the model was trained at, e.g. its data.seq_len'}
+
+def rope_scaling_dict(m,  # a `ModelConfig` (its `rope_*` settings)
+                     ) -> dict | None:  # transformers' rope_scaling; None: plain RoPE
+    "transformers' `rope_scaling` of `m`'s `rope_*` settings; a `UsageError` names what its type needs and lacks."
+    t = m.rope_scaling
+    if t == 'none': return None
+    d = {'rope_type': t, **{k: getattr(m, f'rope_{k}') for k in ROPE_SETTINGS[t]}}
+    if missing := [k for k in _ROPE_NEEDS if k in d and d[k] is None]:
+        raise UsageError(f"model.rope_scaling={t} needs " + ' and '.join(f"--model.rope_{k} ({_ROPE_NEEDS[k]})"
+                                                                          for k in missing) + '.')
+    if t == 'llama3' and d['low_freq_factor'] >= d['high_freq_factor']:
+        raise UsageError(f"model.rope_low_freq_factor={d['low_freq_factor']} must be below model.rope_high_freq_factor="
+                         f"{d['high_freq_factor']}: llama3 keeps wavelengths under L0 / high_freq_factor and slows "
+                         "those over L0 / low_freq_factor.")
+    return {k: v for k, v in d.items() if v is not None}   # attention_factor None: yarn's default
+
 @register_block
 class CausalSelfAttention(Mixer):
     "Multi-head (or grouped-query) causal self-attention with rotary embeddings: `(B, L, D) -> (B, L, D)`."
     name, aliases = 'vanilla', ('attention', 'transformer')
-    config_fields = ('d_model', 'n_heads', 'n_kv_heads', 'rope_theta', 'dropout', 'bias', 'qkv_bias')
+    config_fields = ('d_model', 'n_heads', 'n_kv_heads', 'rope_theta', *ROPE_FIELDS, 'dropout', 'bias', 'qkv_bias')
     attends = None                                     # every earlier key: 12 d_model L FLOPs per token
 
     def __init__(self, d_model: int,           # model width
@@ -57,6 +77,7 @@ class CausalSelfAttention(Mixer):
                  bias: bool = False,           # biases in the projections
                  n_kv_heads: int | None = None,  # key/value heads, dividing n_heads (None: n_heads; 1: multi-query)
                  qkv_bias: bool = False,       # biases in the q/k/v projection even without `bias` (Qwen2)
+                 rope_scaling: dict | None = None,  # transformers' rope_scaling (`rope_scaling_dict`); None: plain
                 ):
         super().__init__()
         if d_model % n_heads:
@@ -67,7 +88,15 @@ class CausalSelfAttention(Mixer):
         self.head_dim, self.dropout = d_model // n_heads, dropout
         self.qkv = nn.Linear(d_model, (n_heads + 2 * kv) * self.head_dim, bias=bias or qkv_bias)
         self.out_proj = mark_residual_proj(nn.Linear(d_model, d_model, bias=bias))
-        self.rope = RotaryEmbedding(self.head_dim, rope_theta)
+        self.rope = RotaryEmbedding(self.head_dim, rope_theta, rope_scaling)
+
+    @classmethod
+    def config_kwargs(cls, cfg,  # a `ModelConfig`
+                     ) -> dict:  # constructor keyword -> value
+        "The constructor's keywords from `cfg`: the `rope_*` settings become transformers' one `rope_scaling` dict."
+        kw = super().config_kwargs(cfg)
+        if 'rope_scaling' not in kw: return kw   # a subclass without RoPE scaling
+        return {**{k: v for k, v in kw.items() if k not in ROPE_FIELDS}, 'rope_scaling': rope_scaling_dict(cfg)}
 
     def qkv_rotated(self,
                     x: torch.Tensor,  # (B, L, d_model)
@@ -81,8 +110,18 @@ class CausalSelfAttention(Mixer):
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
 @check_before_run
-def _kv_heads_check(cfg):
-    if cfg.model.block == 'vanilla': check_kv_heads(cfg.model.n_heads, cfg.model.n_kv_heads or cfg.model.n_heads)
+def _attention_check(cfg):
+    if cfg.model.block != 'vanilla': return
+    check_kv_heads(cfg.model.n_heads, cfg.model.n_kv_heads or cfg.model.n_heads)
+    rope_scaling_dict(cfg.model)
+
+@unread_rule
+def _unread_rope(cfg, key: str) -> str | None:
+    "A `rope_*` scaling setting that the `rope_scaling` type chosen does not read."
+    t, name = cfg.model.rope_scaling, key.removeprefix('model.')
+    if cfg.model.block != 'vanilla' or name not in ROPE_FIELDS[1:] or name[5:] in ROPE_SETTINGS.get(t, ()): return None
+    reads = ', '.join(f'rope_{k}' for k in ROPE_SETTINGS.get(t, ()))
+    return f"model.rope_scaling={t!r} reads " + (reads or 'none of the rope scaling settings (plain RoPE)')
 
 # %% ../../nbs/22_vanilla.ipynb #9dc07a7a
 @patch_to(CausalSelfAttention)
