@@ -245,6 +245,29 @@ def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindi
     assert tf.AutoTokenizer.from_pretrained(tmp_path / 'back').eos_token == '</s>'
     assert json.loads((tmp_path / 'back' / 'config.json').read_text())['eos_token_id'] == t.token_to_id('</s>')
 
+@pytest.mark.parametrize('family', ['llama3', 'qwen2'])
+def test_init_from_llama3_and_qwen2_and_back(family, runs, tmp_path, bindir):
+    "--init_from a Llama 3.x-shaped folder (grouped-query, llama3 RoPE scaling, rms_norm_eps=1e-6) or a Qwen2 (q/k/v biases): trained, exported back, equal logits."
+    size = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                rms_norm_eps=1e-6, max_position_embeddings=64)
+    rope = dict(rope_type='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8)
+    c = tf.LlamaConfig(**size, rope_theta=500000.0, rope_scaling=rope) if family == 'llama3' else tf.Qwen2Config(**size)
+    hf = tf.AutoModelForCausalLM.from_config(c)
+    with torch.no_grad():
+        for q in hf.parameters(): q.add_(torch.randn_like(q) * 0.05)   # the q/k/v biases too
+    hf.save_pretrained(tmp_path / family); hf_tokenizer(ByteTokenizer()).save_pretrained(tmp_path / family)
+    p = train_init_from(tmp_path / family, 1, runs, tmp_path, bindir)
+    assert p.returncode == 0, p.stderr
+    assert f"checked: the imported model's logits equal {type(hf).__name__}'s" in p.stdout, p.stdout
+    run = next((tmp_path / 'runs').iterdir())
+    trained = load_model(run)
+    assert (trained.cfg.n_kv_heads, trained.cfg.rms_norm_eps, trained.cfg.qkv_bias) == (2, 1e-6, family == 'qwen2')
+    assert trained.cfg.rope_scaling == ('llama3' if family == 'llama3' else 'none')
+    assert export(run, tmp_path / 'back') == 0
+    back = tf.AutoModelForCausalLM.from_pretrained(tmp_path / 'back')
+    assert type(back) is type(hf) and logit_gap(trained, back) < 1e-5
+    if family == 'llama3': assert {k: back.config.rope_scaling[k] for k in rope} == rope
+
 def test_export_refuses_what_the_run_or_format_does_not_read(runs, tmp_path, capsys):
     "A tokenizer that is not the run's, --max_position_embeddings where no config holds it, --no_check where nothing is checked: exit 2, nothing written."
     from longctx_nb.data import BPETokenizer
