@@ -11,7 +11,7 @@ from .core import UsageError
 from .config import Config, ModelConfig, apply_overrides
 from .blocks.base import canonical_block
 from .blocks.layers import ROPE_SETTINGS
-from .blocks.vanilla import rope_scaling_dict
+from .blocks.vanilla import qkv_rows, rope_scaling_dict
 from .model import LM
 from .checkpoint import load_weights, list_checkpoints, export_model, StorageError, os_error
 from .data import EOT, ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
@@ -115,18 +115,13 @@ def _hf_keys(block: str, k: str) -> list[str]:
     i, kind = k.split('.')[1], k.rsplit('.', 1)[1]
     return [f'model.layers.{i}.self_attn.{p}_proj.{kind}' for p in 'qkv']
 
-def _qkv_rows(cfg: ModelConfig) -> list[int]:
-    "The rows of q_proj, k_proj and v_proj in our fused `qkv`."
-    kv = cfg.d_model // cfg.n_heads * (cfg.n_kv_heads or cfg.n_heads)
-    return [cfg.d_model, kv, kv]
-
 def hf_state_dict(model: LM,  # a vanilla or mamba `LM`
                  ) -> dict:   # transformers key -> tensor
     "A vanilla or mamba `model`'s weights under transformers' names, the fused `qkv` split into q, k and v."
     block, out = _hf_block(model.cfg.block), {}
     for k, v in model.state_dict().items():   # qkv's rows [q; k; v], each in the order q_proj wants: no permutation
         ks = _hf_keys(block, k)
-        out.update(zip(ks, v.split(_qkv_rows(model.cfg)) if len(ks) == 3 else [v]))
+        out.update(zip(ks, v.split(qkv_rows(model.cfg)) if len(ks) == 3 else [v]))
     return out
 
 def to_hf(model: LM,                            # a vanilla or mamba `LM`
@@ -356,7 +351,7 @@ def state_dict_from_hf(sd: dict,          # transformers key -> tensor
     for k, w in want.items():
         ks = _hf_keys(block, k)   # q, k and v are our fused rows, in that order
         if ks[0] not in sd and k == 'head.weight' and cfg.tie_embeddings: ks = [hf_name(block, 'embed.weight')]
-        rows = _qkv_rows(cfg) if len(ks) == 3 else [w.shape[0]]
+        rows = qkv_rows(cfg) if len(ks) == 3 else [w.shape[0]]
         parts = [take(n, (r, *w.shape[1:])) for n, r in zip(ks, rows)]
         if all(t is not None for t in parts): out[k] = torch.cat(parts) if len(parts) > 1 else parts[0]
     if bad: raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}"
@@ -519,7 +514,8 @@ def init_data(cfg: Config,   # the new run's config
     if context and d.seq_len > context[0]:
         say(f"init_from: data.seq_len={d.seq_len} is longer than the {context[0]} tokens {context[1]}: the run trains "
             "past the context the weights were made for"
-            + (" (RoPE as it is, no rope scaling)" if cfg.model.block == 'vanilla' else ''))
+            + (" (RoPE as it is, no rope scaling)" if (cfg.model.block, cfg.model.rope_scaling) == ('vanilla', 'none')
+               else ''))
     if d.dataset_name == 'synthetic': return {}
     if tok is None:
         say(f"note: {src} comes with no tokenizer: the training ids come from data.tokenizer={d.tokenizer!r}; they "
@@ -560,7 +556,12 @@ def init_from(path,                       # a Llama/Qwen2/Mamba folder, our expo
         model, run_cfg = load_source(p); tok = run_tokenizer(run_cfg, p) if run_cfg is not None else None
         context = (run_cfg.data.seq_len, 'it was trained at') if run_cfg is not None else None
     m = model.cfg
-    rope = ('rope_scaling', *(f'rope_{k}' for k in ROPE_SETTINGS.get(m.rope_scaling, ())))   # those its type reads
+    mine = cfg is not None and cfg.model.rope_scaling != 'none'   # the run stretches the context: its own rope_*
+    if mine and m.rope_scaling not in ('none', cfg.model.rope_scaling):
+        raise UsageError(f"{path} already scales RoPE (rope_scaling={m.rope_scaling}): another scaling on top of it "
+                         f"has no transformers counterpart; give --model.rope_scaling={m.rope_scaling} with its "
+                         "settings, or leave --model.rope_scaling out to keep the source's.")
+    rope = () if mine else ('rope_scaling', *(f'rope_{k}' for k in ROPE_SETTINGS.get(m.rope_scaling, ())))
     names = _SIZES + (('n_kv_heads', 'qkv_bias', *rope) if m.block == 'vanilla' else ())
     ov = {f'model.{k}': getattr(m, k) for k in names if k != 'n_heads' or m.block != 'mamba'}
     if isinstance(tok, ByteTokenizer): ov['data.tokenizer'] = 'byte'

@@ -15,8 +15,8 @@ from .base import Mixer, Workload, register_block, patch_to
 from .layers import ROPE_SETTINGS, RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['ROPE_FIELDS', 'attention_ref', 'check_kv_heads', 'rope_scaling_dict', 'CausalSelfAttention', 'document_mask',
-           'document_attention', 'attention_saved_bytes']
+__all__ = ['ROPE_FIELDS', 'attention_ref', 'check_kv_heads', 'rope_scaling_dict', 'CausalSelfAttention', 'qkv_rows',
+           'document_mask', 'document_attention', 'attention_saved_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -108,6 +108,12 @@ class CausalSelfAttention(Mixer):
         q, k, v = self.qkv(x).view(B, L, H + 2 * kv, Dh).transpose(1, 2).split([H, kv, kv], dim=1)
         cos, sin = self.rope(L, x.device)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+def qkv_rows(cfg,  # a `ModelConfig`
+            ) -> list[int]:  # [q rows, k rows, v rows]
+    "How the rows of vanilla's fused `qkv` split into queries, keys and values (transformers' q_proj, k_proj, v_proj)."
+    kv = cfg.d_model // cfg.n_heads * (cfg.n_kv_heads or cfg.n_heads)
+    return [cfg.d_model, kv, kv]
 
 @check_before_run
 def _attention_check(cfg):
