@@ -282,13 +282,14 @@ def model_config_from_hf(c,  # a transformers config (`LlamaConfig` or `MambaCon
     common = dict(vocab_size=c.vocab_size, d_model=c.hidden_size, n_layers=c.num_hidden_layers,
                   tie_embeddings=bool(getattr(c, 'tie_word_embeddings', True)))
     need(getattr(c, 'hidden_act', 'silu') == 'silu', f"hidden_act={getattr(c, 'hidden_act', None)!r} (ours: 'silu')")
-    if kind in ('llama', 'qwen2'):   # Qwen2: Llama's layers with biases on q, k and v alone
+    if kind in ('llama', 'mistral', 'qwen2'):   # Llama's layers; Qwen2's with biases on q, k and v alone
         H, kv = c.num_attention_heads, getattr(c, 'num_key_value_heads', None) or c.num_attention_heads
         need(H % kv == 0, f"num_key_value_heads={kv} does not divide num_attention_heads={H} (each key/value head "
                           "serves an equal group of query heads)")
         hd = getattr(c, 'head_dim', None) or c.hidden_size // H
         need(hd * H == c.hidden_size, f"head_dim={hd} x num_attention_heads={H} != hidden_size={c.hidden_size}")
-        need(not getattr(c, 'use_sliding_window', False), f"use_sliding_window=True (ours: full attention)")
+        window = c.sliding_window if kind == 'mistral' or getattr(c, 'use_sliding_window', False) else None
+        need(window is None, f"sliding_window={window} (ours: full attention; the windowed blocks have no GQA)")
         bias, mlp_bias = getattr(c, 'attention_bias', False), getattr(c, 'mlp_bias', False)
         need(bool(bias) == bool(mlp_bias), f"attention_bias={bias} but mlp_bias={mlp_bias} (ours: one `bias` for both)")
         cfg = ModelConfig(block='vanilla', n_heads=H, n_kv_heads=kv if kv != H else None, d_ff=c.intermediate_size,
@@ -302,8 +303,8 @@ def model_config_from_hf(c,  # a transformers config (`LlamaConfig` or `MambaCon
                           dt_min=c.time_step_min, dt_max=c.time_step_max, dt_init_floor=c.time_step_floor, **common)
     else:
         arch = ', '.join(getattr(c, 'architectures', None) or []) or kind
-        raise UsageError(f"transformers model type {kind!r} ({arch}) has no block here: only llama and qwen2 (our "
-                         "'vanilla') and mamba (our 'mamba') can be imported.")
+        raise UsageError(f"transformers model type {kind!r} ({arch}) has no block here: only llama, mistral and "
+                         "qwen2 (our 'vanilla') and mamba (our 'mamba') can be imported.")
     if bad:
         raise UsageError(f"this {kind} checkpoint has settings our {cfg.block!r} block cannot represent: "
                          f"{'; '.join(bad)}.")
@@ -401,13 +402,13 @@ def hf_folder_tokenizer(path,  # a transformers checkpoint folder
 # %% ../nbs/46_hf.ipynb #33f0b90a
 _SIZE_KEYS = {'llama': ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads'),
               'mamba': ('vocab_size', 'hidden_size', 'num_hidden_layers', 'state_size')}
-_SIZE_KEYS['qwen2'] = _SIZE_KEYS['llama']
+_SIZE_KEYS.update(dict.fromkeys(('mistral', 'qwen2'), _SIZE_KEYS['llama']))
 
-def create_model_from_hf(path,                # a local transformers Llama, Qwen2 or Mamba folder
+def create_model_from_hf(path,                # a local Llama, Mistral, Qwen2 or Mamba folder
                          check: bool = True,  # compare the logits with transformers' on a sample
                          say=print,           # where the check's result and notes go (None: nowhere)
                         ) -> tuple[LM, object]:  # (our LM, its tokenizer or None)
-    "(our `LM`, its tokenizer or None) of a transformers Llama, Qwen2 or Mamba folder; `UsageError`s name what we lack."
+    "(our `LM`, its tokenizer or None) of a Llama, Mistral, Qwen2 or Mamba folder; `UsageError`s name what we lack."
     p = Path(path).expanduser()
     raw, why = _config_json(p)
     if raw is None: raise UsageError(f"{str(p)!r} is not a transformers checkpoint folder: {why}.")
@@ -542,7 +543,7 @@ def init_data(cfg: Config,   # the new run's config
 _SIZES = ('block', 'vocab_size', 'd_model', 'n_layers', 'n_heads', 'd_ff', 'rope_theta', 'bias', 'tie_embeddings',
           'd_state', 'd_conv', 'expand', 'dt_rank', 'conv_bias', 'rms_norm_eps')
 
-def init_from(path,                       # a Llama/Qwen2/Mamba folder, our export, a checkpoint or a run
+def init_from(path,                       # a Llama/Mistral/Qwen2/Mamba folder, our export, a checkpoint or a run
               cfg: Config | None = None,  # the new run's config: also give the data overrides it needs (`init_data`)
               say=print,                  # where the checks' results and notes go
              ) -> tuple[dict, dict, object]:  # (dotted overrides, state_dict, tokenizer or None)
@@ -550,7 +551,7 @@ def init_from(path,                       # a Llama/Qwen2/Mamba folder, our expo
     p = Path(path).expanduser()
     if (raw := _config_json(p)[0]) is not None:
         model, tok = create_model_from_hf(p, say=say)
-        n = raw.get('max_position_embeddings') if raw.get('model_type') in ('llama', 'qwen2') else None
+        n = raw.get('max_position_embeddings') if raw.get('model_type') in ('llama', 'mistral', 'qwen2') else None
         context = (n, 'its config.json allows (max_position_embeddings)') if n else None
     else:
         model, run_cfg = load_source(p); tok = run_tokenizer(run_cfg, p) if run_cfg is not None else None
@@ -575,7 +576,7 @@ def export_parser():
                        'AutoModelForCausalLM and AutoTokenizer load (--format hf: vanilla as Llama or Qwen2, mamba as '
                        'Mamba), or in our own format (--format safetensors: model.safetensors + model_config.json, '
                        'any block). '
-                       'SOURCE may also be a transformers Llama, Qwen2 or Mamba folder, imported into our format.', [
+                       'SOURCE may also be a Llama, Mistral, Qwen2 or Mamba folder, imported into our format.', [
         arg('source', metavar='SOURCE',
             help='a checkpoint .pt, a run directory, our exported folder, or a transformers folder'),
         arg('out_dir', metavar='OUT_DIR', help='the folder to write (must be new or empty unless --overwrite)'),
