@@ -12,9 +12,9 @@ from .core import UsageError, parse_precision, PRECISIONS as _PRECISION_SPELLING
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'settings_table', 'ModelConfig', 'DataConfig',
-           'TrainerConfig', 'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
-           'set_twice', 'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate']
+           'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'ModelConfig', 'DataConfig', 'TrainerConfig',
+           'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice',
+           'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -94,25 +94,6 @@ TRAINING_PRESETS: dict[str, dict] = {
                  'trainer.log_every_n_steps': 10},
 }
 
-# %% ../nbs/01_config.ipynb #eb7da988
-def _bounds(m: dict) -> str:
-    "A field's valid values, from `opt`'s metadata: its choices or its range."
-    if (c := m.get('choices')) and (c := c() if callable(c) else c): return ', '.join(f'`{x}`' for x in c)
-    lo = f"> {m['gt']}" if m.get('gt') is not None else f">= {m['ge']}" if m.get('ge') is not None else ''
-    hi = f"< {m['lt']}" if m.get('lt') is not None else f"<= {m['le']}" if m.get('le') is not None else ''
-    return ' and '.join(x for x in (lo, hi) if x)
-
-def settings_table(cls,  # a settings dataclass whose fields were made with `opt`
-                  ) -> str:  # markdown
-    "The settings of `cls` as a markdown table: name, type, default, what it does, valid values."
-    rows = ['| setting | type | default | what it does | valid values |', '|---|---|---|---|---|']
-    for f in fields(cls):
-        if 'help' not in f.metadata: continue
-        t = str(f.type).replace('|', 'or')
-        help = f.metadata['help'].replace('|', '/')
-        rows.append(f"| `{f.name}` | {t} | `{f.default!r}` | {help} | {_bounds(f.metadata)} |")
-    return '\n'.join(rows)
-
 # %% ../nbs/01_config.ipynb #f0901433
 @dataclass
 class _SizeSettings:
@@ -128,6 +109,7 @@ class _SizeSettings:
     rope_theta: float = opt(10000.0, 'RoPE base frequency', gt=0)
     dropout: float = opt(0.0, 'dropout probability', ge=0, lt=1)
     bias: bool = opt(False, 'biases in linear layers')
+    rms_norm_eps: float = opt(1e-5, 'epsilon of the RMSNorms (Llama 3 and Qwen2 use 1e-6)', gt=0)
     tie_embeddings: bool = opt(True, 'share the input embedding and the output head')
     init_std: float = opt(0.02, 'std of the normal init of linear and embedding weights', gt=0)
 
@@ -145,6 +127,22 @@ class _MambaSettings:
     conv_bias: bool = opt(True, 'bias in the causal conv (mamba)')
     scan_impl: str = opt('auto', 'selective-scan implementation', choices=['auto', 'ref', 'torch', 'cuda', 'cpu'])
     conv_impl: str = opt('auto', 'causal-conv1d implementation', choices=['auto', 'ref', 'cuda', 'cpu'])
+
+# %% ../nbs/01_config.ipynb #5e0c2f7a
+@dataclass
+class _AttentionSettings:
+    "Vanilla attention as the pretrained models people start from have it (read by the vanilla block)."
+    n_kv_heads: int | None = opt(None, 'key/value heads, dividing n_heads (default: n_heads; 1: multi-query)', gt=0)
+    qkv_bias: bool = opt(False, 'biases in the q/k/v projection even without model.bias (Qwen2 has them)')
+    rope_scaling: str = opt('none', "RoPE scaling as transformers' rope_scaling names it",
+                            choices=['none', 'linear', 'dynamic', 'yarn', 'llama3'])
+    rope_factor: float | None = opt(None, 'rope_scaling: how many times longer the context grows', ge=1)
+    rope_original_max_position_embeddings: int | None = opt(None, 'rope_scaling: the context trained at', gt=0)
+    rope_attention_factor: float | None = opt(None, 'yarn: factor on cos and sin (default: 0.1 ln factor + 1)', gt=0)
+    rope_beta_fast: float = opt(32.0, 'yarn: rotations in the trained context above which a frequency is kept', gt=0)
+    rope_beta_slow: float = opt(1.0, 'yarn: rotations in the trained context below which it is interpolated', gt=0)
+    rope_low_freq_factor: float = opt(1.0, 'llama3: wavelengths over the trained context / this are interpolated', gt=0)
+    rope_high_freq_factor: float = opt(4.0, 'llama3: wavelengths under the trained context / this are kept', gt=0)
 
 # %% ../nbs/01_config.ipynb #a2f912fb
 @dataclass
@@ -164,8 +162,8 @@ class _SparseSettings:
 _SIZES = ('d_model', 'n_layers', 'n_heads', 'd_ff')   # what a size preset fills in when not given
 
 @dataclass
-class ModelConfig(_SparseSettings, _MambaSettings, _SizeSettings):
-    "The network: which mixing block, how big, and the block's own settings (the three groups above, in that order)."
+class ModelConfig(_SparseSettings, _AttentionSettings, _MambaSettings, _SizeSettings):
+    "The network: which mixing block, how big, and the block's own settings (the groups above, in order)."
     gradient_checkpointing: bool = opt(False, 'recompute each block\'s activations in backward to save memory')
     compile: bool = opt(False, 'torch.compile the model')
     num_params: InitVar[str | None] = None  # the former name of `size`, still accepted (old config files, checkpoints)

@@ -5,6 +5,7 @@
 # %% ../nbs/02_flags.ipynb #04433236
 from __future__ import annotations
 import argparse, copy, dataclasses, difflib, importlib, itertools, inspect, io, json, os, shutil, sys, tokenize, typing
+from dataclasses import fields
 from pathlib import Path
 import longctx_nb
 from .core import UsageError, TrainingError
@@ -16,8 +17,9 @@ from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_ov
 __all__ = ['MAMBA_GUIDE_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'MAMBA_GUIDE', 'GPU_NATIVE', 'flatten_sections',
            'read_config_file', 'guide_keys', 'build_config', 'config_settings', 'load_config', 'setting_sources',
            'unread_rule', 'check_read', 'check_before_run', 'run_checks', 'HelpFormatter', 'Parser', 'arg', 'add_args',
-           'arg_comments', 'args_from', 'field_help', 'option_specs', 'key_type', 'key_meta', 'setting_help',
-           'alias_style', 'add_settings', 'make_parser', 'explicit_keys', 'parse_config', 'setting_overrides', 'main']
+           'arg_comments', 'args_from', 'settings_table', 'field_help', 'option_specs', 'key_type', 'key_meta',
+           'setting_help', 'alias_style', 'add_settings', 'make_parser', 'explicit_keys', 'parse_config',
+           'setting_overrides', 'main']
 
 # %% ../nbs/02_flags.ipynb #1548a524
 def flatten_sections(d: dict,           # {section: {key: value}} or top-level scalars
@@ -418,6 +420,25 @@ def args_from(fn,                          # the function
                        default=d, nargs='+' if many else None, type=_reader(one),
                        metavar=_METAVARS.get(type(one), 'VALUE')))
     return out
+
+# %% ../nbs/02_flags.ipynb #eb7da988
+def _bounds(m: dict) -> str:
+    "A field's valid values, from `opt`'s metadata: its choices or its range."
+    if (c := m.get('choices')) and (c := c() if callable(c) else c): return ', '.join(f'`{x}`' for x in c)
+    lo = f"> {m['gt']}" if m.get('gt') is not None else f">= {m['ge']}" if m.get('ge') is not None else ''
+    hi = f"< {m['lt']}" if m.get('lt') is not None else f"<= {m['le']}" if m.get('le') is not None else ''
+    return ' and '.join(x for x in (lo, hi) if x)
+
+def settings_table(cls,  # a settings dataclass whose fields were made with `opt`
+                  ) -> str:  # markdown
+    "The settings of `cls` as a markdown table: name, type, default, what it does, valid values."
+    rows = ['| setting | type | default | what it does | valid values |', '|---|---|---|---|---|']
+    for f in fields(cls):
+        if 'help' not in f.metadata: continue
+        t = str(f.type).replace('|', 'or')
+        help = f.metadata['help'].replace('|', '/')
+        rows.append(f"| `{f.name}` | {t} | `{f.default!r}` | {help} | {_bounds(f.metadata)} |")
+    return '\n'.join(rows)
 
 # %% ../nbs/02_flags.ipynb #313f08b6
 def field_help(key: str,  # canonical dotted key

@@ -21,7 +21,7 @@ __all__ = ['DOC_MASK_WHY_NOT', 'LM', 'supports_doc_mask', 'check_doc_mask', 'cre
            'flops_per_token', 'dense_settings', 'can_stream', 'prefill', 'step', 'generate']
 
 # %% ../nbs/30_model.ipynb #1a6e8dac
-_LM_FIELDS = {'d_model', 'dropout', 'bias'}   # read by the backbone around every mixer too
+_LM_FIELDS = {'d_model', 'dropout', 'bias', 'rms_norm_eps'}   # read by the backbone around every mixer too
 
 def _readers(field: str) -> list[str] | None:
     "The blocks that read `ModelConfig` field `field` (d_ff: those with an MLP); None: every block, or the backbone."
@@ -44,8 +44,8 @@ class LM(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         d_ff = cfg.d_ff if mixer_cls.uses_mlp else 0  # e.g. Mamba layers stand in for attention and MLP
         self.blocks = nn.ModuleList(Block(mixer_cls.from_config(cfg, i), cfg.d_model, d_ff, dropout=cfg.dropout,
-                                          bias=cfg.bias) for i in range(cfg.n_layers))
-        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+                                          bias=cfg.bias, norm_eps=cfg.rms_norm_eps) for i in range(cfg.n_layers))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.rms_norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.init_weights()
 

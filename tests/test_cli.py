@@ -204,6 +204,14 @@ BAD = {  # args -> a phrase the error must contain
                              "trainer.max_steps out."),
     'warmup_fraction_unread': (['--warmup_iters', '10', '--trainer.warmup_fraction=0.5'], "trainer.warmup_fraction is not "
                                "read by this run: trainer.warmup_steps=10 sets the warmup; leave trainer.warmup_fraction out."),
+    'kv_heads_not_dividing': (['--model.n_kv_heads=3'], 'so n_kv_heads divides n_heads: one of 1, 2, 4'),
+    'kv_heads_unread': (['--model.block=mamba', '--model.n_kv_heads=2'], 'model.n_kv_heads is read only by the blocks vanilla'),
+    'rope_without_factor': (['--model.rope_scaling=yarn'], 'model.rope_scaling=yarn needs --model.rope_factor (how many '
+                            'times longer the context grows, e.g. 4) and --model.rope_original_max_position_embeddings'),
+    'rope_setting_unread': (['--model.rope_scaling=linear', '--model.rope_factor=2', '--model.rope_beta_fast=8'],
+                            "model.rope_beta_fast is not read by this run: model.rope_scaling='linear' reads rope_factor"),
+    'rope_unknown_type': (['--model.rope_scaling=longrope'], 'valid choices: none, linear, dynamic, yarn, llama3'),
+    'norm_eps_zero': (['--model.rms_norm_eps=0'], "model.rms_norm_eps='0' is not valid: must be > 0"),
 }
 
 @pytest.mark.parametrize('case', list(BAD))

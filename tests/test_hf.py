@@ -68,7 +68,7 @@ def test_refusals_exit_2_and_write_nothing(runs, tmp_path, capsys):
     assert export(runs['vanilla'], tmp_path / 'hf') == 0
     cfg = json.loads((tmp_path / 'hf' / 'config.json').read_text())
     for name, change, says in [('c', {'intermediate_size': 80}, 'model.layers.0.mlp.gate_proj.weight has shape (96, 64), the config gives (80, 64)'),
-                               ('d', {'num_key_value_heads': 2}, 'num_key_value_heads=2'),
+                               ('d', {'num_key_value_heads': 3}, 'num_key_value_heads=3 does not divide'),
                                ('e', {'hidden_act': 'gelu'}, "hidden_act='gelu'"),
                                ('f', {'model_type': 'gpt2', 'architectures': ['GPT2LMHeadModel']}, "model type 'gpt2'")]:
         src = tmp_path / f'src_{name}'; src.mkdir()
@@ -201,10 +201,11 @@ def test_import_refusals_name_what_differs(tmp_path, capsys):
     def reshape(d):
         sd = load_file(d / 'model.safetensors'); sd['model.layers.1.self_attn.k_proj.weight'] = torch.zeros(32, 64)
         save_file(sd, d / 'model.safetensors', metadata={'format': 'pt'})
-    cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling={'rope_type': 'linear', 'factor': 2.0})), "rope scaling 'linear'"),
+    longrope = {'rope_type': 'longrope', 'short_factor': [1.0] * 8, 'long_factor': [2.0] * 8, 'original_max_position_embeddings': 16}
+    cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling=longrope)), "rope scaling 'longrope' (ours: linear, dynamic, yarn, llama3)"),
              (folder('bias', tf.LlamaConfig(**L, attention_bias=True)), 'attention_bias=True but mlp_bias=False'),
              (folder('head_dim', tf.LlamaConfig(**L, head_dim=32)), 'head_dim=32 x num_attention_heads=4 != hidden_size=64'),
-             (folder('eps', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, layer_norm_epsilon=1e-6)), 'layer_norm_epsilon=1e-06'),
+             (folder('expand', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, expand=1.5)), 'expand=1.5 (ours: an integer)'),
              (folder('gpt2', tf.GPT2Config(vocab_size=256, n_embd=32, n_layer=1, n_head=2)), "model type 'gpt2'"),
              (folder('shape', edit=reshape), 'model.layers.1.self_attn.k_proj.weight has shape (32, 64), the config gives (64, 64)'),
              (folder('sizes', edit=lambda d: (d / 'config.json').write_text('{"model_type": "llama"}')), 'config.json does not set vocab_size'),
@@ -220,6 +221,9 @@ def test_import_refusals_name_what_differs(tmp_path, capsys):
         err = capsys.readouterr().err
         assert says in err and 'Traceback' not in err, (src, err)
         assert not (tmp_path / f'out{i}').exists()
+    eps = folder('eps', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, layer_norm_epsilon=1e-6))
+    assert export('--format', 'safetensors', eps, tmp_path / 'eps_out') == 0   # its norms' epsilon is our rms_norm_eps
+    assert json.loads((tmp_path / 'eps_out' / 'model_config.json').read_text())['rms_norm_eps'] == 1e-6
 
 def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindir):
     "--init_from a Llama whose tokenizer ends documents with </s>: the text is tokenized with it, and a seq_len past max_position_embeddings is said."
@@ -243,6 +247,29 @@ def test_init_from_llama_tokenizes_text_with_its_tokenizer(runs, tmp_path, bindi
     assert export(next((tmp_path / 'runs').iterdir()), tmp_path / 'back') == 0   # the run's export ends text with </s> again
     assert tf.AutoTokenizer.from_pretrained(tmp_path / 'back').eos_token == '</s>'
     assert json.loads((tmp_path / 'back' / 'config.json').read_text())['eos_token_id'] == t.token_to_id('</s>')
+
+@pytest.mark.parametrize('family', ['llama3', 'qwen2'])
+def test_init_from_llama3_and_qwen2_and_back(family, runs, tmp_path, bindir):
+    "--init_from a Llama 3.x-shaped folder (grouped-query, llama3 RoPE scaling, rms_norm_eps=1e-6) or a Qwen2 (q/k/v biases): trained, exported back, equal logits."
+    size = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                rms_norm_eps=1e-6, max_position_embeddings=64)
+    rope = dict(rope_type='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8)
+    c = tf.LlamaConfig(**size, rope_theta=500000.0, rope_scaling=rope) if family == 'llama3' else tf.Qwen2Config(**size)
+    hf = tf.AutoModelForCausalLM.from_config(c)
+    with torch.no_grad():
+        for q in hf.parameters(): q.add_(torch.randn_like(q) * 0.05)   # the q/k/v biases too
+    hf.save_pretrained(tmp_path / family); hf_tokenizer(ByteTokenizer()).save_pretrained(tmp_path / family)
+    p = train_init_from(tmp_path / family, 1, runs, tmp_path, bindir)
+    assert p.returncode == 0, p.stderr
+    assert f"checked: the imported model's logits equal {type(hf).__name__}'s" in p.stdout, p.stdout
+    run = next((tmp_path / 'runs').iterdir())
+    trained = load_model(run)
+    assert (trained.cfg.n_kv_heads, trained.cfg.rms_norm_eps, trained.cfg.qkv_bias) == (2, 1e-6, family == 'qwen2')
+    assert trained.cfg.rope_scaling == ('llama3' if family == 'llama3' else 'none')
+    assert export(run, tmp_path / 'back') == 0
+    back = tf.AutoModelForCausalLM.from_pretrained(tmp_path / 'back')
+    assert type(back) is type(hf) and logit_gap(trained, back) < 1e-5
+    if family == 'llama3': assert {k: back.config.rope_scaling[k] for k in rope} == rope
 
 def test_export_refuses_what_the_run_or_format_does_not_read(runs, tmp_path, capsys):
     "A tokenizer that is not the run's, --max_position_embeddings where no config holds it, --no_check where nothing is checked: exit 2, nothing written."

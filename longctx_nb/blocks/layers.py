@@ -4,13 +4,56 @@
 
 # %% ../../nbs/21_layers.ipynb #bedb1275
 from __future__ import annotations
+import math
 import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
 
 # %% auto #0
-__all__ = ['RESIDUAL_PROJ', 'RotaryEmbedding', 'apply_rotary', 'mark_residual_proj', 'MLP', 'Block']
+__all__ = ['ROPE_SETTINGS', 'RESIDUAL_PROJ', 'rope_frequencies', 'RotaryEmbedding', 'apply_rotary', 'mark_residual_proj', 'MLP',
+           'Block']
+
+# %% ../../nbs/21_layers.ipynb #5a7d2c90
+ROPE_SETTINGS = {   # transformers' rope_type -> the rope_scaling keys it reads, besides its `rope_type`
+    'linear': ('factor',), 'dynamic': ('factor', 'original_max_position_embeddings'),
+    'yarn': ('factor', 'original_max_position_embeddings', 'attention_factor', 'beta_fast', 'beta_slow'),
+    'llama3': ('factor', 'original_max_position_embeddings', 'low_freq_factor', 'high_freq_factor')}
+
+def rope_frequencies(head_dim: int,                # size of each head, even
+                     theta: float = 10000.0,       # base frequency
+                     scaling: dict | None = None,  # transformers' rope_scaling: rope_type, factor, the type's own keys
+                     seq_len: int | None = None,   # the sequence's length (dynamic scaling's base grows past L0)
+                     device=None,                  # where the frequencies go
+                    ) -> tuple[torch.Tensor, float]:  # (inverse frequencies, fp32 (head_dim/2,); factor on cos, sin)
+    "RoPE's inverse frequencies and the factor on cos and sin, as transformers' `ROPE_INIT_FUNCTIONS` compute them."
+    s, Dh = scaling or {}, head_dim
+    kind, f, L0 = s.get('rope_type', 'default'), s.get('factor'), s.get('original_max_position_embeddings')
+    if kind not in ('default', *ROPE_SETTINGS):
+        raise UsageError(f"rope_type={kind!r} is not computed here; choices: {', '.join(ROPE_SETTINGS)}.")
+    exps = torch.arange(0, Dh, 2, dtype=torch.int64, device=device).float() / Dh
+    if kind == 'dynamic' and seq_len is not None and seq_len > L0:   # NTK-aware: a larger base past L0, computed
+        n = torch.tensor(seq_len, device=device)                    # in fp32 tensors as transformers does at run time
+        theta = theta * ((f * n / L0) - (f - 1)) ** (Dh / (Dh - 2))
+    base = theta ** exps
+    inv = 1.0 / base
+    if kind in ('default', 'dynamic'): return inv, 1.0
+    if kind == 'linear': return inv / f, 1.0                           # position interpolation: positions / f
+    if kind == 'llama3':   # wavelengths under L0/high kept, over L0/low divided by f, a smooth blend between
+        lo, hi = s['low_freq_factor'], s['high_freq_factor']
+        wavelen = 2 * math.pi / inv
+        smooth = (L0 / wavelen - lo) / (hi - lo)
+        mid = (1 - smooth) * inv / f + smooth * inv
+        return torch.where(wavelen > L0 / lo, inv / f, torch.where(wavelen < L0 / hi, inv, mid)), 1.0
+    # yarn: frequencies turning more than beta_fast times in L0 are kept, fewer than beta_slow interpolated, a ramp
+    att = s.get('attention_factor')
+    if att is None: att = 0.1 * math.log(f) + 1.0 if f > 1 else 1.0
+    dim_of = lambda turns: Dh * math.log(L0 / (turns * 2 * math.pi)) / (2 * math.log(theta))   # the dim turning so
+    lo = max(math.floor(dim_of(s.get('beta_fast') or 32)), 0)
+    hi = min(math.ceil(dim_of(s.get('beta_slow') or 1)), Dh - 1)
+    ramp = ((torch.arange(Dh // 2, dtype=torch.float32) - lo) / ((hi + 0.001 if lo == hi else hi) - lo)).clamp(0, 1)
+    keep = 1 - ramp.to(device)
+    return 1.0 / (f * base) * (1 - keep) + inv * keep, att
 
 # %% ../../nbs/21_layers.ipynb #c10625a7
 class RotaryEmbedding(nn.Module):
@@ -18,32 +61,38 @@ class RotaryEmbedding(nn.Module):
     def __init__(self,
                  head_dim: int,  # size of each head, even
                  theta: float = 10000.0,  # base frequency
+                 scaling: dict | None = None,  # transformers' rope_scaling (`rope_frequencies`); None: plain RoPE
                 ):
         super().__init__()
         if head_dim % 2: raise UsageError(f"rotary embeddings need an even head size, got head_dim={head_dim}.")
-        self.head_dim, self.theta = head_dim, float(theta)
+        self.head_dim, self.theta, self.scaling, self._length = head_dim, float(theta), scaling, None
         for n in ('cos_cached', 'sin_cached'): self.register_buffer(n, torch.empty(0, head_dim), persistent=False)
 
-    def angles(self, pos: torch.Tensor,                    # (n,) positions
+    def angles(self, pos: torch.Tensor,     # (n,) positions
+               seq_len: int | None = None,  # the sequence's length, for dynamic scaling (None: within the trained one)
               ) -> tuple[torch.Tensor, torch.Tensor]:  # (cos, sin), each fp32 (n, head_dim)
         "`(cos, sin)` at positions `pos`, computed without the tables (a streaming step needs one far position)."
-        Dh = self.head_dim
-        inv_freq = self.theta ** (-torch.arange(0, Dh, 2, device=pos.device, dtype=torch.float32) / Dh)
+        inv_freq, att = rope_frequencies(self.head_dim, self.theta, self.scaling, seq_len, pos.device)
         ang = torch.outer(pos.float(), inv_freq)                                           # (n, Dh/2)
         ang = torch.cat([ang, ang], dim=-1)                                                # rotate-half layout
-        return ang.cos(), ang.sin()
+        return ang.cos() * att, ang.sin() * att
 
     @torch.inference_mode(False)  # tables first built under inference_mode must still serve training later
-    def _build(self, n: int, device):
-        self.cos_cached, self.sin_cached = self.angles(torch.arange(n, device=device, dtype=torch.float32))
+    def _build(self, n: int, device, length: int | None):
+        pos = torch.arange(n, device=device, dtype=torch.float32)
+        self.cos_cached, self.sin_cached = self.angles(pos, length)
+        self._length = length
 
     def forward(self, seq_len: int,                     # positions needed
                 device=None,                            # default: where the tables are
                ) -> tuple[torch.Tensor, torch.Tensor]:  # (cos, sin), each fp32 (seq_len, head_dim)
         device = torch.device(device) if device is not None else self.cos_cached.device
-        c = self.cos_cached
-        if c.shape[0] < seq_len or c.device != device or c.dtype != torch.float32:
-            self._build(max(seq_len, 2 * c.shape[0] if c.device == device else 0), device)
+        c, s = self.cos_cached, self.scaling or {}
+        dynamic = s.get('rope_type') == 'dynamic' and seq_len > s['original_max_position_embeddings']
+        length = seq_len if dynamic else None                # past the trained context: frequencies of this length
+        if c.shape[0] < seq_len or c.device != device or c.dtype != torch.float32 or length != self._length:
+            grow = c.device == device and length is None and self._length is None
+            self._build(max(seq_len, 2 * c.shape[0] if grow else 0), device, length)
         return self.cos_cached[:seq_len], self.sin_cached[:seq_len]
 
 def apply_rotary(x: torch.Tensor,    # (B, H, L, Dh) queries or keys
@@ -91,12 +140,13 @@ class Block(nn.Module):
                  d_ff: int,               # MLP hidden width; 0: no MLP
                  dropout: float = 0.0,    # dropout probability on each residual branch
                  bias: bool = False,      # biases in the MLP
+                 norm_eps: float = 1e-5,  # epsilon of the two RMSNorms (Llama 3 and Qwen2: 1e-6)
                 ):
         super().__init__()
-        self.norm1 = nn.RMSNorm(d_model, eps=1e-5)
+        self.norm1 = nn.RMSNorm(d_model, eps=norm_eps)
         self.mixer = mixer
         self.drop = nn.Dropout(dropout)
-        self.norm2, self.mlp = ((nn.RMSNorm(d_model, eps=1e-5), MLP(d_model, d_ff, bias=bias)) if d_ff > 0
+        self.norm2, self.mlp = ((nn.RMSNorm(d_model, eps=norm_eps), MLP(d_model, d_ff, bias=bias)) if d_ff > 0
                                 else (None, None))
 
     def forward(self,

@@ -19,7 +19,7 @@ class LongformerAttention(CausalSelfAttention):
     "Causal sliding-window attention plus global tokens at the start (Longformer), with RoPE: `(B, L, D) -> (B, L, D)`."
     name, aliases = 'baseline_longformer', ('longformer',)
     kernels = ('local_attention',)
-    config_fields = {**{f: f for f in CausalSelfAttention.config_fields}, 'window_size': 'window_size',
+    config_fields = {**{f: f for f in ('d_model', 'n_heads', 'rope_theta', 'dropout', 'bias', 'window_size')},
                      'n_global_tokens': 'n_global_tokens', 'attn_block_size': 'block_size', 'attn_impl': 'impl'}
     attends = ('window_size', 'n_global_tokens')      # keys per query, at most
     repr_fields = ('window_size', 'n_global_tokens', 'block_size', 'impl')

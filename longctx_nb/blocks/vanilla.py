@@ -9,12 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
+from ..flags import check_before_run, unread_rule
 from ..kernels.attention import flex_available, flex_width_why_not, _flex_module, _flex_compiled
 from .base import Mixer, Workload, register_block, patch_to
-from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
+from .layers import ROPE_SETTINGS, RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['attention_ref', 'CausalSelfAttention', 'document_mask', 'document_attention', 'attention_saved_bytes']
+__all__ = ['ROPE_FIELDS', 'attention_ref', 'check_kv_heads', 'rope_scaling_dict', 'CausalSelfAttention', 'qkv_rows',
+           'document_mask', 'document_attention', 'attention_saved_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -31,35 +33,101 @@ def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
     return scores.softmax(dim=-1) @ v
 
 # %% ../../nbs/22_vanilla.ipynb #ff1727f9
+def check_kv_heads(n_heads: int,  # query heads
+                   n_kv_heads,    # key/value heads given
+                  ):
+    "Refuse `n_kv_heads` unless it divides `n_heads` (each key/value head serves an equal group), naming those that do."
+    if isinstance(n_kv_heads, bool) or not isinstance(n_kv_heads, int) or n_kv_heads < 1 or n_heads % n_kv_heads:
+        ok = ', '.join(str(d) for d in range(1, n_heads + 1) if n_heads % d == 0)
+        raise UsageError(f"model.n_kv_heads={n_kv_heads!r} does not fit model.n_heads={n_heads}: each key/value head "
+                         f"serves an equal group of query heads, so n_kv_heads divides n_heads: one of {ok} (1: "
+                         f"multi-query attention, {n_heads}: one key/value head per query head).")
+
+ROPE_FIELDS = ('rope_scaling', 'rope_factor', 'rope_original_max_position_embeddings', 'rope_attention_factor',
+               'rope_beta_fast', 'rope_beta_slow', 'rope_low_freq_factor', 'rope_high_freq_factor')
+_ROPE_NEEDS = {'factor': 'how many times longer the context grows, e.g. 4',
+               'original_max_position_embeddings': 'the context the model was trained at, e.g. its data.seq_len'}
+
+def rope_scaling_dict(m,  # a `ModelConfig` (its `rope_*` settings)
+                     ) -> dict | None:  # transformers' rope_scaling; None: plain RoPE
+    "transformers' `rope_scaling` of `m`'s `rope_*` settings; a `UsageError` names what its type needs and lacks."
+    t = m.rope_scaling
+    if t == 'none': return None
+    d = {'rope_type': t, **{k: getattr(m, f'rope_{k}') for k in ROPE_SETTINGS[t]}}
+    if missing := [k for k in _ROPE_NEEDS if k in d and d[k] is None]:
+        raise UsageError(f"model.rope_scaling={t} needs " + ' and '.join(f"--model.rope_{k} ({_ROPE_NEEDS[k]})"
+                                                                          for k in missing) + '.')
+    if t == 'llama3' and d['low_freq_factor'] >= d['high_freq_factor']:
+        raise UsageError(f"model.rope_low_freq_factor={d['low_freq_factor']} must be below model.rope_high_freq_factor="
+                         f"{d['high_freq_factor']}: llama3 keeps wavelengths under L0 / high_freq_factor and slows "
+                         "those over L0 / low_freq_factor.")
+    return {k: v for k, v in d.items() if v is not None}   # attention_factor None: yarn's default
+
 @register_block
 class CausalSelfAttention(Mixer):
-    "Multi-head causal self-attention with rotary embeddings: `(B, L, D) -> (B, L, D)`."
+    "Multi-head (or grouped-query) causal self-attention with rotary embeddings: `(B, L, D) -> (B, L, D)`."
     name, aliases = 'vanilla', ('attention', 'transformer')
-    config_fields = ('d_model', 'n_heads', 'rope_theta', 'dropout', 'bias')
+    config_fields = ('d_model', 'n_heads', 'n_kv_heads', 'rope_theta', *ROPE_FIELDS, 'dropout', 'bias', 'qkv_bias')
     attends = None                                     # every earlier key: 12 d_model L FLOPs per token
 
     def __init__(self, d_model: int,           # model width
-                 n_heads: int,                 # attention heads; d_model / n_heads must be even
+                 n_heads: int,                 # query heads; d_model / n_heads must be even
                  rope_theta: float = 10000.0,  # RoPE base frequency
                  dropout: float = 0.0,         # attention dropout probability (training only)
                  bias: bool = False,           # biases in the projections
+                 n_kv_heads: int | None = None,  # key/value heads, dividing n_heads (None: n_heads; 1: multi-query)
+                 qkv_bias: bool = False,       # biases in the q/k/v projection even without `bias` (Qwen2)
+                 rope_scaling: dict | None = None,  # transformers' rope_scaling (`rope_scaling_dict`); None: plain
                 ):
         super().__init__()
         if d_model % n_heads:
             raise UsageError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
-        self.d_model, self.n_heads, self.head_dim, self.dropout = d_model, n_heads, d_model // n_heads, dropout
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        kv = n_heads if n_kv_heads is None else n_kv_heads
+        check_kv_heads(n_heads, kv)
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, kv
+        self.head_dim, self.dropout = d_model // n_heads, dropout
+        self.qkv = nn.Linear(d_model, (n_heads + 2 * kv) * self.head_dim, bias=bias or qkv_bias)
         self.out_proj = mark_residual_proj(nn.Linear(d_model, d_model, bias=bias))
-        self.rope = RotaryEmbedding(self.head_dim, rope_theta)
+        self.rope = RotaryEmbedding(self.head_dim, rope_theta, rope_scaling)
+
+    @classmethod
+    def config_kwargs(cls, cfg,  # a `ModelConfig`
+                     ) -> dict:  # constructor keyword -> value
+        "The constructor's keywords from `cfg`: the `rope_*` settings become transformers' one `rope_scaling` dict."
+        kw = super().config_kwargs(cfg)
+        if 'rope_scaling' not in kw: return kw   # a subclass without RoPE scaling
+        return {**{k: v for k, v in kw.items() if k not in ROPE_FIELDS}, 'rope_scaling': rope_scaling_dict(cfg)}
 
     def qkv_rotated(self,
                     x: torch.Tensor,  # (B, L, d_model)
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # q, k, v, each (B, H, L, Dh)
-        "Queries and keys (rotated) and values of `x`, each `(B, H, L, Dh)`; subclasses reuse it."
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # q (B, H, L, Dh); k, v (B, Hkv, L, Dh)
+        "Queries and keys (rotated) and values of `x`; subclasses (and dpassm, on its own `qkv`) reuse it."
         B, L, D = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        H, Dh = self.n_heads, self.head_dim
+        kv = (self.qkv.out_features // Dh - H) // 2   # the key/value heads `qkv` projects to
+        q, k, v = self.qkv(x).view(B, L, H + 2 * kv, Dh).transpose(1, 2).split([H, kv, kv], dim=1)
         cos, sin = self.rope(L, x.device)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+def qkv_rows(cfg,  # a `ModelConfig`
+            ) -> list[int]:  # [q rows, k rows, v rows]
+    "How the rows of vanilla's fused `qkv` split into queries, keys and values (transformers' q_proj, k_proj, v_proj)."
+    kv = cfg.d_model // cfg.n_heads * (cfg.n_kv_heads or cfg.n_heads)
+    return [cfg.d_model, kv, kv]
+
+@check_before_run
+def _attention_check(cfg):
+    if cfg.model.block != 'vanilla': return
+    check_kv_heads(cfg.model.n_heads, cfg.model.n_kv_heads or cfg.model.n_heads)
+    rope_scaling_dict(cfg.model)
+
+@unread_rule
+def _unread_rope(cfg, key: str) -> str | None:
+    "A `rope_*` scaling setting that the `rope_scaling` type chosen does not read."
+    t, name = cfg.model.rope_scaling, key.removeprefix('model.')
+    if cfg.model.block != 'vanilla' or name not in ROPE_FIELDS[1:] or name[5:] in ROPE_SETTINGS.get(t, ()): return None
+    reads = ', '.join(f'rope_{k}' for k in ROPE_SETTINGS.get(t, ()))
+    return f"model.rope_scaling={t!r} reads " + (reads or 'none of the rope scaling settings (plain RoPE)')
 
 # %% ../../nbs/22_vanilla.ipynb #9dc07a7a
 @patch_to(CausalSelfAttention)
@@ -68,7 +136,10 @@ def forward(self, x: torch.Tensor,               # (B, L, d_model)
            ) -> torch.Tensor:                    # (B, L, d_model)
     q, k, v = self.qkv_rotated(x)
     p = self.dropout if self.training else 0.0
-    if doc_ids is None: y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+    if k.shape[1] != q.shape[1] and (doc_ids is not None or q.shape[-1] > 256):   # no fused kernel takes them grouped
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    if doc_ids is None:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=k.shape[1] != q.shape[1])
     else: y = document_attention(q, k, v, doc_ids, dropout_p=p)
     return self.out_proj(y.transpose(1, 2).flatten(2))
 
@@ -113,19 +184,22 @@ def document_attention(q: torch.Tensor,        # (B, H, L, Dh) queries
 def activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                     ) -> int:  # bytes
     "Bytes `CausalSelfAttention` saves for backward, its input included."
-    return w.tokens * w.cfg.d_model * w.act + attention_saved_bytes(w)   # qkv's input: the normed x (autocast's copy)
+    return w.tokens * w.cfg.d_model * w.act + attention_saved_bytes(w, kv_heads=w.cfg.n_kv_heads)   # + qkv's input
 
 def attention_saved_bytes(w: Workload,         # the model config, batch, length, precision and device measured
                           impl: str = 'sdpa',  # the attention kernel ('ref': the L x L one)
+                          kv_heads: int | None = None,  # key/value heads (None: one per query head)
                          ) -> int:             # bytes
     "Bytes attention saves after `qkv`'s input: SDPA's or a windowed kernel's (any `impl` but 'ref', the L x L one's)."
     a, D, H, L = w.act, w.cfg.d_model, w.cfg.n_heads, w.seq_len
+    K = D // H * (kv_heads or H)            # the width of the keys, and of the values
     tables = 2 * L * (D // H) * 4           # RoPE's fp32 cos and sin, saved by the rotation's multiplies
     if impl != 'ref':
-        return w.tokens * (3 * D * a        # qkv's output: v is a view of it, so all of it stays
-                           + 2 * D * a      # rotated q and k, the kernel's inputs
+        kernel_kv = 2 * D if K < D and D // H > 256 else K   # grouped heads wider than 256: k and v repeated
+        return w.tokens * ((D + 2 * K) * a  # qkv's output: v is a view of it, so all of it stays
+                           + (D + kernel_kv) * a  # rotated q and k (or the repeated k and v), the kernel's inputs
                            + D * a          # its output (vanilla's out_proj reads a view of it)
                            + 4 * H) + tables  # its logsumexp, fp32
     # the reference: q, k, v and the L x L probabilities in autocast's dtype (CUDA's autocast softmax adds an fp32 copy)
     probs = a + 4 if a < 4 and w.dev == 'cuda' else a
-    return w.tokens * 3 * D * a + tables + L * L + w.batch_size * H * L * L * probs
+    return w.tokens * (D + 2 * K) * a + tables + L * L + w.batch_size * H * L * L * probs
