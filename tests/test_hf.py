@@ -205,7 +205,7 @@ def test_import_refusals_name_what_differs(tmp_path, capsys):
     cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling=longrope)), "rope scaling 'longrope' (ours: linear, dynamic, yarn, llama3)"),
              (folder('bias', tf.LlamaConfig(**L, attention_bias=True)), 'attention_bias=True but mlp_bias=False'),
              (folder('head_dim', tf.LlamaConfig(**L, head_dim=32)), 'head_dim=32 x num_attention_heads=4 != hidden_size=64'),
-             (folder('expand', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, expand=1.5)), 'expand=1.5 (ours: an integer)'),
+             (folder('act', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, hidden_act='gelu')), "hidden_act='gelu' (ours: 'silu')"),
              (folder('gpt2', tf.GPT2Config(vocab_size=256, n_embd=32, n_layer=1, n_head=2)), "model type 'gpt2'"),
              (folder('shape', edit=reshape), 'model.layers.1.self_attn.k_proj.weight has shape (32, 64), the config gives (64, 64)'),
              (folder('sizes', edit=lambda d: (d / 'config.json').write_text('{"model_type": "llama"}')), 'config.json does not set vocab_size'),
