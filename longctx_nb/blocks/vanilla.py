@@ -15,8 +15,8 @@ from .base import Mixer, Workload, register_block, patch_to
 from .layers import ROPE_SETTINGS, RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
-__all__ = ['ROPE_FIELDS', 'attention_ref', 'check_kv_heads', 'rope_scaling_dict', 'CausalSelfAttention', 'qkv_rows',
-           'document_mask', 'document_attention', 'attention_saved_bytes']
+__all__ = ['ROPE_FIELDS', 'GQA_MAX_HEAD_DIM', 'attention_ref', 'check_kv_heads', 'rope_scaling_dict', 'CausalSelfAttention',
+           'qkv_rows', 'document_mask', 'document_attention', 'attention_saved_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -130,13 +130,15 @@ def _unread_rope(cfg, key: str) -> str | None:
     return f"model.rope_scaling={t!r} reads " + (reads or 'none of the rope scaling settings (plain RoPE)')
 
 # %% ../../nbs/22_vanilla.ipynb #9dc07a7a
+GQA_MAX_HEAD_DIM = 256   # SDPA takes grouped keys and values as they are for heads up to this wide, unmasked
+
 @patch_to(CausalSelfAttention)
 def forward(self, x: torch.Tensor,               # (B, L, d_model)
             doc_ids: torch.Tensor | None = None, # (B, L) each token's document: attend within it (None: the window)
            ) -> torch.Tensor:                    # (B, L, d_model)
     q, k, v = self.qkv_rotated(x)
     p = self.dropout if self.training else 0.0
-    if k.shape[1] != q.shape[1] and (doc_ids is not None or q.shape[-1] > 256):   # no fused kernel takes them grouped
+    if k.shape[1] != q.shape[1] and (doc_ids is not None or q.shape[-1] > GQA_MAX_HEAD_DIM):
         k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
     if doc_ids is None:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=k.shape[1] != q.shape[1])
@@ -195,7 +197,7 @@ def attention_saved_bytes(w: Workload,         # the model config, batch, length
     K = D // H * (kv_heads or H)            # the width of the keys, and of the values
     tables = 2 * L * (D // H) * 4           # RoPE's fp32 cos and sin, saved by the rotation's multiplies
     if impl != 'ref':
-        kernel_kv = 2 * D if K < D and D // H > 256 else K   # grouped heads wider than 256: k and v repeated
+        kernel_kv = 2 * D if K < D and D // H > GQA_MAX_HEAD_DIM else K   # wider: k, v repeated
         return w.tokens * ((D + 2 * K) * a  # qkv's output: v is a view of it, so all of it stays
                            + (D + kernel_kv) * a  # rotated q and k (or the repeated k and v), the kernel's inputs
                            + D * a          # its output (vanilla's out_proj reads a view of it)
