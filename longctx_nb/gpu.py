@@ -13,6 +13,7 @@ from .kernels.scan import scan_impls, scan_inputs, selective_scan
 from .kernels.conv import causal_conv1d, conv_impls
 from .kernels.attention import attention_impls, clear_pattern_caches, local_attention
 from .config import SIZE_PRESETS, check_writable_dir
+from .blocks.base import canonical_block
 from .model import count_params, create_model, flops_per_token
 from .checkpoint import atomic_write
 from .memory import check_positive, format_bytes
@@ -268,12 +269,14 @@ def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.
         return None if s > max_seconds else True
     return fits
 
-def _check_gpu_args(blocks, size, parts, precision):
-    for what, got, valid in (('--blocks', blocks, ALL_BLOCKS), ('--size', [size], list(SIZE_PRESETS)),
-                             ('--parts', parts, GPU_PARTS)):
+def _check_gpu_args(blocks, size, parts, precision) -> list[str]:
+    "The registered names of `blocks` (aliases resolved by the registry, as `longctx_bench blocks` does)."
+    for what, got, valid in (('--size', [size], list(SIZE_PRESETS)), ('--parts', parts, GPU_PARTS)):
         bad = [x for x in got if x not in valid]
         if bad: raise UsageError(f"{what} {' '.join(bad)}: unknown; valid choices: {', '.join(valid)}.")
     parse_precision(precision)
+    try: return [canonical_block(b) for b in blocks]
+    except UsageError as e: raise UsageError(f"--blocks: {e}.") from None
 
 # %% ../nbs/51_gpu.ipynb #fe08d733
 FIT_REL = 1 / 16   # the fit search stops bisecting once it knows the longest length to within this share
@@ -350,7 +353,7 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
     """On a CUDA GPU: kernels against references (values, gradients); tokens/s, MFU and peak memory per block and
     length; longest length that fits."""
     require_cuda()
-    _check_gpu_args(blocks, size, parts, precision)
+    blocks = _check_gpu_args(blocks, size, parts, precision)
     check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len)
     for flag, v in (('max_seconds', max_seconds), ('fit_seconds', fit_seconds)):   # any positive number, 0.5 too
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
