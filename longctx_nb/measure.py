@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 import torch
 from .core import UsageError
+from .corpus import cache_root
 
 # %% auto #0
 __all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'PEAK_CLOSE', 'RATIOS_APART', 'reset_peak_memory',
            'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'time_in_turn', 'paired_ratio', 'steady_heap',
-           'busy_cores', 'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops',
-           'recheck_peak', 'mfu', 'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls',
-           'timing_table', 'pyplot', 'rel_err']
+           'busy_cores', 'measure_peak_flops', 'device_name', 'peak_key', 'device_peak_flops', 'recheck_peak', 'mfu',
+           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'timing_table',
+           'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
 def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
@@ -163,10 +164,6 @@ def measure_peak_flops(device: torch.device,                # where the matmul r
 # %% ../nbs/07_measure.ipynb #9000cf07
 REMEASURE_ENV = 'LONGCTX_REMEASURE_PEAK'   # set to 1: measure the peak FLOP/s again and update the cache
 
-def cache_home() -> Path:
-    "The cache folder: $LONGCTX_CACHE, else ~/.cache/longctx_nb."
-    return Path(os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
-
 def device_name(device: torch.device,  # the device
                ) -> str:
     "The device's model: the CUDA device name, else the CPU's model name with torch's thread count."
@@ -187,13 +184,13 @@ def peak_key(device: torch.device,  # the device
 def device_peak_flops(device: torch.device,                # where the run trains
                       dtype: torch.dtype = torch.float32,  # the training dtype
                       remeasure: bool | None = None,       # measure again; None: only if $LONGCTX_REMEASURE_PEAK is 1
-                      cache_dir=None,                      # default: `cache_home()`
+                      cache_dir=None,                      # default: `cache_root()`
                       say: Callable = print,               # prints where the peak comes from
                      ) -> float:                           # FLOP/s
     "The device's peak FLOP/s in `dtype`: the best measured per machine and torch version; measured if none or asked."
     device = torch.device(device)
     if remeasure is None: remeasure = os.environ.get(REMEASURE_ENV, '') not in ('', '0')
-    path = Path(cache_dir or cache_home()) / 'peak_flops.json'
+    path = cache_root(cache_dir) / 'peak_flops.json'
     key = peak_key(device, dtype)
     try: table = json.loads(path.read_text())
     except (OSError, ValueError): table = {}
@@ -227,7 +224,7 @@ def recheck_peak(peak: float,           # the peak in use: `device_peak_flops` t
                  dtype: torch.dtype,    # its matmuls' dtype
                  ranks: int = 1,        # devices that `peak` counts
                  say: Callable = print, # says that the peak is measured again
-                 cache_dir=None,        # default: `cache_home()`
+                 cache_dir=None,        # default: `cache_root()`
                 ) -> float:             # the peak to use from now on
     "`peak`; or if `achieved` comes within `PEAK_CLOSE` of it, the peak measured again (the cache keeps the best)."
     key = peak_key(device, dtype)
