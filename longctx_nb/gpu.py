@@ -99,13 +99,10 @@ def step_memory(step,     # a `train_step_fn` step, run once already (the optimi
                ) -> tuple[int, int]:  # (peak bytes of the whole step, peak bytes above what was held before it)
     "One more call of `step`: its peak (weights, optimizer state, gradients, activations), and that above what it held."
     device = torch.device(device)
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device); held = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device); step(); torch.cuda.synchronize(device)
-        total = torch.cuda.max_memory_allocated(device)
-        return total, total - held
-    above = peak_memory_bytes(step, device)
-    return held_bytes(step) + above, above
+    if device.type == 'cuda': torch.cuda.synchronize(device); held = torch.cuda.memory_allocated(device)
+    else: held = held_bytes(step)
+    above = peak_memory_bytes(step, device)   # on CUDA: the allocator's peak above what it held
+    return held + above, above
 
 def free_after_oom(model,   # the model whose step ran out of memory
                    device,  # where it runs
