@@ -107,7 +107,7 @@ def step_memory(step,     # a `train_step_fn` step, run once already (the optimi
 def free_after_oom(model,   # the model whose step ran out of memory
                    device,  # where it runs
                   ):
-    "After an out of memory: drop its gradients and the cached attention patterns, collect its tensors, free the cache."
+    "After an out of memory or its last use: drop its gradients and cached attention patterns, collect, free the cache."
     model.zero_grad(set_to_none=True); clear_pattern_caches()
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
     if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
@@ -241,8 +241,7 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
         yield block, model
-        model.zero_grad(set_to_none=True); model.to('meta'); clear_pattern_caches()
-        if device.type == 'cuda': torch.cuda.empty_cache()
+        free_after_oom(model.to('meta'), device)
 
 def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic, timer=None):
     """fits(L) for `largest_fitting`: `gpu_block_row` at L (three steps); out of memory -> False, a step slower than
