@@ -377,12 +377,14 @@ def timing_table(rows: list[dict],  # rows of `bench_impls` or alike: name, L, m
     get = lambda L, ref: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
     mem = all(r.get('us_per_token') is not None and r.get('peak_mib') is not None for r in rows if r.get('ms'))
     w, one = max([14, *(len(str(r[key])) for r in rows)]), len(refs) == 1
-    cols = [(h, max(a, len(h) + 1)) for v in refs for h, a in
-            zip(('ratio(min)', 'ratio(med)', 'paired') if one else (f'{v}(min)', f'{v}(med)', f'{v}(pair)'), (11, 11, 9))]
+    heads = ('ratio(min)', 'ratio(med)', 'paired')
+    cols = [(h, max(a, len(h) + 1)) for v in refs
+            for h, a in zip(heads if one else (f'{v}(min)', f'{v}(med)', f'{v}(pair)'), (11, 11, 9))]
     say = f"ratio = {refs[0]}'s time / this one's" if one else f"X(min) = X's time / this one's (X: {', '.join(refs)})"
     out = ["timing in ms" + (f", {say} at the same L (of the minima, of the medians, and paired: the median of the "
                              "rounds' own ratios)" if refs else '')
-           + ("; tok-time/first: time per token over that at the first length; mem/X: peak memory over X's" if mem else '')
+           + ("; tok-time/first: time per token over that at the first length; mem/X: peak memory over X's"
+              if mem else '')
            + f"; '!': disturbed (median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
            f"{'L':>7} {key:>{w}} {'min':>10} {'median':>10} {'med/min':>8}"
            + (f" {'us/token':>9} {'tok-time/first':>15} {'peak MiB':>9}" + ''.join(f" {'mem/' + v:>9}" for v in refs)
@@ -399,7 +401,8 @@ def timing_table(rows: list[dict],  # rows of `bench_impls` or alike: name, L, m
                 ' ' + _x(m / b['peak_mib'] if b and b['peak_mib'] else None, 9, '', '.3f') for b in bs)
         ps = [paired_ratio(b.get('times_ms') or [], r.get('times_ms') or []) if b else None for b in bs]
         far = any(p is not None and abs(b['ms'] / r['ms'] / p - 1) > RATIOS_APART for b, p in zip(bs, ps))
-        vals = [x for b, p in zip(bs, ps) for x in (b and b['ms'] / r['ms'], b and (b.get('ms_median') or b['ms']) / med, p)]
+        vals = [x for b, p in zip(bs, ps)
+                for x in (b and b['ms'] / r['ms'], b and (b.get('ms_median') or b['ms']) / med, p)]
         bad += r.get('disturbed') is True; apart += far
         out.append(line + ''.join(' ' + _x(v, a) for v, (_, a) in zip(vals, cols))
                    + {True: ' !', None: ' ?', False: ''}[r.get('disturbed')] + ' ~' * far)
