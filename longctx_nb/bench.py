@@ -8,7 +8,7 @@ import contextlib, csv, importlib, inspect, math, os, sys
 import torch
 from pathlib import Path
 from .core import UsageError, autocast, get_device, seed_everything
-from .measure import DISTURBED_SPREAD, Timing, bench_clock, busy_cores, pyplot, time_reps
+from .measure import Timing, bench_clock, busy_cores, pyplot, time_reps, timing_table, _x
 from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
@@ -17,10 +17,9 @@ from .model import block_names, count_params, create_model, param_groups
 from .blocks.base import blocks_reading, canonical_block
 
 # %% auto #0
-__all__ = ['BENCHES', 'BENCH_REFS', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'RATIOS_APART', 'ALL_BLOCKS',
-           'get_bench', 'bench_parser', 'check_args', 'pinned_threads', 'timing_table', 'write_csv', 'run_bench',
-           'bench_main', 'train_step_fn', 'train_step_timing', 'print_block_bench', 'plot_bench', 'hf_counterpart',
-           'bench_blocks', 'require_cuda', 'compare_impl']
+__all__ = ['BENCHES', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'get_bench', 'bench_parser',
+           'check_args', 'pinned_threads', 'write_csv', 'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing',
+           'print_block_bench', 'plot_bench', 'hf_counterpart', 'bench_blocks', 'require_cuda', 'compare_impl']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
@@ -30,8 +29,6 @@ BENCHES = {
     'dpassm': 'longctx_nb.blocks.dpassm:bench_dpassm',
     'gpu': 'longctx_nb.gpu:bench_gpu',
 }
-BENCH_REFS = {'scan': ('impl', 'ref'), 'attention': ('impl', 'sdpa'), 'blocks': ('block', 'vanilla'),
-              'dpassm': ('impl', 'both paths')}  # name column, reference
 MIN_REPS = 5   # longctx_bench's default timed calls per case (at least): min and median need a few
 
 def _named(spec: str):   # the object a 'module:name' string names
@@ -203,38 +200,6 @@ def pinned_threads(n: int | None = None,  # CPU threads for torch; None: keep th
     try: yield n
     finally: torch.set_num_threads(old)
 
-# %% ../nbs/50_bench.ipynb #6cf1b48b
-RATIOS_APART = 0.1   # a ratio of the minima this far (relative) from the paired ratio is marked '~'
-
-def _x(v, w: int) -> str: return f"{v:>{w - 1}.2f}x" if v is not None else f"{'-':>{w}}"   # a ratio, `w` wide
-
-def timing_table(rows: list[dict],  # benchmark rows: name column, L, ms (min), ms_median, disturbed, note, times_ms
-                 key: str = 'impl',  # the name column ('impl', 'block')
-                 ref: str | None = 'ref',  # the reference's name; None: no ratios
-                ) -> str:
-    """Min, median, median/min and the ratios reference/this at the same `L` (of the minima, of the medians,
-    paired), `!` marking disturbed timings."""
-    get = lambda L: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
-    out = [f"timing in ms, ratio = {ref or 'reference'}'s time / this one's at the same L (of the minima, of the "
-           "medians, and paired: the median of the rounds' own ratios); '!': disturbed (median/min > "
-           f"{DISTURBED_SPREAD}), '?': too few calls to judge",
-           f"{'L':>7} {key:>14} {'min':>10} {'median':>10} {'med/min':>8} {'ratio(min)':>11} {'ratio(med)':>11} "
-           f"{'paired':>9}"]
-    bad = apart = 0
-    for r in rows:
-        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>14}   {r.get('note') or 'not run'}"); continue
-        b, med = get(r['L']), r.get('ms_median') or r['ms']
-        mark = {True: ' !', None: ' ?', False: ''}[r.get('disturbed')]
-        bad += r.get('disturbed') is True
-        p = paired_ratio(b.get('times_ms') or [], r.get('times_ms') or []) if b else None
-        if p is not None and abs(b['ms'] / r['ms'] / p - 1) > RATIOS_APART: apart += 1; mark += ' ~'
-        rat = ' '.join([_x(b and b['ms'] / r['ms'], 11), _x(b and (b.get('ms_median') or b['ms']) / med, 11), _x(p, 9)])
-        out.append(f"{r['L']:>7} {r[key]:>14} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f} {rat}" + mark)
-    out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
-    if apart: out.append(f"'~': {apart} ratio(s) of the minima more than {RATIOS_APART:.0%} from the paired one: the "
-                         "load moved between rounds; trust neither to that precision")
-    return '\n'.join(out)
-
 # %% ../nbs/50_bench.ipynb #b78c9bc8
 def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
               path,              # CSV file to write (folders are created)
@@ -251,8 +216,7 @@ def write_csv(rows: list[dict],  # one dict per row; columns: every key seen
 
 def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys.argv[1:])
              ) -> list[dict]:                 # the benchmark's rows
-    """Parse `argv` (`NAME [flags]`), pin the threads, run that benchmark (it prints its table), print the timing
-    table, return the rows."""
+    """Parse `argv` (`NAME [flags]`), pin the threads, run that benchmark (it prints its table), return the rows."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv: print(bench_parser().format_help()); return []
     if argv[0].startswith('-'): bench_parser().parse_args(argv); return []   # --help, --version
@@ -276,8 +240,6 @@ def run_bench(argv: list[str] | None = None,  # NAME and its flags (default: sys
                                + (f" (note: fewer than {MIN_REPS}, so the median says little)"
                                   if ns['reps'] < MIN_REPS else ''))
         rows = fn(**ns)
-    key, ref = BENCH_REFS.get(argv[0], ('impl', None))
-    if rows and 'ms_median' in rows[0]: print(timing_table(rows, key, ref))
     if out is not None: print(f'wrote {write_csv(rows, out)}')
     return rows
 
@@ -326,16 +288,9 @@ def train_step_timing(model,          # an `LM` on `device`
 def print_block_bench(rows: list[dict],  # from `bench_blocks`: ours, and transformers' (with `counterpart`)
                       notes=(),          # one line per transformers model: how it compares with ours
                      ):
-    """The table: min and median per step, each block's time per token relative to its shortest length, `!` if
-    disturbed; then each of our blocks against its transformers counterpart at the same length, and the notes."""
-    first = {}
-    print(f"{'block':>20} {'L':>7} {'ms/step':>9} {'median':>9} {'tokens/s':>10} {'us/token':>9} {'vs shortest':>11} "
-          f"{'peak MiB':>9}")
-    for r in rows:
-        u0 = first.setdefault(r['block'], r['us_per_token'])   # its time per token at its shortest length
-        print(f"{r['block']:>20} {r['L']:>7} {r['ms']:>9.1f} {r.get('ms_median', r['ms']):>9.1f} "
-              f"{r['tokens_per_sec']:>10,.0f} {r['us_per_token']:>9.2f} {r['us_per_token'] / u0:>10.2f}x "
-              f"{r['peak_mib']:>9.1f}" + ' !' * bool(r.get('disturbed')))
+    """The `timing_table` of the steps (ratios to vanilla's); then each of our blocks against its transformers
+    counterpart at the same length, and the notes."""
+    print(timing_table(rows, 'block', 'vanilla'))
     pairs = [(o, h) for h in rows if h.get('counterpart') for o in rows
              if o['L'] == h['L'] and not o.get('counterpart') and canonical_block(o['block']) == h['counterpart']]
     if pairs:

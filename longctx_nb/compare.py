@@ -16,7 +16,7 @@ from .blocks.base import canonical_block
 from .model import LM, count_params, flops_per_token, dense_settings
 from .synthetic import from_config as task_from_config
 from .train import train, Stopped, kernel_report
-from .runs import RESUME_LAST, restore_signals
+from .runs import RESUME_LAST, Terminated, restore_signals
 from .distributed import STOP_CODES
 from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
 from .bench import ALL_BLOCKS, train_step_timing
@@ -618,10 +618,6 @@ def _resume_command(argv: list, out) -> str:
     return shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
 
 # %% ../nbs/63_compare.ipynb #c6d2e3f4
-class _Signalled(BaseException):   # a BaseException, as KeyboardInterrupt: no `except Exception` on the way swallows it
-    "A stop signal outside training: the comparison stops at once."
-    def __init__(self, signum): super().__init__(f"stopped by {signal.Signals(signum).name}"); self.signum = signum
-
 def _compare(argv=None) -> int:
     p = compare_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -629,13 +625,13 @@ def _compare(argv=None) -> int:
     if ns.resume is not None: ns.output_dir = _resume_dir(ns, argv)
     def stop(signum, frame):   # outside training (a training run catches its own, and writes a checkpoint)
         restore_signals(old, signal.SIG_IGN)   # first: a second signal cannot interrupt the stop
-        raise _Signalled(signum)
+        raise Terminated(signum)   # a BaseException: no `except Exception` on the way swallows it
     old = {s: signal.signal(s, stop) for s in STOP_CODES}
     try: compare_blocks(**{k: v for k, v in vars(ns).items() if k != 'resume'}, resume=ns.resume is not None,
                         overrides=setting_overrides(extra, p._option_string_actions))
-    except (Stopped, _Signalled) as e:   # say what stopped it, with the comparison's resume command (not the trainer's)
+    except (Stopped, Terminated) as e:   # say what stopped it, with the comparison's resume command (not the trainer's)
         restore_signals(old, signal.SIG_IGN)   # one message, however many signals follow
-        reason, code = (e.reason, e.code) if isinstance(e, Stopped) else (str(e), STOP_CODES[e.signum])
+        reason, code = (e.reason, e.code) if isinstance(e, Stopped) else (f'stopped by {e}', STOP_CODES[e.signum])
         if (Path(ns.output_dir) / COMPARE_FILE).is_file():
             print(f"longctx_compare: {reason.rstrip('.')}. The finished runs are kept in {ns.output_dir}; continue the "
                   f"comparison with: {_resume_command(argv, ns.output_dir)}", file=sys.stderr)

@@ -17,20 +17,31 @@ __all__ = ['STRATEGIES', 'STOP_CODES', 'Dist', 'clip_grad_norm', 'full_state', '
 # %% ../nbs/41_distributed.ipynb #c9657bb1
 STRATEGIES = {'auto': 'ddp', 'ddp': 'ddp', 'fsdp': 'fsdp', 'deepspeed_stage_2': 'fsdp', 'deepspeed_stage_3': 'fsdp'}
 
-# %% ../nbs/41_distributed.ipynb #fd0b774b
-class _Collectives:
-    "Where the ranks meet (needs `rank`, `world_size` and `device`); with `world_size=1` each is a no-op."
+# %% ../nbs/41_distributed.ipynb #7344b932
+@dataclass
+class Dist:
+    "This process's place in the run; with `world_size=1` every method is a no-op."
+    rank: int = 0                 # this process's global rank
+    local_rank: int = 0           # its rank on this node
+    world_size: int = 1           # processes in the run
+    device: torch.device = field(default_factory=lambda: torch.device('cpu'))  # this process's device
+    strategy: str = 'none'        # none (one process), ddp or fsdp
+    reshard: bool = True          # fsdp: free gathered parameters after forward (ZeRO-3); False keeps them (ZeRO-2)
+
     @property
     def main(self) -> bool: return self.rank == 0
 
-    def mean(self, *xs: float) -> list[float]:
+    def mean(self, *xs: float,  # numbers, the same count on every rank
+            ) -> list[float]:
         "The mean of each number over all ranks."
         if self.world_size == 1: return list(xs)
         t = torch.tensor(xs, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return (t / self.world_size).tolist()
 
-    def on_main(self, fn, *args):
+    def on_main(self, fn,  # run on rank 0 only
+                *args,     # its arguments
+               ):
         "`fn(*args)` run on rank 0; every rank gets its result, or raises its `UsageError`."
         if self.world_size == 1: return fn(*args)
         out = [None, None]
@@ -41,7 +52,8 @@ class _Collectives:
         if out[1] is not None: raise UsageError(out[1])
         return out[0]
 
-    def gather(self, obj) -> list:
+    def gather(self, obj,  # any picklable object
+              ) -> list:
         "`obj` of every rank, in rank order."
         if self.world_size == 1: return [obj]
         out = [None] * self.world_size
@@ -51,17 +63,6 @@ class _Collectives:
     def close(self):
         "Leave the process group (if one was opened)."
         if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
-
-# %% ../nbs/41_distributed.ipynb #7344b932
-@dataclass
-class Dist(_Collectives):
-    "This process's place in the run; with `world_size=1` every method is a no-op."
-    rank: int = 0                 # this process's global rank
-    local_rank: int = 0           # its rank on this node
-    world_size: int = 1           # processes in the run
-    device: torch.device = field(default_factory=lambda: torch.device('cpu'))  # this process's device
-    strategy: str = 'none'        # none (one process), ddp or fsdp
-    reshard: bool = True          # fsdp: free gathered parameters after forward (ZeRO-3); False keeps them (ZeRO-2)
 
     def wrap(self,
              model: torch.nn.Module,  # an `LM` on this rank's device

@@ -13,6 +13,7 @@ from .kernels.scan import scan_impls, scan_inputs, selective_scan
 from .kernels.conv import causal_conv1d, conv_impls
 from .kernels.attention import attention_impls, clear_pattern_caches, local_attention
 from .config import SIZE_PRESETS, check_writable_dir
+from .blocks.base import canonical_block
 from .model import count_params, create_model, flops_per_token
 from .checkpoint import atomic_write
 from .memory import check_positive, format_bytes
@@ -98,18 +99,15 @@ def step_memory(step,     # a `train_step_fn` step, run once already (the optimi
                ) -> tuple[int, int]:  # (peak bytes of the whole step, peak bytes above what was held before it)
     "One more call of `step`: its peak (weights, optimizer state, gradients, activations), and that above what it held."
     device = torch.device(device)
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device); held = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device); step(); torch.cuda.synchronize(device)
-        total = torch.cuda.max_memory_allocated(device)
-        return total, total - held
-    above = peak_memory_bytes(step, device)
-    return held_bytes(step) + above, above
+    if device.type == 'cuda': torch.cuda.synchronize(device); held = torch.cuda.memory_allocated(device)
+    else: held = held_bytes(step)
+    above = peak_memory_bytes(step, device)   # on CUDA: the allocator's peak above what it held
+    return held + above, above
 
 def free_after_oom(model,   # the model whose step ran out of memory
                    device,  # where it runs
                   ):
-    "After an out of memory: drop its gradients and the cached attention patterns, collect its tensors, free the cache."
+    "After an out of memory or its last use: drop its gradients and cached attention patterns, collect, free the cache."
     model.zero_grad(set_to_none=True); clear_pattern_caches()
     gc.collect()                   # the traceback's frames held activations; a cycle keeps them until collected
     if torch.device(device).type == 'cuda': torch.cuda.empty_cache()
@@ -243,8 +241,7 @@ def _gpu_models(blocks, size, window_size, chunk_size, device):
         seed_everything(0)
         model = create_model(256, size, block, {'window_size': window_size, 'chunk_size': chunk_size}).to(device)
         yield block, model
-        model.zero_grad(set_to_none=True); model.to('meta'); clear_pattern_caches()
-        if device.type == 'cuda': torch.cuda.empty_cache()
+        free_after_oom(model.to('meta'), device)
 
 def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.monotonic, timer=None):
     """fits(L) for `largest_fitting`: `gpu_block_row` at L (three steps); out of memory -> False, a step slower than
@@ -268,12 +265,14 @@ def _fit_probe(model, device, precision, max_seconds, deadline=None, clock=time.
         return None if s > max_seconds else True
     return fits
 
-def _check_gpu_args(blocks, size, parts, precision):
-    for what, got, valid in (('--blocks', blocks, ALL_BLOCKS), ('--size', [size], list(SIZE_PRESETS)),
-                             ('--parts', parts, GPU_PARTS)):
+def _check_gpu_args(blocks, size, parts, precision) -> list[str]:
+    "The registered names of `blocks` (aliases resolved by the registry, as `longctx_bench blocks` does)."
+    for what, got, valid in (('--size', [size], list(SIZE_PRESETS)), ('--parts', parts, GPU_PARTS)):
         bad = [x for x in got if x not in valid]
         if bad: raise UsageError(f"{what} {' '.join(bad)}: unknown; valid choices: {', '.join(valid)}.")
     parse_precision(precision)
+    try: return [canonical_block(b) for b in blocks]
+    except UsageError as e: raise UsageError(f"--blocks: {e}.") from None
 
 # %% ../nbs/51_gpu.ipynb #fe08d733
 FIT_REL = 1 / 16   # the fit search stops bisecting once it knows the longest length to within this share
@@ -350,7 +349,7 @@ def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' tab
     """On a CUDA GPU: kernels against references (values, gradients); tokens/s, MFU and peak memory per block and
     length; longest length that fits."""
     require_cuda()
-    _check_gpu_args(blocks, size, parts, precision)
+    blocks = _check_gpu_args(blocks, size, parts, precision)
     check_positive(L=list(Ls), batch=batch, reps=reps, check_len=check_len, max_len=max_len)
     for flag, v in (('max_seconds', max_seconds), ('fit_seconds', fit_seconds)):   # any positive number, 0.5 too
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):

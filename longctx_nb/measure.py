@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 import torch
 from .core import UsageError
+from .corpus import cache_root
 
 # %% auto #0
-__all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'PEAK_CLOSE', 'reset_peak_memory', 'peak_memory_mb',
-           'Timing', 'bench_clock', 'time_reps', 'time_in_turn', 'paired_ratio', 'steady_heap', 'busy_cores',
-           'measure_peak_flops', 'cache_home', 'device_name', 'peak_key', 'device_peak_flops', 'recheck_peak', 'mfu',
-           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'bench_table',
+__all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'PEAK_CLOSE', 'RATIOS_APART', 'reset_peak_memory',
+           'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'time_in_turn', 'paired_ratio', 'steady_heap',
+           'busy_cores', 'measure_peak_flops', 'device_name', 'peak_key', 'device_peak_flops', 'recheck_peak', 'mfu',
+           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'timing_table',
            'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
@@ -163,10 +164,6 @@ def measure_peak_flops(device: torch.device,                # where the matmul r
 # %% ../nbs/07_measure.ipynb #9000cf07
 REMEASURE_ENV = 'LONGCTX_REMEASURE_PEAK'   # set to 1: measure the peak FLOP/s again and update the cache
 
-def cache_home() -> Path:
-    "The cache folder: $LONGCTX_CACHE, else ~/.cache/longctx_nb."
-    return Path(os.environ.get('LONGCTX_CACHE') or Path.home() / '.cache' / 'longctx_nb').expanduser()
-
 def device_name(device: torch.device,  # the device
                ) -> str:
     "The device's model: the CUDA device name, else the CPU's model name with torch's thread count."
@@ -187,13 +184,13 @@ def peak_key(device: torch.device,  # the device
 def device_peak_flops(device: torch.device,                # where the run trains
                       dtype: torch.dtype = torch.float32,  # the training dtype
                       remeasure: bool | None = None,       # measure again; None: only if $LONGCTX_REMEASURE_PEAK is 1
-                      cache_dir=None,                      # default: `cache_home()`
+                      cache_dir=None,                      # default: `cache_root()`
                       say: Callable = print,               # prints where the peak comes from
                      ) -> float:                           # FLOP/s
     "The device's peak FLOP/s in `dtype`: the best measured per machine and torch version; measured if none or asked."
     device = torch.device(device)
     if remeasure is None: remeasure = os.environ.get(REMEASURE_ENV, '') not in ('', '0')
-    path = Path(cache_dir or cache_home()) / 'peak_flops.json'
+    path = cache_root(cache_dir) / 'peak_flops.json'
     key = peak_key(device, dtype)
     try: table = json.loads(path.read_text())
     except (OSError, ValueError): table = {}
@@ -227,7 +224,7 @@ def recheck_peak(peak: float,           # the peak in use: `device_peak_flops` t
                  dtype: torch.dtype,    # its matmuls' dtype
                  ranks: int = 1,        # devices that `peak` counts
                  say: Callable = print, # says that the peak is measured again
-                 cache_dir=None,        # default: `cache_home()`
+                 cache_dir=None,        # default: `cache_root()`
                 ) -> float:             # the peak to use from now on
     "`peak`; or if `achieved` comes within `PEAK_CLOSE` of it, the peak measured again (the cache keeps the best)."
     key = peak_key(device, dtype)
@@ -363,23 +360,55 @@ def bench_impls(Ls,               # sequence lengths
         clear()
     return rows
 
-# %% ../nbs/07_measure.ipynb #b7e1a2c4
-def bench_table(rows: list[dict],     # rows of `bench_impls` (impl, L, ms, us_per_token, peak_mib, note)
-                vs: tuple = ('ref',),  # the references: each one's time over this one's, this one's memory over its
-               ) -> str:
-    "The rows as a table: ms (min), us/token, peak MiB, ratios to each reference at the same L, per-token time growth."
-    get = lambda L, impl: next((r for r in rows if r['L'] == L and r['impl'] == impl and r['ms'] is not None), None)
-    pair = lambda r, b: (f"{b['ms'] / r['ms']:.2f}x" if b else '-',
-                         f"{r['peak_mib'] / b['peak_mib']:.3f}" if b and b['peak_mib'] else '-')
-    out = [f"{'L':>7} {'impl':>8} {'ms':>10} {'us/token':>9} {'peak MiB':>9}"
-           + ''.join(f" {'vs ' + v:>10} {'mem/' + v:>10}" for v in vs) + f" {'tok-time/first':>15}"]
-    first = {}   # impl -> its time per token at the first length it ran
+# %% ../nbs/07_measure.ipynb #6cf1b48b
+RATIOS_APART = 0.1   # a ratio of the minima this far (relative) from the paired ratio is marked '~'
+
+def _x(v, w: int, unit: str = 'x', spec: str = '.2f') -> str:   # a ratio, `w` wide; '-' for None
+    return f"{v:>{w - len(unit)}{spec}}{unit}" if v is not None else f"{'-':>{w}}"
+
+def timing_table(rows: list[dict],  # rows of `bench_impls` or alike: name, L, ms (min), ms_median, disturbed, note, ...
+                 key: str = 'impl',  # the name column ('impl', 'block')
+                 refs=('ref',),      # the reference's name, or several (those without a row are left out)
+                ) -> str:
+    """Min, median, median/min; time per token, its growth from the first length and peak memory (rows with
+    `us_per_token` and `peak_mib`); per reference, its time over this one's at the same `L` (of the minima, of the
+    medians, paired) and this one's memory over its; `!` marking disturbed timings."""
+    refs = [v for v in ((refs,) if isinstance(refs, str) else refs or ()) if any(r[key] == v for r in rows)]
+    get = lambda L, ref: next((r for r in rows if r['L'] == L and r[key] == ref and r.get('ms')), None)
+    mem = all(r.get('us_per_token') is not None and r.get('peak_mib') is not None for r in rows if r.get('ms'))
+    w, one = max([14, *(len(str(r[key])) for r in rows)]), len(refs) == 1
+    heads = ('ratio(min)', 'ratio(med)', 'paired')
+    cols = [(h, max(a, len(h) + 1)) for v in refs
+            for h, a in zip(heads if one else (f'{v}(min)', f'{v}(med)', f'{v}(pair)'), (11, 11, 9))]
+    say = f"ratio = {refs[0]}'s time / this one's" if one else f"X(min) = X's time / this one's (X: {', '.join(refs)})"
+    out = ["timing in ms" + (f", {say} at the same L (of the minima, of the medians, and paired: the median of the "
+                             "rounds' own ratios)" if refs else '')
+           + ("; tok-time/first: time per token over that at the first length; mem/X: peak memory over X's"
+              if mem else '')
+           + f"; '!': disturbed (median/min > {DISTURBED_SPREAD}), '?': too few calls to judge",
+           f"{'L':>7} {key:>{w}} {'min':>10} {'median':>10} {'med/min':>8}"
+           + (f" {'us/token':>9} {'tok-time/first':>15} {'peak MiB':>9}" + ''.join(f" {'mem/' + v:>9}" for v in refs)
+              if mem else '') + ''.join(f" {h:>{a}}" for h, a in cols)]
+    bad = apart = 0
+    first = {}   # name -> its time per token at the first length it ran
     for r in rows:
-        if r['ms'] is None: out.append(f"{r['L']:>7} {r['impl']:>8}   {r['note']}"); continue
-        first.setdefault(r['impl'], r['us_per_token'])
-        out.append(f"{r['L']:>7} {r['impl']:>8} {r['ms']:>10.1f} {r['us_per_token']:>9.2f} {r['peak_mib']:>9.1f}"
-                   + ''.join(f" {c:>10}" for v in vs for c in pair(r, get(r['L'], v)))
-                   + f" {r['us_per_token'] / first[r['impl']]:>15.2f}")
+        if not r.get('ms'): out.append(f"{r['L']:>7} {r[key]:>{w}}   {r.get('note') or 'not run'}"); continue
+        med, bs = r.get('ms_median') or r['ms'], [get(r['L'], v) for v in refs]
+        line = f"{r['L']:>7} {r[key]:>{w}} {r['ms']:>10.2f} {med:>10.2f} {med / r['ms']:>8.2f}"
+        if mem:
+            u, m = r['us_per_token'], r['peak_mib']
+            line += f" {u:>9.2f} {u / first.setdefault(r[key], u):>15.2f} {m:>9.1f}" + ''.join(
+                ' ' + _x(m / b['peak_mib'] if b and b['peak_mib'] else None, 9, '', '.3f') for b in bs)
+        ps = [paired_ratio(b.get('times_ms') or [], r.get('times_ms') or []) if b else None for b in bs]
+        far = any(p is not None and abs(b['ms'] / r['ms'] / p - 1) > RATIOS_APART for b, p in zip(bs, ps))
+        vals = [x for b, p in zip(bs, ps)
+                for x in (b and b['ms'] / r['ms'], b and (b.get('ms_median') or b['ms']) / med, p)]
+        bad += r.get('disturbed') is True; apart += far
+        out.append(line + ''.join(' ' + _x(v, a) for v, (_, a) in zip(vals, cols))
+                   + {True: ' !', None: ' ?', False: ''}[r.get('disturbed')] + ' ~' * far)
+    out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
+    if apart: out.append(f"'~': {apart} ratio(s) of the minima more than {RATIOS_APART:.0%} from the paired one: the "
+                         "load moved between rounds; trust neither to that precision")
     return '\n'.join(out)
 
 # %% ../nbs/07_measure.ipynb #bc36c178

@@ -5,7 +5,8 @@ import pytest, torch
 
 from longctx_nb.core import UsageError
 from longctx_nb.measure import Timing, time_reps, device_peak_flops, peak_key, mfu, format_mfu, REMEASURE_ENV
-from longctx_nb.bench import timing_table, run_bench
+from longctx_nb.measure import timing_table
+from longctx_nb.bench import run_bench
 from longctx_nb.gpu import largest_fitting, compare_paths, gpu_table
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
 from .base import Mixer, StreamCache, Workload, register_block, rmsnorm_bytes, patch_to, block_note
-from .base import check_token
+from .base import check_int, check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -57,10 +57,6 @@ class BladeCache(StreamCache):
     pos: int = 0             # tokens already in the current chunk
     seen: int = 0            # tokens processed in all
 
-def _positive_int(name: str, value, what: str):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"blade: {name}={value!r} is not valid: it must be a positive integer ({what}).")
-
 # %% ../../nbs/26_blade.ipynb #bbacf75c
 @register_block
 class Blade(Mixer):
@@ -81,10 +77,10 @@ class Blade(Mixer):
                  impl: str = 'fast',           # 'fast' (batched SDPA over all chunks) or 'ref' (a loop over chunks)
                 ):
         super().__init__()
-        _positive_int('chunk_size', chunk_size, "the number of tokens per attention chunk, e.g. 128; it need not "
-                      "divide the sequence length, the last chunk is padded")
-        _positive_int('state_dim', state_dim, "the size of the state carried from chunk to chunk, e.g. 64")
-        _positive_int('n_mem', n_mem, "the number of memory tokens per head, e.g. 4")
+        check_int('chunk_size', chunk_size, 1, "the number of tokens per attention chunk, e.g. 128 (it need not divide "
+                  "the sequence length: the last chunk is padded)", 'blade')
+        check_int('state_dim', state_dim, 1, "the size of the state carried from chunk to chunk, e.g. 64", 'blade')
+        check_int('n_mem', n_mem, 1, "the number of memory tokens per head, e.g. 4", 'blade')
         if d_model % n_heads: raise UsageError(f"d_model={d_model} must be divisible by n_heads={n_heads}.")
         if impl not in self.IMPLS:
             raise UsageError(f"blade: impl={impl!r} is not valid; valid choices: {', '.join(self.IMPLS)}.")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError, get_device, seed_everything
-from ..measure import bench_impls, paired_ratio
+from ..measure import bench_impls, paired_ratio, timing_table
 from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, check_token
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .vanilla import CausalSelfAttention, attention_saved_bytes
@@ -223,11 +223,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _print_dpassm_bench(rows, device, D, H, N, w, B):
     print(f"DP-ASSM mixer forward+backward on {device} ({torch.get_num_threads()} threads), "
-          f"D={D} H={H} N={N} window={w} batch={B}")
-    print(f"{'L':>7} {'':>15} {'min ms':>9} {'median':>9} {'us/token':>9}")
-    for r in rows:
-        print(f"{r['L']:>7} {r['impl']:>15} {r['ms']:>9.1f} {r['ms_median']:>9.1f} {r['us_per_token']:>9.2f}"
-              + (' !' if r['disturbed'] else ''))
+          f"D={D} H={H} N={N} window={w} batch={B}\n{timing_table(rows, 'impl', 'both paths')}")
     for L in dict.fromkeys(r['L'] for r in rows):
         d, s = (next(r for r in rows if r['L'] == L and r['impl'] == k) for k in ('dpassm', 'both paths'))
         print(f"L={L}: dpassm / (attention path then SSM path, one timed call) = {d['ms'] / s['ms']:.3f} (min), "

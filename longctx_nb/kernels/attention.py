@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from ..core import UsageError
-from ..measure import bench_impls, bench_table
+from ..measure import bench_impls, timing_table
 from .dispatch import Impl, KernelImpls, _default_device, try_import
 
 # %% auto #0
@@ -509,5 +509,5 @@ def bench_attention(Ls=(2048, 8192, 16384),            # sequence lengths
         return step, (q, k, v)
     rows = bench_impls(Ls, impls, setup, device, reps, warmup=2, tokens=batch_size, first=('L', 'impl'))
     if verbose: print(f"forward+backward on {device} ({torch.get_num_threads()} threads), {dtype}, B={batch_size} "
-                      f"H={H} Dh={Dh} window={window}\n{bench_table(rows, ('ref', 'sdpa'))}")
+                      f"H={H} Dh={Dh} window={window}\n{timing_table(rows, 'impl', ('ref', 'sdpa'))}")
     return rows

@@ -8,7 +8,7 @@ import contextlib, math
 import torch
 import torch.nn.functional as F
 from ..core import UsageError
-from ..measure import bench_impls, bench_table
+from ..measure import bench_impls, timing_table
 from .dispatch import Impl, KernelImpls, _default_device, check_tensors, first_accepted, try_import
 from .cpu import SCAN_CPP, CpuExtension
 
@@ -542,7 +542,7 @@ def bench_scan(Ls=(1024, 4096, 16384),                       # sequence lengths
                        columns=dict(batch=batch, dim=dim, N=N, device=str(device)))
     if not verbose: return rows
     print(f"selective_scan forward+backward, {device} ({torch.get_num_threads()} threads), batch={batch} dim={dim} "
-          f"N={N}, fp32\n{bench_table(rows, ('ref', 'mambapy'))}")
+          f"N={N}, fp32\n{timing_table(rows, 'impl', ('ref', 'mambapy'))}")
     nt = torch.get_num_threads()
     one = [r['L'] for r in rows if r['impl'] == 'torch' and r['ms'] is not None and nt > 1
            and _torch_scan_plan(batch, dim, N, r['L'], device)[2] == 1]
