@@ -8,7 +8,7 @@ import contextlib, csv, importlib, inspect, math, os, sys
 import torch
 from pathlib import Path
 from .core import UsageError, autocast, get_device, seed_everything
-from .measure import Timing, bench_clock, busy_cores, pyplot, time_reps, timing_table, _x
+from .measure import Timing, bench_clock, busy_cores, pyplot, time_reps, timing_table, ratio_cell
 from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import available_memory, check_fits, check_positive, format_bytes
@@ -301,7 +301,7 @@ def print_block_bench(rows: list[dict],  # from `bench_blocks`: ours, and transf
               f"{'ratio(med)':>11} {'paired':>9} {'MiB ours':>9} {'MiB hf':>9}")
     for o, h in pairs:
         p = paired_ratio(h.get('times_ms') or [], o.get('times_ms') or [])
-        rat = ' '.join([_x(h['ms'] / o['ms'], 11), _x(h['ms_median'] / o['ms_median'], 11), _x(p, 9)])
+        rat = ' '.join([ratio_cell(h['ms'] / o['ms'], 11), ratio_cell(h['ms_median'] / o['ms_median'], 11), ratio_cell(p, 9)])
         print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} {rat} "
               f"{o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}" + ' !' * bool(o.get('disturbed') or h.get('disturbed')))
     for n in notes: print('note:', n)

@@ -16,8 +16,8 @@ from .corpus import cache_root
 __all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'PEAK_CLOSE', 'RATIOS_APART', 'reset_peak_memory',
            'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'time_in_turn', 'paired_ratio', 'steady_heap',
            'busy_cores', 'measure_peak_flops', 'device_name', 'peak_key', 'device_peak_flops', 'recheck_peak', 'mfu',
-           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'timing_table',
-           'pyplot', 'rel_err']
+           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'ratio_cell',
+           'timing_table', 'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
 def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
@@ -363,7 +363,11 @@ def bench_impls(Ls,               # sequence lengths
 # %% ../nbs/07_measure.ipynb #6cf1b48b
 RATIOS_APART = 0.1   # a ratio of the minima this far (relative) from the paired ratio is marked '~'
 
-def _x(v, w: int, unit: str = 'x', spec: str = '.2f') -> str:   # a ratio, `w` wide; '-' for None
+def ratio_cell(v: float | None,  # the value (a ratio, or a plain number with `unit=''`); None prints '-'
+               w: int,  # the cell's width, `unit` included
+               unit: str = 'x',  # what follows the number
+               spec: str = '.2f',  # the number's format
+              ) -> str:  # `v` right-aligned in `w` characters
     return f"{v:>{w - len(unit)}{spec}}{unit}" if v is not None else f"{'-':>{w}}"
 
 def timing_table(rows: list[dict],  # rows of `bench_impls` or alike: name, L, ms (min), ms_median, disturbed, note, ...
@@ -398,13 +402,13 @@ def timing_table(rows: list[dict],  # rows of `bench_impls` or alike: name, L, m
         if mem:
             u, m = r['us_per_token'], r['peak_mib']
             line += f" {u:>9.2f} {u / first.setdefault(r[key], u):>15.2f} {m:>9.1f}" + ''.join(
-                ' ' + _x(m / b['peak_mib'] if b and b['peak_mib'] else None, 9, '', '.3f') for b in bs)
+                ' ' + ratio_cell(m / b['peak_mib'] if b and b['peak_mib'] else None, 9, '', '.3f') for b in bs)
         ps = [paired_ratio(b.get('times_ms') or [], r.get('times_ms') or []) if b else None for b in bs]
         far = any(p is not None and abs(b['ms'] / r['ms'] / p - 1) > RATIOS_APART for b, p in zip(bs, ps))
         vals = [x for b, p in zip(bs, ps)
                 for x in (b and b['ms'] / r['ms'], b and (b.get('ms_median') or b['ms']) / med, p)]
         bad += r.get('disturbed') is True; apart += far
-        out.append(line + ''.join(' ' + _x(v, a) for v, (_, a) in zip(vals, cols))
+        out.append(line + ''.join(' ' + ratio_cell(v, a) for v, (_, a) in zip(vals, cols))
                    + {True: ' !', None: ' ?', False: ''}[r.get('disturbed')] + ' ~' * far)
     out.append(f"{bad} disturbed timing(s): rerun those on a quieter machine" if bad else "no timing disturbed")
     if apart: out.append(f"'~': {apart} ratio(s) of the minima more than {RATIOS_APART:.0%} from the paired one: the "
