@@ -116,17 +116,20 @@ class _SizeSettings:
 # %% ../nbs/01_config.ipynb #cd36eab1
 @dataclass
 class _MambaSettings:
-    "The selective state-space layer's settings (read by the mamba block)."
-    d_state: int = opt(16, 'SSM state size per channel (mamba)', gt=0)
-    d_conv: int = opt(4, 'causal conv width (mamba)', gt=0)
-    expand: int = opt(2, 'inner width multiplier (mamba)', gt=0)
+    "The selective state-space layers' settings (read by the mamba and mamba2 blocks)."
+    d_state: int = opt(16, 'SSM state size per channel (mamba), per head (mamba2)', gt=0)
+    d_conv: int = opt(4, 'causal conv width (mamba, mamba2)', gt=0)
+    expand: int = opt(2, 'inner width multiplier (mamba, mamba2)', gt=0)
     dt_rank: int | None = opt(None, "rank of the dt projection (mamba; default 'auto': ceil(d_model / 16))", gt=0)
-    dt_min: float = opt(0.001, 'smallest initial step size dt (mamba)', gt=0)
-    dt_max: float = opt(0.1, 'largest initial step size dt (mamba)', gt=0)
-    dt_init_floor: float = opt(1e-4, 'floor of the initial dt (mamba)', gt=0)
-    conv_bias: bool = opt(True, 'bias in the causal conv (mamba)')
+    dt_min: float = opt(0.001, 'smallest initial step size dt (mamba, mamba2)', gt=0)
+    dt_max: float = opt(0.1, 'largest initial step size dt (mamba, mamba2)', gt=0)
+    dt_init_floor: float = opt(1e-4, 'floor of the initial dt (mamba, mamba2)', gt=0)
+    conv_bias: bool = opt(True, 'bias in the causal conv (mamba, mamba2)')
+    headdim: int = opt(64, 'channels per head: expand * d_model / headdim heads (mamba2)', gt=0)
+    ngroups: int = opt(1, 'groups of the heads that share B and C, dividing the heads (mamba2)', gt=0)
     scan_impl: str = opt('auto', 'selective-scan implementation', choices=['auto', 'ref', 'torch', 'cuda', 'cpu'])
     conv_impl: str = opt('auto', 'causal-conv1d implementation', choices=['auto', 'ref', 'cuda', 'cpu'])
+    ssd_impl: str = opt('auto', 'SSD-scan implementation (mamba2)', choices=['auto', 'ref', 'torch', 'cuda'])
 
 # %% ../nbs/01_config.ipynb #5e0c2f7a
 @dataclass
@@ -151,7 +154,7 @@ class _SparseSettings:
     window_size: int = opt(128, 'local attention window in tokens (longformer, bigbird, dpassm)', gt=0)
     n_global_tokens: int = opt(2, 'global tokens at the start of the sequence (longformer, bigbird)', ge=0)
     n_random_tokens: int = opt(4, 'random keys per query block (bigbird)', ge=0)
-    chunk_size: int = opt(128, 'chunk length of block-local attention (blade)', gt=0)
+    chunk_size: int = opt(128, 'chunk length of block-local attention (blade), of the SSD scan (mamba2)', gt=0)
     state_dim: int = opt(64, 'size of the per-chunk recurrent state (blade)', gt=0)
     n_mem_tokens: int = opt(4, 'memory tokens per head that carry the recurrent state into each chunk (blade)', gt=0)
     ssm_state_dim: int = opt(64, 'SSM state size of the long-range path (dpassm)', gt=0)

@@ -11,6 +11,7 @@ from .measure import device_name, device_peak_flops, format_mfu, mfu as _mfu, pe
 from .kernels.dispatch import try_import
 from .kernels.scan import scan_impls, scan_inputs, selective_scan
 from .kernels.conv import causal_conv1d, conv_impls
+from .kernels.ssd import ssd_impls, ssd_scan
 from .kernels.attention import attention_impls, clear_pattern_caches, local_attention
 from .config import SIZE_PRESETS, check_writable_dir
 from .blocks.base import canonical_block
@@ -26,8 +27,10 @@ __all__ = ['GPU_PATHS', 'KERNEL_IMPLS', 'GPU_PARTS', 'FIT_REL', 'GPU_SAME', 'not
 
 # %% ../nbs/51_gpu.ipynb #c99fa6d9
 # kernel -> its GPU paths; its implementations (`KernelImpls`)
-GPU_PATHS = {'selective_scan': ('cuda', 'torch'), 'causal_conv1d': ('cuda',), 'local_attention': ('flex',)}
-KERNEL_IMPLS = {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls}
+GPU_PATHS = {'selective_scan': ('cuda', 'torch'), 'causal_conv1d': ('cuda',), 'local_attention': ('flex',),
+             'ssd_scan': ('cuda', 'torch')}
+KERNEL_IMPLS = {'selective_scan': scan_impls, 'causal_conv1d': conv_impls, 'local_attention': attention_impls,
+                'ssd_scan': ssd_impls}
 
 def not_installed(kernel: str,  # a key of `KERNEL_IMPLS`
                   impl: str,    # one of its implementations
@@ -49,15 +52,18 @@ def kernel_cases(device,              # where the tensors go
                  L: int = 1024,       # sequence length
                  dim: int = 64,       # channels of the scan and the convolution
                 ) -> dict:            # kernel -> (fn(impl) -> output, leaves)
-    "One fp32 problem per kernel: a Mamba-like scan, a width-4 SiLU convolution, windowed attention with global tokens."
+    "One fp32 problem per kernel: Mamba's and Mamba-2's scans, a width-4 SiLU conv, windowed attention with globals."
     g = torch.Generator().manual_seed(L)
     leaf = lambda *s: torch.randn(*s, generator=g).to(device).requires_grad_(True)
     s = scan_inputs(2, dim, L, 16, device=device, seed=L)
     x, w, b = leaf(2, dim, L), leaf(dim, 4), leaf(dim)
     q, k, v = (leaf(1, 4, L, 64) for _ in range(3))
+    A = (-0.5 - torch.rand(dim // 16, generator=g)).to(device).requires_grad_(True)   # Mamba-2's negative rates
+    ssd = [leaf(2, L, dim // 16, 16), leaf(2, L, dim // 16), A, leaf(2, L, 1, 16), leaf(2, L, 1, 16)]
     return {'selective_scan': (lambda impl: selective_scan(**s, delta_softplus=True, impl=impl), list(s.values())),
             'causal_conv1d': (lambda impl: causal_conv1d(x, w, b, 'silu', impl=impl), [x, w, b]),
-            'local_attention': (lambda impl: local_attention(q, k, v, 256, n_global=4, impl=impl), [q, k, v])}
+            'local_attention': (lambda impl: local_attention(q, k, v, 256, n_global=4, impl=impl), [q, k, v]),
+            'ssd_scan': (lambda impl: ssd_scan(*ssd, 64, dt_softplus=True, impl=impl), ssd)}
 
 def _one_line(e: BaseException | str, n: int = 300) -> str:
     s = e if isinstance(e, str) else f'{type(e).__name__}: {e}'

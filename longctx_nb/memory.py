@@ -152,6 +152,7 @@ def param_count(mcfg: ModelConfig,  # the model's config (vocab_size None counts
     try:
         with torch.device('meta'):
             blk = Block(mixer.from_config(mcfg, 0), D, d_ff, dropout=mcfg.dropout, bias=mcfg.bias)
+    except UsageError: raise                                          # a bad block setting, named by the block
     except (RuntimeError, OverflowError, ValueError): return None   # a tensor whose size overflows
     per_layer = sum(p.numel() for p in blk.parameters())
     return V * D * (1 if mcfg.tie_embeddings else 2) + D + mcfg.n_layers * per_layer

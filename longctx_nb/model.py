@@ -14,7 +14,7 @@ from .config import SIZE_PRESETS, Config, ModelConfig, apply_overrides, canonica
 from .flags import check_before_run, check_read
 from .blocks.base import Mixer, block_names, blocks_reading, canonical_block, get_block
 from .blocks.layers import Block, RESIDUAL_PROJ
-from .blocks import vanilla, mamba, longformer, bigbird, blade, dpassm  # registers the built-in blocks
+from .blocks import vanilla, mamba, mamba2, longformer, bigbird, blade, dpassm  # registers the blocks
 
 # %% auto #0
 __all__ = ['DOC_MASK_WHY_NOT', 'LM', 'supports_doc_mask', 'check_doc_mask', 'create_model', 'count_params', 'param_groups',
@@ -77,6 +77,8 @@ class LM(nn.Module):
 DOC_MASK_WHY_NOT = {   # why a built-in block refuses data.doc_mask
     'mamba': ('its recurrent state runs on across document boundaries (a reset at each document start is not '
               'implemented)'),
+    'mamba2': ('its recurrent state runs on across document boundaries (a reset at each document start is not '
+               'implemented)'),
     'blade': 'the chunk summaries it carries from chunk to chunk mix documents (not implemented)',
     'dpassm': 'its state-space path runs on across document boundaries (not implemented)',
     'baseline_longformer': 'its sliding-window kernel takes no per-document mask (not implemented)',

@@ -20,6 +20,7 @@ from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token, dense_settings
 from .blocks.base import quiet_notes, get_block
 from .kernels.conv import kernel_backends
+from .kernels.ssd import ssd_impls
 from .kernels.attention import attention_impls, flex_width_why_not
 from .checkpoint import (save_checkpoint, list_checkpoints, checkpoint_path, prune_checkpoints, rng_state,
                                    export_model, atomic_write, StorageError)
@@ -238,7 +239,9 @@ def kernel_report(m,       # a `ModelConfig`
         b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device, skip=skip)
     if {'selective_scan', 'causal_conv1d'} & set(mixer.kernels):   # a failed build: named by what runs instead
         N = m.ssm_state_dim if 'ssm_state_dim' in mixer.field_map() else m.d_state
-        b |= kernel_backends(device, m.scan_impl, m.conv_impl, N, m.d_conv, build=True)
+        scan = m.scan_impl if 'selective_scan' in mixer.kernels else 'torch'   # nothing built for a scan not run
+        b |= kernel_backends(device, scan, m.conv_impl, N, m.d_conv, build=True)
+    if 'ssd_scan' in mixer.kernels: b['ssd_scan'] = ssd_impls.resolve(m.ssd_impl, device)   # mamba2
     return ', '.join(f'{k}={b[k]}' for k in mixer.kernels)
 
 # %% ../nbs/44_train.ipynb #492dabc7

@@ -77,6 +77,13 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('warmup_fraction_one', T, ['--trainer.warmup_fraction=1'], 'must be < 1'),
     ('min_lr_above_lr', T, ['--trainer.min_lr=1'], 'above trainer.learning_rate'),
     ('dt_min_above_dt_max', T, ['--model.block=mamba', '--model.dt_min=0.5'], 'is above model.dt_max'),
+    ('mamba2_headdim_not_dividing', T, ['--model.block=mamba2', '--model.d_model=64', '--model.headdim=48'],
+     'mamba2: headdim=48 does not divide the inner width expand * d_model = 128, so the heads cannot split it; '
+     'valid choices of headdim: 1, 2, 4, 8, 16, 32, 64, 128.'),
+    ('mamba2_ngroups_not_dividing', T, ['--model.block=mamba2', '--model.d_model=64', '--model.headdim=16',
+                                        '--model.ngroups=3'],
+     'mamba2: ngroups=3 does not divide the 8 heads (inner width 128 / headdim 16), so the heads cannot share B and '
+     'C evenly; valid choices of ngroups: 1, 2, 4, 8.'),
     ('seed_negative', T, ['--trainer.seed=-1'], 'must be >= 0'),
     ('workers_absurd', T, ['--data.num_workers=100000'], 'must be <= 256'),
     ('passkey_depth_two', T, ['--data.passkey_depth=2'], 'must be <= 1'),

@@ -16,7 +16,7 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['add_selective_ssm_', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm']
+__all__ = ['add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
@@ -37,10 +37,9 @@ def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_l
     return m
 
 # %% ../../nbs/23_mamba.ipynb #a7e1c0d1
-class SelectiveSSM(nn.Module):
-    "A mixer with `add_selective_ssm_`'s SSM (Mamba; DP-ASSM's second path): its init, scan, step, FLOPs and memory."
-    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast to fp16 or bf16
-    dt_min, dt_max, dt_init_floor, dt_scale, dt_init = 0.001, 0.1, 1e-4, 1.0, 'random'   # the init's, unless set
+class KeepFp32(nn.Module):
+    "A module whose parameters named in `fp32_params` stay fp32 when it is cast to fp16 or bf16."
+    fp32_params: tuple = ()   # dotted parameter names
 
     def _apply(self, fn, recurse=True):
         "Cast or move as usual, but keep `fp32_params` in fp32 when the cast would lower them to fp16/bf16."
@@ -52,6 +51,11 @@ class SelectiveSSM(nn.Module):
                 p.data = old.to(p.device)
                 if p.grad is not None: p.grad = p.grad.float()
         return self
+
+class SelectiveSSM(KeepFp32):
+    "A mixer with `add_selective_ssm_`'s SSM (Mamba; DP-ASSM's second path): its init, scan, step, FLOPs and memory."
+    fp32_params = ('A_log', 'D', 'dt_proj.bias')      # kept fp32 when the module is cast to fp16 or bf16
+    dt_min, dt_max, dt_init_floor, dt_scale, dt_init = 0.001, 0.1, 1e-4, 1.0, 'random'   # the init's, unless set
 
     @torch.no_grad()
     def reset_parameters(self):
