@@ -487,7 +487,7 @@ def ruler_sample(task: str,                # a RULER task name (`RULER_TASKS`)
                  gen: int | None = None,   # tokens kept for generation (prompt: length - gen); None: training layout
                  depth: float | None = None, # where the needles sit, 0 to 1 (None: random, as RULER)
                  **settings,               # the task's settings (`RULER_TASKS`), e.g. num_hops=2, qa_file=...
-                ) -> RulerSample:
+                ) -> RulerSample:          # the prompt's ids, the expected values, the answer's ids
     "A sample of `task`, exactly `length` tokens: prompt + `gen` generated, or (gen None) prompt + answer = length + 1"
     family, base = RULER_TASKS[check_ruler_task(task)]
     bad = set(settings) - set(base)
