@@ -197,3 +197,17 @@ def test_compare_bad_input(bindir, tmp_path, args, phrase):
     out = tmp_path / 'cmp'
     p = run([bindir / 'longctx_compare'], *args, '--output_dir', out, check=2)
     assert phrase in p.stderr and 'Traceback' not in p.stderr and not out.exists(), p.stderr
+
+def test_ruler_on_a_run_trained_on_a_ruler_task(bindir, tmp_path):
+    "A run trained on RULER's niah_single_1 (bytes) is evaluated on RULER's tasks; the threshold decides the effective length."
+    run([bindir / 'longctx_train'], '--data.dataset_name=synthetic', '--data.task=niah_single_1', '--data.seq_len=512',
+        '--data.batch_size=2', '--trainer.max_steps=2', '--trainer.eval_interval=0', '--trainer.limit_val_batches=1', *TINY,
+        f'--trainer.default_root_dir={tmp_path}', '--trainer.run_name=niah', check=0)
+    p = run([bindir / 'longctx_eval'], '--task', 'niah_single_1,vt', '--checkpoint_path', tmp_path / 'niah', '--max_len', 1024,
+            '--n_samples', 2, '--gen_tokens', 8, '--threshold', 0, '--device', 'cpu', '--output_dir', tmp_path / 'out', check=0)
+    r = json.loads((tmp_path / 'out' / 'vanilla_ruler.json').read_text())
+    assert (r['trained_on'], r['train_seq_len'], r['tasks'], r['lengths']) == ('niah_single_1', 512, ['niah_single_1', 'vt'],
+                                                                                [512, 1024])
+    assert r['tokenizer'] == 'ByteTokenizer(vocab_size=256)' and r['gen_tokens'] == {'niah_single_1': 8, 'vt': 8}
+    assert r['effective_length'] == 1024 and (tmp_path / 'out' / 'vanilla_ruler.png').stat().st_size > 5000   # every score >= 0
+    assert 'effective length (average >= 0.0 there and at every shorter length): 1024' in p.stdout
