@@ -169,8 +169,8 @@ def ruler_grid(model,                       # the language model, in eval mode
               ) -> dict:                    # scores (percent) per task and length, their average per length
     "RULER's score of each task at each length: greedy generation (each block's constant-memory step where it has one)."
     dev, scores = torch.device(device), {}
-    for i, t in enumerate(tasks):
-        family, base = RULER_TASKS[t]
+    for t in tasks:   # a task's samples depend on (seed, length, the task), not on the other tasks named
+        i, (family, base) = list(RULER_TASKS).index(t), RULER_TASKS[t]
         own, gen = {k: v for k, v in settings.items() if k in base and v is not None}, gen_tokens or RULER_GEN[family]
         row = []
         for L in lengths:
@@ -229,10 +229,10 @@ def _ruler_work(ev: Evaluated, tasks, lengths, n_samples, seed, data_dir, qa_fil
                f"{', '.join(readers)}, and --task names none of them; leave it out.")
     if qa_file is None and set(tasks) == {t for t in RULER_TASKS if RULER_TASKS[t][0] != 'qa'}:
         note("qa_1 and qa_2 are left out: they read questions from a local JSONL file; give --qa_file to run them")
-    for i, t in enumerate(tasks):   # a length too short for a task (with this tokenizer) is refused here
+    for t in tasks:   # a length too short for a task (with this tokenizer) is refused here
         own = {k: v for k, v in settings.items() if k in RULER_TASKS[t][1] and v is not None}
-        for L in lengths: ruler_sample(t, tok, L, np.random.default_rng([seed, L, i]), gen=gen_tokens or RULER_GEN[
-            RULER_TASKS[t][0]], **own)
+        for L in lengths: ruler_sample(t, tok, L, np.random.default_rng([seed, L, list(RULER_TASKS).index(t)]),
+                                       gen=gen_tokens or RULER_GEN[RULER_TASKS[t][0]], **own)
     def work():
         g = ruler_grid(ev.model, tok, tasks, lengths, n_samples, seed=seed, gen_tokens=gen_tokens, **kw, **settings)
         return dict(tokenizer=repr(tok), threshold=threshold, gen_tokens={t: gen_tokens or RULER_GEN[RULER_TASKS[t][0]]
