@@ -273,7 +273,7 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len,
     given, notes = lengths is not None, []
     def note(text): notes.append(text); say(f"note: {text}")
     if why := meaningless(ev, task, data_dir):
-        ok = [t for t in EVAL_TASKS if not meaningless(ev, t)]
+        ok = [t for t in (*EVAL_TASKS, 'ruler') if not meaningless(ev, t)]
         raise UsageError(f"--task {task} cannot score {ev.source}: {why}. Evaluate it with --task "
                          f"{', '.join(ok[:-1])} or {ok[-1]}"
                          + (', or give --data_dir with text in its vocabulary.' if task != 'copy_recall' else '.'))
