@@ -512,7 +512,7 @@ def _ruler_batch(task: str):
         x, y = np.zeros((batch, seq_len), np.int64), np.full((batch, seq_len), IGNORE, np.int64)
         for b in range(batch):
             try: r = ruler_sample(task, ByteTokenizer(), seq_len, rng)
-            except UsageError as e: _need(False, task, str(e)[:-1])
+            except UsageError as e: _need(False, task, str(e)[:-1].replace('use lengths', 'use seq_len'))
             s = np.concatenate([r.ids, r.target])
             x[b], y[b, len(r.ids) - 1:] = s[:-1], r.target
         return x, y
