@@ -11,10 +11,10 @@ from typing import Callable
 from .core import UsageError, parse_precision, PRECISIONS as _PRECISION_SPELLINGS
 
 # %% auto #0
-__all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'SYNTHETIC_TASKS', 'SECTIONS', 'PRESETS', 'ALIASES',
-           'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'ModelConfig', 'DataConfig', 'TrainerConfig',
-           'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice',
-           'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate']
+__all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'RULER_TRAIN_TASKS', 'SYNTHETIC_TASKS', 'SECTIONS',
+           'PRESETS', 'ALIASES', 'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'ModelConfig', 'DataConfig',
+           'TrainerConfig', 'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
+           'set_twice', 'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -194,7 +194,9 @@ ModelConfig.num_params = property(lambda m: m.size, lambda m, v: setattr(m, 'siz
 
 # %% ../nbs/01_config.ipynb #91e22bb4
 # = synthetic.TASKS (tested there)
-SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy']
+RULER_TRAIN_TASKS = ['niah_single_1', 'niah_single_2', 'niah_single_3', 'niah_multikey_1', 'niah_multikey_2',
+                     'niah_multikey_3', 'niah_multivalue', 'niah_multiquery', 'vt', 'cwe', 'fwe']
+SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy'] + RULER_TRAIN_TASKS
 
 @dataclass
 class DataConfig:

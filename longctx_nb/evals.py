@@ -4,24 +4,27 @@
 
 # %% ../nbs/61_evals.ipynb #46d2b4f1
 from __future__ import annotations
-import argparse, glob, inspect, json, os, sys
+import argparse, glob, inspect, itertools, json, os, sys
 from pathlib import Path
 import numpy as np
-from .core import UsageError, get_device, check_precision
+import torch
+from .core import UsageError, autocast, get_device, check_precision
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import check_fits, check_positive, check_seed
 from .blocks.base import canonical_block
-from .synthetic import synthetic_data
-from .model import count_params, dense_settings
+from .synthetic import RULER_GEN, RULER_METRIC, RULER_TASKS, ruler_sample, synthetic_data
+from .tokenizer import ByteTokenizer
+from .model import count_params, dense_settings, generate
 from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_flags, perplexity,
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
 from .plots import plot_heatmaps, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 
 # %% auto #0
-__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'EVAL_FLAGS', 'eval_lengths', 'fit_passkey',
-           'meaningless', 'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names',
-           'format_table', 'run_evals', 'eval_parser', 'eval_main']
+__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'eval_lengths',
+           'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length', 'ruler_grid', 'meaningless', 'run_eval',
+           'format_result', 'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals',
+           'ruler_args', 'eval_parser', 'eval_main']
 
 # %% ../nbs/61_evals.ipynb #d607b094
 EVAL_TASKS = ('passkey', 'copy_recall', 'drift_curve', 'perplexity')
@@ -39,9 +42,11 @@ def _check(ok: bool, msg: str):
     if not ok: raise UsageError(msg)
 
 EVAL_HINT = "--max_len (or --lengths) or --batch_size"
+# each task's own setting: the tasks that read it
 TASK_FLAGS = {'depths': ('passkey',), 'passkey_len': ('passkey',), 'task_vocab_size': ('passkey', 'copy_recall'),
               'num_pairs': ('copy_recall',), 'copy_len': ('copy_recall',), 'n_buckets': ('drift_curve',),
-              'data_dir': ('passkey', 'drift_curve', 'perplexity')}   # each task's own setting: the tasks that read it
+              'data_dir': ('passkey', 'drift_curve', 'perplexity', 'ruler'), 'threshold': ('ruler',),
+              'qa_file': ('ruler',), 'gen_tokens': ('ruler',), 'num_chains': ('ruler',), 'num_hops': ('ruler',)}
 N_BUCKETS = 32   # --n_buckets when it is left out
 
 def _check_task_flags(task: str, given: dict):
@@ -55,17 +60,22 @@ def _check_task_flags(task: str, given: dict):
         f"--{f} is read only by --task {tasks(r)}" for f, r in bad.items()) + "; leave them out.")
 
 def _check_args(task, output_dir, untrained, vocab_size, seq_len, max_len, lengths, depths, n_samples, batch_size, seed,
-                passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, **_):
+                passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, threshold=None, qa_file=None,
+                gen_tokens=None, num_chains=None, num_hops=None, **_):
     "Refuse bad `run_eval` arguments before anything is loaded, naming the flag and its valid values."
     own = dict(passkey_len=passkey_len, task_vocab_size=task_vocab_size, num_pairs=num_pairs, copy_len=copy_len)
-    _check(task in EVAL_TASKS, f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
-    _check_task_flags(task, dict(depths=depths, n_buckets=n_buckets, data_dir=data_dir, **own))
+    _check(task in EVAL_TASKS + ('ruler',), f"unknown --task {task!r}; valid choices: {', '.join(EVAL_TASKS)}.")
+    rul = dict(threshold=threshold, qa_file=qa_file, gen_tokens=gen_tokens, num_chains=num_chains, num_hops=num_hops)
+    _check_task_flags(task, dict(depths=depths, n_buckets=n_buckets, data_dir=data_dir, **own, **rul))
+    _check(threshold is None or 0 <= threshold <= 100, f"--threshold={threshold} must be a score in [0, 100].")
+    check_positive(gen_tokens=gen_tokens, num_chains=num_chains, num_hops=num_hops)
     for name, v in dict(seq_len=seq_len, max_len=max_len, batch_size=batch_size, n_buckets=n_buckets).items():
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
     check_positive(lengths=lengths, vocab_size=vocab_size, **own)
     if seed is not None: check_seed(seed)
-    _check(seed is None or untrained or task in ('passkey', 'copy_recall'), "--seed is read by --task passkey or "
-           "copy_recall (the generated sequences) and by an untrained model (its weights); "
+    _check(seed is None or untrained or task in ('passkey', 'copy_recall', 'ruler'),
+           "--seed is read by --task passkey, "
+           "copy_recall or ruler (the generated sequences) and by an untrained model (its weights); "
            f"--task {task} of a checkpoint scores fixed windows of text and reads neither; leave it out.")
     _check(passkey_len is None or passkey_len <= 1000, f"--passkey_len={passkey_len}: at most 1000 digits.")
     if output_dir is not None:
@@ -109,6 +119,73 @@ def fit_passkey(gen,                           # a passkey generator (`passkey_g
                                          f"length{'s' * (len(short) > 1)} {what}{where}. "
                                          "Give --lengths to choose the lengths.")
 
+# %% ../nbs/61_evals.ipynb #c5da42f8
+RULER_THRESHOLD = 85.6   # RULER's: Llama-2-7B's average score at 4K, in percent
+
+def ruler_spec(task: str,                  # --task: 'ruler', or RULER task names separated by commas
+               qa_file: str | None = None, # the local QA file; without it 'ruler' leaves qa_1 and qa_2 out
+              ) -> list[str] | None:       # the RULER tasks (None: `task` is not RULER)
+    "The RULER tasks `--task` names; `UsageError` naming the valid choices for a name that is no task."
+    if task in EVAL_TASKS: return None
+    if task == 'ruler': return [t for t in RULER_TASKS if qa_file is not None or RULER_TASKS[t][0] != 'qa']
+    names = [t.strip() for t in task.split(',') if t.strip()]
+    bad = [t for t in names if t not in RULER_TASKS] or ([] if names else [task])
+    if bad:
+        raise UsageError(f"unknown --task {', '.join(map(repr, bad))}; valid choices: {', '.join(EVAL_TASKS)}, ruler "
+                         f"(every RULER task), or RULER task names separated by commas: {', '.join(RULER_TASKS)}.")
+    return list(dict.fromkeys(names))
+
+def ruler_score(pred: str,           # the generated text
+                answers: list[str],  # the expected values
+                metric: str = 'all', # 'all': the fraction of the values present; 'part': 1 if any is present
+               ) -> float:           # in [0, 1]
+    "RULER's string match, ignoring case: the share of `answers` found in `pred` (`all`), or whether any is (`part`)."
+    hits = [a.lower() in pred.lower() for a in answers]
+    return sum(hits) / len(hits) if metric == 'all' else float(any(hits))
+
+def effective_length(lengths: list[int],   # the lengths evaluated, increasing
+                     average: list[float], # the average score at each, in percent
+                     threshold: float,     # the score a length must reach, in percent
+                    ) -> int | None:       # None: not even the first length reaches it
+    "The longest length up to which every evaluated length scores at least `threshold`."
+    ok = list(itertools.takewhile(lambda la: la[1] >= threshold, zip(lengths, average)))
+    return ok[-1][0] if ok else None
+
+def _ruler_tok(ev: Evaluated, data_dir):
+    "The tokenizer RULER's samples are written with for `ev`: its BPE, else bytes."
+    return text_data(ev, data_dir, 'ruler').tokenizer if _reads_bpe(ev) else ByteTokenizer()
+
+def ruler_grid(model,                       # the language model, in eval mode
+               tok,                         # its tokenizer (byte or BPE)
+               tasks: list[str],            # RULER task names
+               lengths: list[int],          # sequence lengths (prompt + generated tokens)
+               n_samples: int = 32,         # samples per task and length
+               batch_size: int = 8,         # sequences per generation
+               device='cpu',                # the torch device (or its name) to run on
+               precision='32',              # '32', 'bf16' or '16'
+               seed: int = 0,               # seed of the samples
+               gen_tokens: int | None = None, # tokens generated (None: RULER's for each task)
+               **settings,                  # task settings (`RULER_TASKS`): those a task has are passed to it
+              ) -> dict:                    # scores (percent) per task and length, their average per length
+    "RULER's score of each task at each length: greedy generation (each block's constant-memory step where it has one)."
+    dev, scores = torch.device(device), {}
+    for t in tasks:   # a task's samples depend on (seed, length, the task), not on the other tasks named
+        i, (family, base) = list(RULER_TASKS).index(t), RULER_TASKS[t]
+        own, gen = {k: v for k, v in settings.items() if k in base and v is not None}, gen_tokens or RULER_GEN[family]
+        row = []
+        for L in lengths:
+            rng, s = np.random.default_rng([seed, L, i]), []
+            for b0 in range(0, n_samples, batch_size):
+                batch = [ruler_sample(t, tok, L, rng, gen=gen, **own) for _ in range(min(batch_size, n_samples - b0))]
+                idx = torch.as_tensor(np.stack([b.ids for b in batch])).to(dev)
+                with autocast(dev, precision): out = generate(model, idx, gen, temperature=0)[:, idx.shape[1]:]
+                s += [ruler_score(tok.decode(o.cpu().numpy()), b.answers, RULER_METRIC[family])
+                      for o, b in zip(out, batch)]
+            row.append(round(100 * float(np.mean(s)), 2))
+        scores[t] = row
+    return dict(tasks=list(tasks), lengths=list(lengths), scores=scores,
+                average=[round(float(np.mean([scores[t][j] for t in tasks])), 2) for j in range(len(lengths))])
+
 # %% ../nbs/61_evals.ipynb #3cc0ff36
 def meaningless(ev: Evaluated,             # the model
                 task: str,                   # one of `EVAL_TASKS`
@@ -120,6 +197,11 @@ def meaningless(ev: Evaluated,             # the model
                 'task')
     if task in ('perplexity', 'drift_curve') and ev.synthetic_task and data_dir is None:
         return f"the model was trained on the synthetic task {ev.synthetic_task!r}: its vocabulary holds no text"
+    if task == 'ruler' and ev.synthetic_task is not None and ev.synthetic_task not in RULER_TASKS:
+        return f"RULER's tasks are text, and the model was trained on the synthetic task {ev.synthetic_task!r} in ids"
+    if task == 'ruler' and not _reads_bpe(ev) and ev.vocab_size != 256:
+        return (f"RULER's samples are written with the model's tokenizer, and a model of vocab_size={ev.vocab_size} "
+                "reads neither bytes (256 ids) nor this library's BPE")
 
 def _reads_bpe(ev: Evaluated) -> bool:
     "Whether the passkey for `ev` is written with its BPE tokenizer, read from its text (the corpus or --data_dir)."
@@ -133,6 +215,29 @@ def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_p
         for L in lengths: synthetic_data(t, L, **params[t])
     return lambda: dict(lengths=lengths, tasks={t: task_accuracy(ev.model, t, lengths, n_samples, seed=seed, **kw,
                                                                  **params[t]) for t in RECALL_TASKS})
+
+def _ruler_work(ev: Evaluated, tasks, lengths, n_samples, seed, data_dir, qa_file, threshold, gen_tokens, kw, note,
+                **settings):
+    "Check that every RULER task is written at every length with the model's tokenizer; the work, as a function."
+    tok, threshold = _ruler_tok(ev, data_dir), RULER_THRESHOLD if threshold is None else threshold
+    _check(data_dir is None or _reads_bpe(ev), "--data_dir is read by --task ruler only for a model that reads BPE "
+           f"text (it gives the tokenizer); {ev.source} reads bytes; leave it out.")
+    settings = dict(settings, qa_file=qa_file)
+    for k, v in settings.items():   # a setting no named task reads is refused
+        readers = [t for t in RULER_TASKS if k in RULER_TASKS[t][1]]
+        _check(v is None or any(t in tasks for t in readers), f"--{k} is read only by the RULER tasks "
+               f"{', '.join(readers)}, and --task names none of them; leave it out.")
+    if qa_file is None and set(tasks) == {t for t in RULER_TASKS if RULER_TASKS[t][0] != 'qa'}:
+        note("qa_1 and qa_2 are left out: they read questions from a local JSONL file; give --qa_file to run them")
+    for t in tasks:   # a length too short for a task (with this tokenizer) is refused here
+        own = {k: v for k, v in settings.items() if k in RULER_TASKS[t][1] and v is not None}
+        for L in lengths: ruler_sample(t, tok, L, np.random.default_rng([seed, L, list(RULER_TASKS).index(t)]),
+                                       gen=gen_tokens or RULER_GEN[RULER_TASKS[t][0]], **own)
+    def work():
+        g = ruler_grid(ev.model, tok, tasks, lengths, n_samples, seed=seed, gen_tokens=gen_tokens, **kw, **settings)
+        return dict(tokenizer=repr(tok), threshold=threshold, gen_tokens={t: gen_tokens or RULER_GEN[RULER_TASKS[t][0]]
+                    for t in tasks}, **g, effective_length=effective_length(g['lengths'], g['average'], threshold))
+    return work
 
 def _text_work(ev: Evaluated, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw, note):
     "Check the validation text; the perplexity or drift-curve work, as a function."
@@ -162,12 +267,13 @@ def _write(r: dict, stem: Path, say):
     say(f"wrote {stem}.json and {stem}.png")
 
 def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len, max_len, lengths, depths, n_samples,
-          batch_size, seed, passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check):
+          batch_size, seed, passkey_len, task_vocab_size, num_pairs, copy_len, n_buckets, data_dir, skip_memory_check,
+          threshold=None, qa_file=None, gen_tokens=None, num_chains=None, num_hops=None, ruler_tasks=None):
     "Every check for one model: (the result's settings, the work that adds the numbers)."
     given, notes = lengths is not None, []
     def note(text): notes.append(text); say(f"note: {text}")
     if why := meaningless(ev, task, data_dir):
-        ok = [t for t in EVAL_TASKS if not meaningless(ev, t)]
+        ok = [t for t in (*EVAL_TASKS, 'ruler') if not meaningless(ev, t)]
         raise UsageError(f"--task {task} cannot score {ev.source}: {why}. Evaluate it with --task "
                          f"{', '.join(ok[:-1])} or {ok[-1]}"
                          + (', or give --data_dir with text in its vocabulary.' if task != 'copy_recall' else '.'))
@@ -196,6 +302,9 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len,
         for L in lengths: gen(1, L, np.random.default_rng(0), depth=0.0)   # a given length too short is refused here
         work = lambda: dict(mode=mode, chance=chance, **passkey_grid(ev.model, gen, lengths, list(depths or DEPTHS),
                                                                      n_samples, seed=seed, **kw))
+    elif task == 'ruler':
+        work = _ruler_work(ev, ruler_tasks, lengths, n_samples, seed, data_dir, qa_file, threshold, gen_tokens, kw,
+                           note, num_chains=num_chains, num_hops=num_hops)
     elif task == 'copy_recall':
         work = _recall_work(ev, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw)
     else: work = _text_work(ev, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw, note)
@@ -208,7 +317,7 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len,
 
 _SETTINGS = [k for k, p in inspect.signature(_plan).parameters.items() if p.kind is p.KEYWORD_ONLY]   # per model
 
-def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
+def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`, ruler, or RULER tasks (`ruler_spec`)
              checkpoint_path: str | None = None,  # checkpoint .pt, run directory or exported folder; None: untrained
              block: str | None = None,            # checked against the checkpoint, or the untrained model's (vanilla)
              vocab_size: int | None = None,       # checked against the checkpoint, or the untrained model's (256)
@@ -228,10 +337,17 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`
              copy_len: int | None = None,         # tokens to copy
              n_buckets: int | None = None,        # points of the drift curve (None: `N_BUCKETS`)
              data_dir: str | None = None,         # validation text for drift_curve and perplexity (default: the corpus)
+             threshold: float | None = None,      # ruler: the average score (percent) of an effective length
+             qa_file: str | None = None,          # ruler: a local SQuAD- or HotpotQA-style JSONL file for qa_1, qa_2
+             gen_tokens: int | None = None,       # ruler: tokens generated per answer (default: RULER's per task)
+             num_chains: int | None = None,       # ruler: variable-tracking chains (default 1)
+             num_hops: int | None = None,         # ruler: variable-tracking hops per chain (default 4)
              verbose: bool = True,                # print progress and the results
              skip_memory_check: bool = False,     # start even when the memory estimate says it does not fit
             ) -> dict:
     "Evaluate a checkpoint (or an untrained model) on `task`; returns the results as a dict (also printed and saved)."
+    ruler_tasks = ruler_spec(task, qa_file)   # an unknown task name is refused here
+    task = task if ruler_tasks is None else 'ruler'
     a = {k: v for k, v in locals().items() if k in _SETTINGS}
     say = print if verbose else (lambda *a, **k: None)
     _check_args(task, output_dir, checkpoint_path is None, vocab_size, **a)
@@ -279,6 +395,13 @@ def format_result(r: dict,  # a `run_eval` result
                   f"(chance {r['chance']:.0e})", f"{'depth':>8}" + cols(r['lengths'])]
         lines += [f'{d:>8.0%}' + cols(row, '.1%') for d, row in zip(r['depths'], r['accuracy'])]
         lines.append(f"{'mean':>8}" + cols(np.mean(r['accuracy'], 0), '.1%'))
+    elif r['task'] == 'ruler':
+        lines += [f"RULER score (percent) over {r['n_samples']} samples per cell, written with {r['tokenizer']}",
+                  f"{'task':>16}" + cols(r['lengths'])]
+        lines += [f'{t:>16}' + cols(r['scores'][t], '.1f') for t in r['tasks']]
+        lines += [f"{'average':>16}" + cols(r['average'], '.1f'),
+                  f"effective length (average >= {r['threshold']} there and at every shorter length): "
+                  f"{r['effective_length'] or 'none of the lengths'}"]
     elif r['task'] == 'copy_recall':
         lines += [f"answer-token accuracy over {r['n_samples']} sequences per length",
                   f"{'task':>20}" + cols(r['lengths']) + f"{'chance':>9}  parameters"]
@@ -307,6 +430,10 @@ def plot_result(r: dict,    # a `run_eval` result
     t, L0 = _title(r), r['train_seq_len']
     if r['task'] == 'passkey':
         return plot_heatmaps({'': r['accuracy']}, r['lengths'], r['depths'], t + f" ({r['mode']})", path, L0)
+    if r['task'] == 'ruler':
+        rows = [np.array(r['scores'][t]) / 100 for t in r['tasks']] + [np.array(r['average']) / 100]
+        eff = f"effective length {r['effective_length'] or 'none'} at {r['threshold']}"
+        return plot_heatmaps({'': rows}, r['lengths'], r['tasks'] + ['average'], f"{t} ({eff})", path, L0, 'RULER task')
     if r['task'] == 'copy_recall':
         return plot_lengths({k: v['accuracy'] for k, v in r['tasks'].items()}, r['lengths'], L0, title=t + ' (dotted: '
                             "chance)", path=path, chance={k: v['chance'] for k, v in r['tasks'].items()})
@@ -352,13 +479,17 @@ def short_names(paths: list[str],  # model paths
 def _row_values(r: dict) -> list[tuple[str, dict]]:
     "(row label, {column: value}) of one result for the summary table."
     if r['task'] == 'passkey': return [('', dict(zip(r['lengths'], np.mean(r['accuracy'], 0).tolist())))]
+    if r['task'] == 'ruler':
+        rows = [*r['scores'].items(), ('average', r['average'])]
+        return [(t, dict(zip(r['lengths'], np.array(v) / 100))) for t, v in rows]
     if r['task'] == 'copy_recall': return [(t, dict(zip(r['lengths'], v['accuracy']))) for t, v in r['tasks'].items()]
     if r['task'] == 'perplexity': return [('', {x['seq_len']: x['loss'] for x in r['rows']})]
     return [('', {'within': r['loss_within'], 'beyond': r['loss_beyond']})]
 
 _TABLE_WHAT = {'passkey': 'exact-match accuracy (mean over depths) by length',
                'copy_recall': 'answer-token accuracy by length', 'perplexity': 'validation loss (nats/token) by length',
-               'drift_curve': 'mean loss within and beyond the training length'}
+               'drift_curve': 'mean loss within and beyond the training length',
+               'ruler': 'RULER score by length (average: the mean over its tasks)'}
 
 def format_table(results: list[dict],  # `run_eval` results of one task
                  names: list[str],     # a name per result (its path)
@@ -368,7 +499,7 @@ def format_table(results: list[dict],  # `run_eval` results of one task
     rows = [(n, r, label, vals) for n, r in zip(names, results) for label, vals in _row_values(r)]
     cols = list(dict.fromkeys(c for *_, v in rows for c in v))
     if all(isinstance(c, int) for c in cols): cols = sorted(cols)
-    pct = task in ('passkey', 'copy_recall')
+    pct = task in ('passkey', 'copy_recall', 'ruler')
     w = max(len(n) + (len(l) + 1 if l else 0) for n, _, l, _ in rows)
     head = f"{'model':<{w}} {'block':>20} {'params':>11} {'step':>7} {'train_len':>9}"
     lines = [f"{task}: {_TABLE_WHAT[task]}", head + ''.join(f'{c:>9}' for c in cols)]
@@ -377,10 +508,12 @@ def format_table(results: list[dict],  # `run_eval` results of one task
         lines.append(f"{(n + ' ' + label).strip():<{w}} {r['block']:>20} {r['n_params']:>11,} "
                      f"{str(r['step'] or '-'):>7} {str(r['train_seq_len'] or '-'):>9}"
                      + ''.join(cell(vals.get(c)) for c in cols))
+    lines += [f"effective length ({n}, average >= {r['threshold']}): {r['effective_length'] or 'none of the lengths'}"
+              for n, r in zip(names, results) if task == 'ruler']
     lines += [f"note ({n}): {x}" for n, r in zip(names, results) for x in r.get('notes', [])]
     return '\n'.join(lines)
 
-def run_evals(task: str,                      # one of `EVAL_TASKS`
+def run_evals(task: str,                      # one of `EVAL_TASKS`, ruler, or RULER tasks (`ruler_spec`)
               checkpoint_paths: list[str],    # checkpoints, run directories or exported folders; patterns expanded
               output_dir: str | None = None,  # writes each model's NAME_{task}.json and .png, and summary_{task}.json
               verbose: bool = True,           # print progress and the table
@@ -393,6 +526,8 @@ def run_evals(task: str,                      # one of `EVAL_TASKS`
     "Evaluate every model `checkpoint_paths` names on `task`, all checked first; one table of the results."
     say = print if verbose else (lambda *a, **k: None)
     a = {k: p.default for k, p in inspect.signature(run_eval).parameters.items() if k in _SETTINGS} | kw
+    a['ruler_tasks'] = ruler_spec(task, a['qa_file'])
+    task = task if a['ruler_tasks'] is None else 'ruler'
     _check_args(task, output_dir, False, vocab_size, **a)
     a['seed'] = a['seed'] or 0
     names = expand_checkpoints(checkpoint_paths, say)
@@ -418,13 +553,25 @@ def run_evals(task: str,                      # one of `EVAL_TASKS`
 # %% ../nbs/61_evals.ipynb #41558ef4
 EVAL_FLAGS = {'--trainer.accelerator': '--device', '--trainer.precision': '--precision'}   # own flags in messages
 
+def ruler_args(group: str,  # the help group of the task parameters
+              ) -> list:     # `arg`s of `make_parser`
+    "The flags of `--task ruler`."
+    return [arg('--threshold', type=float, group=group, help='ruler: the average score (percent) a length must '
+                f'reach to be effective (default {RULER_THRESHOLD}, RULER\'s; a tiny model needs its own)'),
+            arg('--qa_file', group=group, help='ruler: a local SQuAD- or HotpotQA-style JSONL file for qa_1 and qa_2'),
+            arg('--gen_tokens', type=int, group=group, help="ruler: tokens generated per answer (default: RULER's, "
+                f"{', '.join(f'{k} {v}' for k, v in RULER_GEN.items())})"),
+            arg('--num_chains', type=int, group=group, help='ruler: variable-tracking chains (default 1)'),
+            arg('--num_hops', type=int, group=group, help='ruler: variable-tracking hops per chain (default 4)')]
+
 def eval_parser() -> argparse.ArgumentParser:
     "The `longctx_eval` argument parser."
     task = "task parameters (default: the training task's, else the task's defaults)"
     return make_parser('longctx_eval', 'Evaluate a trained model (or, without --checkpoint_path, an untrained one: '
                        'chance level) on passkey retrieval, associative recall and copying, the loss-by-position drift '
                        'curve, or perplexity.', [
-        arg('--task', default='passkey', metavar='NAME', help=f"one of {', '.join(EVAL_TASKS)}"),
+        arg('--task', default='passkey', metavar='NAME', help=f"one of {', '.join(EVAL_TASKS)}; ruler (RULER's "
+            "tasks), or RULER task names separated by commas (niah_single_1,vt)"),
         arg('--checkpoint_path', '--pretrained_model', nargs='+', metavar='PATH', help='a checkpoint .pt, a run '
             "directory or an exported model folder; several, or a quoted pattern ('runs/*'), are each evaluated and "
             'shown in one table'),
@@ -451,6 +598,7 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--n_buckets', type=int, group=task, help=f'points of the drift curve (default: {N_BUCKETS})'),
         arg('--data_dir', group=task, help="validation text for drift_curve and perplexity, and a BPE model's "
             'tokenizer for passkey (default: the training corpus)'),
+        *ruler_args(task),
         arg('--skip_memory_check', action='store_true', help='start even when the memory estimate says the longest '
             'length does not fit')])
 

@@ -41,6 +41,7 @@ def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x le
                   title: str = '',               # the figure title
                   path=None,                     # file to save the figure to (None: not saved)
                   train_len: int | None = None,  # the training length, marked with *
+                  ylabel: str = 'passkey depth', # what the rows are (text rows are written as they are)
                  ):
     "One annotated heat map per entry of `grids`, side by side, with one colour bar; saved to `path` if given."
     plt = pyplot(save=path is not None)
@@ -51,9 +52,10 @@ def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x le
         for (i, j), v in np.ndenumerate(acc):
             ax.text(j, i, f'{v:.0%}', ha='center', va='center', fontsize=7, color='black')
         ax.set_xticks(range(len(lengths)), [f'{L}' + ('*' if L == train_len else '') for L in lengths], fontsize=7)
-        ax.set_yticks(range(len(depths)), [f'{d:.0%}' for d in depths] if k == 0 else [], fontsize=7)
+        rows = [d if isinstance(d, str) else f'{d:.0%}' for d in depths]
+        ax.set_yticks(range(len(depths)), rows if k == 0 else [], fontsize=7)
         ax.set_title(textwrap.fill(name.replace('_', ' '), 12), fontsize=8)
-    axs[0][0].set_ylabel('passkey depth', fontsize=8)
+    axs[0][0].set_ylabel(ylabel, fontsize=8)
     fig.supxlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''), fontsize=8)
     if title: fig.suptitle(textwrap.fill(title, int(w * 12)), fontsize=9)
     return _save(fig, plt, path, lambda: fig.colorbar(im, ax=list(axs[0]), fraction=0.03, pad=0.02, label='accuracy'))

@@ -113,12 +113,21 @@ BAD = {  # args -> phrase the error must contain
     'one_of_many_missing': (['--checkpoint_path', '{run}', 'nowhere/run'], 'does not exist'),
     'unknown_task': (['--task', 'retrieval'], "unknown --task 'retrieval'; valid choices: passkey, copy_recall, drift_curve, perplexity"),
     'missing_checkpoint': (['--checkpoint_path', 'nowhere/run'], 'does not exist'),
+    'unknown_ruler_task': (['--task', 'niah_single_1,niah'], "unknown --task 'niah'; valid choices: passkey, copy_recall, "
+                           'drift_curve, perplexity, ruler (every RULER task), or RULER task names separated by commas: '
+                           'niah_single_1, niah_single_2'),
+    'ruler_does_not_fit': (['--task', 'ruler', '--lengths', '300'], "RULER task 'niah_single_1' does not fit in 300 tokens "
+                           'with this tokenizer: its fixed parts (instructions, needles or shortest list, question) take '),
+    'ruler_of_a_model_in_ids': (['--task', 'vt', '--checkpoint_path={run}'], "RULER's tasks are text, and the model was "
+                                "trained on the synthetic task 'copy' in ids"),
+    'ruler_qa_without_file': (['--task', 'qa_2', '--lengths', '600'], 'read questions from a local JSONL file (SQuAD or '
+                              'HotpotQA style): give --qa_file.'),
     'synthetic_model_has_no_text': (['--task', 'perplexity', '--checkpoint_path={run}'], "trained on the synthetic task 'copy'"),
     'unknown_flag': (['--tsak', 'passkey'], 'unrecognized arguments: --tsak'),
     'flag_the_task_does_not_read': (['--task', 'copy_recall', '--checkpoint_path={run}', '--n_samples', '1', '--data_dir', 'X',
                                      '--depths', '0.3', '--n_buckets', '3'], '--task copy_recall does not read --depths, --n_buckets, '
                                     '--data_dir: --depths is read only by --task passkey; --n_buckets is read only by --task '
-                                    'drift_curve; --data_dir is read only by --task passkey, drift_curve or perplexity; leave them out.'),
+                                    'drift_curve; --data_dir is read only by --task passkey, drift_curve, perplexity or ruler; leave them out.'),
     'depths_for_perplexity': (['--task', 'perplexity', '--depths', '0.3'],
                               '--depths is read only by --task passkey, not by --task perplexity; leave it out.'),
     'n_buckets_for_passkey': (['--task', 'passkey', '--n_buckets', '3'],
@@ -126,7 +135,7 @@ BAD = {  # args -> phrase the error must contain
     'task_vocab_size_for_perplexity': (['--task', 'perplexity', '--task_vocab_size', '3'], '--task_vocab_size is read only by '
                                        '--task passkey or copy_recall, not by --task perplexity; leave it out.'),
     'seed_for_perplexity_of_a_checkpoint': (['--task', 'perplexity', '--checkpoint_path={run}', '--seed', '3'], '--seed is read by '
-                                            '--task passkey or copy_recall (the generated sequences) and by an untrained model (its '
+                                            '--task passkey, copy_recall or ruler (the generated sequences) and by an untrained model (its '
                                             'weights); --task perplexity of a checkpoint scores fixed windows of text and reads neither'),
     'data_dir_for_the_passkey_in_ids': (['--task', 'passkey', '--checkpoint_path={run}', '--data_dir', 'X'], '--data_dir is read by '
                                         'the passkey only for a model that reads BPE text (it gives the tokenizer)'),
@@ -152,7 +161,7 @@ def test_copy_recall_of_a_text_model_is_refused_as_the_report_leaves_it_out(bind
             '--output_dir', tmp_path / 'eval', check=2)
     ckpt = sorted((tmp_path / 'text' / 'checkpoints').glob('step_*.pt'))[-1]
     assert p.stderr.splitlines()[0] == (f"longctx_eval: error: --task copy_recall cannot score {ckpt}: {why}. Evaluate it with "
-                                        "--task passkey, drift_curve or perplexity."), p.stderr
+                                        "--task passkey, drift_curve, perplexity or ruler."), p.stderr
     assert not (tmp_path / 'eval').exists()
     run([bindir / 'longctx_report'], f'--checkpoint_path={tmp_path / "text"}', '--output_dir', tmp_path / 'rep', '--max_len', 64,
         '--n_samples', 2, '--device', 'cpu', check=0)
@@ -188,3 +197,17 @@ def test_compare_bad_input(bindir, tmp_path, args, phrase):
     out = tmp_path / 'cmp'
     p = run([bindir / 'longctx_compare'], *args, '--output_dir', out, check=2)
     assert phrase in p.stderr and 'Traceback' not in p.stderr and not out.exists(), p.stderr
+
+def test_ruler_on_a_run_trained_on_a_ruler_task(bindir, tmp_path):
+    "A run trained on RULER's niah_single_1 (bytes) is evaluated on RULER's tasks; the threshold decides the effective length."
+    run([bindir / 'longctx_train'], '--data.dataset_name=synthetic', '--data.task=niah_single_1', '--data.seq_len=512',
+        '--data.batch_size=2', '--trainer.max_steps=2', '--trainer.eval_interval=0', '--trainer.limit_val_batches=1', *TINY,
+        f'--trainer.default_root_dir={tmp_path}', '--trainer.run_name=niah', check=0)
+    p = run([bindir / 'longctx_eval'], '--task', 'niah_single_1,vt', '--checkpoint_path', tmp_path / 'niah', '--max_len', 1024,
+            '--n_samples', 2, '--gen_tokens', 8, '--threshold', 0, '--device', 'cpu', '--output_dir', tmp_path / 'out', check=0)
+    r = json.loads((tmp_path / 'out' / 'vanilla_ruler.json').read_text())
+    assert (r['trained_on'], r['train_seq_len'], r['tasks'], r['lengths']) == ('niah_single_1', 512, ['niah_single_1', 'vt'],
+                                                                                [512, 1024])
+    assert r['tokenizer'] == 'ByteTokenizer(vocab_size=256)' and r['gen_tokens'] == {'niah_single_1': 8, 'vt': 8}
+    assert r['effective_length'] == 1024 and (tmp_path / 'out' / 'vanilla_ruler.png').stat().st_size > 5000   # every score >= 0
+    assert 'effective length (average >= 0.0 there and at every shorter length): 1024' in p.stdout
