@@ -14,15 +14,15 @@ from .config import Config, DataConfig, apply_overrides
 from .flags import flatten_sections
 from .blocks.base import canonical_block
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
-from .synthetic import IGNORE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
+from .synthetic import IGNORE, NOISE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
 from .model import LM
 from .checkpoint import CheckpointError, load_weights
 from .train import evaluate_task
 
 # %% auto #0
-__all__ = ['FILLER', 'RECALL_TASKS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags', 'token_bytes', 'perplexity',
-           'TextPasskey', 'recall_params', 'passkey_generator', 'answer_accuracy', 'passkey_grid', 'chance_level',
-           'task_accuracy', 'loss_by_position', 'drift_curve', 'text_data', 'unigram_loss']
+__all__ = ['RECALL_TASKS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey',
+           'recall_params', 'passkey_generator', 'answer_accuracy', 'passkey_grid', 'chance_level', 'task_accuracy',
+           'loss_by_position', 'drift_curve', 'text_data', 'unigram_loss']
 
 # %% ../nbs/60_scores.ipynb #ded02c88
 @dataclass
@@ -129,8 +129,6 @@ def perplexity(model,                           # the language model, in eval mo
     return out
 
 # %% ../nbs/60_scores.ipynb #44ff3144
-FILLER = ['The grass is green. ', 'The sky is blue. ', 'The sun is yellow. ', 'Here we go. ', 'There and back again. ']
-
 def _filler(sentences: list, n_fill: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     "(`n_fill` ids of `sentences` in a shuffled cycle, cut at the start to end on a whole sentence; sentence starts)."
     order = rng.permutation(len(sentences))
@@ -147,7 +145,7 @@ class TextPasskey:
                  passkey_len: int = 5,  # digits of the key
                 ):
         self.tok, self.passkey_len = tokenizer, passkey_len
-        self.sentences = [tokenizer.encode(s) for s in FILLER]
+        self.sentences = [tokenizer.encode(s) for s in NOISE]
         self.question = tokenizer.encode('What is the pass key? The pass key is')
 
     def parts(self, key: str,  # the passkey digits
