@@ -8,7 +8,8 @@ from longctx_nb.config import Config, apply_overrides
 from longctx_nb.checkpoint import load_model
 from longctx_nb.data import ByteTokenizer
 from longctx_nb.model import generate
-from longctx_nb.hf import export_main, create_model_from_hf, hf_tokenizer, load_source, logit_gap
+from longctx_nb.hf import create_model_from_hf, load_source, logit_gap
+from longctx_nb.export import export_main, hf_tokenizer
 
 tf.logging.set_verbosity_error()
 
@@ -48,8 +49,8 @@ def test_export_loads_in_transformers(runs, tmp_path, block, cls):
     assert isinstance(t, ByteTokenizer)
 
 def test_module_entry_point(runs, tmp_path):
-    "python -m longctx_nb.hf is the console script; it imports a transformers folder into our format."
-    run = lambda *a: subprocess.run([sys.executable, '-m', 'longctx_nb.hf', *map(str, a)], capture_output=True, text=True)
+    "python -m longctx_nb.export is the console script; it imports a transformers folder into our format."
+    run = lambda *a: subprocess.run([sys.executable, '-m', 'longctx_nb.export', *map(str, a)], capture_output=True, text=True)
     p = run('--format', 'safetensors', runs['mamba'], tmp_path / 'ours')
     assert p.returncode == 0 and 'wrote' in p.stdout, p.stderr
     assert run('--help').stdout.startswith('usage: longctx_export')
@@ -85,7 +86,7 @@ def test_refusals_exit_2_and_write_nothing(runs, tmp_path, capsys):
 def test_without_transformers(tmp_path):
     "The package imports without transformers; using the export says what to install."
     code = ("import sys; sys.modules['transformers'] = None\n"
-            "import longctx_nb, longctx_nb.hf as h\n"
+            "import longctx_nb, longctx_nb.export as h\n"
             "from longctx_nb.model import create_model\n"
             "try: h.save_pretrained(create_model(256, 'tiny', 'mamba', dict(d_model=32, n_layers=1)), sys.argv[1])\n"
             "except h.UsageError as e: print(e)\n")
@@ -155,7 +156,7 @@ TEXTS = ['héllo wörld\n\t 日本語 🙂\r\n', 'def f(x):\n    return x  # <|e
 def test_separate_interpreter_loads_with_transformers_alone(runs, tmp_path):
     "Two sizes of each block, byte and BPE tokenizers: loaded by transformers in an interpreter that cannot import longctx_nb, same logits, greedy tokens and ids."
     from longctx_nb.data import BPETokenizer
-    from longctx_nb.hf import save_pretrained
+    from longctx_nb.export import save_pretrained
     from longctx_nb.model import create_model
     bpe = BPETokenizer.train([Path(json.__file__).read_text()], vocab_size=320)
     models = {b: (load_source(runs[b])[0], ByteTokenizer()) for b in ('vanilla', 'mamba')}   # 2 layers, d_model 64, trained
