@@ -15,9 +15,10 @@ from .checkpoint import export_model
 from .data import ByteTokenizer, BPETokenizer
 from .flags import make_parser, arg, main
 from .memory import check_positive
-from .hf import (
+from longctx_nb.hf import (
     HF_CLASSES, TOLERANCE, _SAMPLE, require_transformers, quiet_transformers, _hf_block, _hf_keys, _cpu_fp32, logit_gap,
-    byte_tokenizer_json, is_hf_checkpoint, create_model_from_hf, load_source, run_tokenizer, _same_tokenizer, _no_source)
+    byte_tokenizer_json, is_hf_checkpoint, create_model_from_hf, load_source, run_tokenizer, _same_tokenizer,
+    _no_source)
 
 # %% auto #0
 __all__ = ['hf_config', 'hf_state_dict', 'to_hf', 'hf_tokenizer', 'save_pretrained', 'export_parser', 'export',
@@ -30,16 +31,21 @@ def _hf_rope(cfg: ModelConfig, max_position_embeddings: int) -> tuple[dict | Non
     if rope and rope['rope_type'] == 'dynamic': max_position_embeddings = rope.pop('original_max_position_embeddings')
     return rope, max_position_embeddings
 
+def _special_ids(tok) -> dict:
+    "config.json's bos, eos and pad ids of our tokenizer `tok` (or None); eos lists the other stops after the eos."
+    stops = list(getattr(tok, 'stop_ids', []))
+    return dict(bos_token_id=getattr(tok, 'bos_id', None), pad_token_id=getattr(tok, 'pad_id', None),
+                eos_token_id=stops[0] if len(stops) == 1 else stops or None)
+
 def hf_config(cfg: ModelConfig,                     # our model's config
-              eos_token_id: int | None = None,      # the tokenizer's end-of-text id, if it has one
+              tokenizer=None,                       # our tokenizer: its bos, eos and pad ids (None: none)
               max_position_embeddings: int = 2048,  # the context length written into a Llama config
              ):
     "The transformers config of `cfg`'s network: `LlamaConfig` (`Qwen2Config` with q/k/v biases alone), `MambaConfig`."
     tf = require_transformers()
     block = _hf_block(cfg.block)
     common = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-                  tie_word_embeddings=cfg.tie_embeddings, bos_token_id=None, eos_token_id=eos_token_id,
-                  pad_token_id=None, architectures=[HF_CLASSES[block]])
+                  tie_word_embeddings=cfg.tie_embeddings, architectures=[HF_CLASSES[block]], **_special_ids(tokenizer))
     if block == 'vanilla':
         if not cfg.d_ff:
             raise UsageError("a vanilla model without MLP (d_ff=0) has no Llama counterpart; use --format safetensors.")
@@ -65,12 +71,12 @@ def hf_state_dict(model: LM,  # a vanilla or mamba `LM`
     return out
 
 def to_hf(model: LM,                            # a vanilla or mamba `LM`
-          eos_token_id: int | None = None,      # the tokenizer's end-of-text id, if any
+          tokenizer=None,                       # our tokenizer: its bos, eos and pad ids go into the config
           max_position_embeddings: int = 2048,  # the context length written into a Llama config
          ):
     "The transformers model (`LlamaForCausalLM` or `MambaForCausalLM`, fp32, eval mode) with `model`'s weights."
     with quiet_transformers() as tf:
-        cfg = hf_config(model.cfg, eos_token_id, max_position_embeddings)
+        cfg = hf_config(model.cfg, tokenizer, max_position_embeddings)
         hf = tf.AutoModelForCausalLM.from_config(cfg)
     sd = {k: v.detach().float().cpu().contiguous().clone() for k, v in hf_state_dict(model).items()}
     missing, unexpected = hf.load_state_dict(sd, strict=False)
@@ -83,14 +89,14 @@ def to_hf(model: LM,                            # a vanilla or mamba `LM`
 # %% ../nbs/47_export.ipynb #11dbf2ea
 def hf_tokenizer(tokenizer,  # a `ByteTokenizer` or `BPETokenizer`
                 ):
-    "A transformers `PreTrainedTokenizerFast` (one `tokenizer.json`): our `tokenizer`'s ids, its end-of-text as eos."
+    "A transformers `PreTrainedTokenizerFast`: our `tokenizer`'s ids, its bos, eos and pad tokens, its chat template."
     tf = require_transformers()
     if not isinstance(tokenizer, (ByteTokenizer, BPETokenizer)):
         raise UsageError(f"cannot export tokenizer {tokenizer!r}: give a ByteTokenizer or a BPETokenizer.")
-    tok, eot = byte_tokenizer_json() if isinstance(tokenizer, ByteTokenizer) else tokenizer.tok, tokenizer.eot_id
-    # the text of a special token ('<|endoftext|>', 'Ā') is encoded as text, as ours does: split_special_tokens
-    return tf.PreTrainedTokenizerFast(tokenizer_object=tok, split_special_tokens=True,
-                                      **(dict(eos_token=tok.id_to_token(eot)) if eot is not None else {}))
+    if isinstance(tokenizer, ByteTokenizer):   # NUL, the end of text, is spelled 'Ā' in the byte alphabet
+        tok, said = byte_tokenizer_json(), dict(eos_token='Ā', split_special_tokens=True)
+    else: tok, said = tokenizer.tok, tokenizer.tokenizer_config()   # what BPETokenizer.load read, written back
+    return tf.PreTrainedTokenizerFast(tokenizer_object=tok, **said)
 
 # %% ../nbs/47_export.ipynb #aac3bdb6
 @contextlib.contextmanager
@@ -132,7 +138,7 @@ def save_pretrained(model: LM,                            # a vanilla or mamba `
     "Write `model` for `AutoModelForCausalLM` (config.json, model.safetensors, tokenizer.json), `check`ed first."
     if tokenizer is not None and tokenizer.vocab_size > model.cfg.vocab_size:
         raise UsageError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only {model.cfg.vocab_size}.")
-    hf = to_hf(_cpu_fp32(model), getattr(tokenizer, 'eot_id', None), max_position_embeddings)
+    hf = to_hf(_cpu_fp32(model), tokenizer, max_position_embeddings)
     if check:
         if (gap := logit_gap(model, hf)) > TOLERANCE:
             raise RuntimeError(f"the transformers model's logits differ from ours by {gap:.2e} (relative): "
@@ -141,7 +147,7 @@ def save_pretrained(model: LM,                            # a vanilla or mamba `
     with _writing(out_dir, overwrite) as tmp:
         with quiet_transformers():
             hf.save_pretrained(tmp)
-            if tokenizer is not None: hf_tokenizer(tokenizer).save_pretrained(tmp)
+            if tokenizer is not None: hf_tokenizer(tokenizer).save_pretrained(tmp, save_jinja_files=False)
         _portable(tmp, model.cfg, max_position_embeddings)
     return Path(out_dir).expanduser()
 
