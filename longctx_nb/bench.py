@@ -332,7 +332,8 @@ def hf_counterpart(name: str,     # a key of `HF_BLOCKS`
                   ) -> tuple:     # (transformers' model, token ids -> logits, a one-line note comparing it with ours)
     """transformers' model `name` at the size of our model `ours`, the function giving its logits, and a note of
     what differs."""
-    from longctx_nb.hf import to_hf, logit_gap, quiet_transformers
+    from longctx_nb.hf import logit_gap, quiet_transformers
+    from longctx_nb.export import to_hf
     cfg, n_ours, d_ours = ours.cfg, count_params(ours), count_params(ours, non_embedding=True)
     if name in ('hf-llama', 'hf-mamba'):
         hf = to_hf(ours, max_position_embeddings=max_len).train()

@@ -204,12 +204,14 @@ def _tokenizer_for(tokenizer, documents, d: Path, bpe_vocab_size: int, val_fract
 
 # %% ../nbs/04_corpus.ipynb #07b4e02d
 def _encode(tok, texts: list[str], dtype) -> tuple[list[np.ndarray], int]:
-    "(ids of each document in `dtype`, UTF-8 bytes read): BPE ids and `<|endoftext|>`, or bytes and a blank line."
+    "(ids of each document in `dtype`, UTF-8 bytes read): BPE's start ids, ids and eot, or bytes and a blank line."
     if tok.name == 'byte':
         ids = [np.frombuffer(_byte_doc(t).encode('utf-8'), np.uint8).astype(dtype) for t in texts]
         return ids, sum(map(len, ids))
     nbytes = sum(len(t.encode('utf-8')) for t in texts)
-    if tok.name == 'bpe': return [np.append(ids, tok.eot_id).astype(dtype) for ids in tok.encode_batch(texts)], nbytes
+    if tok.name == 'bpe':   # what the tokenizer puts before a text (a bos, or nothing), the text, the end of text
+        start, end = np.array(tok.start_ids, dtype), np.array([tok.eot_id], dtype)
+        return [np.concatenate([start, ids.astype(dtype), end]) for ids in tok.encode_batch(texts)], nbytes
     return [np.asarray(tok.encode(t)).astype(dtype) for t in texts], nbytes
 
 _WORKER: tuple = ()
@@ -483,7 +485,8 @@ def load_tokenizer(prepared_dir,  # a folder written by `prepare`
     if name == 'byte': return ByteTokenizer()
     if name == 'bpe':   # with the end-of-text token its documents end with (a transformers folder's may be </s>)
         tok = BPETokenizer.load(d / 'tokenizer.json')
-        return tok if meta.get('eot_id') is None else BPETokenizer(tok.tok, tok.tok.id_to_token(meta['eot_id']))
+        if meta.get('eot_id') is not None: tok.eot = tok.tok.id_to_token(meta['eot_id'])
+        return tok
     raise UsageError(f"unknown tokenizer {name!r} in {str(d / 'meta.json')!r}; valid choices: byte, bpe")
 
 # %% ../nbs/04_corpus.ipynb #7399605d

@@ -213,8 +213,10 @@ def generate(model: nn.Module,                          # the model
              top_k: int | None = None,                  # sample only from the k likeliest tokens
              generator: torch.Generator | None = None,  # the sampling's random stream
              use_cache: bool | None = None,             # stream in constant memory per token (None: if the blocks can)
-            ) -> torch.Tensor:                          # (B, L + max_new_tokens)
-    "Extend `idx` `(B, L)` by `max_new_tokens` sampled tokens; greedy when `temperature == 0`; streaming if it can."
+             stop_ids=(),                               # ids that end a row (its tokenizer's `stop_ids`)
+             pad_id: int | None = None,                 # what follows a row's stop (None: its first stop id)
+            ) -> torch.Tensor:                          # (B, L + new tokens): max_new_tokens, or fewer when all stop
+    "Extend `idx` `(B, L)` by up to `max_new_tokens` tokens (greedy at temperature 0); a row ends at a stop id."
     if temperature < 0: raise UsageError(f"temperature={temperature} must be >= 0.")
     if top_k is not None and top_k < 1: raise UsageError(f"top_k={top_k} must be >= 1.")
     use_cache = can_stream(model) if use_cache is None else use_cache
@@ -224,7 +226,8 @@ def generate(model: nn.Module,                          # the model
     was_training = model.training
     model.eval()
     try:
-        states = None
+        states, stops = None, torch.tensor(list(stop_ids), dtype=idx.dtype, device=idx.device)
+        done = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
         for _ in range(max_new_tokens):
             if not use_cache: logits = model(idx)[:, -1]
             elif states is None: logits, states = prefill(model, idx)
@@ -237,6 +240,10 @@ def generate(model: nn.Module,                          # the model
                     kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float('-inf'))
                 nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+            if len(stops):   # a row that stopped is padded, as transformers' generate pads it
+                nxt = torch.where(done, stops[0] if pad_id is None else pad_id, nxt.to(idx.dtype))
+                done |= torch.isin(nxt, stops)
             idx = torch.cat([idx, nxt.to(idx.dtype)], dim=1)
+            if done.all(): break
     finally: model.train(was_training)
     return idx

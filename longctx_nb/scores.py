@@ -145,6 +145,7 @@ class TextPasskey:
                  passkey_len: int = 5,  # digits of the key
                 ):
         self.tok, self.passkey_len = tokenizer, passkey_len
+        self.start = np.asarray(tokenizer.start_ids, dtype=np.int64)   # what the tokenizer puts first (a bos, or none)
         self.sentences = [tokenizer.encode(s) for s in NOISE]
         self.question = tokenizer.encode('What is the pass key? The pass key is')
 
@@ -157,7 +158,7 @@ class TextPasskey:
     def min_len(self) -> int:
         "The shortest sequence that holds the key line, the question and the answer with no filler."
         line, ans = self.parts('9' * self.passkey_len)
-        return len(line) + len(self.question) + len(ans) - 1
+        return len(self.start) + len(line) + len(self.question) + len(ans) - 1
 
     def __call__(self, batch: int, seq_len: int, rng: np.random.Generator, depth: float | None = None):
         if seq_len < self.min_len():
@@ -168,11 +169,11 @@ class TextPasskey:
         for _ in range(batch):
             key = ''.join(map(str, rng.integers(0, 10, self.passkey_len)))
             line, ans = self.parts(key)
-            n_fill = seq_len + 1 - len(line) - len(self.question) - len(ans)
+            n_fill = seq_len + 1 - len(self.start) - len(line) - len(self.question) - len(ans)
             filler, starts = _filler(self.sentences, n_fill, rng)
             d = rng.random() if depth is None else depth
             p = starts[np.abs(starts - d * n_fill).argmin()]   # the sentence start nearest the depth
-            s = np.concatenate([filler[:p], line, filler[p:], self.question, ans])
+            s = np.concatenate([self.start, filler[:p], line, filler[p:], self.question, ans])
             y = s[1:].copy(); y[:-len(ans)] = IGNORE
             xs.append(s[:-1]); ys.append(y)
         return np.stack(xs).astype(np.int64), np.stack(ys).astype(np.int64)

@@ -4,6 +4,7 @@
 
 # %% ../nbs/03_tokenizer.ipynb #0406cda0
 from __future__ import annotations
+import json
 from pathlib import Path
 from typing import Iterable
 import numpy as np
@@ -11,12 +12,14 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from .core import UsageError
 
 # %% auto #0
-__all__ = ['EOT', 'ByteTokenizer', 'BPETokenizer']
+__all__ = ['EOT', 'ByteTokenizer', 'folder_specials', 'BPETokenizer']
 
 # %% ../nbs/03_tokenizer.ipynb #5979d286
 class ByteTokenizer:
     "UTF-8 bytes as tokens: 256 ids, nothing to train or download; NUL (0), never in text, is its end-of-text id."
     name, vocab_size, eot_id = 'byte', 256, 0
+    bos = pad = chat_template = bos_id = pad_id = None   # no other special tokens
+    start_ids, stop_ids = [], [0]                          # nothing before a text; a generation stops at NUL
     def encode(self, text: str,  # any text
               ) -> np.ndarray:   # int64 ids, one per UTF-8 byte
         "The ids (0..255) of `text`'s UTF-8 bytes."
@@ -33,13 +36,52 @@ class ByteTokenizer:
 
 # %% ../nbs/03_tokenizer.ipynb #023dc8c3
 EOT = '<|endoftext|>'
+
+def _json(f: Path) -> dict:
+    "The JSON object in file `f`; {} if it is missing or holds no object."
+    try: d = json.loads(f.read_text(encoding='utf-8'))
+    except (OSError, ValueError): return {}
+    return d if isinstance(d, dict) else {}
+
+def _content(v) -> str | None:
+    "A special token as the files write it: a string, or an added token's `{'content': ...}`."
+    v = v.get('content') if isinstance(v, dict) else v
+    return v if isinstance(v, str) else None
+
+def folder_specials(d,               # the folder of a tokenizer.json
+                    tok: Tokenizer,  # that tokenizer (it gives the ids of the tokens named)
+                   ) -> dict:        # keyword arguments of `BPETokenizer` (empty: the folder says nothing more)
+    "The special tokens and chat template of the tokenizer in folder `d`, read as transformers reads them."
+    d = Path(d); cfg = _json(d / 'tokenizer_config.json')
+    if not cfg: return {}
+    if 'added_tokens_decoder' not in cfg: cfg = {**cfg, **_json(d / 'special_tokens_map.json')}   # the older layout
+    name = {k: _content(cfg.get(f'{k}_token')) for k in ('bos', 'eos', 'pad')}
+    name = {k: v if v is not None and tok.token_to_id(v) is not None else None for k, v in name.items()}
+    template = cfg.get('chat_template')
+    if isinstance(template, list):   # named templates: the default one
+        template = next((t['template'] for t in template if t.get('name') == 'default'), None)
+    if (d / 'chat_template.jinja').is_file(): template = (d / 'chat_template.jinja').read_text(encoding='utf-8')
+    eos = _json(d / 'generation_config.json').get('eos_token_id')
+    eos = [i for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int) and 0 <= i < tok.get_vocab_size()]
+    stops = [t for t in map(tok.id_to_token, eos) if t != name['eos']]
+    eot = name['eos'] or (EOT if tok.token_to_id(EOT) is not None else None)
+    return dict(eot=eot, bos=name['bos'], pad=name['pad'], stops=stops,
+                chat_template=template if isinstance(template, str) else None,
+                split_special_tokens=bool(cfg.get('split_special_tokens', False)))
+
 class BPETokenizer:
     "Byte-level BPE (GPT-2 style) trained locally with Hugging Face `tokenizers`; `eot` ends each document."
     name = 'bpe'
-    def __init__(self, tok: Tokenizer,   # a trained Hugging Face `tokenizers.Tokenizer`
-                 eot: str | None = EOT,  # its end-of-text token (a transformers folder's may be `</s>`; None: none)
+    def __init__(self, tok: Tokenizer,                  # a trained Hugging Face `tokenizers.Tokenizer`
+                 eot: str | None = EOT,                 # its end-of-text token, the eos (`</s>` in some; None: none)
+                 bos: str | None = None,                # its beginning-of-text token, if it has one
+                 pad: str | None = None,                # its padding token, if it has one
+                 chat_template: str | None = None,      # the Jinja chat template of a transformers folder
+                 stops: Iterable[str] = (),             # other tokens that end a generation (generation_config.json)
+                 split_special_tokens: bool = True,     # transformers reads special tokens' text as text (ours do)
                 ):
-        self.tok, self.eot = tok, eot
+        self.tok, self.eot, self.bos, self.pad, self.chat_template = tok, eot, bos, pad, chat_template
+        self.stops, self.split_special_tokens = tuple(stops), split_special_tokens
         # the text '<|endoftext|>' inside a document is encoded as text: only `prepare` puts the real eot id in
         if hasattr(tok, 'encode_special_tokens'): tok.encode_special_tokens = True
 
@@ -60,28 +102,57 @@ class BPETokenizer:
         return cls(tok)
 
     @classmethod
-    def load(cls, path,  # a tokenizer.json, or a folder holding one
+    def load(cls, path,  # a tokenizer.json, or a folder holding one (and maybe tokenizer_config.json ...)
             ) -> BPETokenizer:
-        "Load a `tokenizer.json` (or the one in folder `path`)."
+        "Load a `tokenizer.json` (or the one in folder `path`) with the special tokens and chat template beside it."
         p = Path(path).expanduser()
         if p.is_dir(): p = p / 'tokenizer.json'
         if not p.is_file(): raise UsageError(f"tokenizer file {str(p)!r} does not exist.")
-        return cls(Tokenizer.from_file(str(p)))
+        try: tok = Tokenizer.from_file(str(p))
+        except Exception as e:
+            raise UsageError(f"{str(p)!r} is not a tokenizer the tokenizers library reads ({str(e)[:200]}).") from None
+        return cls(tok, **folder_specials(p.parent, tok))
 
-    def save(self, path,  # the tokenizer.json to write
+    def save(self, path,  # the tokenizer.json to write; tokenizer_config.json goes beside it when there is more
             ):
+        "Write `tokenizer.json`; beside it, as transformers does, the special tokens and chat template it lacks."
         self.tok.save(str(path))
+        if self.tokenizer_config() != {'eos_token': EOT, 'split_special_tokens': True} or self.stops:
+            c = json.dumps(self.tokenizer_config(), indent=2, ensure_ascii=False)
+            (Path(path).parent / 'tokenizer_config.json').write_text(c + '\n', encoding='utf-8')
+            if self.stops: (Path(path).parent / 'generation_config.json').write_text(json.dumps(
+                {'eos_token_id': self.stop_ids}, indent=2) + '\n')
+
+    def tokenizer_config(self) -> dict:
+        "What tokenizer_config.json says of this tokenizer: bos, eos and pad tokens, chat template, special text."
+        c = {f'{k}_token': v for k, v in (('bos', self.bos), ('eos', self.eot), ('pad', self.pad)) if v is not None}
+        if self.chat_template is not None: c['chat_template'] = self.chat_template
+        return {**c, 'split_special_tokens': self.split_special_tokens}
     @property
     def vocab_size(self) -> int: return self.tok.get_vocab_size()
     @property
     def eot_id(self) -> int | None: return None if self.eot is None else self.tok.token_to_id(self.eot)
+    @property
+    def bos_id(self) -> int | None: return None if self.bos is None else self.tok.token_to_id(self.bos)
+    @property
+    def pad_id(self) -> int | None: return None if self.pad is None else self.tok.token_to_id(self.pad)
+    @property
+    def stop_ids(self) -> list[int]:
+        "The ids that end a generation: the eos, then generation_config.json's others."
+        ids = [self.eot_id, *map(self.tok.token_to_id, self.stops)]
+        return list(dict.fromkeys(i for i in ids if i is not None))
+    @property
+    def start_ids(self) -> list[int]:
+        "The ids the tokenizer puts before a text (tokenizer.json's post-processor): `[bos]` in Llama's, none in ours."
+        full, bare = self.tok.encode('a').ids, self.tok.encode('a', add_special_tokens=False).ids
+        return next((full[:k] for k in range(len(full)) if full[k:k + len(bare)] == bare), [])
     def encode(self, text: str,  # any text
-              ) -> np.ndarray:   # int64 ids
-        return np.array(self.tok.encode(text).ids, dtype=np.int64)
+              ) -> np.ndarray:   # int64 ids, without the start ids (`start_ids`)
+        return np.array(self.tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)
     def encode_batch(self, texts: list[str],  # documents
-                    ) -> list[np.ndarray]:    # int64 ids of each
+                    ) -> list[np.ndarray]:    # int64 ids of each, without the start ids
         "Encode many texts at once (in parallel threads)."
-        return [np.array(e.ids, dtype=np.int64) for e in self.tok.encode_batch(list(texts))]
+        return [np.array(e.ids, dtype=np.int64) for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
     def decode(self, ids,  # token ids, any shape
               ) -> str:
         return self.tok.decode([int(i) for i in np.asarray(ids).ravel()], skip_special_tokens=False)

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 def _mains():
-    from longctx_nb import cli, compare, evals, report, bench, hf
+    from longctx_nb import cli, compare, evals, report, bench, export
     return {'longctx_train': cli.train_main, 'longctx_prepare': cli.prepare_main, 'longctx_eval': evals.eval_main,
             'longctx_compare': compare.compare_main, 'longctx_report': report.report_main, 'longctx_bench': bench.bench_main,
-            'longctx_export': hf.export_main}
+            'longctx_export': export.export_main}
 
 @pytest.fixture(scope='module')
 def data(tmp_path_factory):

@@ -134,9 +134,9 @@ def test_every_command_has_version_and_help(bindir):
 
 def parsers():
     "The parsers of the console scripts (and of each benchmark)."
-    from longctx_nb import cli, compare, evals, report, bench, hf
+    from longctx_nb import cli, compare, evals, report, bench, export
     ps = [cli.build_parser(), cli.prepare_parser(), evals.eval_parser(), compare.compare_parser(), report.report_parser(),
-          bench.bench_parser(), hf.export_parser()]
+          bench.bench_parser(), export.export_parser()]
     return ps + [bench.bench_parser(n) for n in bench.BENCHES]
 
 def test_every_flag_has_help_and_its_default_once():

@@ -1,14 +1,15 @@
 """longctx_export end to end: a tiny run exported for transformers (Llama, Mamba) and read back; refusals exit 2 and write nothing."""
 import json, os, subprocess, sys
 from pathlib import Path
-import pytest, torch
+import numpy as np, pytest, torch
 
 tf = pytest.importorskip('transformers')
 from longctx_nb.config import Config, apply_overrides
 from longctx_nb.checkpoint import load_model
 from longctx_nb.data import ByteTokenizer
 from longctx_nb.model import generate
-from longctx_nb.hf import export_main, create_model_from_hf, hf_tokenizer, load_source, logit_gap
+from longctx_nb.hf import create_model_from_hf, load_source, logit_gap
+from longctx_nb.export import export_main, hf_tokenizer
 
 tf.logging.set_verbosity_error()
 
@@ -48,8 +49,8 @@ def test_export_loads_in_transformers(runs, tmp_path, block, cls):
     assert isinstance(t, ByteTokenizer)
 
 def test_module_entry_point(runs, tmp_path):
-    "python -m longctx_nb.hf is the console script; it imports a transformers folder into our format."
-    run = lambda *a: subprocess.run([sys.executable, '-m', 'longctx_nb.hf', *map(str, a)], capture_output=True, text=True)
+    "python -m longctx_nb.export is the console script; it imports a transformers folder into our format."
+    run = lambda *a: subprocess.run([sys.executable, '-m', 'longctx_nb.export', *map(str, a)], capture_output=True, text=True)
     p = run('--format', 'safetensors', runs['mamba'], tmp_path / 'ours')
     assert p.returncode == 0 and 'wrote' in p.stdout, p.stderr
     assert run('--help').stdout.startswith('usage: longctx_export')
@@ -85,7 +86,7 @@ def test_refusals_exit_2_and_write_nothing(runs, tmp_path, capsys):
 def test_without_transformers(tmp_path):
     "The package imports without transformers; using the export says what to install."
     code = ("import sys; sys.modules['transformers'] = None\n"
-            "import longctx_nb, longctx_nb.hf as h\n"
+            "import longctx_nb, longctx_nb.export as h\n"
             "from longctx_nb.model import create_model\n"
             "try: h.save_pretrained(create_model(256, 'tiny', 'mamba', dict(d_model=32, n_layers=1)), sys.argv[1])\n"
             "except h.UsageError as e: print(e)\n")
@@ -155,7 +156,7 @@ TEXTS = ['héllo wörld\n\t 日本語 🙂\r\n', 'def f(x):\n    return x  # <|e
 def test_separate_interpreter_loads_with_transformers_alone(runs, tmp_path):
     "Two sizes of each block, byte and BPE tokenizers: loaded by transformers in an interpreter that cannot import longctx_nb, same logits, greedy tokens and ids."
     from longctx_nb.data import BPETokenizer
-    from longctx_nb.hf import save_pretrained
+    from longctx_nb.export import save_pretrained
     from longctx_nb.model import create_model
     bpe = BPETokenizer.train([Path(json.__file__).read_text()], vocab_size=320)
     models = {b: (load_source(runs[b])[0], ByteTokenizer()) for b in ('vanilla', 'mamba')}   # 2 layers, d_model 64, trained
@@ -382,3 +383,39 @@ def test_byte_export_in_lm_evaluation_harness(runs, tmp_path):
         new = tok.decode(generate(model, ids, 8, temperature=0)[0, ids.shape[1]:])
         assert s['resps'][0][0] == new.split('\x00')[0].split('\n')[0], (s['resps'], new)   # stops at NUL, its eos, or the task's '\n'
     assert len(got('tiny_ll')) == len(got('tiny_gen')) == 2
+
+def test_tokenizer_special_tokens_through_a_run(tmp_path, bindir):
+    "A Llama 3-like folder (bos first, eos, pad, two stops, a chat template): a run --init_from it puts bos and eos around each "
+    "document; its export gives AutoTokenizer the source's ids, special tokens and chat."
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, processors, trainers
+    special = ['<|begin_of_text|>', '<|end_of_text|>', '<|eot_id|>', '<|pad|>']
+    chat = "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|eot_id|>{% endfor %}"
+    t = Tokenizer(models.BPE()); t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False); t.decoder = decoders.ByteLevel()
+    t.train_from_iterator([Path(json.__file__).read_text()], trainers.BpeTrainer(
+        vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    t.post_processor = processors.TemplateProcessing(single='<|begin_of_text|> $A', special_tokens=[(special[0], 0)])
+    src = tmp_path / 'llama3'
+    tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                       bos_token_id=0, eos_token_id=[1, 2], pad_token_id=3)).save_pretrained(src)
+    tf.PreTrainedTokenizerFast(tokenizer_object=t, bos_token=special[0], eos_token=special[1], pad_token=special[3],
+                               chat_template=chat).save_pretrained(src)
+    (tmp_path / 'texts').mkdir()
+    for i, f in enumerate(('__init__.py', 'decoder.py', 'encoder.py')):
+        (tmp_path / 'texts' / f'{i}.txt').write_text((Path(json.__file__).parent / f).read_text())
+    cli(bindir, 'longctx_train', '--init_from', 'llama3', '--data.dataset_name=local', '--data.dataset_config=texts', '--data.seq_len=32',
+        '--data.batch_size=2', '--trainer.max_steps=1', '--trainer.enable_progress_bar=false', '--trainer.tensorboard=false',
+        '--trainer.plot=false', '--trainer.eval_interval=0', '--trainer.default_root_dir=runs', cwd=tmp_path)
+    data = Path(json.loads((tmp_path / 'runs' / 'version_0' / 'config.json').read_text())['data']['data_dir'])
+    meta = json.loads((data / 'meta.json').read_text())
+    ids = np.concatenate([np.fromfile(data / f'{s}.bin', dtype=meta['dtype']) for s in ('train', 'val')])
+    assert ids[0] == 0 and (ids == 0).sum() == (ids == 1).sum() == 3   # each of the 3 documents: bos ... eos
+    assert (np.flatnonzero(ids == 0)[1:] == np.flatnonzero(ids == 1)[:-1] + 1).all()   # bos right after the eos before
+    cli(bindir, 'longctx_export', 'runs/version_0', 'out', cwd=tmp_path)
+    a, b = tf.AutoTokenizer.from_pretrained(src), tf.AutoTokenizer.from_pretrained(tmp_path / 'out')
+    for s in ('def loads(s):', ' a dog\n and 日本 <|eot_id|>'): assert b(s)['input_ids'] == a(s)['input_ids']
+    said = lambda t: [(getattr(t, f'{k}_token'), getattr(t, f'{k}_token_id')) for k in ('bos', 'eos', 'pad')]
+    assert said(b) == said(a) == [(special[0], 0), (special[1], 1), (special[3], 3)]
+    msgs = [{'role': 'user', 'content': 'def f'}, {'role': 'assistant', 'content': 'return'}]
+    assert b.apply_chat_template(msgs, tokenize=False) == a.apply_chat_template(msgs, tokenize=False)
+    assert b.apply_chat_template(msgs, return_dict=True)['input_ids'] == a.apply_chat_template(msgs, return_dict=True)['input_ids']
+    assert tf.GenerationConfig.from_pretrained(tmp_path / 'out').eos_token_id == [1, 2]
