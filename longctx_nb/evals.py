@@ -155,6 +155,10 @@ def _ruler_tok(ev: Evaluated, data_dir):
     "The tokenizer RULER's samples are written with for `ev`: its BPE, else bytes."
     return text_data(ev, data_dir, 'ruler').tokenizer if _reads_bpe(ev) else ByteTokenizer()
 
+def _until_stop(ids: np.ndarray, stops) -> np.ndarray:   # `ids` up to its first stop id
+    at = np.flatnonzero(np.isin(ids, list(stops)))
+    return ids[:at[0]] if len(at) else ids
+
 def ruler_grid(model,                       # the language model, in eval mode
                tok,                         # its tokenizer (byte or BPE)
                tasks: list[str],            # RULER task names
@@ -178,8 +182,9 @@ def ruler_grid(model,                       # the language model, in eval mode
             for b0 in range(0, n_samples, batch_size):
                 batch = [ruler_sample(t, tok, L, rng, gen=gen, **own) for _ in range(min(batch_size, n_samples - b0))]
                 idx = torch.as_tensor(np.stack([b.ids for b in batch])).to(dev)
-                with autocast(dev, precision): out = generate(model, idx, gen, temperature=0)[:, idx.shape[1]:]
-                s += [ruler_score(tok.decode(o.cpu().numpy()), b.answers, RULER_METRIC[family])
+                with autocast(dev, precision):   # a row ends at its tokenizer's stop ids, as the model was taught
+                    out = generate(model, idx, gen, temperature=0, stop_ids=tok.stop_ids)[:, idx.shape[1]:]
+                s += [ruler_score(tok.decode(_until_stop(o.cpu().numpy(), tok.stop_ids)), b.answers, RULER_METRIC[family])
                       for o, b in zip(out, batch)]
             row.append(round(100 * float(np.mean(s)), 2))
         scores[t] = row
