@@ -27,6 +27,7 @@ EXAMPLES = """examples:
   longctx_train --train_data train.npy --val_data val.npy --context_length 512 --batch_size 32 \
 --max_iters 5000 --device cpu
   longctx_train --init_from mamba-130m-hf --data.train_data train.npy --data.seq_len=4096   # continue at longer context
+  longctx_train --init_from runs/version_0 --model.rope_scaling=yarn --model.rope_factor=4 --data.seq_len=4x  # 4x long
   longctx_train --trainer.devices=2 --data.global_batch_size=32          # 2 processes on one machine (DDP)
   torchrun --nproc_per_node=8 --no-python longctx_train --trainer.strategy=fsdp --trainer.precision=bf16
 """
