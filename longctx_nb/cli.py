@@ -9,12 +9,13 @@ import torch
 from pathlib import Path
 from .core import UsageError
 from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir
-from .flags import Parser, arg, make_parser, parse_config, main, read_config_file, check_read, explicit_keys
+from .flags import (Parser, arg, make_parser, parse_config, main, read_config_file, check_read,
+                              explicit_keys, run_checks)
 from .model import LM, count_params   # and registers the block zoo: --model.block is checked, --help lists it
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'PREPARE_READS', 'build_parser', 'parse_cli', 'init_model', 'run_config', 'print_config',
-           'check_sources', 'train_main', 'prepare_parser', 'prepare_main']
+__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'PREPARE_READS', 'build_parser', 'parse_cli', 'init_model', 'trained_context', 'stretch',
+           'run_config', 'print_config', 'check_sources', 'train_main', 'prepare_parser', 'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
@@ -26,6 +27,7 @@ EXAMPLES = """examples:
   longctx_train --train_data train.npy --val_data val.npy --context_length 512 --batch_size 32 \
 --max_iters 5000 --device cpu
   longctx_train --init_from mamba-130m-hf --data.train_data train.npy --data.seq_len=4096   # continue at longer context
+  longctx_train --init_from runs/version_0 --model.rope_scaling=yarn --model.rope_factor=4 --data.seq_len=4x  # 4x long
   longctx_train --trainer.devices=2 --data.global_batch_size=32          # 2 processes on one machine (DDP)
   torchrun --nproc_per_node=8 --no-python longctx_train --trainer.strategy=fsdp --trainer.precision=bf16
 """
@@ -61,12 +63,14 @@ def init_model(cfg: Config,  # the run's config, as parsed
                path,         # what `hf.init_from` reads: a transformers folder, an export, a checkpoint or a run
                say=print,    # where the notes go
                given=(),     # the settings the user gave (a data.tokenizer that PATH's tokenizer contradicts: refused)
+               seq_len_times: int | None = None,  # N of --data.seq_len=Nx: N times the length PATH was trained at
               ):             # (config with PATH's model settings, the model holding PATH's weights)
     "The config and model of a run that starts from the weights at `path`; each setting it replaces is printed."
     from longctx_nb.hf import init_from
     from longctx_nb.model import LM
     if cfg.trainer.resume:
         raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
+    cfg = stretch(cfg, path, trained_context(path), seq_len_times, say)
     ov, state, tok = init_from(path, cfg, say=say, given=given)   # the model's settings; the text tokenized with PATH's
     before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
               **{f'model.{k}': v for k, v in vars(cfg.model).items()}}
@@ -76,6 +80,46 @@ def init_model(cfg: Config,  # the run's config, as parsed
     model = LM(cfg.model)
     model.load_state_dict(state)
     return cfg, model
+
+# %% ../nbs/70_cli.ipynb #d94fde1a
+def trained_context(path,  # what --init_from names: a run, a checkpoint, an export or a transformers folder
+                   ) -> tuple[int, str] | None:  # (tokens, what says so); None where PATH's config does not say
+    "The context the weights at `path` were trained for, from its config alone (its run's, or config.json's)."
+    p = Path(path).expanduser()
+    run = p.parent.parent if p.suffix == '.pt' and p.parent.name == 'checkpoints' else p if p.is_dir() else None
+    try: c = json.loads((run / 'config.json').read_text()) if run and (run / 'config.json').is_file() else None
+    except (ValueError, UnicodeDecodeError): c = None
+    if c is None and p.suffix == '.pt':
+        try: c = torch.load(p, map_location='cpu', weights_only=True, mmap=True).get('config')
+        except Exception: c = None   # unreadable here: `init_from` says why
+    if not isinstance(c, dict): return None
+    n = (c.get('data') or {}).get('seq_len') if isinstance(c.get('data'), dict) else None
+    if isinstance(n, int): return n, f"the length {path} was trained at"
+    n = c.get('max_position_embeddings') if c.get('model_type') in ('llama', 'mistral', 'qwen2') else None
+    return (n, f"{path}'s max_position_embeddings") if isinstance(n, int) else None
+
+def stretch(cfg: Config,   # the run's config, as parsed
+            path,          # the --init_from source (for the messages)
+            context,       # `trained_context(path)`
+            times=None,    # N of --data.seq_len=Nx (None: the length was given in tokens, or not at all)
+            say=print,     # where the values set are printed
+           ) -> Config:
+    "`cfg` with data.seq_len=Nx resolved and rope_original_max_position_embeddings defaulting to `context`."
+    from longctx_nb.blocks.layers import ROPE_SETTINGS
+    n, what = context or (None, None)
+    if times and n is None:
+        raise UsageError(f"--data.seq_len={times}x means {times} times the length {path} was trained at, and {path} "
+                         "does not record it (a run or checkpoint records its data.seq_len, a Llama, Mistral or Qwen2 "
+                         "folder its max_position_embeddings): give the length in tokens, e.g. --data.seq_len=4096.")
+    ov = {'data.seq_len': times * n} if times else {}
+    if times: say(f"seq_len {times}x -> {times * n} ({times} x {n}, {what})")
+    m = cfg.model
+    if n and 'original_max_position_embeddings' in ROPE_SETTINGS.get(m.rope_scaling, ()) \
+            and m.rope_original_max_position_embeddings is None:
+        ov['model.rope_original_max_position_embeddings'] = n
+        say(f"init_from: model.rope_original_max_position_embeddings={n} ({what}; model.rope_scaling={m.rope_scaling} "
+            "stretches it)")
+    return apply_overrides(cfg, ov)
 
 # %% ../nbs/70_cli.ipynb #c56d7c92
 SAFE_ON_RESUME = {f'trainer.{k}' for k in (
@@ -218,7 +262,10 @@ def _train(argv=None) -> int:
     cfg = run_config(cfg, _given(ns), say=say)
     if not ns.print_config: check_sources(cfg, ns.init_from)
     model = None
-    if ns.init_from: cfg, model = init_model(cfg, ns.init_from, say=say, given=explicit_keys(_given(ns)))
+    if ns.init_from:
+        cfg, model = init_model(cfg, ns.init_from, say=say, given=explicit_keys(_given(ns)),
+                                seq_len_times=ns.seq_len_times)
+        if not ns.print_config: run_checks(cfg)   # those `parse_config` leaves to here: the source's settings are in
     if ns.print_config:
         t = cfg.trainer
         later = (f"--init_from {ns.init_from}" if ns.init_from

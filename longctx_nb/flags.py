@@ -11,15 +11,16 @@ import longctx_nb
 from .core import UsageError, TrainingError
 from typing import Callable
 from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key, coerce,
-                               merge_settings, set_twice, _value, _field_of, _hints, _OWNED)
+                               merge_settings, set_twice, _value, _field_of, _hints, _OWNED,
+                               _RAW_CHECKS)
 
 # %% auto #0
 __all__ = ['MAMBA_GUIDE_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'MAMBA_GUIDE', 'GPU_NATIVE', 'flatten_sections',
            'read_config_file', 'guide_keys', 'build_config', 'config_settings', 'load_config', 'setting_sources',
            'unread_rule', 'check_read', 'check_before_run', 'run_checks', 'HelpFormatter', 'Parser', 'arg', 'add_args',
            'arg_comments', 'args_from', 'settings_table', 'field_help', 'option_specs', 'key_type', 'key_meta',
-           'setting_help', 'alias_style', 'add_settings', 'make_parser', 'explicit_keys', 'parse_config',
-           'setting_overrides', 'main']
+           'setting_help', 'alias_style', 'add_settings', 'make_parser', 'seq_len_times', 'explicit_keys',
+           'parse_config', 'setting_overrides', 'main']
 
 # %% ../nbs/02_flags.ipynb #1548a524
 def flatten_sections(d: dict,           # {section: {key: value}} or top-level scalars
@@ -578,6 +579,21 @@ def _sources(parser: Parser, ns: argparse.Namespace, argv: list[str]) -> list[tu
                    key=lambda k: order.get(k, -1))
     return [(canonical_key(k), f'--{k}', getattr(ns, k)) for k in flags]
 
+# %% ../nbs/02_flags.ipynb #e1b5fac8
+def seq_len_times(v,  # a data.seq_len value as given: '4x' is a multiple, anything else is not
+                 ) -> int | None:  # the multiple N of 'Nx', None for anything else
+    "N of a `--data.seq_len=Nx` value: a whole multiple of the length the `--init_from` source was trained at."
+    t = v.strip().lower() if isinstance(v, str) else ''
+    return int(t[:-1]) if t[-1:] == 'x' and t[:-1].isdigit() and int(t[:-1]) > 0 else None
+
+def _seq_len_alone(key, v, bad):
+    if seq_len_times(v):
+        bad(f"{v.strip()} means {seq_len_times(v)} times the length the --init_from source was trained at, and that "
+            "needs --init_from on the command line (a run, a checkpoint, an export or a transformers folder); "
+            "without one, give the length in tokens, e.g. --data.seq_len=1024")
+
+_RAW_CHECKS['data.seq_len'] = _seq_len_alone
+
 # %% ../nbs/02_flags.ipynb #c36ba6b5
 def explicit_keys(levels: list,  # `build_config` levels: [(where or None, {key: value}), ...]
                  ) -> list[str]:
@@ -599,7 +615,12 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     ns, unknown = parser.parse_known_args(argv)
     if unknown: _unknown(unknown, parser.prog)
     notes = []
-    flags = {where: v for where, v in merge_settings(_sources(parser, ns, argv), notes).values()}
+    merged = merge_settings(_sources(parser, ns, argv), notes)
+    times = seq_len_times(merged['data.seq_len'][1]) if 'data.seq_len' in merged else None
+    if times and getattr(ns, 'init_from', None):   # resolved where the source is read (`cli.init_model`)
+        delattr(ns, merged.pop('data.seq_len')[0][2:])
+    ns.seq_len_times = times if getattr(ns, 'init_from', None) else None
+    flags = {where: v for where, v in merged.values()}
     levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
     ns.origins = {}
     cfg = build_config(levels, notes, ns.origins)
@@ -611,8 +632,9 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     if int(os.environ.get('RANK', 0)) == 0:
         for n in notes: print(f"{parser.prog}: note: {n}", file=sys.stderr)
     training = {'--model.d_model', '--trainer.max_steps'} <= set(parser._option_string_actions)
-    if training and not getattr(ns, 'print_config', False):
-        run_checks(cfg)   # a training command: e.g. the memory estimate, before any model or batch exists
+    if training and not getattr(ns, 'print_config', False) and not getattr(ns, 'init_from', None):
+        run_checks(cfg)   # a training command: e.g. the memory estimate, before any model or batch exists (with
+                          # --init_from: once the source's settings are in)
     return cfg, ns
 
 # %% ../nbs/02_flags.ipynb #bd0654ea
