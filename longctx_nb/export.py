@@ -229,10 +229,15 @@ def export(source,                                      # a checkpoint .pt, run 
     if tok is None and tokenizer != 'none':
         say("note: the run's tokenizer is not known, so none is written; --tokenizer byte or PATH gives one")
     if format == 'safetensors': return _save_ours(model, tok, out_dir, overwrite)
-    n_pos = max_position_embeddings or max(2048, cfg.data.seq_len if cfg is not None else 0)
+    m = model.cfg   # a scaled RoPE stretches its original context by its factor: that is the context it is for
+    stretched = m.rope_scaling in ('linear', 'yarn', 'llama3') and m.rope_original_max_position_embeddings
+    n_pos = max_position_embeddings or (int(m.rope_original_max_position_embeddings * m.rope_factor) if stretched
+                                        else max(2048, cfg.data.seq_len if cfg is not None else 0))
     if block == 'vanilla' and max_position_embeddings is None:
-        say(f"max_position_embeddings={n_pos} in config.json: the run's seq_len"
-            + (f" ({cfg.data.seq_len})" if cfg else '') + ", at least 2048 (--max_position_embeddings sets it)")
+        say(f"max_position_embeddings={n_pos} in config.json: " + (
+            f"rope_original_max_position_embeddings {m.rope_original_max_position_embeddings} x rope_factor "
+            f"{m.rope_factor:g}" if stretched else "the run's seq_len" + (f" ({cfg.data.seq_len})" if cfg else '')
+            + ", at least 2048") + " (--max_position_embeddings sets it)")
     if no_check: say("not checked: --no_check skips comparing the logits with transformers'")
     return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite, say=say)
 
