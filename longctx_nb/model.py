@@ -211,6 +211,7 @@ def generate(model: nn.Module,                          # the model
              top_k: int | None = None,                  # sample only from the k likeliest tokens
              generator: torch.Generator | None = None,  # the sampling's random stream
              use_cache: bool | None = None,             # stream in constant memory per token (None: if the blocks can)
+             stop=None,                                 # `stop(idx)` True ends it early (idx: the ids so far)
             ) -> torch.Tensor:                          # (B, L + max_new_tokens)
     "Extend `idx` `(B, L)` by `max_new_tokens` sampled tokens; greedy when `temperature == 0`; streaming if it can."
     if temperature < 0: raise UsageError(f"temperature={temperature} must be >= 0.")
@@ -236,5 +237,6 @@ def generate(model: nn.Module,                          # the model
                     logits = logits.masked_fill(logits < kth, float('-inf'))
                 nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
             idx = torch.cat([idx, nxt.to(idx.dtype)], dim=1)
+            if stop is not None and stop(idx): break
     finally: model.train(was_training)
     return idx
