@@ -158,7 +158,7 @@ class HarnessLM(TemplateLM or object):
             self.cache_hook.add_partial('generate_until', (context, gen_kw), out[-1])
         return out
 
-# %% ../nbs/58_harness.ipynb #e40ad8ed
+# %% ../nbs/58_harness.ipynb #af642380
 MODEL_NAME = 'longctx'   # the name `lm_eval --model` knows HarnessLM by
 
 if TemplateLM is not None and MODEL_NAME not in model_registry:   # by name: `python -m` and an import register one class
@@ -173,7 +173,7 @@ def harness_main(argv=None,  # lm_eval's command-line arguments (None: sys.argv[
     if argv is not None: sys.argv[1:] = list(argv)
     cli_evaluate()
 
-# %% ../nbs/58_harness.ipynb #34c4f6ba
+# %% ../nbs/58_harness.ipynb #8323e7aa
 LOCAL_BUILDERS = ('json', 'csv', 'parquet', 'text', 'arrow', 'pandas')   # datasets' builders over local files
 
 def _online() -> bool:
@@ -253,7 +253,7 @@ def check_harness(tasks: str,               # task names or patterns, comma-sepa
                                  "--include_path.")
     return out, tm
 
-# %% ../nbs/58_harness.ipynb #00cee0fc
+# %% ../nbs/58_harness.ipynb #92b9f695
 def write_example_tasks(folder,  # where the task YAML and JSONL files go (created)
                        ) -> Path:  # `folder`
     "Three small local harness tasks in `folder`: multiple choice, rolling perplexity and generation (`example_*`)."
@@ -282,7 +282,7 @@ def write_example_tasks(folder,  # where the task YAML and JSONL files go (creat
         (d / f'example_{n}.yaml').write_text(yaml[n])
     return d
 
-# %% ../nbs/58_harness.ipynb #5f066837
+# %% ../nbs/58_harness.ipynb #2123d7d7
 def run_harness(tasks: str,                       # task names or patterns, comma-separated (lm_eval's --tasks)
                 checkpoint_path,                  # a checkpoint .pt, a run directory, our export or a transformers folder
                 include_path=None,                # a folder of local task YAML files
@@ -313,6 +313,6 @@ def run_harness(tasks: str,                       # task names or patterns, comm
         if verbose: print(f"wrote {f}")
     return r
 
-# %% ../nbs/58_harness.ipynb #0d944031
+# %% ../nbs/58_harness.ipynb #d601aab6
 #| eval: false
 if __name__ == '__main__': harness_main()
