@@ -481,8 +481,8 @@ def _harness(argv) -> int:
 
 def _eval(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if any(x.split('=')[0] in ('--harness', '--include_path') for x in argv): return _harness(argv)
     a = vars(eval_parser().parse_args(argv))
+    if a.pop('harness') is not None or a.pop('include_path') is not None: return _harness(argv)
     paths = a.pop('checkpoint_path') or [None]
     if len(paths) > 1 or glob.has_magic(paths[0] or ''): run_evals(a.pop('task'), paths, **a)
     else: run_eval(checkpoint_path=paths[0], **a)

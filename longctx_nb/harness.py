@@ -86,7 +86,7 @@ class HarnessLM(TemplateLM or object):
     def tok_encode(self, string: str,            # any text
                    add_special_tokens=None,  # lm_eval's switch: our tokenizers add no special tokens either way
                    **kw,                     # lm_eval's other encoding options (none applies)
-                  ) -> list[int]:
+                  ) -> list[int]:            # the token ids
         "Ids of `string`."
         return [int(i) for i in self.tok.encode(string)]
 
