@@ -33,7 +33,8 @@ setuptools.setup(
     install_requires=_split('requirements'),
     # cuda: mamba-ssm and causal-conv1d compile against the installed torch; build them with examples/build_cuda_kernels.sh
     extras_require={'dev': _split('dev_requirements'), 'docs': _split('docs_requirements'),
-                    'cuda': _split('cuda_requirements'), 'hf': _split('hf_requirements') or ['datasets', 'transformers>=4.46'], 'tensorboard': ['tensorboard']},
+                    'cuda': _split('cuda_requirements'), 'hf': _split('hf_requirements') or ['datasets', 'transformers>=4.46'],
+                    'eval': _split('eval_requirements'), 'tensorboard': ['tensorboard']},
     entry_points={'console_scripts': _split('console_scripts'), 'nbdev': [f'{cfg["lib_path"]}={cfg["lib_path"]}._modidx:d']},
     zip_safe=False,
 )

@@ -19,11 +19,12 @@ from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
 from .plots import plot_heatmaps, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
+from .harness import run_harness
 
 # %% auto #0
-__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'eval_lengths',
-           'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length', 'ruler_grid', 'meaningless', 'run_eval',
-           'format_result', 'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals',
+__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'HARNESS_READS',
+           'eval_lengths', 'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length', 'ruler_grid', 'meaningless',
+           'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals',
            'ruler_args', 'eval_parser', 'eval_main']
 
 # %% ../nbs/61_evals.ipynb #d607b094
@@ -605,10 +606,36 @@ def eval_parser() -> argparse.ArgumentParser:
             'tokenizer for passkey (default: the training corpus)'),
         *ruler_args(task),
         arg('--skip_memory_check', action='store_true', help='start even when the memory estimate says the longest '
-            'length does not fit')])
+            'length does not fit'),
+        arg('--harness', metavar='TASKS', group='lm-evaluation-harness (pip install longctx_nb[eval])',
+            help="lm-evaluation-harness tasks, comma-separated (lm_eval's --tasks), instead of --task; reads "
+            '--checkpoint_path, --batch_size, --device, --precision, --output_dir, and --n_samples as its --limit'),
+        arg('--include_path', metavar='DIR', group='lm-evaluation-harness (pip install longctx_nb[eval])',
+            help='a folder of local task YAML files for --harness')])
+
+HARNESS_READS = ('harness', 'include_path', 'checkpoint_path', 'batch_size', 'device', 'precision', 'output_dir',
+                 'n_samples')
+
+def _harness(argv) -> int:
+    "`longctx_eval --harness`: the flags it does not read refused, then `run_harness`."
+    p = eval_parser(); p.set_defaults(**dict.fromkeys(vars(p.parse_args(argv)), None))
+    given = {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}   # the flags on the command line
+    _check('harness' in given, "--include_path is read only with --harness TASKS; give the tasks, or leave it out.")
+    if bad := [k for k in given if k not in HARNESS_READS]:
+        raise UsageError(f"--harness does not read {', '.join('--' + k for k in bad)}; it reads "
+                         f"{', '.join('--' + k for k in HARNESS_READS[1:])}; leave the others out.")
+    paths = given.get('checkpoint_path') or []
+    _check(len(paths) == 1 and not glob.has_magic(paths[0]), "--harness evaluates one model: give one "
+           "--checkpoint_path (a run directory, a checkpoint .pt, an exported folder or a transformers folder).")
+    a = {k: v for k, v in vars(eval_parser().parse_args(argv)).items() if k in HARNESS_READS}
+    run_harness(a.pop('harness'), a.pop('checkpoint_path')[0], limit=given.get('n_samples'),
+                **{k: v for k, v in a.items() if k != 'n_samples'})
+    return 0
 
 def _eval(argv=None) -> int:
-    a = vars(eval_parser().parse_args(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    a = vars(eval_parser().parse_args(argv))
+    if a.pop('harness') is not None or a.pop('include_path') is not None: return _harness(argv)
     paths = a.pop('checkpoint_path') or [None]
     if len(paths) > 1 or glob.has_magic(paths[0] or ''): run_evals(a.pop('task'), paths, **a)
     else: run_eval(checkpoint_path=paths[0], **a)

@@ -215,6 +215,7 @@ def generate(model: nn.Module,                          # the model
              use_cache: bool | None = None,             # stream in constant memory per token (None: if the blocks can)
              stop_ids=(),                               # ids that end a row (its tokenizer's `stop_ids`)
              pad_id: int | None = None,                 # what follows a row's stop (None: its first stop id)
+             stop=None,                                 # `stop(idx)` True ends it all (a text stop, e.g. lm_eval's)
             ) -> torch.Tensor:                          # (B, L + new tokens): max_new_tokens, or fewer when all stop
     "Extend `idx` `(B, L)` by up to `max_new_tokens` tokens (greedy at temperature 0); a row ends at a stop id."
     if temperature < 0: raise UsageError(f"temperature={temperature} must be >= 0.")
@@ -244,6 +245,6 @@ def generate(model: nn.Module,                          # the model
                 nxt = torch.where(done, stops[0] if pad_id is None else pad_id, nxt.to(idx.dtype))
                 done |= torch.isin(nxt, stops)
             idx = torch.cat([idx, nxt.to(idx.dtype)], dim=1)
-            if done.all(): break
+            if done.all() or (stop is not None and stop(idx)): break
     finally: model.train(was_training)
     return idx

@@ -192,6 +192,11 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('eval_passkey_len_zero', E, ['--passkey_len', '0', '--device', 'cpu'], '--passkey_len 0: must be a positive integer'),
     ('eval_block_differs', E, ['--checkpoint_path', '{run}', '--block', 'mamba', '--device', 'cpu'], '--block=mamba does not match'),
     ('eval_run_length_huge', E, ['--checkpoint_path', '{run}', '--task', 'copy_recall', '--max_len', '100000000', '--device', 'cpu'], 'cannot fit in memory'),
+    ('eval_harness_unknown_task', E, ['--harness', 'hellaswg', '--checkpoint_path', '{run}'], "no task 'hellaswg'; close matches: hellaswag"),
+    ('eval_harness_two_models', E, ['--harness', 'hellaswag', '--checkpoint_path', '{run}', '{run}'], '--harness evaluates one model'),
+    ('eval_harness_task_flag', E, ['--harness', 'hellaswag', '--checkpoint_path', '{run}', '--depths', '0.5'], '--harness does not read --depths'),
+    ('eval_include_path_alone', E, ['--include_path', '{d}'], '--include_path is read only with --harness TASKS'),
+    ('eval_harness_include_file', E, ['--harness', 'x', '--include_path', '{d}/afile', '--checkpoint_path', '{run}'], 'is not a folder'),
     # longctx_compare
     ('compare_eval_below_training', C, ['--eval_lengths', '32', '--seq_len', '64', '--blocks', 'vanilla'], '32 is below 64, --seq_len'),
     ('compare_eval_huge', C, ['--eval_lengths', '100000000', '--blocks', 'vanilla', '--device', 'cpu'], 'cannot fit in memory'),

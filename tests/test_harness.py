@@ -1,0 +1,101 @@
+"""lm-evaluation-harness end to end, offline: `lm_eval --model hf` on an exported folder against our `HarnessLM` through
+lm_eval's own command line (`python -m longctx_nb.harness --model longctx`) and `longctx_eval --harness`, on local tasks."""
+import json, math, os, subprocess, sys
+from pathlib import Path
+import pytest
+
+pytest.importorskip('lm_eval')
+TINY = ['--model.n_layers=2', '--model.d_model=64', '--data.seq_len=64',
+        '--trainer.max_steps=2', '--trainer.enable_progress_bar=false', '--trainer.tensorboard=false', '--trainer.plot=false']
+TASKS = 'example_mc,example_ppl,example_gen'
+TOL = 1e-4   # relative, on log-likelihoods and perplexities; accuracy, greedy flags and generated text exactly
+
+@pytest.fixture(scope='module')
+def env(tmp_path_factory):
+    d = tmp_path_factory.mktemp('hf_cache')   # offline, and a datasets cache of its own
+    return {**os.environ, 'HF_DATASETS_OFFLINE': '1', 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_CACHE': str(d / 'datasets'),
+            'HF_HOME': str(d)}
+
+def run(cmd, *args, env=None, check=None):
+    p = subprocess.run([*map(str, cmd), *map(str, args)], capture_output=True, text=True, timeout=900, env=env)
+    if check is not None: assert p.returncode == check, f'exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}'
+    return p
+
+@pytest.fixture(scope='module')
+def tasks(tmp_path_factory):
+    from longctx_nb.harness import write_example_tasks
+    return write_example_tasks(tmp_path_factory.mktemp('tasks'))
+
+@pytest.fixture(scope='module')
+def runs(bindir, tmp_path_factory, env):
+    "Tiny byte-level text runs of two steps: vanilla, mamba and blade."
+    root = tmp_path_factory.mktemp('runs')
+    for block in ('vanilla', 'mamba', 'blade'):
+        own = ['--model.n_heads=4', '--model.d_ff=128'] if block == 'vanilla' else []
+        run([bindir / 'longctx_train'], f'--model.block={block}', *TINY, *own, f'--trainer.default_root_dir={root}',
+            f'--trainer.run_name={block}', env=env, check=0)
+    return root
+
+def lm_eval_out(folder: Path):
+    "(results, {task: samples}) that lm_eval wrote under `folder` with --log_samples."
+    res = json.loads(next(folder.rglob('results_*.json')).read_text())
+    samples = {f.name.split('_', 1)[1].rsplit('_', 1)[0]: [json.loads(l) for l in f.read_text().splitlines()]
+               for f in folder.rglob('samples_*.jsonl')}
+    return res['results'], samples
+
+def same(a, b, text=False):
+    "Equal: numbers (lm_eval's samples write them as strings, unless `text`) to TOL (relative), the rest exactly."
+    if isinstance(a, (list, tuple)): return len(a) == len(b) and all(same(x, y, text) for x, y in zip(a, b))
+    try: x, y = (float(a), float(b)) if isinstance(a, float) or (isinstance(a, str) and not text) else (a, b)
+    except ValueError: x, y = a, b   # a name or a flag ('acc,none', 'False')
+    return math.isclose(x, y, rel_tol=TOL, abs_tol=TOL) if isinstance(x, float) else x == y
+
+def metrics(r: dict) -> dict: return {k: v for k, v in r.items() if ',none' in k and 'stderr' not in k}
+
+@pytest.mark.parametrize('block', ['vanilla', 'mamba'])
+def test_equals_lm_eval_hf(bindir, runs, tasks, env, tmp_path, block):
+    "Our class through lm_eval's command line and through longctx_eval equals `lm_eval --model hf` on the export."
+    run([bindir / 'longctx_export'], runs / block, tmp_path / 'hf', env=env, check=0)
+    common = ['--tasks', TASKS, '--include_path', tasks, '--device', 'cpu', '--log_samples']
+    run([bindir / 'lm_eval'], '--model', 'hf', '--model_args', f'pretrained={tmp_path / "hf"}', *common, '--batch_size', 1,
+        '--output_path', tmp_path / 'ref', env=env, check=0)
+    p = run([sys.executable, '-m', 'longctx_nb.harness'], '--model', 'longctx', '--model_args', f'path={runs / block}',
+            *common, '--batch_size', 4, '--output_path', tmp_path / 'ours', env=env, check=0)
+    (ref, ref_s), (ours, ours_s) = lm_eval_out(tmp_path / 'ref'), lm_eval_out(tmp_path / 'ours')
+    assert 'example_mc' in p.stdout and set(ref) == set(ours) == set(TASKS.split(','))
+    for t in ref:
+        assert metrics(ref[t]) and same(sorted(metrics(ours[t]).items()), sorted(metrics(ref[t]).items())), (t, ours[t], ref[t])
+        a, b = sorted(ours_s[t], key=lambda s: s['doc_id']), sorted(ref_s[t], key=lambda s: s['doc_id'])
+        assert [s['doc_id'] for s in a] == [s['doc_id'] for s in b] and len(a) > 2
+        for x, y in zip(a, b): assert same(x['resps'], y['resps'], t == 'example_gen'), (t, x['resps'], y['resps'])
+    assert any(s['resps'][0][0] for s in ref_s['example_gen']), 'the generated text is empty: nothing compared'
+    out = tmp_path / 'cli'
+    run([bindir / 'longctx_eval'], '--harness', TASKS, '--include_path', tasks, f'--checkpoint_path={runs / block}',
+        '--device', 'cpu', '--batch_size', 3, '--output_dir', out, env=env, check=0)
+    r = json.loads((out / f'{block}_harness.json').read_text())
+    for t in ref: assert same(sorted(metrics(r['results'][t]).items()), sorted(metrics(ref[t]).items())), t
+
+def test_blade_without_a_transformers_class(bindir, runs, tasks, env, tmp_path):
+    "A blade run (no transformers class): every task runs, and the numbers do not depend on the batch size."
+    res = {}
+    for bs in (1, 4):
+        p = run([bindir / 'longctx_eval'], '--harness', 'example_*', '--include_path', tasks, '--checkpoint_path',
+                runs / 'blade', '--device', 'cpu', '--batch_size', bs, '--output_dir', tmp_path / str(bs), env=env, check=0)
+        res[bs] = json.loads((tmp_path / str(bs) / 'blade_harness.json').read_text())['results']
+    assert 'bits_per_byte' in p.stdout and set(res[1]) == set(TASKS.split(','))
+    for t in res[1]: assert same(sorted(metrics(res[4][t]).items()), sorted(metrics(res[1][t]).items())), t
+    assert 3 < res[1]['example_ppl']['bits_per_byte,none'] < 10   # a barely trained byte model: a few bits per byte
+
+def test_bad_input_refused_before_the_model(bindir, runs, tasks, env):
+    "Exit 2 and one paragraph, before any weights are read."
+    cases = [(['--harness', 'example_mcc', '--include_path', tasks],
+              "--harness: lm-evaluation-harness has no task 'example_mcc'; close matches: example_mc"),
+             (['--harness', 'arc_easy'], "--harness arc_easy: task 'arc_easy' reads the Hugging Face Hub dataset "
+              "'allenai/ai2_arc', which is not in the local cache, and this machine has no network."),
+             (['--harness', 'example_mc', '--include_path', tasks, '--lengths', 64],
+              '--harness does not read --lengths'),
+             (['--include_path', tasks], '--include_path is read only with --harness TASKS'),
+             (['--harness', 'example_mc', '--include_path', tasks / 'nope'], 'is not a folder')]
+    for args, msg in cases:
+        p = run([bindir / 'longctx_eval'], *args, '--checkpoint_path', runs / 'vanilla', env=env, check=2)
+        assert msg in p.stderr and 'Traceback' not in p.stderr and 'weights' not in p.stdout + p.stderr, (args, p.stderr)
