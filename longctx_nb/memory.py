@@ -193,15 +193,15 @@ TRAIN_HINT = ("--data.batch_size (raise --trainer.accumulate_grad_batches to kee
               "several of these)")
 
 def _step_bytes(w: Workload, n: int, ckpt, training: bool, shards: int) -> int:
-    "Bytes a training step (or an evaluation forward pass) of `n` parameters needs, extrapolated from 1 and 2 layers."
-    cfg, BL = w.cfg, w.tokens
+    "Bytes a training step (or an evaluation forward pass) of `n` parameters needs, extrapolated from 1 and 2 patterns."
+    cfg, BL, k = w.cfg, w.tokens, len(layer_blocks(w.cfg.block))   # k: the layer pattern's length
     if not training:
-        one = w._replace(cfg=dataclasses.replace(cfg, n_layers=1))
-        return 4 * n + BL * cfg.vocab_size * (w.act + 4) + block_activation_bytes(one) + 2 * BL * cfg.d_model * 4
-    e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=k), w.batch_size, w.seq_len, w.precision, ckpt,
-                              w.device) for k in (1, 2))
+        one = max(block_activation_bytes(w, b) for b in set(layer_blocks(cfg.block)))   # the largest layer
+        return 4 * n + BL * cfg.vocab_size * (w.act + 4) + one + 2 * BL * cfg.d_model * 4
+    e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=j * k), w.batch_size, w.seq_len, w.precision, ckpt,
+                              w.device) for j in (1, 2))
     rest = lambda e: e.total - e.weights - e.grads - e.optimizer
-    return 16 * n // shards + rest(e1) + (cfg.n_layers - 1) * (rest(e2) - rest(e1))
+    return 16 * n // shards + rest(e1) + (cfg.n_layers // k - 1) * (rest(e2) - rest(e1))
 
 def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None: 256, the smallest tokenizer's)
                batch_size: int,                     # sequences per micro-batch (per process)

@@ -56,7 +56,7 @@ def layer_blocks(m: ModelConfig | str,         # a model's settings, or a layer 
     n = len(one) if n_layers is None and isinstance(m, str) else m.n_layers if n_layers is None else n_layers
     if n % len(one):
         raise UsageError(f"model.n_layers={n} is not a multiple of the {len(one)} layers of model.layers={pattern!r}; "
-                         f"valid depths: {len(one)}, {2 * len(one)}, {3 * len(one)}, ... (or list all {n} layers).")
+                         f"valid depths: {len(one)}, {2 * len(one)}, {3 * len(one)}, ... (or list every layer).")
     return one * (n // len(one))
 
 own_values('model.block', canonical_layers, block_names, readers=_readers)
