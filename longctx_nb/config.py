@@ -98,7 +98,7 @@ TRAINING_PRESETS: dict[str, dict] = {
 @dataclass
 class _SizeSettings:
     "How big the network is, and its embedding and init (read by the backbone around every block)."
-    block: str = opt('vanilla', 'block, or a pattern: mamba2*3,vanilla', choices=lambda: _owned_choices('model.block'))
+    block: str = opt('vanilla', 'block or pattern like mamba2*3,vanilla', choices=lambda: _owned_choices('model.block'))
     size: str = opt('tiny', 'size preset (--print_config counts its parameters)', choices=lambda: list(SIZE_PRESETS))
     d_model: int | None = opt(None, 'model width (default: from the size preset)', gt=0)
     n_layers: int | None = opt(None, 'number of blocks (default: from the size preset)', gt=0)

@@ -132,7 +132,7 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('d_state_with_longformer', T, ['--model.block=baseline_longformer', '--model.d_state=8'], 'read only by the blocks mamba'),
     ('random_tokens_with_mamba', T, ['--model.block=mamba', '--model.n_random_tokens=3'], 'read only by the blocks baseline_bigbird'),
     ('d_ff_with_mamba', T, ['--model.block=mamba', '--d_ff', '64'], 'read only by the blocks vanilla'),
-    ('chunk_with_vanilla', T, ['--model.chunk_size=32'], 'read only by the blocks blade'),
+    ('chunk_with_vanilla', T, ['--model.chunk_size=32'], 'read only by the blocks mamba2, blade'),
     # layer patterns: each part a registered block, a depth the pattern divides, settings some block of it reads
     ('pattern_unknown_block', T, ['--model.layers=mamba2*3,hyena'],
      "model.layers='mamba2*3,hyena': unknown block 'hyena'; valid choices: vanilla, mamba, mamba2"),
