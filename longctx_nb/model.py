@@ -261,8 +261,8 @@ def generate(model: nn.Module,                          # the model
     if top_k is not None and top_k < 1: raise UsageError(f"top_k={top_k} must be >= 1.")
     use_cache = can_stream(model) if use_cache is None else use_cache
     if use_cache and not can_stream(model):
-        raise UsageError(f"block {model.cfg.block!r} cannot stream (its mixer has no prefill/step); "
-                         "use use_cache=False.")
+        no = [b for b in dict.fromkeys(layer_blocks(model.cfg)) if not get_block(b).can_stream()]
+        raise UsageError(f"block {', '.join(no)} cannot stream (its mixer has no prefill/step); use use_cache=False.")
     was_training = model.training
     model.eval()
     try:

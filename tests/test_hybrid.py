@@ -2,12 +2,14 @@
 and its memory estimate, FLOPs and parameters are the sums of its layers'; `longctx_compare` takes a pattern."""
 import json, os, signal, subprocess
 from pathlib import Path
+import pytest
 import torch
+from longctx_nb.core import UsageError
 from longctx_nb.blocks.base import Workload
 from longctx_nb.blocks.mamba2 import Mamba2
 from longctx_nb.blocks.vanilla import CausalSelfAttention
 from longctx_nb.config import Config, apply_overrides
-from longctx_nb.model import LM, count_params, flops_per_token, layer_blocks
+from longctx_nb.model import LM, count_params, flops_per_token, generate, layer_blocks
 from longctx_nb.memory import block_activation_bytes, estimate_memory, param_count
 from longctx_nb.compare import compare_blocks
 
@@ -32,6 +34,9 @@ def test_pattern_builds_each_layer():
     assert [type(b.mixer) for b in m.blocks] == [Mamba2, Mamba2, Mamba2, CausalSelfAttention] * 2
     assert [b.mlp is not None for b in m.blocks] == [False, False, False, True] * 2   # mamba2 has no MLP
     assert m.cfg.block == PATTERN and layer_blocks(model_cfg(**{'model.layers': 'attention'})) == ['vanilla'] * 8
+    p = torch.randint(0, 64, (1, 4))
+    with pytest.raises(UsageError, match=r"^block vanilla cannot stream"): generate(m, p, 2, use_cache=True)
+    assert generate(m, p, 3, temperature=0).shape == (1, 7)   # by recomputing: attention keeps no cache
 
 def test_train_then_sigkill_resume_is_bitwise_exact(bindir, tmp_path, held):
     "A hybrid trains on the CPU; killed after step 3 and resumed, every loss and the exported weights are bitwise equal."
