@@ -199,12 +199,14 @@ def dense_settings(m: ModelConfig,  # a model's settings
                    seq_len: int,    # the length it trains on or is evaluated at
                   ) -> str | None:  # None: the block is in its sparse regime at `seq_len`
     "Why `m`'s sparse block is dense at `seq_len` (a window covering it, one chunk, no random key), by setting."
-    fields, L = {f for b in set(layer_blocks(m)) for f in get_block(b).field_map()}, seq_len
+    mixers, L = [get_block(b) for b in set(layer_blocks(m))], seq_len
+    fields = {f for x in mixers for f in x.field_map()}
+    bounds = {f for x in mixers for f in x.attends or ()}   # settings that bound attention's keys (not mamba2's chunk)
     g = m.n_global_tokens if 'n_global_tokens' in fields else 0
     if 'window_size' in fields and m.window_size + g >= L:
         return (f"--model.window_size={m.window_size}{f' with {g} global tokens' if g else ''} covers all {L} tokens: "
                 f"full attention")
-    if 'chunk_size' in fields and m.chunk_size >= L:
+    if 'chunk_size' in bounds and m.chunk_size >= L:
         return f"--model.chunk_size={m.chunk_size} is one chunk of {L} tokens: block-local attention is full attention"
     if 'n_random_tokens' in fields and (m.n_random_tokens == 0 or
                                         bigbird.random_block_size(L, m.attn_block_size, m.window_size, g) is None):
