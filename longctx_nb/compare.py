@@ -12,8 +12,7 @@ from .core import UsageError, get_device, hold
 from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key, check_writable_dir,
                                pick_precision)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
-from .blocks.base import canonical_block
-from .model import LM, count_params, flops_per_token, dense_settings
+from .model import LM, canonical_layers, count_params, flops_per_token, dense_settings, layer_blocks
 from .synthetic import from_config as task_from_config
 from .train import train, Stopped, kernel_report
 from .runs import RESUME_LAST, Terminated, restore_signals
@@ -40,8 +39,9 @@ def match_depths(cfgs: dict[str, Config],  # block -> its training config
     probe = lambda c, n: count_params(LM(apply_overrides(c, {'model.n_layers': n}).model))
     target, out = max(count_params(LM(c.model)) for c in cfgs.values()), {}
     for b, c in cfgs.items():
-        p1, p2 = probe(c, 1), probe(c, 2)   # parameters are linear in the depth: p2 - p1 a layer, 2 p1 - p2 the rest
-        out[b] = apply_overrides(c, {'model.n_layers': max(1, round((target - (2 * p1 - p2)) / (p2 - p1)))})
+        k = len(layer_blocks(c.model.block))   # a layer pattern's length: the depth grows by whole patterns
+        p1, p2 = probe(c, k), probe(c, 2 * k)   # linear in the depth: p2 - p1 a pattern, 2 p1 - p2 the rest
+        out[b] = apply_overrides(c, {'model.n_layers': k * max(1, round((target - (2 * p1 - p2)) / (p2 - p1)))})
     return out
 
 SPARSE_DEFAULTS = {'model.window_size': 64, 'model.chunk_size': 64}   # well below the default length 256: all sparse
@@ -56,7 +56,7 @@ _SET_HERE = {   # settings a comparison sets itself: why an override of each is 
                     "checkpoints go; a comparison keeps each run's checkpoints in its folder under --output_dir/runs "
                     "(give --output_dir).")}
 
-def block_configs(blocks,                                     # block names (any `canonical_block` accepts)
+def block_configs(blocks,                                     # block names or layer patterns ('mamba2*3,vanilla')
                   task: str = 'passkey',                      # a synthetic task, or 'text' (the default corpus)
                   max_steps: int = 300,                       # training steps of every block
                   seq_len: int = 256,                         # the training length
@@ -69,7 +69,7 @@ def block_configs(blocks,                                     # block names (any
                   overrides: dict | None = None,              # more training settings for every block, {'sec.key': v}
                  ) -> dict[str, Config]:
     "One checked training `Config` per block: the same data, budget and seed; only the block (and the depth) differs."
-    blocks = [canonical_block(b) for b in blocks]
+    blocks = [canonical_layers(b) for b in blocks]
     if len(set(blocks)) != len(blocks): raise UsageError(f"--blocks names a block twice: {' '.join(blocks)}.")
     if task != 'text' and task not in SYNTHETIC_TASKS:
         raise UsageError(f"unknown --task {task!r}; valid choices: text, {', '.join(SYNTHETIC_TASKS)}.")
@@ -480,7 +480,7 @@ def run_comparison(cfgs: dict[str, Config],  # block -> its training config
         runs[b][lr].append(kept[n])
     return runs
 
-def compare_blocks(blocks=ALL_BLOCKS,                      # block names (any `canonical_block` accepts)
+def compare_blocks(blocks=ALL_BLOCKS,                      # block names or layer patterns ('mamba2*3,vanilla')
                    task: str = 'passkey',                  # a synthetic task, or 'text' (the default corpus)
                    max_steps: int | None = None,           # training steps of every block (None: 600 passkey, else 300)
                    seq_len: int = 256,                     # the training length
@@ -567,7 +567,8 @@ def compare_parser() -> argparse.ArgumentParser:
     return make_parser('longctx_compare', 'Train each block on the same task with the same budget, evaluate each, and '
                        'write a report. Extra --SECTION.KEY=VALUE flags are training settings applied to every '
                        'block.', [
-        arg('--blocks', nargs='+', default=list(ALL_BLOCKS), help='the blocks to compare'),
+        arg('--blocks', nargs='+', default=list(ALL_BLOCKS), help="the blocks or layer patterns ('mamba2*3,vanilla') to "
+            'compare'),
         arg('--task', default='passkey', help=f"text, or one of {', '.join(SYNTHETIC_TASKS)}"),
         arg('--max_steps', type=int, help='training steps of every block (default: 600 on passkey, 300 on the other '
             'tasks). On passkey the steps are split by a length curriculum: half at a quarter of --seq_len (inside '

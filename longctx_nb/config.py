@@ -98,7 +98,7 @@ TRAINING_PRESETS: dict[str, dict] = {
 @dataclass
 class _SizeSettings:
     "How big the network is, and its embedding and init (read by the backbone around every block)."
-    block: str = opt('vanilla', 'sequence-mixing block', choices=lambda: _owned_choices('model.block'))
+    block: str = opt('vanilla', 'block or pattern like mamba2*3,vanilla', choices=lambda: _owned_choices('model.block'))
     size: str = opt('tiny', 'size preset (--print_config counts its parameters)', choices=lambda: list(SIZE_PRESETS))
     d_model: int | None = opt(None, 'model width (default: from the size preset)', gt=0)
     n_layers: int | None = opt(None, 'number of blocks (default: from the size preset)', gt=0)
@@ -345,7 +345,7 @@ class Config:
 ALIASES = {
     # the Mamba memory guide's presets (model_size / vram / training_preset): flags and JSON sections
     'model_size': 'model.size', 'model.num_params': 'model.size', 'data_dir': 'data.data_dir',
-    'model.expand_factor': 'model.expand', 'model.max_seq_len': 'data.seq_len',
+    'model.expand_factor': 'model.expand', 'model.max_seq_len': 'data.seq_len', 'model.layers': 'model.block',
     'vram.batch_size': 'data.batch_size', 'vram.max_seq_len': 'data.seq_len',
     'vram.gradient_accumulation_steps': 'trainer.accumulate_grad_batches',
     'vram.use_fp16': 'trainer.use_fp16', 'vram.use_gradient_checkpointing': 'model.gradient_checkpointing',
@@ -580,7 +580,7 @@ def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None, bef
     d_ff = max(32, round(m.d_model * p['model.d_ff'] / p['model.d_model'] / 32) * 32)
     source = f"model.d_model={m.d_model} (the {m.size!r} size preset's d_ff/d_model ratio)"
     readers = _OWNED.get('model.block', (None, None, None))[2]
-    read = readers is None or (r := readers('d_ff')) is None or m.block in r
+    read = readers is None or (r := readers('d_ff')) is None or any(p.split('*')[0] in r for p in m.block.split(','))
     if notes is not None and read:
         notes.append(f"model.d_ff={d_ff} is derived from {source}; give --model.d_ff to choose it.")
     m.d_ff = d_ff

@@ -241,8 +241,8 @@ def check_read(cfg: Config,   # the resolved config
     if readers is None: return
     for k in keys:
         if not k.startswith('model.'): continue
-        r = readers(k.split('.', 1)[1])
-        if r is not None and cfg.model.block not in r:
+        r = readers(k.split('.', 1)[1])   # a layer pattern's blocks: model.block is canonical ('mamba2*3,vanilla')
+        if r is not None and not {p.split('*')[0] for p in cfg.model.block.split(',')} & set(r):
             raise UsageError(f"{k} is read only by the blocks {', '.join(r)}, and this run's "
                              f"model.block={cfg.model.block!r} would ignore it; leave {k} out, or choose one of those "
                              "blocks with --model.block.")

@@ -15,8 +15,7 @@ from .config import ModelConfig, pick_precision
 from .flags import check_before_run
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import Workload, get_block, act_bytes, rmsnorm_bytes
-from .blocks.layers import Block
-from .model import LM, count_params
+from .model import LM, build_layer, count_params, layer_blocks
 
 # %% auto #0
 __all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes',
@@ -50,11 +49,12 @@ def block_shell_bytes(w: Workload,  # the model config, batch, length, precision
         if cfg.dropout: per += D * mask(a)               # dropout after the MLP
     return w.tokens * per
 
-def block_activation_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+def block_activation_bytes(w: Workload,            # the model config, batch, length, precision and device measured
+                           block: str | None = None,  # the layer's block (default: `w.cfg.block`, a single block)
                           ) -> int:     # bytes
     "Bytes one block saves for backward: `block_shell_bytes` plus its mixer's `activation_bytes` (else vanilla's)."
     cfg = w.cfg
-    mixer = get_block(cfg.block)
+    mixer = get_block(block or cfg.block)
     w = w._replace(cfg=cfg if mixer.uses_mlp else dataclasses.replace(cfg, d_ff=0))  # e.g. Mamba: no MLP
     n = mixer.activation_bytes(w)
     if n is None:
@@ -63,10 +63,11 @@ def block_activation_bytes(w: Workload,  # the model config, batch, length, prec
         n = get_block('vanilla').activation_bytes(w)
     return block_shell_bytes(w) + n
 
-def block_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
+def block_workspace_bytes(w: Workload,            # the model config, batch, length, precision and device measured
+                          block: str | None = None,  # the layer's block (default: `w.cfg.block`, a single block)
                          ) -> int:     # bytes
     "Bytes one block's backward holds for a moment beyond what it saved: its mixer's `backward_workspace_bytes`."
-    return get_block(w.cfg.block).backward_workspace_bytes(w)
+    return get_block(block or w.cfg.block).backward_workspace_bytes(w)
 
 # %% ../nbs/31_memory.ipynb #8e409b92
 _PARTS = [('weights', 'weights (fp32)'), ('grads', 'gradients (fp32)'), ('optimizer', 'AdamW moments (2 x fp32)'),
@@ -123,20 +124,21 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
     lin = [sum(m.weight.numel() for m in b.modules() if isinstance(m, nn.Linear)) for b in model.blocks]
     BL, D, V, w = batch_size * seq_len, cfg.d_model, cfg.vocab_size, Workload(cfg, batch_size, seq_len, p, dev)
 
-    block = block_activation_bytes(w)
+    blocks = layer_blocks(cfg)
+    per = {b: block_activation_bytes(w, b) for b in dict.fromkeys(blocks)}   # each layer's, by its block
     outside = BL * (8 + rmsnorm_bytes(D, dev) + D * a)   # token ids, final norm, head input
     if cfg.dropout: outside += BL * D * (1 if dev == 'cuda' else 4)   # embedding dropout
-    kept = cfg.n_layers * (4 * BL * D if ckpt else block)          # block inputs, or all of every block
-    ws = block_workspace_bytes(w)                                  # one block's backward workspace
-    activations = kept + outside + (block if ckpt else 0) + ws     # + one block during recompute
+    kept = sum(4 * BL * D if ckpt else per[b] for b in blocks)     # block inputs, or all of every block
+    ws = max(block_workspace_bytes(w, b) for b in per)             # one block's backward workspace
+    activations = kept + outside + (max(per.values()) if ckpt else 0) + ws   # + one block during recompute
     head_cast = model.head.weight.numel()
     casts_saved = 0 if a == 4 else 2 * (head_cast + (0 if ckpt else sum(lin)))
     casts = casts_saved + (2 * max(lin) if ckpt and a != 4 else 0)
     loss_saved = BL * (4 * V + 8)                        # fp32 log-probabilities and int64 targets
     logits = BL * ((a + 12) * V + 8)                     # + head output, two fp32 gradients at backward's start
 
-    note = '' if get_block(cfg.block).activation_bytes(w) is not None else \
-        f"no activation count for block {cfg.block!r}: estimated as vanilla attention"
+    guessed = [b for b in per if get_block(b).activation_bytes(w) is None]
+    note = f"no activation count for block {', '.join(guessed)}: estimated as vanilla attention" if guessed else ''
     desc = (f"{cfg.block} (d_model {D}, {cfg.n_layers} layers, {n / 1e6:,.1f}M params), "
             f"batch {batch_size} x {seq_len}, {p}, {'checkpointing' if ckpt else 'no checkpointing'}, {dev}")
     return MemoryEstimate(n_params=n, weights=4 * n, grads=4 * n_train, optimizer=8 * n_train, weight_casts=casts,
@@ -146,16 +148,14 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
 # %% ../nbs/31_memory.ipynb #0ed5aaf7
 def param_count(mcfg: ModelConfig,  # the model's config (vocab_size None counts as 256, the smallest tokenizer)
                ) -> int | None:     # parameters; None: one layer alone is over 2**63 bytes
-    "Parameters of `LM(mcfg)`, counted from one block built on the meta device: cheap at any size."
-    mixer, V, D = get_block(mcfg.block), mcfg.vocab_size or 256, mcfg.d_model
-    d_ff = mcfg.d_ff if mixer.uses_mlp else 0
+    "Parameters of `LM(mcfg)`, counted from one layer of each block built on the meta device: cheap at any size."
+    V, D, blocks = mcfg.vocab_size or 256, mcfg.d_model, layer_blocks(mcfg)
     try:
         with torch.device('meta'):
-            blk = Block(mixer.from_config(mcfg, 0), D, d_ff, dropout=mcfg.dropout, bias=mcfg.bias)
+            per = {b: sum(p.numel() for p in build_layer(mcfg, b).parameters()) for b in set(blocks)}
     except UsageError: raise                                          # a bad block setting, named by the block
     except (RuntimeError, OverflowError, ValueError): return None   # a tensor whose size overflows
-    per_layer = sum(p.numel() for p in blk.parameters())
-    return V * D * (1 if mcfg.tie_embeddings else 2) + D + mcfg.n_layers * per_layer
+    return V * D * (1 if mcfg.tie_embeddings else 2) + D + sum(per[b] for b in blocks)
 
 # %% ../nbs/31_memory.ipynb #119eb368
 def _cgroup_free() -> int | None:
@@ -193,15 +193,15 @@ TRAIN_HINT = ("--data.batch_size (raise --trainer.accumulate_grad_batches to kee
               "several of these)")
 
 def _step_bytes(w: Workload, n: int, ckpt, training: bool, shards: int) -> int:
-    "Bytes a training step (or an evaluation forward pass) of `n` parameters needs, extrapolated from 1 and 2 layers."
-    cfg, BL = w.cfg, w.tokens
+    "Bytes a training step (or an evaluation forward pass) of `n` parameters needs, extrapolated from 1 and 2 patterns."
+    cfg, BL, k = w.cfg, w.tokens, len(layer_blocks(w.cfg.block))   # k: the layer pattern's length
     if not training:
-        one = w._replace(cfg=dataclasses.replace(cfg, n_layers=1))
-        return 4 * n + BL * cfg.vocab_size * (w.act + 4) + block_activation_bytes(one) + 2 * BL * cfg.d_model * 4
-    e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=k), w.batch_size, w.seq_len, w.precision, ckpt,
-                              w.device) for k in (1, 2))
+        one = max(block_activation_bytes(w, b) for b in set(layer_blocks(cfg.block)))   # the largest layer
+        return 4 * n + BL * cfg.vocab_size * (w.act + 4) + one + 2 * BL * cfg.d_model * 4
+    e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=j * k), w.batch_size, w.seq_len, w.precision, ckpt,
+                              w.device) for j in (1, 2))
     rest = lambda e: e.total - e.weights - e.grads - e.optimizer
-    return 16 * n // shards + rest(e1) + (cfg.n_layers - 1) * (rest(e2) - rest(e1))
+    return 16 * n // shards + rest(e1) + (cfg.n_layers // k - 1) * (rest(e2) - rest(e1))
 
 def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None: 256, the smallest tokenizer's)
                batch_size: int,                     # sequences per micro-batch (per process)

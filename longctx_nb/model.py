@@ -17,8 +17,9 @@ from .blocks.layers import Block, RESIDUAL_PROJ
 from .blocks import vanilla, mamba, mamba2, longformer, bigbird, blade, dpassm  # registers the blocks
 
 # %% auto #0
-__all__ = ['DOC_MASK_WHY_NOT', 'LM', 'supports_doc_mask', 'check_doc_mask', 'create_model', 'count_params', 'param_groups',
-           'flops_per_token', 'dense_settings', 'can_stream', 'prefill', 'step', 'generate']
+__all__ = ['DOC_MASK_WHY_NOT', 'canonical_layers', 'layer_blocks', 'build_layer', 'LM', 'supports_doc_mask', 'check_doc_mask',
+           'create_model', 'count_params', 'param_groups', 'flops_per_token', 'dense_settings', 'can_stream', 'prefill',
+           'step', 'generate']
 
 # %% ../nbs/30_model.ipynb #1a6e8dac
 _LM_FIELDS = {'d_model', 'dropout', 'bias', 'rms_norm_eps'}   # read by the backbone around every mixer too
@@ -29,22 +30,62 @@ def _readers(field: str) -> list[str] | None:
     if field in _LM_FIELDS: return None
     return blocks_reading(field) or None
 
-own_values('model.block', canonical_block, block_names, readers=_readers)
+def canonical_layers(pattern: str,  # a block name, or 'name*k,name,...': blocks (or aliases), each repeated k times
+                    ) -> str:       # the pattern with registered names, e.g. 'mamba2*3,vanilla'
+    "The canonical spelling of layer pattern `pattern`; a `UsageError` naming the wrong part and the valid blocks."
+    out = []
+    for part in str(pattern).split(','):
+        name, star, k = part.strip().partition('*')
+        try: name = canonical_block(name.strip())
+        except UsageError as e:
+            if ',' not in str(pattern) and not star: raise
+            raise UsageError(f"model.layers={pattern!r}: {e}") from None
+        if star and not (k.strip().isdigit() and int(k) >= 1):
+            raise UsageError(f"model.layers={pattern!r}: {part.strip()!r} repeats a block {k.strip()!r} times; write "
+                             "name*k with k a whole number >= 1, e.g. 'mamba2*3,vanilla'.")
+        out.append(f'{name}*{int(k)}' if star and int(k) > 1 else name)
+    return ','.join(out)
+
+def layer_blocks(m: ModelConfig | str,         # a model's settings, or a layer pattern
+                 n_layers: int | None = None,  # the depth (default: `m.n_layers`; with a pattern: the pattern's length)
+                ) -> list[str]:                # the registered block of each layer
+    "The block of each layer: the pattern `m.block` repeated to `n_layers`; a `UsageError` where it does not divide."
+    pattern = m if isinstance(m, str) else m.block
+    one = [b for part in canonical_layers(pattern).split(',') for b, _, k in [part.partition('*')]
+           for _ in range(int(k or 1))]
+    n = len(one) if n_layers is None and isinstance(m, str) else m.n_layers if n_layers is None else n_layers
+    if n % len(one):
+        raise UsageError(f"model.n_layers={n} is not a multiple of the {len(one)} layers of model.layers={pattern!r}; "
+                         f"valid depths: {len(one)}, {2 * len(one)}, {3 * len(one)}, ... (or list every layer).")
+    return one * (n // len(one))
+
+own_values('model.block', canonical_layers, block_names, readers=_readers)
+
+@check_before_run
+def _depth_check(cfg: Config): layer_blocks(cfg.model)
+
 
 # %% ../nbs/30_model.ipynb #1e08735c
+def build_layer(cfg: ModelConfig,  # the model's settings
+                block: str,        # this layer's block
+                i: int = 0,        # the layer's index
+               ) -> Block:
+    "Layer `i`: block `block`'s mixer with `cfg`'s settings in a pre-norm `Block` (an MLP if the block has one)."
+    mixer_cls = get_block(block)
+    d_ff = cfg.d_ff if mixer_cls.uses_mlp else 0  # e.g. Mamba layers stand in for attention and MLP
+    return Block(mixer_cls.from_config(cfg, i), cfg.d_model, d_ff, dropout=cfg.dropout, bias=cfg.bias,
+                 norm_eps=cfg.rms_norm_eps)
+
 class LM(nn.Module):
-    "Decoder-only language model: embedding, `n_layers` pre-norm blocks around the registered mixer, RMSNorm, head."
+    "Decoder-only language model: embedding, `n_layers` pre-norm blocks (the layer pattern's mixers), RMSNorm, head."
     def __init__(self, cfg: ModelConfig):   # block, sizes and init; vocab_size must be set
         super().__init__()
         if cfg.vocab_size is None:
             raise UsageError("model.vocab_size is not set: give the tokenizer's vocabulary size.")
         self.cfg = cfg
-        mixer_cls = get_block(cfg.block)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        d_ff = cfg.d_ff if mixer_cls.uses_mlp else 0  # e.g. Mamba layers stand in for attention and MLP
-        self.blocks = nn.ModuleList(Block(mixer_cls.from_config(cfg, i), cfg.d_model, d_ff, dropout=cfg.dropout,
-                                          bias=cfg.bias, norm_eps=cfg.rms_norm_eps) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(build_layer(cfg, b, i) for i, b in enumerate(layer_blocks(cfg)))
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.rms_norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.init_weights()
@@ -84,15 +125,16 @@ DOC_MASK_WHY_NOT = {   # why a built-in block refuses data.doc_mask
     'baseline_longformer': 'its sliding-window kernel takes no per-document mask (not implemented)',
     'baseline_bigbird': 'its sparse attention kernel takes no per-document mask (not implemented)'}
 
-def supports_doc_mask(block: str,  # a block name or alias
+def supports_doc_mask(block: str,  # a block name, alias or layer pattern
                      ) -> bool:
-    "Whether block `block`'s mixer takes `doc_ids`, keeping attention within each document."
-    return 'doc_ids' in inspect.signature(get_block(block).forward).parameters
+    "Whether every mixer of `block` takes `doc_ids`, keeping attention within each document."
+    return all('doc_ids' in inspect.signature(get_block(b).forward).parameters for b in set(layer_blocks(block)))
 
-def check_doc_mask(block: str):   # a block name or alias
-    "Raise `UsageError` (which blocks can, and why this one cannot) unless block `block` supports data.doc_mask."
+def check_doc_mask(block: str):   # a block name, alias or layer pattern
+    "Raise `UsageError` (which blocks can, and why this one cannot) unless every block of `block` supports doc_mask."
     if supports_doc_mask(block): return
-    name, ok = canonical_block(block), [n for n in block_names() if supports_doc_mask(n)]
+    name = next(b for b in layer_blocks(block) if not supports_doc_mask(b))
+    ok = [n for n in block_names() if supports_doc_mask(n)]
     raise UsageError(f"data.doc_mask=true keeps attention within each document, which the blocks {', '.join(ok)} "
                      "can do; "
                      f"model.block={name!r} cannot: {DOC_MASK_WHY_NOT.get(name, 'its mixer takes no doc_ids')}. Use "
@@ -146,23 +188,25 @@ def param_groups(model: nn.Module,     # any module
 def flops_per_token(cfg: ModelConfig | LM,  # a model, or its config
                     seq_len: int,           # tokens per sequence
                    ) -> float:              # FLOPs per token
-    "Training FLOPs (forward + backward) per token: 6 x matmul parameters + the mixer's parameter-free matmuls."
+    "Training FLOPs (forward + backward) per token: 6 x matmul parameters + each layer's parameter-free matmuls."
     if isinstance(cfg, LM): cfg = cfg.cfg
     with torch.device('meta'): model = LM(cfg)
     n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
-    return 6.0 * n_matmul + cfg.n_layers * get_block(cfg.block).flops_per_token(cfg, seq_len)
+    return 6.0 * n_matmul + sum(get_block(b).flops_per_token(cfg, seq_len) for b in layer_blocks(cfg))
 
 # %% ../nbs/30_model.ipynb #1fcae911
 def dense_settings(m: ModelConfig,  # a model's settings
                    seq_len: int,    # the length it trains on or is evaluated at
                   ) -> str | None:  # None: the block is in its sparse regime at `seq_len`
     "Why `m`'s sparse block is dense at `seq_len` (a window covering it, one chunk, no random key), by setting."
-    fields, L = get_block(m.block).field_map(), seq_len
+    mixers, L = [get_block(b) for b in set(layer_blocks(m))], seq_len
+    fields = {f for x in mixers for f in x.field_map()}
+    bounds = {f for x in mixers for f in x.attends or ()}   # settings that bound attention's keys (not mamba2's chunk)
     g = m.n_global_tokens if 'n_global_tokens' in fields else 0
     if 'window_size' in fields and m.window_size + g >= L:
         return (f"--model.window_size={m.window_size}{f' with {g} global tokens' if g else ''} covers all {L} tokens: "
                 f"full attention")
-    if 'chunk_size' in fields and m.chunk_size >= L:
+    if 'chunk_size' in bounds and m.chunk_size >= L:
         return f"--model.chunk_size={m.chunk_size} is one chunk of {L} tokens: block-local attention is full attention"
     if 'n_random_tokens' in fields and (m.n_random_tokens == 0 or
                                         bigbird.random_block_size(L, m.attn_block_size, m.window_size, g) is None):
@@ -222,8 +266,8 @@ def generate(model: nn.Module,                          # the model
     if top_k is not None and top_k < 1: raise UsageError(f"top_k={top_k} must be >= 1.")
     use_cache = can_stream(model) if use_cache is None else use_cache
     if use_cache and not can_stream(model):
-        raise UsageError(f"block {model.cfg.block!r} cannot stream (its mixer has no prefill/step); "
-                         "use use_cache=False.")
+        no = [b for b in dict.fromkeys(layer_blocks(model.cfg)) if not get_block(b).can_stream()]
+        raise UsageError(f"block {', '.join(no)} cannot stream (its mixer has no prefill/step); use use_cache=False.")
     was_training = model.training
     model.eval()
     try:

@@ -12,10 +12,9 @@ import torch, torch.nn.functional as F
 from .core import UsageError, autocast, seed_everything
 from .config import Config, DataConfig, apply_overrides
 from .flags import flatten_sections
-from .blocks.base import canonical_block
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import IGNORE, NOISE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
-from .model import LM
+from .model import LM, canonical_layers
 from .checkpoint import CheckpointError, load_weights
 from .train import evaluate_task
 
@@ -68,7 +67,7 @@ def load_for_eval(path,          # a checkpoint .pt, a run directory or an expor
     model, run, src, step = load_weights(p, device)
     return Evaluated(model, _config(run, str(src)), str(src), step=step)
 
-def fresh_model(block: str = 'vanilla',  # the block (any name `canonical_block` accepts)
+def fresh_model(block: str = 'vanilla',  # a block name or layer pattern
                 vocab_size: int = 256,   # ids in the vocabulary
                 size: str = 'tiny',      # a size preset (model.num_params)
                 seed: int = 0,           # seed of the initial weights
@@ -77,14 +76,14 @@ def fresh_model(block: str = 'vanilla',  # the block (any name `canonical_block`
     "A freshly initialised `size` model of `block`: the chance-level baseline."
     cfg = apply_overrides(Config(), {'model.block': block, 'model.num_params': size, 'model.vocab_size': vocab_size})
     seed_everything(seed)
-    return Evaluated(LM(cfg.model).to(device).eval(), cfg, f'untrained {canonical_block(block)} ({size})', False)
+    return Evaluated(LM(cfg.model).to(device).eval(), cfg, f'untrained {cfg.model.block} ({size})', False)
 
 def check_flags(ev: Evaluated,                  # the model to check the flags against
                 block: str | None = None,       # --block, if given
                 vocab_size: int | None = None,  # --vocab_size, if given
                ):
     "Refuse flags that contradict the model: a different block or vocabulary than the checkpoint's."
-    if block is not None and canonical_block(block) != ev.block:
+    if block is not None and canonical_layers(block) != ev.block:
         raise UsageError(f"--block={block} does not match the model in {ev.source}, which is a {ev.block!r} model; "
                          "leave --block out (it is read from the checkpoint) or give a checkpoint of that block.")
     if vocab_size is not None and vocab_size != ev.vocab_size:

@@ -17,7 +17,7 @@ from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_c
                                pick_precision)
 from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
 from .synthetic import SyntheticData
-from .model import LM, param_groups, count_params, flops_per_token, dense_settings
+from .model import LM, param_groups, count_params, flops_per_token, dense_settings, layer_blocks
 from .blocks.base import quiet_notes, get_block
 from .kernels.conv import kernel_backends
 from .kernels.ssd import ssd_impls
@@ -229,20 +229,21 @@ def run_length(t: TrainerConfig,                  # fast_dev_run, max_epochs and
 def kernel_report(m,       # a `ModelConfig`
                   device,  # where the model runs
                  ) -> str:
-    "One line: the implementation each library kernel of `m`'s block takes on `device` (the CPU kernels built first)."
-    mixer = get_block(m.block)
-    if not mixer.kernels: return "none of the library's (PyTorch's own operators only)"
+    "One line: the implementation each library kernel of `m`'s blocks takes on `device` (the CPU kernels built first)."
+    mixers = [get_block(b) for b in dict.fromkeys(layer_blocks(m))]   # each block of the layer pattern once
+    kernels, fields = [*dict.fromkeys(k for x in mixers for k in x.kernels)], {f for x in mixers for f in x.field_map()}
+    if not kernels: return "none of the library's (PyTorch's own operators only)"
     b = {}
-    if 'local_attention' in mixer.kernels:   # 'auto' as `local_attention` resolves it for the block's head width
+    if 'local_attention' in kernels:   # 'auto' as `local_attention` resolves it for the block's head width
         Dh = m.d_model // m.n_heads
         skip = ('flex',) if flex_width_why_not(Dh, Dh, device) else ()
         b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device, skip=skip)
-    if {'selective_scan', 'causal_conv1d'} & set(mixer.kernels):   # a failed build: named by what runs instead
-        N = m.ssm_state_dim if 'ssm_state_dim' in mixer.field_map() else m.d_state
-        scan = m.scan_impl if 'selective_scan' in mixer.kernels else 'torch'   # nothing built for a scan not run
+    if {'selective_scan', 'causal_conv1d'} & set(kernels):   # a failed build: named by what runs instead
+        N = m.ssm_state_dim if 'ssm_state_dim' in fields else m.d_state
+        scan = m.scan_impl if 'selective_scan' in kernels else 'torch'   # nothing built for a scan not run
         b |= kernel_backends(device, scan, m.conv_impl, N, m.d_conv, build=True)
-    if 'ssd_scan' in mixer.kernels: b['ssd_scan'] = ssd_impls.resolve(m.ssd_impl, device)   # mamba2
-    return ', '.join(f'{k}={b[k]}' for k in mixer.kernels)
+    if 'ssd_scan' in kernels: b['ssd_scan'] = ssd_impls.resolve(m.ssd_impl, device)   # mamba2
+    return ', '.join(f'{k}={b[k]}' for k in kernels)
 
 # %% ../nbs/44_train.ipynb #492dabc7
 @dataclass

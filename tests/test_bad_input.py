@@ -132,7 +132,20 @@ CASES = [  # (id, script, argv, a phrase the error must hold); {d}: the data fol
     ('d_state_with_longformer', T, ['--model.block=baseline_longformer', '--model.d_state=8'], 'read only by the blocks mamba'),
     ('random_tokens_with_mamba', T, ['--model.block=mamba', '--model.n_random_tokens=3'], 'read only by the blocks baseline_bigbird'),
     ('d_ff_with_mamba', T, ['--model.block=mamba', '--d_ff', '64'], 'read only by the blocks vanilla'),
-    ('chunk_with_vanilla', T, ['--model.chunk_size=32'], 'read only by the blocks blade'),
+    ('chunk_with_vanilla', T, ['--model.chunk_size=32'], 'read only by the blocks mamba2, blade'),
+    # layer patterns: each part a registered block, a depth the pattern divides, settings some block of it reads
+    ('pattern_unknown_block', T, ['--model.layers=mamba2*3,hyena'],
+     "model.layers='mamba2*3,hyena': unknown block 'hyena'; valid choices: "),
+    ('pattern_bad_count', T, ['--model.layers=mamba2*x,vanilla'], "'mamba2*x' repeats a block 'x' times"),
+    ('pattern_depth', T, ['--model.layers=mamba2*3,vanilla', '--model.n_layers=6'],
+     "model.n_layers=6 is not a multiple of the 4 layers of model.layers='mamba2*3,vanilla'; valid depths: 4, 8, 12"),
+    ('pattern_unread', T, ['--model.layers=mamba2*3,vanilla', '--model.window_size=32'],
+     "model.window_size is read only by the blocks baseline_longformer, baseline_bigbird, dpassm, and this run's "
+     "model.block='mamba2*3,vanilla' would ignore it"),
+    ('pattern_heads', T, ['--model.layers=mamba2,vanilla', '--model.n_heads=3'], 'must be divisible by model.n_heads=3'),
+    ('pattern_groups', T, ['--model.layers=mamba2,vanilla', '--model.d_model=64', '--model.headdim=16',
+                           '--model.ngroups=3'], 'mamba2: ngroups=3 does not divide the 8 heads'),
+    ('compare_pattern_unknown', C, ['--blocks', 'vanilla', 'mamba2,hyena'], "unknown block 'hyena'"),
     # LightningCLI keys with no meaning here, and close suggestions only
     ('lightning_optimizer', T, ['--model.optimizer=Adam'], 'the optimizer is AdamW'),
     ('lightning_scheduler', T, ['--lr_scheduler=cosine'], 'the schedule is'),

@@ -64,6 +64,7 @@ class Blade(Mixer):
     name = 'blade'
     config_fields = {**{f: f for f in ('d_model', 'n_heads', 'chunk_size', 'state_dim', 'rope_theta', 'dropout',
                                        'bias')}, 'n_mem_tokens': 'n_mem', 'attn_impl': 'impl'}
+    attends = ('chunk_size', 'n_mem_tokens')   # keys per query: its chunk and the memory tokens
     IMPLS = ('fast', 'ref')
 
     def __init__(self, d_model: int,           # model width
