@@ -11,10 +11,9 @@ import torch
 from .core import UsageError, autocast, get_device, check_precision
 from .config import Config, apply_overrides, check_writable_dir
 from .memory import check_fits, check_positive, check_seed
-from .blocks.base import canonical_block
 from .synthetic import RULER_GEN, RULER_METRIC, RULER_TASKS, ruler_sample, synthetic_data
 from .tokenizer import ByteTokenizer
-from .model import count_params, dense_settings, generate
+from .model import canonical_layers, count_params, dense_settings, generate
 from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_flags, perplexity,
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
 from .plots import plot_heatmaps, plot_lengths, plot_drift
@@ -363,7 +362,7 @@ def run_eval(task: str = 'passkey',               # one of `EVAL_TASKS`, ruler, 
     _check(checkpoint_path is None or str(checkpoint_path).strip() != '', "--checkpoint_path is empty; give a "
            "checkpoint (.pt), a run directory or an exported model folder, or leave it out to evaluate an untrained "
            "model.")
-    if block is not None: block = canonical_block(block)
+    if block is not None: block = canonical_layers(block)
     dev = get_device(device)
     precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)
     if checkpoint_path is not None:
@@ -541,7 +540,7 @@ def run_evals(task: str,                      # one of `EVAL_TASKS`, ruler, or R
     precision = ('bf16' if dev.type == 'cuda' else '32') if precision == 'auto' else check_precision(dev, precision)
     plans = []
     for p in names:   # every model loaded (on the CPU) and checked before the first is evaluated
-        ev = load_for_eval(p, 'cpu'); check_flags(ev, canonical_block(block) if block else None, vocab_size)
+        ev = load_for_eval(p, 'cpu'); check_flags(ev, canonical_layers(block) if block else None, vocab_size)
         plans.append((ev, *_plan(ev, task, dev, precision, p, lambda *x, **k: None, **a)))
     results = []
     for p, (ev, out, work) in zip(names, plans):

@@ -10,7 +10,7 @@ from .core import UsageError, StorageError, os_error
 from .config import ModelConfig, check_writable_dir
 from .blocks.base import canonical_block
 from .blocks.vanilla import qkv_rows, rope_scaling_dict
-from .model import LM
+from .model import LM, canonical_layers
 from .checkpoint import export_model
 from .data import ByteTokenizer, BPETokenizer
 from .flags import make_parser, arg, main
@@ -215,7 +215,7 @@ def export(source,                                      # a checkpoint .pt, run 
         if tokenizer != 'auto': tok = _given_tokenizer(tokenizer, tok, source, model.cfg.vocab_size, False, say)
         return _save_ours(model, tok, out_dir, overwrite)
     model, cfg = load_source(source, say)
-    block = _hf_block(model.cfg.block) if format == 'hf' else canonical_block(model.cfg.block)
+    block = _hf_block(model.cfg.block) if format == 'hf' else canonical_layers(model.cfg.block)
     if block != 'vanilla' and max_position_embeddings is not None:
         has = f", whose {HF_CLASSES[block].replace('ForCausalLM', 'Config')} has none" if block in HF_CLASSES else ''
         raise UsageError("--max_position_embeddings is read only for a vanilla model (Llama's context length); "

@@ -12,7 +12,7 @@ from .config import Config, ModelConfig, apply_overrides
 from .blocks.base import canonical_block
 from .blocks.layers import ROPE_SETTINGS
 from .blocks.vanilla import qkv_rows
-from .model import LM
+from .model import LM, canonical_layers
 from .checkpoint import load_weights, list_checkpoints
 from .data import ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
 from .corpus import cached_corpus
@@ -48,7 +48,7 @@ def quiet_transformers():
 
 def _hf_block(block: str) -> str:
     "The canonical name of `block`; a `UsageError` if it has no transformers class."
-    if (block := canonical_block(block)) in HF_CLASSES: return block
+    if (block := canonical_layers(block)) in HF_CLASSES: return block   # a pattern of several blocks has none
     raise UsageError(f"block {block!r} has no transformers class (transformers knows "
                      f"{', '.join(HF_CLASSES.values())}, i.e. our blocks {', '.join(HF_CLASSES)}); export it in our "
                      "own format instead: longctx_export --format safetensors (model.safetensors + model_config.json, "

@@ -56,6 +56,18 @@ def test_train_then_sigkill_resume_is_bitwise_exact(bindir, tmp_path, held):
     assert p.returncode == 0, p.stderr
     assert losses(part / 'version_0') == ref
     assert (part / 'version_0' / 'SHA256SUMS').read_text() == (full / 'version_0' / 'SHA256SUMS').read_text()
+    # transformers has no class for the pattern: the export says so and names ours, which loads with the same logits
+    p = subprocess.run([str(bindir / 'longctx_export'), str(full / 'version_0'), str(tmp_path / 'hf')],
+                       capture_output=True, text=True, env=ENV, timeout=600)
+    assert p.returncode == 2 and "block 'mamba2*3,vanilla' has no transformers class" in p.stderr, p.stderr
+    assert 'longctx_export --format safetensors' in p.stderr and not (tmp_path / 'hf').exists()
+    p = subprocess.run([str(bindir / 'longctx_export'), str(full / 'version_0'), str(tmp_path / 'ours'),
+                        '--format', 'safetensors'], capture_output=True, text=True, env=ENV, timeout=600)
+    assert p.returncode == 0, p.stderr
+    from longctx_nb.checkpoint import load_model
+    x = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(load_model(tmp_path / 'ours').eval()(x), load_model(full / 'version_0').eval()(x))
 
 def test_memory_and_flops_are_sums_of_the_layers():
     "Saved bytes, parameters and FLOPs of `mamba2*3,vanilla` x 2 equal the single-block models' per-layer sums."
