@@ -229,6 +229,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     else: per += (4 if conv == 'cpu' else a) * cd
     if scan == 'cuda': per += a * di + 4 * h
     elif scan == 'ref': per += 4 * (h * P * N + di + 2 * h * N + 5 * h)
+    else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
     return int(w.batch_size * L * per + const)
 
 # %% ../../nbs/28_mamba2.ipynb #87f33f9a
@@ -236,8 +237,8 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
 @staticmethod
 def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                             ) -> int:      # bytes
-    "The `'torch'` scan's recomputed chunk matrices, which its backward holds for a moment (0 with the kernel)."
+    "What the `'torch'` scan's backward holds for a moment: chunk matrices and gradients (0 with the kernel)."
     c = w.cfg
     if (c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)) != 'torch': return 0
     h, Q = int(c.expand * c.d_model) // c.headdim, min(c.chunk_size, w.seq_len)
-    return 4 * w.batch_size * -(-w.seq_len // Q) * Q * (3 * h * Q + 2 * c.ngroups * Q + 5 * h * c.headdim)
+    return 4 * w.batch_size * -(-w.seq_len // Q) * Q * (3 * h * Q + c.ngroups * Q + 10 * h * c.headdim + 4 * c.ngroups * c.d_state)
