@@ -20,6 +20,28 @@ from ..kernels.ssd import ssd_impls, ssd_scan, ssd_state_update
 __all__ = ['GatedRMSNorm', 'check_mamba2', 'Mamba2']
 
 # %% ../../nbs/28_mamba2.ipynb #7282586b
+class _GatedNorm(torch.autograd.Function):
+    "`weight * RMSNorm(y * silu(z))` per group in fp32, saving `y`, `z` and the inverse RMS of each group only."
+    @staticmethod
+    def forward(ctx, y, z, weight, ngroups, eps):
+        h = (y.float() * F.silu(z.float())).unflatten(-1, (ngroups, -1))
+        r = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)                    # (..., ngroups, 1)
+        ctx.save_for_backward(y, z, weight, r)
+        return (h.mul_(r).flatten(-2) * weight.float()).to(torch.promote_types(y.dtype, weight.dtype))
+
+    @staticmethod
+    def backward(ctx, go):
+        y, z, weight, r = ctx.saved_tensors
+        zf, yf, go = z.float(), y.float(), go.float()
+        sig = torch.sigmoid(zf)
+        sz = zf * sig                                                                # silu(z)
+        hn = (yf * sz).unflatten(-1, (r.shape[-2], -1)).mul_(r)                      # the normalised product
+        gw = (go * hn.flatten(-2)).flatten(0, -2).sum(0)
+        gn = (go * weight.float()).unflatten(-1, hn.shape[-2:])
+        gh = gn.sub_(hn.mul_((gn * hn).mean(-1, keepdim=True))).mul_(r).flatten(-2)  # through the RMS
+        gy, gz = gh * sz, gh.mul_(yf).mul_(sig).mul_(zf * (1 - sig) + 1)             # silu' = sig (1 + z (1 - sig))
+        return gy.to(y.dtype), gz.to(z.dtype), gw.to(weight.dtype), None, None
+
 class GatedRMSNorm(nn.Module):
     "Mamba-2's output norm: `y * silu(z)`, RMS-normalised within each of `ngroups` channel groups, times a weight."
     def __init__(self, d: int,         # channels
@@ -34,10 +56,8 @@ class GatedRMSNorm(nn.Module):
     def forward(self, y: torch.Tensor,   # (..., d) the scan's output
                 z: torch.Tensor,         # (..., d) the gate
                ) -> torch.Tensor:        # (..., d) in y's dtype
-        "`weight * RMSNorm(y * silu(z))` per group, in fp32."
-        h = (y.float() * F.silu(z.float())).unflatten(-1, (self.ngroups, -1))
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.flatten(-2).to(y.dtype)
+        "`weight * RMSNorm(y * silu(z))` per group, in fp32, its backward written out (saves `y`, `z` only)."
+        return _GatedNorm.apply(y, z, self.weight, self.ngroups, self.eps)
 
 # %% ../../nbs/28_mamba2.ipynb #de4edd82
 def check_mamba2(d_model: int,     # model width
@@ -222,7 +242,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     cd = di + 2 * g * N
     conv = kconv.kernel_backends(w.device, 'torch', c.conv_impl, None, c.d_conv)['causal_conv1d']
     scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)
-    per, const = a * (D + 2 * di + 2 * g * N + h) + a * cd + 20 * di + 4 * g, 2 * 4 * h
+    per, const = a * (D + 2 * di + 2 * g * N + h) + a * cd + 2 * a * di + 4 * g, 2 * 4 * h
     if conv == 'ref':
         per += a * cd * (L + c.d_conv - 1) / L
         if a < 4: per += a * cd; const += 2 * cd * c.d_conv
