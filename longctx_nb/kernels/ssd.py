@@ -87,31 +87,36 @@ def _tokens(t, L):
     "`_chunked`'s inverse: `(b, c, h, Q, ...)` -> `(b, L, h, ...)`."
     return t.transpose(2, 3).flatten(1, 2)[:, :L]
 
+def _per_head(t, k):
+    "`(b, c, g, ...)` per group -> `(b, c, g * k, ...)` per head, a copy."
+    return t.repeat_interleave(k, dim=2) if k > 1 else t
+
 def _chunk_mats(X, dt, A, Bc, Cc):
-    "Per chunk and head: the log decays' running sums, the decays `exp(segsum)`, `dt x` and the masked scores."
+    """Per chunk and head: the running sums `s` of the log decays, the decays `exp(segsum)`, `dt x`, the masked
+    scores and the exponentials of `s`, which decay `B` to the chunk's end and the start state to each token."""
     b, c, h, Q, p = X.shape
     g = Bc.shape[2]
     a = dt * A[:, None]                                                          # (b, c, h, Q) log decays
     Lm = torch.exp(segsum(a))                                                    # (b, c, h, Q, Q)
     M = (Lm.view(b, c, g, h // g, Q, Q) * (Cc @ Bc.mT)[:, :, :, None]).view(b, c, h, Q, Q)   # scores C B^T, decayed
-    return a.cumsum(-1), Lm, X * dt[..., None], M
+    acs = a.cumsum(-1)
+    return acs, Lm, X * dt[..., None], M, torch.exp(acs)
 
 def _ssd_chunked(X, dt, A, Bc, Cc, h0):
     """The SSD matmul form on chunks `X (b, c, h, Q, p)`, `dt (b, c, h, Q)`, `Bc`, `Cc (b, c, g, Q, n)`, fp32:
     the outputs `(b, c, h, Q, p)`, each chunk's start state `(b, c, h, n, p)` and the last state `(b, h, n, p)`."""
     b, c, h, Q, p = X.shape
-    g, n = Bc.shape[2], Bc.shape[-1]
-    acs, Lm, xd, M = _chunk_mats(X, dt, A, Bc, Cc)
+    n, k = Bc.shape[-1], h // Bc.shape[2]
+    acs, Lm, xd, M, E = _chunk_mats(X, dt, A, Bc, Cc)
     y = M @ xd                                                                   # 1. within chunks
-    xdw = (xd * Lm[..., -1, :, None]).view(b, c, g, h // g, Q, p)                # dt x decayed to the chunk's end
-    ends = (Bc.mT[:, :, :, None] @ xdw).view(b, c, h, n, p)                      # 2. chunk ends
+    ends = (_per_head(Bc, k) * Lm[..., -1, :, None]).mT @ xd                     # 2. chunk ends, B decayed to them
     S = X.new_empty(c + 1, b, h, n, p)                                           # 3. chunk to chunk: S[i] starts i
     S[0] = 0 if h0 is None else h0
     for i, (d, e) in enumerate(zip(torch.exp(acs[..., -1, None, None]).unbind(1), ends.unbind(1))):
         torch.addcmul(e, d, S[i], out=S[i + 1])
     S, last = S[:-1].transpose(0, 1), S[-1]
-    y.addcmul_((Cc[:, :, :, None] @ S.reshape(b, c, g, h // g, n, p)).view(b, c, h, Q, p),
-               torch.exp(acs)[..., None])                                        # 4. from earlier chunks
+    Ce = _per_head(Cc, k) * E[..., None]                                         # 4. from earlier chunks
+    y.view(-1, Q, p).baddbmm_(Ce.view(-1, Q, n), S.reshape(-1, n, p))
     return y, S, last
 
 # %% ../../nbs/15_ssd.ipynb #827c0282
@@ -125,7 +130,7 @@ class _SsdTorch(torch.autograd.Function):
         ctx.save_for_backward(x, dt, A, B, C, D, dt_bias, h0, S)
         ctx.dt_softplus, ctx.Q = dt_softplus, Q
         y = _tokens(y, x.shape[1])
-        return (y if D is None else y + D.float()[:, None] * x.float()), last.mT.contiguous()
+        return (y if D is None else torch.addcmul(y, D.float()[:, None], x.float())), last.mT.contiguous()
 
     @staticmethod
     def backward(ctx, gy, gs):
@@ -136,12 +141,14 @@ class _SsdTorch(torch.autograd.Function):
         X, Bc, Cc, GY = _chunked(x, Q), _chunked(B, Q), _chunked(C, Q), _chunked(gy, Q)
         b, c, h, _, p = X.shape
         g, n = Bc.shape[2], Bc.shape[-1]
-        grp = lambda t: t.reshape(b, c, g, h // g, *t.shape[-2:])               # (b, c, h, ...) -> per group
-        acs, Lm, xd, M = _chunk_mats(X, dtc, A, Bc, Cc)
-        GE = GY * torch.exp(acs)[..., None]                                      # 4. from earlier chunks
-        gacs = (GE * (Cc[:, :, :, None] @ grp(S)).view_as(GE)).sum(-1)
-        gC = (grp(GE) @ grp(S).mT).sum(3)
-        gS = (Cc.mT[:, :, :, None] @ grp(GE)).view_as(S)
+        grp = lambda t: t.view(b, c, g, h // g, *t.shape[-2:])                  # (b, c, h, ...) -> per group
+        bmm = lambda t: t.flatten(0, 2)                                          # (b, c, h, r, s) -> (b c h, r, s)
+        acs, Lm, xd, M, E = _chunk_mats(X, dtc, A, Bc, Cc)
+        Bh, Ch = _per_head(Bc, h // g), _per_head(Cc, h // g)
+        GS = GY @ S.mT                                                           # 4. from earlier chunks
+        gacs = torch.linalg.vecdot(GS, Ch) * E
+        gC = grp(GS * E[..., None]).sum(3)
+        gS = (Ch * E[..., None]).mT @ GY
         decay = torch.exp(acs[..., -1])                                          # 3. chunk to chunk, reversed
         gE = X.new_empty(c + 1, b, h, n, p)                                      # gE[i]: the gradient of S[i]
         gE[c] = gs.mT
@@ -149,13 +156,13 @@ class _SsdTorch(torch.autograd.Function):
             torch.addcmul(e, d, gE[i + 1], out=gE[i])
         gends = gE[1:].transpose(0, 1)
         gacs[..., -1] += (gends * S).sum((-2, -1)) * decay
-        w = Lm[..., -1, :, None]                                                 # 2. chunk ends
-        gxdw = (Bc[:, :, :, None] @ grp(gends)).view_as(xd)
-        gB = (grp(xd * w) @ grp(gends).mT).sum(3)
-        gw = (gxdw * xd * w).sum(-1)
+        w = Lm[..., -1, :]                                                       # 2. chunk ends
+        XG = xd @ gends.mT                                                       # (b, c, h, Q, n)
+        gB = grp(XG * w[..., None]).sum(3)
+        gw = torch.linalg.vecdot(XG, Bh) * w
         gacs[..., -1] += gw.sum(-1)
         gacs -= gw
-        gxd = gxdw.mul_(w) + M.mT @ GY
+        gxd = torch.baddbmm(bmm((Bh * w[..., None]) @ gends), bmm(M.mT), bmm(GY)).view_as(xd)   # and 1.
         gM = GY @ xd.mT                                                          # 1. within chunks
         gG = (grp(gM) * grp(Lm)).sum(3)
         gMM = gM.mul_(M)
@@ -163,12 +170,12 @@ class _SsdTorch(torch.autograd.Function):
         gC += gG @ Bc
         gB += gG.mT @ Cc
         ga = gacs.flip(-1).cumsum(-1).flip(-1)                                   # the running sums' gradient
-        graw = _tokens((ga * A[:, None] + (gxd * X).sum(-1))[..., None], L)[..., 0]
+        graw = _tokens((ga * A[:, None] + torch.linalg.vecdot(gxd, X))[..., None], L)[..., 0]
         if ctx.dt_softplus: graw = graw * torch.sigmoid(raw)
-        gx, gy = _tokens(gxd * dtc[..., None], L), gy.float()
-        if D is not None: gx = gx + D.float()[:, None] * gy
+        gx, gy = _tokens(gxd.mul_(dtc[..., None]), L), gy.float()
+        if D is not None: gx = torch.addcmul(gx, D.float()[:, None], gy)
         grads = (gx, graw, (ga * dtc).sum((0, 1, 3)), _tokens(gB, L), _tokens(gC, L),
-                 None if D is None else (gy * x.float()).sum((0, 1, 3)),
+                 None if D is None else torch.linalg.vecdot(gy, x.float()).sum((0, 1)),
                  None if dt_bias is None else graw.sum((0, 1)), None if h0 is None else gE[0].mT)
         ins = (x, dt, A, B, C, D, dt_bias, h0)
         return (*(None if t is None or not need else gt.to(t.dtype)
