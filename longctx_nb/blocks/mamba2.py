@@ -11,7 +11,7 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, Workload, check_int, check_token, register_block, patch_to
 from .layers import mark_residual_proj
-from .mamba import KeepFp32
+from .mamba import KeepFp32, cf_mm
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 from ..kernels.ssd import ssd_impls, ssd_scan, ssd_state_update
@@ -153,9 +153,9 @@ class Mamba2(KeepFp32, Mixer):
 
 # %% ../../nbs/28_mamba2.ipynb #dd91881b
 @patch_to(Mamba2)
-def _split(self, zxbcdt):
-    "`in_proj`'s output split into the gate `z`, the conv's input `xBC` and the step sizes `dt`."
-    return zxbcdt.split([self.d_inner, self.conv_dim, self.nheads], dim=-1)
+def _split(self, zxbcdt, dim=-1):
+    "`in_proj`'s output split (along `dim`) into the gate `z`, the conv's input `xBC` and the step sizes `dt`."
+    return zxbcdt.split([self.d_inner, self.conv_dim, self.nheads], dim=dim)
 
 @patch_to(Mamba2)
 def _heads(self, xBC):
@@ -174,14 +174,17 @@ def forward(self,
     "`(B, L, d_model) -> (B, L, d_model)`, causal."
     if x.dim() != 3 or x.shape[-1] != self.d_model:
         raise UsageError(f"Mamba2 expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
-    z, xBC_in, dt = self._split(self.in_proj(x))
-    xBC = causal_conv1d(xBC_in.mT, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl).mT
-    xs, B, C = self._heads(xBC)
-    y, last = ssd_scan(xs, dt, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
+    W = self.in_proj   # channel-first (B, C, L) as the conv reads it: no transposed copy before or after it
+    zxbcdt = cf_mm(W.weight, x.mT)
+    if W.bias is not None: zxbcdt = zxbcdt + W.bias[:, None].to(zxbcdt.dtype)
+    z, xBC_in, dt = self._split(zxbcdt, dim=1)
+    xBC = causal_conv1d(xBC_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
+    xs, B, C = self._heads(xBC.mT)                                           # token-major views
+    y, last = ssd_scan(xs, dt.mT, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
                        dt_bias=self.dt_bias, dt_softplus=True, return_final_state=True, impl=impl or self.ssd_impl)
-    out = self.out_proj(self.norm(y.flatten(-2), z))
+    out = self.out_proj(self.norm(y.flatten(-2), z.mT))
     if not return_state: return out
-    conv_state = F.pad(xBC_in.mT, (self.d_conv - x.shape[1], 0)).to(self.conv1d.weight.dtype)   # last d_conv inputs
+    conv_state = F.pad(xBC_in, (self.d_conv - x.shape[1], 0)).to(self.conv1d.weight.dtype)   # last d_conv inputs
     return out, conv_state.detach().contiguous(), last.detach()
 
 @patch_to(Mamba2)
@@ -246,7 +249,8 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     if conv == 'ref':
         per += a * cd * (L + c.d_conv - 1) / L
         if a < 4: per += a * cd; const += 2 * cd * c.d_conv
-    else: per += (4 if conv == 'cpu' else a) * cd
+    elif conv == 'cpu': per += 4 * cd if a < 4 else 0   # fp32 copy of its input under autocast
+    else: per += a * cd
     if scan == 'cuda': per += a * di + 4 * h
     elif scan == 'ref': per += 4 * (h * P * N + di + 2 * h * N + 5 * h)
     else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
