@@ -24,7 +24,7 @@ class _GatedNorm(torch.autograd.Function):
     "`weight * RMSNorm(y * silu(z))` per group in fp32, saving `y`, `z` and the inverse RMS of each group only."
     @staticmethod
     def forward(ctx, y, z, weight, ngroups, eps):
-        h = (y.float() * F.silu(z.float())).unflatten(-1, (ngroups, -1))
+        h = (y.float() * F.silu(z.float().contiguous())).unflatten(-1, (ngroups, -1))   # z: read in order once
         r = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)                    # (..., ngroups, 1)
         ctx.save_for_backward(y, z, weight, r)
         return (h.mul_(r).flatten(-2) * weight.float()).to(torch.promote_types(y.dtype, weight.dtype))
@@ -32,7 +32,7 @@ class _GatedNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, go):
         y, z, weight, r = ctx.saved_tensors
-        zf, yf, go = z.float(), y.float(), go.float()
+        zf, yf, go = z.float().contiguous(), y.float(), go.float()
         sig = torch.sigmoid(zf)
         sz = zf * sig                                                                # silu(z)
         hn = (yf * sz).unflatten(-1, (r.shape[-2], -1)).mul_(r)                      # the normalised product

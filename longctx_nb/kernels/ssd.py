@@ -124,13 +124,13 @@ class _SsdTorch(torch.autograd.Function):
     "The chunked form with its backward written out; saves its inputs and the chunk-start states."
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, dt_bias, h0, dt_softplus, Q):
-        dts = _step_sizes(dt, dt_bias, dt_softplus)[..., None]
-        y, S, last = _ssd_chunked(_chunked(x, Q), _chunked(dts, Q)[..., 0], A.float(), _chunked(B, Q),
-                                  _chunked(C, Q), None if h0 is None else h0.float().mT)
+        dts, X = _step_sizes(dt, dt_bias, dt_softplus)[..., None], _chunked(x, Q)
+        y, S, last = _ssd_chunked(X, _chunked(dts, Q)[..., 0], A.float(), _chunked(B, Q), _chunked(C, Q),
+                                  None if h0 is None else h0.float().mT)
         ctx.save_for_backward(x, dt, A, B, C, D, dt_bias, h0, S)
         ctx.dt_softplus, ctx.Q = dt_softplus, Q
-        y = _tokens(y, x.shape[1])
-        return (y if D is None else torch.addcmul(y, D.float()[:, None], x.float())), last.mT.contiguous()
+        if D is not None: y.addcmul_(X, D.float()[:, None, None])                # the skip, in the chunks' layout
+        return _tokens(y, x.shape[1]).contiguous(), last.mT.contiguous()
 
     @staticmethod
     def backward(ctx, gy, gs):
@@ -172,10 +172,10 @@ class _SsdTorch(torch.autograd.Function):
         ga = gacs.flip(-1).cumsum(-1).flip(-1)                                   # the running sums' gradient
         graw = _tokens((ga * A[:, None] + torch.linalg.vecdot(gxd, X))[..., None], L)[..., 0]
         if ctx.dt_softplus: graw = graw * torch.sigmoid(raw)
-        gx, gy = _tokens(gxd.mul_(dtc[..., None]), L), gy.float()
-        if D is not None: gx = torch.addcmul(gx, D.float()[:, None], gy)
-        grads = (gx, graw, (ga * dtc).sum((0, 1, 3)), _tokens(gB, L), _tokens(gC, L),
-                 None if D is None else torch.linalg.vecdot(gy, x.float()).sum((0, 1)),
+        gxd.mul_(dtc[..., None])
+        if D is not None: gxd.addcmul_(GY, D.float()[:, None, None])
+        grads = (_tokens(gxd, L), graw, (ga * dtc).sum((0, 1, 3)), _tokens(gB, L), _tokens(gC, L),
+                 None if D is None else torch.linalg.vecdot(GY, X).sum((0, 1, 3)),
                  None if dt_bias is None else graw.sum((0, 1)), None if h0 is None else gE[0].mT)
         ins = (x, dt, A, B, C, D, dt_bias, h0)
         return (*(None if t is None or not need else gt.to(t.dtype)
