@@ -265,4 +265,5 @@ def backward_workspace_bytes(w: Workload,  # the model config, batch, length, pr
     c = w.cfg
     if (c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)) != 'torch': return 0
     h, Q = int(c.expand * c.d_model) // c.headdim, min(c.chunk_size, w.seq_len)
-    return 4 * w.batch_size * -(-w.seq_len // Q) * Q * (3 * h * Q + c.ngroups * Q + 10 * h * c.headdim + 4 * c.ngroups * c.d_state)
+    per = 3 * h * Q + c.ngroups * Q + 10 * h * c.headdim + 4 * c.ngroups * c.d_state   # bytes / 4 per token
+    return 4 * w.batch_size * -(-w.seq_len // Q) * Q * per
