@@ -11,7 +11,7 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, Workload, check_int, check_token, register_block, patch_to
 from .layers import mark_residual_proj
-from .mamba import KeepFp32
+from .mamba import KeepFp32, cf_mm
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 from ..kernels.ssd import ssd_impls, ssd_scan, ssd_state_update
@@ -20,6 +20,28 @@ from ..kernels.ssd import ssd_impls, ssd_scan, ssd_state_update
 __all__ = ['GatedRMSNorm', 'check_mamba2', 'Mamba2']
 
 # %% ../../nbs/28_mamba2.ipynb #7282586b
+class _GatedNorm(torch.autograd.Function):
+    "`weight * RMSNorm(y * silu(z))` per group in fp32, saving `y`, `z` and the inverse RMS of each group only."
+    @staticmethod
+    def forward(ctx, y, z, weight, ngroups, eps):
+        h = (y.float() * F.silu(z.float().contiguous())).unflatten(-1, (ngroups, -1))   # z: read in order once
+        r = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)                    # (..., ngroups, 1)
+        ctx.save_for_backward(y, z, weight, r)
+        return (h.mul_(r).flatten(-2) * weight.float()).to(torch.promote_types(y.dtype, weight.dtype))
+
+    @staticmethod
+    def backward(ctx, go):
+        y, z, weight, r = ctx.saved_tensors
+        zf, yf, go = z.float().contiguous(), y.float(), go.float()
+        sig = torch.sigmoid(zf)
+        sz = zf * sig                                                                # silu(z)
+        hn = (yf * sz).unflatten(-1, (r.shape[-2], -1)).mul_(r)                      # the normalised product
+        gw = (go * hn.flatten(-2)).flatten(0, -2).sum(0)
+        gn = (go * weight.float()).unflatten(-1, hn.shape[-2:])
+        gh = gn.sub_(hn.mul_((gn * hn).mean(-1, keepdim=True))).mul_(r).flatten(-2)  # through the RMS
+        gy, gz = gh * sz, gh.mul_(yf).mul_(sig).mul_(zf * (1 - sig) + 1)             # silu' = sig (1 + z (1 - sig))
+        return gy.to(y.dtype), gz.to(z.dtype), gw.to(weight.dtype), None, None
+
 class GatedRMSNorm(nn.Module):
     "Mamba-2's output norm: `y * silu(z)`, RMS-normalised within each of `ngroups` channel groups, times a weight."
     def __init__(self, d: int,         # channels
@@ -34,10 +56,8 @@ class GatedRMSNorm(nn.Module):
     def forward(self, y: torch.Tensor,   # (..., d) the scan's output
                 z: torch.Tensor,         # (..., d) the gate
                ) -> torch.Tensor:        # (..., d) in y's dtype
-        "`weight * RMSNorm(y * silu(z))` per group, in fp32."
-        h = (y.float() * F.silu(z.float())).unflatten(-1, (self.ngroups, -1))
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.flatten(-2).to(y.dtype)
+        "`weight * RMSNorm(y * silu(z))` per group, in fp32, its backward written out (saves `y`, `z` only)."
+        return _GatedNorm.apply(y, z, self.weight, self.ngroups, self.eps)
 
 # %% ../../nbs/28_mamba2.ipynb #de4edd82
 def check_mamba2(d_model: int,     # model width
@@ -133,9 +153,9 @@ class Mamba2(KeepFp32, Mixer):
 
 # %% ../../nbs/28_mamba2.ipynb #dd91881b
 @patch_to(Mamba2)
-def _split(self, zxbcdt):
-    "`in_proj`'s output split into the gate `z`, the conv's input `xBC` and the step sizes `dt`."
-    return zxbcdt.split([self.d_inner, self.conv_dim, self.nheads], dim=-1)
+def _split(self, zxbcdt, dim=-1):
+    "`in_proj`'s output split (along `dim`) into the gate `z`, the conv's input `xBC` and the step sizes `dt`."
+    return zxbcdt.split([self.d_inner, self.conv_dim, self.nheads], dim=dim)
 
 @patch_to(Mamba2)
 def _heads(self, xBC):
@@ -154,14 +174,17 @@ def forward(self,
     "`(B, L, d_model) -> (B, L, d_model)`, causal."
     if x.dim() != 3 or x.shape[-1] != self.d_model:
         raise UsageError(f"Mamba2 expects x of shape (batch, L, d_model={self.d_model}), got {tuple(x.shape)}.")
-    z, xBC_in, dt = self._split(self.in_proj(x))
-    xBC = causal_conv1d(xBC_in.mT, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl).mT
-    xs, B, C = self._heads(xBC)
-    y, last = ssd_scan(xs, dt, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
+    W = self.in_proj   # channel-first (B, C, L) as the conv reads it: no transposed copy before or after it
+    zxbcdt = cf_mm(W.weight, x.mT)
+    if W.bias is not None: zxbcdt = zxbcdt + W.bias[:, None].to(zxbcdt.dtype)
+    z, xBC_in, dt = self._split(zxbcdt, dim=1)
+    xBC = causal_conv1d(xBC_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
+    xs, B, C = self._heads(xBC.mT)                                           # token-major views
+    y, last = ssd_scan(xs, dt.mT, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
                        dt_bias=self.dt_bias, dt_softplus=True, return_final_state=True, impl=impl or self.ssd_impl)
-    out = self.out_proj(self.norm(y.flatten(-2), z))
+    out = self.out_proj(self.norm(y.flatten(-2), z.mT))
     if not return_state: return out
-    conv_state = F.pad(xBC_in.mT, (self.d_conv - x.shape[1], 0)).to(self.conv1d.weight.dtype)   # last d_conv inputs
+    conv_state = F.pad(xBC_in, (self.d_conv - x.shape[1], 0)).to(self.conv1d.weight.dtype)   # last d_conv inputs
     return out, conv_state.detach().contiguous(), last.detach()
 
 @patch_to(Mamba2)
@@ -222,13 +245,15 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     cd = di + 2 * g * N
     conv = kconv.kernel_backends(w.device, 'torch', c.conv_impl, None, c.d_conv)['causal_conv1d']
     scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)
-    per, const = a * (D + 2 * di + 2 * g * N + h) + a * cd + 20 * di + 4 * g, 2 * 4 * h
+    per, const = a * (D + 2 * di + 2 * g * N + h) + a * cd + 2 * a * di + 4 * g, 2 * 4 * h
     if conv == 'ref':
         per += a * cd * (L + c.d_conv - 1) / L
         if a < 4: per += a * cd; const += 2 * cd * c.d_conv
-    else: per += (4 if conv == 'cpu' else a) * cd
+    elif conv == 'cpu': per += 4 * cd if a < 4 else 0   # fp32 copy of its input under autocast
+    else: per += a * cd
     if scan == 'cuda': per += a * di + 4 * h
     elif scan == 'ref': per += 4 * (h * P * N + di + 2 * h * N + 5 * h)
+    else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
     return int(w.batch_size * L * per + const)
 
 # %% ../../nbs/28_mamba2.ipynb #87f33f9a
@@ -236,8 +261,9 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
 @staticmethod
 def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                             ) -> int:      # bytes
-    "The `'torch'` scan's recomputed chunk matrices, which its backward holds for a moment (0 with the kernel)."
+    "What the `'torch'` scan's backward holds for a moment: chunk matrices and gradients (0 with the kernel)."
     c = w.cfg
     if (c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)) != 'torch': return 0
     h, Q = int(c.expand * c.d_model) // c.headdim, min(c.chunk_size, w.seq_len)
-    return 4 * w.batch_size * -(-w.seq_len // Q) * Q * (3 * h * Q + 2 * c.ngroups * Q + 5 * h * c.headdim)
+    per = 3 * h * Q + c.ngroups * Q + 10 * h * c.headdim + 4 * c.ngroups * c.d_state   # bytes / 4 per token
+    return 4 * w.batch_size * -(-w.seq_len // Q) * Q * per

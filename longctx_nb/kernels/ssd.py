@@ -77,49 +77,109 @@ def segsum(a: torch.Tensor,  # (..., T) log decays, e.g. dt * A
     return s.masked_fill(~below.logical_or(torch.eye(T, dtype=torch.bool, device=a.device)), float('-inf'))
 
 # %% ../../nbs/15_ssd.ipynb #6de6ce4c
-def _ssd_chunked(x, dt, A, B, C, D, h0, Q):
-    "The SSD matmul form in fp32 over chunks of `Q` tokens: the outputs `(b, L, h, p)` and the last state."
-    b, L, h, p = x.shape
-    g, n = B.shape[2:]
-    k, pad = h // g, -L % Q
-    x, B, C = x.float(), B.float(), C.float()
-    if pad: x, dt, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, dt, B, C))   # dt 0: no effect
-    c = x.shape[1] // Q
-    a = (dt * A.float()).view(b, c, Q, g, k).permute(0, 1, 3, 4, 2)                # (b, c, g, k, Q) log decays
-    xd = (x * dt[..., None]).view(b, c, Q, g, k, p).permute(0, 1, 3, 4, 2, 5)      # (b, c, g, k, Q, p): dt x
-    Bc, Cc = (t.view(b, c, Q, g, n).transpose(2, 3) for t in (B, C))              # (b, c, g, Q, n)
-    Lm = torch.exp(segsum(a))                                                      # (b, c, g, k, Q, Q)
-    y = (Lm * (Cc @ Bc.mT)[:, :, :, None]) @ xd                                    # 1. within chunks
-    ends = (xd * Lm[..., -1, :, None]).mT @ Bc[:, :, :, None]                      # 2. (b, c, g, k, p, n)
-    decay = torch.exp(a.sum(-1))[..., None, None]                                  # (b, c, g, k, 1, 1)
-    s = x.new_zeros(b, g, k, p, n) if h0 is None else h0.float().view(b, g, k, p, n)
-    starts = []
-    for d, e in zip(decay.unbind(1), ends.unbind(1)):   # 3. chunk to chunk (unbind: one gradient, not one per chunk)
-        starts.append(s)
-        s = d * s + e
-    S = torch.stack(starts, 1)                                                     # (b, c, g, k, p, n)
-    y = y + (Cc[:, :, :, None] @ S.mT) * torch.exp(a.cumsum(-1))[..., None]        # 4. from earlier chunks
-    y = y.permute(0, 1, 4, 2, 3, 5).reshape(b, c * Q, h, p)[:, :L]
-    return (y if D is None else y + D.float()[:, None] * x[:, :L]), s.reshape(b, h, p, n)
+def _chunked(t, Q):
+    "`(b, L, h, ...)` token-major, fp32, zero-padded to whole chunks -> `(b, L / Q, h, Q, ...)`, contiguous."
+    t = t.float()
+    if t.shape[1] % Q: t = F.pad(t, (0, 0) * (t.dim() - 2) + (0, -t.shape[1] % Q))   # dt 0 there: no effect
+    return t.unflatten(1, (-1, Q)).transpose(2, 3).contiguous()
+
+def _tokens(t, L):
+    "`_chunked`'s inverse: `(b, c, h, Q, ...)` -> `(b, L, h, ...)`."
+    return t.transpose(2, 3).flatten(1, 2)[:, :L]
+
+def _per_head(t, k):
+    "`(b, c, g, ...)` per group -> `(b, c, g * k, ...)` per head, a copy."
+    return t.repeat_interleave(k, dim=2) if k > 1 else t
+
+def _chunk_mats(X, dt, A, Bc, Cc):
+    """Per chunk and head: the running sums `s` of the log decays, the decays `exp(segsum)`, `dt x`, the masked
+    scores and the exponentials of `s`, which decay `B` to the chunk's end and the start state to each token."""
+    b, c, h, Q, p = X.shape
+    g = Bc.shape[2]
+    a = dt * A[:, None]                                                          # (b, c, h, Q) log decays
+    Lm = torch.exp(segsum(a))                                                    # (b, c, h, Q, Q)
+    M = (Lm.view(b, c, g, h // g, Q, Q) * (Cc @ Bc.mT)[:, :, :, None]).view(b, c, h, Q, Q)   # scores C B^T, decayed
+    acs = a.cumsum(-1)
+    return acs, Lm, X * dt[..., None], M, torch.exp(acs)
+
+def _ssd_chunked(X, dt, A, Bc, Cc, h0):
+    """The SSD matmul form on chunks `X (b, c, h, Q, p)`, `dt (b, c, h, Q)`, `Bc`, `Cc (b, c, g, Q, n)`, fp32:
+    the outputs `(b, c, h, Q, p)`, each chunk's start state `(b, c, h, n, p)` and the last state `(b, h, n, p)`."""
+    b, c, h, Q, p = X.shape
+    n, k = Bc.shape[-1], h // Bc.shape[2]
+    acs, Lm, xd, M, E = _chunk_mats(X, dt, A, Bc, Cc)
+    y = M @ xd                                                                   # 1. within chunks
+    ends = (_per_head(Bc, k) * Lm[..., -1, :, None]).mT @ xd                     # 2. chunk ends, B decayed to them
+    S = X.new_empty(c + 1, b, h, n, p)                                           # 3. chunk to chunk: S[i] starts i
+    S[0] = 0 if h0 is None else h0
+    for i, (d, e) in enumerate(zip(torch.exp(acs[..., -1, None, None]).unbind(1), ends.unbind(1))):
+        torch.addcmul(e, d, S[i], out=S[i + 1])
+    S, last = S[:-1].transpose(0, 1), S[-1]
+    Ce = _per_head(Cc, k) * E[..., None]                                         # 4. from earlier chunks
+    y.view(-1, Q, p).baddbmm_(Ce.view(-1, Q, n), S.reshape(-1, n, p))
+    return y, S, last
 
 # %% ../../nbs/15_ssd.ipynb #827c0282
 class _SsdTorch(torch.autograd.Function):
-    "`_ssd_chunked` keeping only its inputs for backward, which runs it again under autograd."
+    "The chunked form with its backward written out; saves its inputs and the chunk-start states."
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, dt_bias, h0, dt_softplus, Q):
-        ctx.save_for_backward(x, dt, A, B, C, D, dt_bias, h0)
+        dts, X = _step_sizes(dt, dt_bias, dt_softplus)[..., None], _chunked(x, Q)
+        y, S, last = _ssd_chunked(X, _chunked(dts, Q)[..., 0], A.float(), _chunked(B, Q), _chunked(C, Q),
+                                  None if h0 is None else h0.float().mT)
+        ctx.save_for_backward(x, dt, A, B, C, D, dt_bias, h0, S)
         ctx.dt_softplus, ctx.Q = dt_softplus, Q
-        return _ssd_chunked(x, _step_sizes(dt, dt_bias, dt_softplus), A, B, C, D, h0, Q)
+        if D is not None: y.addcmul_(X, D.float()[:, None, None])                # the skip, in the chunks' layout
+        return _tokens(y, x.shape[1]).contiguous(), last.mT.contiguous()
 
     @staticmethod
     def backward(ctx, gy, gs):
-        ins = [t if t is None else t.detach().requires_grad_(need)
-               for t, need in zip(ctx.saved_tensors, ctx.needs_input_grad)]
-        with torch.enable_grad():
-            y, s = _ssd_chunked(ins[0], _step_sizes(ins[1], ins[6], ctx.dt_softplus), *ins[2:6], ins[7], ctx.Q)
-        want = [t for t in ins if t is not None and t.requires_grad]
-        got = iter(torch.autograd.grad((y, s), want, (gy, gs), allow_unused=True))
-        return (*(next(got) if t is not None and t.requires_grad else None for t in ins), None, None)
+        x, dt, A, B, C, D, dt_bias, h0, S = ctx.saved_tensors
+        Q, L, A = ctx.Q, x.shape[1], A.float()
+        raw = dt.float() if dt_bias is None else dt.float() + dt_bias.float()
+        dtc = _chunked((F.softplus(raw) if ctx.dt_softplus else raw)[..., None], Q)[..., 0]
+        X, Bc, Cc, GY = _chunked(x, Q), _chunked(B, Q), _chunked(C, Q), _chunked(gy, Q)
+        b, c, h, _, p = X.shape
+        g, n = Bc.shape[2], Bc.shape[-1]
+        grp = lambda t: t.view(b, c, g, h // g, *t.shape[-2:])                  # (b, c, h, ...) -> per group
+        bmm = lambda t: t.flatten(0, 2)                                          # (b, c, h, r, s) -> (b c h, r, s)
+        acs, Lm, xd, M, E = _chunk_mats(X, dtc, A, Bc, Cc)
+        Bh, Ch = _per_head(Bc, h // g), _per_head(Cc, h // g)
+        GS = GY @ S.mT                                                           # 4. from earlier chunks
+        gacs = torch.linalg.vecdot(GS, Ch) * E
+        gC = grp(GS * E[..., None]).sum(3)
+        gS = (Ch * E[..., None]).mT @ GY
+        decay = torch.exp(acs[..., -1])                                          # 3. chunk to chunk, reversed
+        gE = X.new_empty(c + 1, b, h, n, p)                                      # gE[i]: the gradient of S[i]
+        gE[c] = gs.mT
+        for i, (d, e) in reversed(list(enumerate(zip(decay[..., None, None].unbind(1), gS.unbind(1))))):
+            torch.addcmul(e, d, gE[i + 1], out=gE[i])
+        gends = gE[1:].transpose(0, 1)
+        gacs[..., -1] += (gends * S).sum((-2, -1)) * decay
+        w = Lm[..., -1, :]                                                       # 2. chunk ends
+        XG = xd @ gends.mT                                                       # (b, c, h, Q, n)
+        gB = grp(XG * w[..., None]).sum(3)
+        gw = torch.linalg.vecdot(XG, Bh) * w
+        gacs[..., -1] += gw.sum(-1)
+        gacs -= gw
+        gxd = torch.baddbmm(bmm((Bh * w[..., None]) @ gends), bmm(M.mT), bmm(GY)).view_as(xd)   # and 1.
+        gM = GY @ xd.mT                                                          # 1. within chunks
+        gG = (grp(gM) * grp(Lm)).sum(3)
+        gMM = gM.mul_(M)
+        gacs += gMM.sum(-1) - gMM.sum(-2)
+        gC += gG @ Bc
+        gB += gG.mT @ Cc
+        ga = gacs.flip(-1).cumsum(-1).flip(-1)                                   # the running sums' gradient
+        graw = _tokens((ga * A[:, None] + torch.linalg.vecdot(gxd, X))[..., None], L)[..., 0]
+        if ctx.dt_softplus: graw = graw * torch.sigmoid(raw)
+        gxd.mul_(dtc[..., None])
+        if D is not None: gxd.addcmul_(GY, D.float()[:, None, None])
+        grads = (_tokens(gxd, L), graw, (ga * dtc).sum((0, 1, 3)), _tokens(gB, L), _tokens(gC, L),
+                 None if D is None else torch.linalg.vecdot(GY, X).sum((0, 1, 3)),
+                 None if dt_bias is None else graw.sum((0, 1)), None if h0 is None else gE[0].mT)
+        ins = (x, dt, A, B, C, D, dt_bias, h0)
+        return (*(None if t is None or not need else gt.to(t.dtype)
+                  for gt, t, need in zip(grads, ins, ctx.needs_input_grad)), None, None)
 
 def _ssd_torch(x, dt, A, B, C, D, dt_bias, dt_softplus, h0, Q):
     "The chunked form outside autocast (its maths is fp32 in any case)."
