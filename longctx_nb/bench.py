@@ -301,7 +301,8 @@ def print_block_bench(rows: list[dict],  # from `bench_blocks`: ours, and transf
               f"{'ratio(med)':>11} {'paired':>9} {'MiB ours':>9} {'MiB hf':>9}")
     for o, h in pairs:
         p = paired_ratio(h.get('times_ms') or [], o.get('times_ms') or [])
-        rat = ' '.join([ratio_cell(h['ms'] / o['ms'], 11), ratio_cell(h['ms_median'] / o['ms_median'], 11), ratio_cell(p, 9)])
+        rat = ' '.join([ratio_cell(h['ms'] / o['ms'], 11), ratio_cell(h['ms_median'] / o['ms_median'], 11),
+                        ratio_cell(p, 9)])
         print(f"{o['L']:>7} {o['block']:>20} {h['block']:>14} {o['ms']:>9.1f} {h['ms']:>9.1f} {rat} "
               f"{o['peak_mib']:>9.1f} {h['peak_mib']:>9.1f}" + ' !' * bool(o.get('disturbed') or h.get('disturbed')))
     for n in notes: print('note:', n)

@@ -567,7 +567,8 @@ def compare_parser() -> argparse.ArgumentParser:
     return make_parser('longctx_compare', 'Train each block on the same task with the same budget, evaluate each, and '
                        'write a report. Extra --SECTION.KEY=VALUE flags are training settings applied to every '
                        'block.', [
-        arg('--blocks', nargs='+', default=list(ALL_BLOCKS), help="the blocks or layer patterns ('mamba2*3,vanilla') to "
+        arg('--blocks', nargs='+', default=list(ALL_BLOCKS),
+            help="the blocks or layer patterns ('mamba2*3,vanilla') to "
             'compare'),
         arg('--task', default='passkey', help=f"text, or one of {', '.join(SYNTHETIC_TASKS)}"),
         arg('--max_steps', type=int, help='training steps of every block (default: 600 on passkey, 300 on the other '

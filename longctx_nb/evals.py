@@ -184,7 +184,8 @@ def ruler_grid(model,                       # the language model, in eval mode
                 idx = torch.as_tensor(np.stack([b.ids for b in batch])).to(dev)
                 with autocast(dev, precision):   # a row ends at its tokenizer's stop ids, as the model was taught
                     out = generate(model, idx, gen, temperature=0, stop_ids=tok.stop_ids)[:, idx.shape[1]:]
-                s += [ruler_score(tok.decode(_until_stop(o.cpu().numpy(), tok.stop_ids)), b.answers, RULER_METRIC[family])
+                s += [ruler_score(tok.decode(_until_stop(o.cpu().numpy(), tok.stop_ids)), b.answers,
+                                  RULER_METRIC[family])
                       for o, b in zip(out, batch)]
             row.append(round(100 * float(np.mean(s)), 2))
         scores[t] = row

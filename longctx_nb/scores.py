@@ -13,7 +13,8 @@ from .core import UsageError, autocast, seed_everything
 from .config import Config, DataConfig, apply_overrides
 from .flags import flatten_sections
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
-from .synthetic import IGNORE, NOISE, passkey as passkey_ids, synthetic_data, task_params, from_config as task_from_config
+from .synthetic import (IGNORE, NOISE, passkey as passkey_ids, synthetic_data, task_params,
+                                  from_config as task_from_config)
 from .model import LM, canonical_layers
 from .checkpoint import CheckpointError, load_weights
 from .train import evaluate_task

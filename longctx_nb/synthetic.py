@@ -488,8 +488,8 @@ def ruler_sample(task: str,                # a RULER task name (`RULER_TASKS`)
                  depth: float | None = None, # where the needles sit, 0 to 1 (None: random, as RULER)
                  **settings,               # the task's settings (`RULER_TASKS`), e.g. num_hops=2, qa_file=...
                 ) -> RulerSample:          # the prompt's ids, the expected values, the answer's ids
-    """A sample of `task`, exactly `length` tokens: prompt + `gen` generated, or (gen None) prompt + answer = length + 1;
-    the prompt begins with what the tokenizer puts first (`start_ids`: a bos, or nothing)."""
+    """A sample of `task`, exactly `length` tokens: prompt + `gen` generated, or (gen None) prompt + answer =
+    length + 1; the prompt begins with what the tokenizer puts first (`start_ids`: a bos, or nothing)."""
     family, base = RULER_TASKS[check_ruler_task(task)]
     bad = set(settings) - set(base)
     if bad: raise UsageError(f"RULER task {task!r} has no setting {', '.join(sorted(bad))}; its settings: "
@@ -500,8 +500,8 @@ def ruler_sample(task: str,                # a RULER task name (`RULER_TASKS`)
     try: ids = np.concatenate([np.asarray(start, np.int64), build(length - keep - len(start))])
     except _Short as e:
         raise UsageError(f"RULER task {task!r} does not fit in {length} tokens with this tokenizer: its fixed parts "
-                         f"(instructions, needles or shortest list, question) take {e.need + len(start)} tokens and {keep} are "
-                         f"kept for the answer; use lengths >= {e.need + len(start) + keep}.") from None
+                         f"(instructions, needles or shortest list, question) take {e.need + len(start)} tokens and "
+                         f"{keep} are kept for the answer; use lengths >= {e.need + len(start) + keep}.") from None
     assert len(ids) == length - keep, (task, len(ids), length - keep)
     return RulerSample(ids, answers, target)
 
