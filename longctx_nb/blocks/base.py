@@ -96,6 +96,12 @@ class Mixer(nn.Module):
         return 0
 
     @classmethod
+    def context_halo(cls, cfg,  # a `ModelConfig`
+                    ) -> int:   # tokens
+        "Tokens of the previous rank's part the mixer reads when a sequence is split (`context_split`): a part's least."
+        return 0
+
+    @classmethod
     def can_stream(cls) -> bool:
         "Whether the mixer generates token by token: it defines `prefill(x) -> (y, *state)` and `step(x_t, *state)`."
         return callable(getattr(cls, 'prefill', None)) and callable(getattr(cls, 'step', None))
@@ -277,7 +283,7 @@ def rmsnorm_bytes(d_model: int,          # model width
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)
 
-# %% ../../nbs/20_blocks.ipynb #7ed2193e
+# %% ../../nbs/20_blocks.ipynb #017744fc
 @dataclass
 class ContextGroup:
     "This rank's place among the `size` ranks that share each sequence: it holds tokens `[rank l, (rank + 1) l)`."

@@ -119,6 +119,8 @@ class Mamba(SelectiveSSM, Mixer):
 
     @staticmethod
     def _ssm_dims(cfg): return int(cfg.expand * cfg.d_model), cfg.d_state   # the SSM's channels and state size
+    @classmethod
+    def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
 
     def __init__(self, d_model: int,                  # model width
                  d_state: int = 16,                   # SSM state size per channel
@@ -221,7 +223,7 @@ def prefill(self,
     "The parallel forward of a prompt `x` `(B, L, D)`, and the states `(conv_state, ssm_state)` `step` continues."
     return self.forward(x, return_state=True)
 
-# %% ../../nbs/23_mamba.ipynb #b1b089a1
+# %% ../../nbs/23_mamba.ipynb #b5e784a3
 @patch_to(SelectiveSSM)
 def _scan_part(self, x_in, z, cp):
     "`_scan` on this rank's part of a sequence split over `cp`: the conv's halo, then the state entering the part."

@@ -148,7 +148,7 @@ def forward(self, x: torch.Tensor,               # (B, L, d_model)
     else: y = document_attention(q, k, v, doc_ids, dropout_p=p)
     return self.out_proj(y.transpose(1, 2).flatten(2))
 
-# %% ../../nbs/22_vanilla.ipynb #275966ce
+# %% ../../nbs/22_vanilla.ipynb #920b47d0
 @patch_to(CausalSelfAttention)
 def _attend_parts(self, x):
     "This rank's part of a sequence split over `self.cp`: every part's keys and values gathered, masked by position."
