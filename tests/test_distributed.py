@@ -160,3 +160,18 @@ def test_context_parallel_equals_one_process(bindir, tmp_path, one_process, npro
     assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)) < 1e-5, (got, want)
     w, wr = weights(tmp_path / 'version_0'), weights(ref)
     assert max((w[k] - wr[k]).abs().max().item() for k in wr) < 1e-5
+
+def test_one_process_checkpoint_resumes_split_over_two_ranks(bindir, tmp_path, one_process):
+    "A one-process run stopped after step 2 continues with each sequence split over 2 ranks, on the same trajectory."
+    block, ref = one_process
+    run_dir = tmp_path / 'run'
+    shutil.copytree(ref, run_dir)
+    for p in (run_dir / 'checkpoints').glob('*.pt'):
+        if int(p.stem.split('_')[1]) > 2: p.unlink()  # as if the run had stopped after step 2
+    out = run(bindir, 2, tmp_path, '--trainer.run_name=run', '--resume', '--trainer.max_steps=3',
+              '--trainer.context_parallel=2').stdout
+    assert 'from step_0000002.pt' in out and 'each sequence split over 2' in out
+    got, want = steps(run_dir), steps(ref)
+    assert len(got) == 3 and max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)) < 1e-5, (got, want)
+    w, wr = weights(run_dir), weights(ref)
+    assert max((w[k] - wr[k]).abs().max().item() for k in wr) < 1e-5
