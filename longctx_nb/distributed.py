@@ -228,8 +228,8 @@ def context_fits(cfg,  # a training `Config` straight from the command line
         raise UsageError(f"data.seq_len={L} cannot be split into {n} equal parts (trainer.context_parallel={n}); "
                          f"use a multiple of {n}, e.g. {max(n, L - L % n)} or {L - L % n + n}.")
     blk = get_block(cfg.model.block)
-    if blk.context_split is None:
-        ok = [b for b in block_names() if get_block(b).context_split]
+    if blk.splits() is None:
+        ok = [b for b in block_names() if get_block(b).splits()]
         raise UsageError(f"model.block={cfg.model.block} cannot split a sequence over ranks yet; with "
                          f"--trainer.context_parallel={n} use one of {', '.join(ok)}, or context_parallel=1.")
     if (h := blk.context_halo(cfg.model)) > L // n:

@@ -51,7 +51,7 @@ class Mixer(nn.Module):
     attends: tuple[str, ...] | None = ()                  # fields whose sum bounds the keys per query (None: all L)
     repr_fields: tuple[str, ...] = ()                     # attributes `extra_repr` shows
     context_split: str | None = None                      # over a sequence split across ranks: 'gather', 'halo' or
-                                                          # 'state' (see `context_parallel`); None: it cannot split
+                                                          # 'state' (see `context_parallel`), declared by the class
     cp = None                                             # the `ContextGroup` forward runs over (None: whole sequences)
 
     @classmethod
@@ -94,6 +94,11 @@ class Mixer(nn.Module):
                                 ) -> int:  # bytes
         "Bytes the mixer's backward holds for a moment beyond what it saved and the gradients (a kernel's sums)."
         return 0
+
+    @classmethod
+    def splits(cls) -> str | None:
+        "The class's own `context_split` (None: it cannot split); a subclass mixes differently, so none is inherited."
+        return vars(cls).get('context_split')
 
     @classmethod
     def context_halo(cls, cfg,  # a `ModelConfig`
@@ -354,8 +359,8 @@ def context_parallel(model: nn.Module,          # a model (or mixer)
     "Inside this block every mixer of `model` runs on its rank's part of sequences split over `cp`."
     mixers = [m for m in model.modules() if isinstance(m, Mixer)]
     if cp is not None and cp.size > 1:
-        if bad := sorted({type(m).name or type(m).__name__ for m in mixers if m.context_split is None}):
-            ok = [n for n, c in _BLOCKS.items() if c.context_split]
+        if bad := sorted({type(m).name or type(m).__name__ for m in mixers if type(m).splits() is None}):
+            ok = [n for n, c in _BLOCKS.items() if c.splits()]
             raise UsageError(f"block {', '.join(bad)} cannot split a sequence over ranks yet; context parallelism "
                              f"runs with the blocks {', '.join(ok)}, or use --trainer.context_parallel=1.")
         for m in mixers: m.cp = cp
