@@ -233,7 +233,7 @@ def context_fits(cfg,  # a training `Config` straight from the command line
         raise UsageError(f"model.block={cfg.model.block} cannot split a sequence over ranks yet; with "
                          f"--trainer.context_parallel={n} use one of {', '.join(ok)}, or context_parallel=1.")
     if (h := blk.context_halo(cfg.model)) > L // n:
-        most = max(k for k in range(1, n + 1) if L % k == 0 and L // k >= h)
+        most = max((k for k in range(1, n + 1) if L % k == 0 and L // k >= h), default=1)
         raise UsageError(f"model.block={cfg.model.block} reads {h} tokens before each part, more than the {L // n} "
                          f"of a part (data.seq_len={L} over {n} ranks); use --trainer.context_parallel={most} or less, "
                          "or a longer data.seq_len.")

@@ -452,7 +452,7 @@ def train_step(r: Run,                           # the run
     step_loss = torch.zeros((), dtype=torch.float64, device=device)   # summed on the device: no sync per micro-batch
     try:
         docs = doc.to(device, non_blocking=True) if doc is not None else [None] * len(x)
-        for i, (xm, ym, dm) in enumerate(zip(dist.part(x), dist.part(y), docs)):  # the micro-batches; gradients sync on the last
+        for i, (xm, ym, dm) in enumerate(zip(dist.part(x), dist.part(y), docs)):  # micro-batches; sync on the last
             with dist.accumulate(r.wrapped, last=i == len(x) - 1):
                 with autocast(device, precision):
                     logits = r.step_model(xm) if dm is None else r.step_model(xm, doc_ids=dm)

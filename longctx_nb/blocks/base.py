@@ -318,7 +318,7 @@ class _GatherSeq(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         g = g.contiguous().clone()
-        dist.all_reduce(g, group=ctx.cp.group)   # every rank's gradient of each part, summed (gloo has no reduce-scatter)
+        dist.all_reduce(g, group=ctx.cp.group)   # every rank's gradient of each part, summed (gloo: no reduce-scatter)
         return g.chunk(ctx.cp.size, ctx.dim)[ctx.cp.rank].contiguous(), None, None
 
 def _shift(x, cp, step):
