@@ -125,8 +125,8 @@ def stretch(cfg: Config,   # the run's config, as parsed
 SAFE_ON_RESUME = {f'trainer.{k}' for k in (
     'max_steps', 'max_epochs', 'log_every_n_steps', 'eval_interval', 'limit_val_batches', 'checkpoint_interval',
     'keep_last', 'tensorboard', 'plot', 'enable_progress_bar', 'resume', 'max_bad_steps', 'dist_timeout',
-    'default_root_dir', 'run_name', 'accelerator', 'devices', 'strategy', 'dist_backend', 'checkpoint_path',
-    'checkpoint_dir', 'fork_from', 'profile_steps')} | {
+    'default_root_dir', 'run_name', 'accelerator', 'devices', 'strategy', 'context_parallel', 'dist_backend',
+    'checkpoint_path', 'checkpoint_dir', 'fork_from', 'profile_steps')} | {
     'data.num_workers', 'data.pin_memory', 'model.compile', 'model.gradient_checkpointing', 'model.attn_impl',
     'model.scan_impl', 'model.conv_impl'}
 

@@ -259,6 +259,8 @@ class TrainerConfig:
     strategy: str = opt('auto', "multi-process strategy: ddp (the default), fsdp (FSDP2, fully_shard per block); "
                         "Lightning's deepspeed_stage_2 / deepspeed_stage_3 run as fsdp",
                         choices=['auto', 'ddp', 'fsdp', 'deepspeed_stage_2', 'deepspeed_stage_3'])
+    context_parallel: int = opt(1, 'ranks each sequence is split over (context parallelism); the world size over it '
+                                'splits the batch (ddp or fsdp over all ranks)', gt=0, le=1024)
     dist_backend: str = opt('auto', 'process-group backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo',
                             choices=['auto', 'nccl', 'gloo'])
     dist_timeout: int = opt(600, 'seconds a collective waits for the other ranks before the run stops with an error',

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 import torch, torch.distributed as dist
 from .core import UsageError, get_device, launcher_env
 from .config import TrainerConfig, DataConfig
+from .blocks.base import ContextGroup, block_names, context_parallel, get_block
+from .flags import check_before_run
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'STOP_CODES', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state', 'init_distributed',
-           'grad_accumulation', 'global_batch', 'launch']
+           'grad_accumulation', 'global_batch', 'check_context_split', 'context_group', 'context_fits', 'launch']
 
 # %% ../nbs/41_distributed.ipynb #c9657bb1
 STRATEGIES = {'auto': 'ddp', 'ddp': 'ddp', 'fsdp': 'fsdp', 'deepspeed_stage_2': 'fsdp', 'deepspeed_stage_3': 'fsdp'}
@@ -27,6 +29,18 @@ class Dist:
     device: torch.device = field(default_factory=lambda: torch.device('cpu'))  # this process's device
     strategy: str = 'none'        # none (one process), ddp or fsdp
     reshard: bool = True          # fsdp: free gathered parameters after forward (ZeRO-3); False keeps them (ZeRO-2)
+    context: ContextGroup = field(default_factory=ContextGroup)   # the ranks this one shares each sequence with
+
+    @property
+    def data_rank(self) -> int: return self.rank // self.context.size         # which slice of the global batch
+    @property
+    def data_size(self) -> int: return self.world_size // self.context.size   # ranks the global batch is split over
+
+    def part(self, t: torch.Tensor,  # (..., L) token ids of whole sequences
+            ) -> torch.Tensor:       # (..., L / context size)
+        "This rank's part of each sequence in `t`: its context rank's slice of the last dimension."
+        c, L = self.context, t.shape[-1]
+        return t[..., c.rank * L // c.size:(c.rank + 1) * L // c.size]
 
     @property
     def main(self) -> bool: return self.rank == 0
@@ -84,9 +98,11 @@ class Dist:
                    model,  # the wrapped model
                    last: bool,  # the step's last micro-batch: synchronise gradients
                   ):
-        "Backward of one micro-batch; gradients are synchronised only when it is the `last` of the step."
+        ("Forward and backward of one micro-batch (each mixer on its part of the sequences under context parallelism);"
+         " gradients are synchronised only when it is the `last` of the step.")
         if self.strategy == 'fsdp': model.set_requires_gradient_sync(last)
-        with (model.no_sync() if self.strategy == 'ddp' and not last else contextlib.nullcontext()): yield
+        with (model.no_sync() if self.strategy == 'ddp' and not last else contextlib.nullcontext()), \
+             context_parallel(model, self.context): yield
 
 # %% ../nbs/41_distributed.ipynb #f727b897
 def clip_grad_norm(params,  # parameters (plain or sharded)
@@ -146,9 +162,11 @@ def init_distributed(t: TrainerConfig,  # accelerator, devices, strategy, dist_b
     if backend == 'nccl' and device.type != 'cuda':
         raise UsageError("trainer.dist_backend=nccl needs CUDA GPUs, and this run is on the CPU; "
                          "use gloo (or auto) on CPUs.")
+    n = check_context_split(t.context_parallel, world)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=t.dist_timeout),
                             **({'device_id': device} if device.type == 'cuda' else {}))
-    return Dist(rank, local, world, device, strategy, reshard=t.strategy != 'deepspeed_stage_2')
+    return Dist(rank, local, world, device, strategy, reshard=t.strategy != 'deepspeed_stage_2',
+                context=context_group(device, world, n))
 
 # %% ../nbs/41_distributed.ipynb #f8729928
 def grad_accumulation(d: DataConfig,  # batch_size and global_batch_size
@@ -174,6 +192,54 @@ def global_batch(d: DataConfig,  # batch_size and seq_len
     g = d.batch_size * a * world_size
     return (f"global batch {g} sequences = {d.batch_size} per micro-batch x {a} accumulation x {world_size} "
             f"rank{'s' if world_size > 1 else ''} ({g * d.seq_len:,} tokens per step)")
+
+# %% ../nbs/41_distributed.ipynb #81a70be2
+def check_context_split(n: int,           # trainer.context_parallel
+                        world_size: int,  # processes in the run
+                       ) -> int:          # `n`
+    "Refuse a context split the run's ranks cannot form: more than the ranks, or not dividing them."
+    if n > world_size:
+        raise UsageError(f"trainer.context_parallel={n} splits each sequence over more ranks than the run's "
+                         f"{world_size}; use at most {world_size}, or start {n} processes (--trainer.devices={n}).")
+    if world_size % n:
+        ok = [d for d in range(1, world_size + 1) if world_size % d == 0]
+        raise UsageError(f"trainer.context_parallel={n} does not divide the run's {world_size} ranks into equal "
+                         f"context groups; use one of {ok}.")
+    return n
+
+def context_group(device: torch.device,  # this rank's device (the mesh's device type)
+                  world_size: int,       # processes in the run, the process group open
+                  n: int,                # ranks each sequence is split over
+                 ) -> ContextGroup:      # this rank's context group
+    "This rank's context group, from a `world / n` x `n` (data x context) device mesh; one process's if `n == 1`."
+    if n == 1: return ContextGroup()
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh(device.type, (world_size // n, n), mesh_dim_names=('data', 'context'))
+    return ContextGroup(mesh.get_group('context'), mesh.get_local_rank('context'), n)
+
+@check_before_run
+def context_fits(cfg,  # a training `Config` straight from the command line
+                ):
+    "Refuse a context split that cannot run exactly: the ranks, the length, the block, its halo; the nearest valid."
+    t, d, n, L = cfg.trainer, cfg.data, cfg.trainer.context_parallel, cfg.data.seq_len
+    if n == 1: return
+    check_context_split(n, int(os.environ.get('WORLD_SIZE', t.devices)))
+    if L % n:
+        raise UsageError(f"data.seq_len={L} cannot be split into {n} equal parts (trainer.context_parallel={n}); "
+                         f"use a multiple of {n}, e.g. {max(n, L - L % n)} or {L - L % n + n}.")
+    blk = get_block(cfg.model.block)
+    if blk.splits() is None:
+        ok = [b for b in block_names() if get_block(b).splits()]
+        raise UsageError(f"model.block={cfg.model.block} cannot split a sequence over ranks yet; with "
+                         f"--trainer.context_parallel={n} use one of {', '.join(ok)}, or context_parallel=1.")
+    if (h := blk.context_halo(cfg.model)) > L // n:
+        most = max((k for k in range(1, n + 1) if L % k == 0 and L // k >= h), default=1)
+        raise UsageError(f"model.block={cfg.model.block} reads {h} tokens before each part, more than the {L // n} "
+                         f"of a part (data.seq_len={L} over {n} ranks); use --trainer.context_parallel={most} or less, "
+                         "or a longer data.seq_len.")
+    if d.doc_mask:
+        raise UsageError("data.doc_mask=true masks attention by document, which the context split does not carry "
+                         "yet; use --data.doc_mask=false with --trainer.context_parallel above 1.")
 
 # %% ../nbs/41_distributed.ipynb #dce5d034
 STOP_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130, signal.SIGUSR1: 75}  # exit codes; 75: EX_TEMPFAIL, "requeue me"

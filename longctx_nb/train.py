@@ -165,7 +165,7 @@ def setup(cfg: Config,                      # the run's config
     "Device, precision, data and model for `cfg` (or `model`); `UsageError` on bad input, before anything is written."
     dist = dist or Dist(device=get_device(cfg.trainer.accelerator))
     if cfg.data.global_batch_size is not None:
-        cfg = apply_overrides(cfg, {'trainer.accumulate_grad_batches': grad_accumulation(cfg.data, dist.world_size)})
+        cfg = apply_overrides(cfg, {'trainer.accumulate_grad_batches': grad_accumulation(cfg.data, dist.data_size)})
     t, device = cfg.trainer, dist.device
     if device.type == 'cuda':
         cuda_allocator_defaults()
@@ -369,7 +369,7 @@ def open_run(cfg: Config,                      # the run's config
     r = Run(cfg=cfg, t=t, d=d, dist=dist, device=device, precision=precision, tokens=tokens, model=model,
             synthetic=synthetic, quiet=quiet, say=(lambda *a: None) if quiet or not dist.main else tqdm.write)
     r.plan = stages(d.seq_len, t.max_steps, t.curriculum)
-    r.max_steps = run_length(t, r.plan, d.batch_size, dist.world_size, None if synthetic else len(tokens.train))
+    r.max_steps = run_length(t, r.plan, d.batch_size, dist.data_size, None if synthetic else len(tokens.train))
     r.n_params, r.wrapped, r.opt = count_params(model), dist.wrap(model), make_optimizer(model, t, device)
     r.scaler = torch.amp.GradScaler(device.type, enabled=precision == '16')
     _open_dir(r)
@@ -384,8 +384,9 @@ def announce(r: Run,  # an opened run
     r.say(f"model: {cfg.model.block} {cfg.model.size}, {r.n_params:,} parameters | data: {r.tokens.source}, "
           f"{n_train} train tokens, vocab {r.model.cfg.vocab_size} | device {device}, precision {r.precision}"
           + (f" | run dir {r.run_dir}" if r.run_dir else ''))
-    r.say(global_batch(d, t.accumulate_grad_batches, dist.world_size)
-          + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else ''))
+    r.say(global_batch(d, t.accumulate_grad_batches, dist.data_size)
+          + (f" | {dist.strategy} on {dist.world_size} ranks" if dist.world_size > 1 else '')
+          + (f", each sequence split over {dist.context.size}" if dist.context.size > 1 else ''))
     r.say(f"kernels: {kernel_report(r.model.cfg, device)}")
     if why := dense_settings(cfg.model, d.seq_len): r.say(f"note: {cfg.model.block}: {why}")
     if (w := warmup_steps(t, r.max_steps)) > r.max_steps:
@@ -410,8 +411,8 @@ def start_loop(r: Run,  # an announced run
     pin = d.pin_memory and r.device.type == 'cuda'
     loader = itertools.chain.from_iterable(
         make_loader(r.tokens, dataclasses.replace(d, seq_len=L), accum=t.accumulate_grad_batches, seed=t.seed,
-                    start_step=max(a, start), max_steps=min(b, r.max_steps), rank=dist.rank,
-                    world_size=dist.world_size, pin_memory=pin)
+                    start_step=max(a, start), max_steps=min(b, r.max_steps), rank=dist.data_rank,
+                    world_size=dist.data_size, pin_memory=pin)
         for L, a, b in r.plan if max(a, start) < min(b, r.max_steps))
     reset_peak_memory(r.device)
     r.model.train()
@@ -455,7 +456,7 @@ def train_step(r: Run,                           # the run
     step_loss = torch.zeros((), dtype=torch.float64, device=device)   # summed on the device: no sync per micro-batch
     try:
         docs = doc.to(device, non_blocking=True) if doc is not None else [None] * len(x)
-        for i, (xm, ym, dm) in enumerate(zip(x, y, docs)):  # the micro-batches; gradients sync on the last
+        for i, (xm, ym, dm) in enumerate(zip(dist.part(x), dist.part(y), docs)):  # micro-batches; sync on the last
             with dist.accumulate(r.wrapped, last=i == len(x) - 1):
                 with autocast(device, precision):
                     logits = r.step_model(xm) if dm is None else r.step_model(xm, doc_ids=dm)
@@ -474,7 +475,7 @@ def train_step(r: Run,                           # the run
         if r.pending: r.healthy, r.pending = r.pending, None   # a finite step from its weights: verified healthy
     else: _skip(r, step, step_loss, grad_norm)
     r.scaler.update(); r.opt.zero_grad(set_to_none=True)
-    n_tok = x.numel() * dist.world_size; r.count.tokens_seen += n_tok
+    n_tok = x.numel() * dist.data_size; r.count.tokens_seen += n_tok
     if math.isfinite(step_loss): w.loss, w.steps = w.loss + step_loss, w.steps + 1
     w.tokens, w.flops = w.tokens + n_tok, w.flops + n_tok * r.fpt[x.shape[-1]]
     r.bar.update(1); r.bar.set_postfix(loss=f'{step_loss:.3f}', lr=f'{lr:.1e}')
@@ -668,7 +669,7 @@ def _train(cfg, tokens, quiet, model, dist: Dist) -> TrainResult:
             r.paused_at = time.perf_counter()  # evaluation and checkpoints do not count as training time
             if can_validate and _due(step, t.eval_interval, done): log_validation(r, step + 1)
             if r.run_dir and (_due(step, t.checkpoint_interval, done or stop) or r.save_owed):
-                save_state(r, step + 1, len(x[0]) * len(x) * dist.world_size)
+                save_state(r, step + 1, len(x[0]) * len(x) * dist.data_size)
             r.window.t0 += time.perf_counter() - r.paused_at; r.paused_at = None
             if stop and not done:
                 prof.finish()

@@ -5,8 +5,9 @@
 # %% ../../nbs/20_blocks.ipynb #5a19572e
 from __future__ import annotations
 import contextlib, functools, inspect
+from dataclasses import dataclass
 from typing import Any, NamedTuple
-import torch
+import torch, torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError, autocast, parse_precision
@@ -15,7 +16,8 @@ from ..measure import saved_tensor_bytes
 # %% auto #0
 __all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_token', 'check_int', 'patch_to', 'register_block',
            'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal', 'check_paths',
-           'quiet_notes', 'block_note', 'measure_mixer', 'linear_casts', 'rmsnorm_bytes']
+           'quiet_notes', 'block_note', 'measure_mixer', 'linear_casts', 'rmsnorm_bytes', 'ContextGroup', 'gather_seq',
+           'from_previous', 'context_parallel']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Workload(NamedTuple):
@@ -48,6 +50,9 @@ class Mixer(nn.Module):
     kernels: tuple[str, ...] = ()                         # the library's kernels it runs, named in a run's log
     attends: tuple[str, ...] | None = ()                  # fields whose sum bounds the keys per query (None: all L)
     repr_fields: tuple[str, ...] = ()                     # attributes `extra_repr` shows
+    context_split: str | None = None                      # over a sequence split across ranks: 'gather', 'halo' or
+                                                          # 'state' (see `context_parallel`), declared by the class
+    cp = None                                             # the `ContextGroup` forward runs over (None: whole sequences)
 
     @classmethod
     def field_map(cls) -> dict[str, str]:
@@ -88,6 +93,17 @@ class Mixer(nn.Module):
     def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                                 ) -> int:  # bytes
         "Bytes the mixer's backward holds for a moment beyond what it saved and the gradients (a kernel's sums)."
+        return 0
+
+    @classmethod
+    def splits(cls) -> str | None:
+        "The class's own `context_split` (None: it cannot split); a subclass mixes differently, so none is inherited."
+        return vars(cls).get('context_split')
+
+    @classmethod
+    def context_halo(cls, cfg,  # a `ModelConfig`
+                    ) -> int:   # tokens
+        "Tokens of the previous rank's part the mixer reads when a sequence is split (`context_split`): a part's least."
         return 0
 
     @classmethod
@@ -271,3 +287,83 @@ def rmsnorm_bytes(d_model: int,          # model width
                  ) -> int:               # bytes per token
     "Bytes per token an `nn.RMSNorm` of an fp32 input saves for backward on `device`."
     return 4 * d_model + 4 + (4 * d_model if _norm_saves_normalized(torch.device(device).type) else 0)
+
+# %% ../../nbs/20_blocks.ipynb #017744fc
+@dataclass
+class ContextGroup:
+    "This rank's place among the `size` ranks that share each sequence: it holds tokens `[rank l, (rank + 1) l)`."
+    group: Any = None   # the context ranks' torch.distributed process group (None: one process)
+    rank: int = 0       # this rank's place in the group: which part of each sequence it holds
+    size: int = 1       # ranks each sequence is split over
+
+    def peer(self, r: int,  # a place in the group
+            ) -> int:       # its global rank
+        "The global rank of the group's rank `r`."
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    def positions(self, L: int,     # tokens of this rank's part
+                  device=None,      # where the positions go
+                 ) -> torch.Tensor: # (L,) int64
+        "The positions of this rank's `L` tokens in the whole sequence."
+        return torch.arange(self.rank * L, (self.rank + 1) * L, device=device)
+
+class _GatherSeq(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cp, dim):
+        ctx.cp, ctx.dim = cp, dim
+        parts = [torch.empty_like(x) for _ in range(cp.size)]
+        dist.all_gather(parts, x.contiguous(), group=cp.group)
+        return torch.cat(parts, dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous().clone()
+        dist.all_reduce(g, group=ctx.cp.group)   # every rank's gradient of each part, summed (gloo: no reduce-scatter)
+        return g.chunk(ctx.cp.size, ctx.dim)[ctx.cp.rank].contiguous(), None, None
+
+def _shift(x, cp, step):
+    "`x` sent `step` ranks on; what arrives from `step` ranks back (zeros where there is none)."
+    out, ops = torch.zeros_like(x), []
+    if 0 <= cp.rank + step < cp.size: ops.append(dist.P2POp(dist.isend, x, cp.peer(cp.rank + step), cp.group))
+    if 0 <= cp.rank - step < cp.size: ops.append(dist.P2POp(dist.irecv, out, cp.peer(cp.rank - step), cp.group))
+    for w in (dist.batch_isend_irecv(ops) if ops else []): w.wait()
+    return out
+
+class _FromPrevious(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cp):
+        ctx.cp = cp
+        return _shift(x.contiguous(), cp, 1)
+
+    @staticmethod
+    def backward(ctx, g): return _shift(g.contiguous(), ctx.cp, -1), None
+
+def gather_seq(x: torch.Tensor,  # this rank's part
+               cp: ContextGroup, # the context group
+               dim: int = 1,     # the sequence dimension
+              ) -> torch.Tensor: # every rank's part, in order, along `dim`
+    """All-gather of `x` along `dim` over `cp`, differentiable: the backward returns each rank its parts' gradients. The
+    backward is a collective too: every rank's loss must depend on the result."""
+    return x if cp.size == 1 else _GatherSeq.apply(x, cp, dim)
+
+def from_previous(x: torch.Tensor,   # this rank's tensor, sent to the next rank
+                  cp: ContextGroup,  # the context group
+                 ) -> torch.Tensor:  # the previous rank's `x` (zeros on rank 0)
+    "The previous rank's `x` (zeros on the first rank), differentiable: the backward sends the gradient back."
+    return torch.zeros_like(x) if cp.size == 1 else _FromPrevious.apply(x, cp)
+
+@contextlib.contextmanager
+def context_parallel(model: nn.Module,          # a model (or mixer)
+                     cp: ContextGroup | None,   # the context group (None or size 1: whole sequences)
+                    ):
+    "Inside this block every mixer of `model` runs on its rank's part of sequences split over `cp`."
+    mixers = [m for m in model.modules() if isinstance(m, Mixer)]
+    if cp is not None and cp.size > 1:
+        if bad := sorted({type(m).name or type(m).__name__ for m in mixers if type(m).splits() is None}):
+            ok = [n for n, c in _BLOCKS.items() if c.splits()]
+            raise UsageError(f"block {', '.join(bad)} cannot split a sequence over ranks yet; context parallelism "
+                             f"runs with the blocks {', '.join(ok)}, or use --trainer.context_parallel=1.")
+        for m in mixers: m.cp = cp
+    try: yield
+    finally:
+        for m in mixers: m.cp = None

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, Workload, check_int, register_block, patch_to
+from .base import Mixer, Workload, check_int, register_block, patch_to, gather_seq, from_previous
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
@@ -118,10 +118,13 @@ class Mamba(SelectiveSSM, Mixer):
                      'conv_bias', 'bias', 'scan_impl', 'conv_impl')
     uses_mlp = False                                  # a Mamba layer stands in for attention and MLP
     kernels = ('selective_scan', 'causal_conv1d')     # the library's kernels it runs
+    context_split = 'state'                           # split over ranks: the conv's halo, the scan's state
     repr_fields = ('d_model', 'd_inner', 'd_state', 'd_conv', 'dt_rank', 'scan_impl', 'conv_impl')
 
     @staticmethod
     def _ssm_dims(cfg): return int(cfg.expand * cfg.d_model), cfg.d_state   # the SSM's channels and state size
+    @classmethod
+    def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
 
     def __init__(self, d_model: int,                  # model width
                  d_state: int = 16,                   # SSM state size per channel
@@ -208,7 +211,8 @@ def forward(self,
     xz = cf_mm(W.weight, x.mT)                                               # (B, 2 d_inner, L), contiguous
     if W.bias is not None: xz = xz + W.bias[:, None].to(xz.dtype)
     x_in, z = xz.chunk(2, dim=1)
-    y = self._scan(x_in, self.scan_impl, self.conv_impl, return_state, z=z)
+    if self.cp is not None and not return_state: y = self._scan_part(x_in, z, self.cp)   # a part of a sequence
+    else: y = self._scan(x_in, self.scan_impl, self.conv_impl, return_state, z=z)
     if return_state: y, last = y
     out = cf_mm(self.out_proj.weight, y, token_major=True)                   # (B, L, D)
     if self.out_proj.bias is not None: out = out + self.out_proj.bias.to(out.dtype)
@@ -222,6 +226,27 @@ def prefill(self,
            ):
     "The parallel forward of a prompt `x` `(B, L, D)`, and the states `(conv_state, ssm_state)` `step` continues."
     return self.forward(x, return_state=True)
+
+# %% ../../nbs/23_mamba.ipynb #b5e784a3
+@patch_to(SelectiveSSM)
+def _scan_part(self, x_in, z, cp):
+    "`_scan` on this rank's part of a sequence split over `cp`: the conv's halo, then the state entering the part."
+    k = self.conv1d.weight.shape[-1]
+    if k > 1: x_in = torch.cat([from_previous(x_in[..., -(k - 1):], cp), x_in], dim=-1)
+    u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)[..., k - 1:]
+    N = self.A_log.shape[1]
+    dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, N, N], dim=1)
+    A, D, dt_bias = self._ssm_params()
+    delta = cf_mm(self.dt_proj.weight, dt_low)
+    y, last = selective_scan(u, delta, A, Bm, Cm, D, delta_bias=dt_bias, delta_softplus=True, return_last_state=True,
+                             impl=self.scan_impl)                               # from a zero state
+    log_a = F.softplus(delta.float() + dt_bias[:, None]).cumsum(-1)[..., None] * A[:, None]   # (B, C, l, N)
+    parts = gather_seq(torch.stack([last, log_a[..., -1, :].exp()]), cp, dim=0)   # every rank's (h_r, P_r)
+    h = torch.zeros_like(last)
+    for r in range(cp.size - 1):   # the state entering this part; every rank folds all (each backward is a collective)
+        h = torch.where(torch.tensor(r < cp.rank), parts[2 * r + 1] * h + parts[2 * r], h)
+    y = y + torch.einsum('bcln,bcn,bnl->bcl', log_a.exp(), h, Cm.float()).to(y.dtype)
+    return y * F.silu(z)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
 @patch_to(Mamba)

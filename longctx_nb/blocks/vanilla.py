@@ -11,7 +11,7 @@ from torch import nn
 from ..core import UsageError
 from ..flags import check_before_run, unread_rule
 from ..kernels.attention import flex_available, flex_width_why_not, _flex_module, _flex_compiled
-from .base import Mixer, Workload, register_block, patch_to
+from .base import Mixer, Workload, register_block, patch_to, gather_seq
 from .layers import ROPE_SETTINGS, RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -69,6 +69,7 @@ class CausalSelfAttention(Mixer):
     name, aliases = 'vanilla', ('attention', 'transformer')
     config_fields = ('d_model', 'n_heads', 'n_kv_heads', 'rope_theta', *ROPE_FIELDS, 'dropout', 'bias', 'qkv_bias')
     attends = None                                     # every earlier key: 12 d_model L FLOPs per token
+    context_split = 'gather'                           # split over ranks: every earlier part's keys and values
 
     def __init__(self, d_model: int,           # model width
                  n_heads: int,                 # query heads; d_model / n_heads must be even
@@ -106,7 +107,8 @@ class CausalSelfAttention(Mixer):
         H, Dh = self.n_heads, self.head_dim
         kv = (self.qkv.out_features // Dh - H) // 2   # the key/value heads `qkv` projects to
         q, k, v = self.qkv(x).view(B, L, H + 2 * kv, Dh).transpose(1, 2).split([H, kv, kv], dim=1)
-        cos, sin = self.rope(L, x.device)
+        cos, sin = self.rope(L, x.device) if self.cp is None else (   # a part: its positions in the sequence
+            t[self.cp.rank * L:(self.cp.rank + 1) * L] for t in self.rope(L * self.cp.size, x.device))
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
 def qkv_rows(cfg,  # a `ModelConfig`
@@ -136,6 +138,7 @@ GQA_MAX_HEAD_DIM = 256   # SDPA takes grouped keys and values as they are for he
 def forward(self, x: torch.Tensor,               # (B, L, d_model)
             doc_ids: torch.Tensor | None = None, # (B, L) each token's document: attend within it (None: the window)
            ) -> torch.Tensor:                    # (B, L, d_model)
+    if self.cp is not None: return self._attend_parts(x)
     q, k, v = self.qkv_rotated(x)
     p = self.dropout if self.training else 0.0
     if k.shape[1] != q.shape[1] and (doc_ids is not None or q.shape[-1] > GQA_MAX_HEAD_DIM):
@@ -143,6 +146,18 @@ def forward(self, x: torch.Tensor,               # (B, L, d_model)
     if doc_ids is None:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=k.shape[1] != q.shape[1])
     else: y = document_attention(q, k, v, doc_ids, dropout_p=p)
+    return self.out_proj(y.transpose(1, 2).flatten(2))
+
+# %% ../../nbs/22_vanilla.ipynb #920b47d0
+@patch_to(CausalSelfAttention)
+def _attend_parts(self, x):
+    "This rank's part of a sequence split over `self.cp`: every part's keys and values gathered, masked by position."
+    cp = self.cp
+    q, k, v = self.qkv_rotated(x)                         # rotated at the positions in the whole sequence
+    k, v = gather_seq(k, cp, dim=2), gather_seq(v, cp, dim=2)   # (B, Hkv, n L, Dh), every part in order
+    if k.shape[1] != q.shape[1]: k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    mask = torch.arange(k.shape[2], device=x.device) <= cp.positions(x.shape[1], x.device)[:, None]   # (L, n L)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
     return self.out_proj(y.transpose(1, 2).flatten(2))
 
 # %% ../../nbs/22_vanilla.ipynb #a4894d24
