@@ -7,10 +7,10 @@ from __future__ import annotations
 import contextlib, csv, importlib, inspect, math, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError, autocast, get_device, seed_everything
+from .core import UsageError, autocast, get_device, seed_everything, check_writable_dir
 from .measure import Timing, bench_clock, busy_cores, pyplot, time_reps, timing_table, ratio_cell
 from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err
-from .config import Config, apply_overrides, check_writable_dir
+from .config import Config, apply_overrides
 from .memory import available_memory, check_fits, check_positive, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
 from .model import block_names, count_params, create_model, param_groups

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse, dataclasses, json, os, sys
 import torch
 from pathlib import Path
-from .core import UsageError
-from .config import Config, SECTIONS, ALIASES, apply_overrides, check_writable_dir
+from .core import UsageError, check_writable_dir
+from .config import Config, SECTIONS, ALIASES, apply_overrides
 from .flags import (Parser, arg, make_parser, parse_config, main, read_config_file, check_read,
                               explicit_keys, run_checks)
 from .model import LM, count_params   # and registers the block zoo: --model.block is checked, --help lists it

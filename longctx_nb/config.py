@@ -4,17 +4,17 @@
 
 # %% ../nbs/01_config.ipynb #60f310aa
 from __future__ import annotations
-import copy, dataclasses, difflib, math, operator, os, re, typing
+import copy, dataclasses, difflib, math, operator, re, typing
 from dataclasses import dataclass, field, fields, InitVar
 from pathlib import Path
 from typing import Callable
-from .core import UsageError, parse_precision, PRECISIONS as _PRECISION_SPELLINGS
+from .core import UsageError, check_writable_dir, parse_precision, PRECISIONS as _PRECISION_SPELLINGS
 
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'RULER_TRAIN_TASKS', 'SYNTHETIC_TASKS', 'SECTIONS',
            'PRESETS', 'ALIASES', 'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'ModelConfig', 'DataConfig',
            'TrainerConfig', 'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
-           'set_twice', 'merge_settings', 'apply_overrides', 'check_writable_dir', 'validate']
+           'set_twice', 'merge_settings', 'apply_overrides', 'validate']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -652,23 +652,6 @@ def apply_overrides(cfg: Config,              # the config to start from (not mo
     _derive_d_ff(cfg, canon, origin, notes, d_model)
     validate(cfg)
     return cfg
-
-# %% ../nbs/01_config.ipynb #e16213d3
-def check_writable_dir(path,                       # a folder that will be created or written into
-                       what: str = 'output folder',  # what it is, for the message (e.g. '--output_dir')
-                       writable: bool = True,        # also refuse one this user cannot write (False: only the shape)
-                      ) -> Path:
-    ("Refuse a folder that cannot be made or written: it (or a parent) is a file, or it cannot be written; "
-     "`UsageError` naming it.")
-    p = Path(path).expanduser()
-    if p.exists() and not p.is_dir(): raise UsageError(f"{what} {str(p)!r} is a file, not a folder; choose a folder.")
-    q = p
-    while not q.exists() and q != q.parent: q = q.parent
-    if q.exists() and not q.is_dir():
-        raise UsageError(f"{what} {str(p)!r} cannot be created: {str(q)!r} is a file, not a folder.")
-    if writable and q.exists() and not os.access(q, os.W_OK | os.X_OK):
-        raise UsageError(f"{what} {str(p)!r} cannot be written: {str(q)!r} is not writable by this user.")
-    return p
 
 # %% ../nbs/01_config.ipynb #0082bef6
 def validate(cfg: Config,  # checked; a curriculum sets its seq_len and max_steps

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_CHOICES', 'HOLD_ENV', 'PRECISIONS', 'UsageError', 'TrainingError', 'StorageError', 'os_error', 'get_device',
-           'launcher_env', 'hold', 'parse_precision', 'autocast_dtype', 'check_precision', 'autocast',
-           'seed_everything']
+__all__ = ['DEVICE_CHOICES', 'HOLD_ENV', 'PRECISIONS', 'UsageError', 'TrainingError', 'StorageError', 'os_error',
+           'check_writable_dir', 'get_device', 'launcher_env', 'hold', 'parse_precision', 'autocast_dtype',
+           'check_precision', 'autocast', 'seed_everything']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -69,6 +69,23 @@ def os_error(e: BaseException,  # what a failed write raised
     if isinstance(e, RuntimeError) and isinstance(e.__context__, OSError): return e.__context__
     m = re.search(r'os error (\d+)\)', str(e)) if type(e).__name__ in ('SafetensorError', 'Exception') else None
     return OSError(int(m[1]), os.strerror(int(m[1]))) if m else None
+
+# %% ../nbs/00_core.ipynb #e16213d3
+def check_writable_dir(path,                       # a folder that will be created or written into
+                       what: str = 'output folder',  # what it is, for the message (e.g. '--output_dir')
+                       writable: bool = True,        # also refuse one this user cannot write (False: only the shape)
+                      ) -> Path:
+    ("Refuse a folder that cannot be made or written: it (or a parent) is a file, or it cannot be written; "
+     "`UsageError` naming it.")
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir(): raise UsageError(f"{what} {str(p)!r} is a file, not a folder; choose a folder.")
+    q = p
+    while not q.exists() and q != q.parent: q = q.parent
+    if q.exists() and not q.is_dir():
+        raise UsageError(f"{what} {str(p)!r} cannot be created: {str(q)!r} is a file, not a folder.")
+    if writable and q.exists() and not os.access(q, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {str(p)!r} cannot be written: {str(q)!r} is not writable by this user.")
+    return p
 
 # %% ../nbs/00_core.ipynb #b5d68c06
 DEVICE_CHOICES = ('auto', 'cpu', 'cuda', 'cuda:N', 'gpu', 'mps')

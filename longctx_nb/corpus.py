@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
-from .core import UsageError, StorageError, os_error
-from .config import DataConfig, check_writable_dir
+from .core import UsageError, StorageError, os_error, check_writable_dir
+from .config import DataConfig
 from .tokenizer import ByteTokenizer, BPETokenizer
 try: import fcntl   # locks the resumable folder; without it (Windows) an interrupted prepare starts over
 except ImportError: fcntl = None

@@ -8,8 +8,8 @@ import argparse, glob, inspect, itertools, json, os, sys
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, autocast, get_device, check_precision
-from .config import Config, apply_overrides, check_writable_dir
+from .core import UsageError, autocast, get_device, check_precision, check_writable_dir
+from .config import Config, apply_overrides
 from .memory import check_fits, check_positive, check_seed
 from .synthetic import RULER_GEN, RULER_METRIC, RULER_TASKS, ruler_sample, synthetic_data
 from .tokenizer import ByteTokenizer

@@ -6,8 +6,8 @@
 from __future__ import annotations
 import contextlib, json, os, shutil, sys, tempfile
 from pathlib import Path
-from .core import UsageError, StorageError, os_error
-from .config import ModelConfig, check_writable_dir
+from .core import UsageError, StorageError, os_error, check_writable_dir
+from .config import ModelConfig
 from .blocks.base import canonical_block
 from .blocks.vanilla import qkv_rows, rope_scaling_dict
 from .model import LM, canonical_layers

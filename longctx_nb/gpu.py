@@ -6,14 +6,14 @@
 from __future__ import annotations
 import gc, json, math, time
 import torch
-from .core import UsageError, autocast_dtype, parse_precision, seed_everything
+from .core import UsageError, autocast_dtype, parse_precision, seed_everything, check_writable_dir
 from .measure import device_name, device_peak_flops, format_mfu, mfu as _mfu, peak_memory_bytes, time_reps
 from .kernels.dispatch import try_import
 from .kernels.scan import scan_impls, scan_inputs, selective_scan
 from .kernels.conv import causal_conv1d, conv_impls
 from .kernels.ssd import ssd_impls, ssd_scan
 from .kernels.attention import attention_impls, clear_pattern_caches, local_attention
-from .config import SIZE_PRESETS, check_writable_dir
+from .config import SIZE_PRESETS
 from .blocks.base import canonical_block
 from .model import count_params, create_model, flops_per_token
 from .checkpoint import atomic_write

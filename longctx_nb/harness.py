@@ -7,8 +7,8 @@ from __future__ import annotations
 import difflib, glob, json, os, socket, sys
 from pathlib import Path
 import torch
-from .core import UsageError, get_device, check_precision, autocast
-from .config import check_writable_dir
+from .core import UsageError, get_device, check_precision, autocast, check_writable_dir
+
 from .tokenizer import ByteTokenizer
 from .model import LM, generate
 from .hf import load_source, run_tokenizer, is_hf_checkpoint, create_model_from_hf

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse, itertools, json, sys
 from pathlib import Path
 import numpy as np
-from .core import UsageError, get_device
-from .config import check_writable_dir, parse_curriculum
+from .core import UsageError, get_device, check_writable_dir
+from .config import parse_curriculum
 from .memory import check_fits, check_positive
 from .model import count_params
 from .scores import load_for_eval, passkey_generator, text_data
