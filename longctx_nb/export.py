@@ -26,9 +26,12 @@ __all__ = ['hf_config', 'hf_state_dict', 'to_hf', 'hf_tokenizer', 'save_pretrain
 
 # %% ../nbs/47_export.ipynb #6058ac8a
 def _hf_rope(cfg: ModelConfig, max_position_embeddings: int) -> tuple[dict | None, int]:
-    "(a Llama config's rope_scaling, its max_position_embeddings): dynamic scales past max_position_embeddings."
+    """(a Llama config's rope_scaling, its max_position_embeddings): dynamic scales past max_position_embeddings, and
+    transformers 4.x's yarn reads its original context there too (5.x reads the key in rope_scaling, kept for it)."""
     rope = rope_scaling_dict(cfg)
-    if rope and rope['rope_type'] == 'dynamic': max_position_embeddings = rope.pop('original_max_position_embeddings')
+    if rope and rope['rope_type'] in ('dynamic', 'yarn'):
+        max_position_embeddings = rope['original_max_position_embeddings']
+    if rope and rope['rope_type'] == 'dynamic': del rope['original_max_position_embeddings']
     return rope, max_position_embeddings
 
 def _special_ids(tok) -> dict:
@@ -230,10 +233,14 @@ def export(source,                                      # a checkpoint .pt, run 
         say("note: the run's tokenizer is not known, so none is written; --tokenizer byte or PATH gives one")
     if format == 'safetensors': return _save_ours(model, tok, out_dir, overwrite)
     m = model.cfg   # a scaled RoPE stretches its original context by its factor: that is the context it is for
-    stretched = m.rope_scaling in ('linear', 'yarn', 'llama3') and m.rope_original_max_position_embeddings
+    stretched = m.rope_scaling in ('linear', 'llama3') and m.rope_original_max_position_embeddings
     n_pos = max_position_embeddings or (int(m.rope_original_max_position_embeddings * m.rope_factor) if stretched
                                         else max(2048, cfg.data.seq_len if cfg is not None else 0))
-    if block == 'vanilla' and max_position_embeddings is None:
+    if block == 'vanilla' and (kept := _hf_rope(m, n_pos)[1]) != n_pos:
+        say(f"max_position_embeddings={kept} in config.json: rope_original_max_position_embeddings, where transformers'"
+            f" {m.rope_scaling} scaling reads the context it starts from"
+            + (f" (not {n_pos})" * bool(max_position_embeddings)))
+    elif block == 'vanilla' and max_position_embeddings is None:
         say(f"max_position_embeddings={n_pos} in config.json: " + (
             f"rope_original_max_position_embeddings {m.rope_original_max_position_embeddings} x rope_factor "
             f"{m.rope_factor:g}" if stretched else "the run's seq_len" + (f" ({cfg.data.seq_len})" if cfg else '')

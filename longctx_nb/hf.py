@@ -144,7 +144,8 @@ def _rope_settings(c, bad: list) -> dict:
     if t not in ROPE_SETTINGS:
         bad.append(f"rope scaling {t!r} (ours: {', '.join(ROPE_SETTINGS)})")
         return out
-    rs = {'original_max_position_embeddings': c.max_position_embeddings, **rs}   # dynamic's, old yarn's default
+    rs = {'original_max_position_embeddings': c.max_position_embeddings, **rs}   # old yarn's default
+    if t == 'dynamic': rs['original_max_position_embeddings'] = c.max_position_embeddings   # what transformers reads
     ok = {'factor': rs.get('factor') is not None, 'truncate': rs.get('truncate', True),
           'partial_rotary_factor': rs.get('partial_rotary_factor', 1.0) == 1.0,
           'mscale_all_dim': rs.get('attention_factor') or not (rs.get('mscale') and rs.get('mscale_all_dim'))}

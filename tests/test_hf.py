@@ -272,6 +272,19 @@ def test_init_from_llama3_and_qwen2_and_back(family, runs, tmp_path, bindir):
     assert type(back) is type(hf) and logit_gap(trained, back) < 1e-5
     if family == 'llama3': assert {k: back.config.rope_scaling[k] for k in rope} == rope
 
+@pytest.mark.parametrize('rope', [dict(rope_type='dynamic', factor=2.0, original_max_position_embeddings=8),
+                                  dict(rope_type='yarn', factor=4.0, original_max_position_embeddings=8)])
+def test_rope_context_where_transformers_reads_it(rope, tmp_path):
+    "A folder whose rope_scaling names a context other than max_position_embeddings imports as transformers reads it."
+    c = tf.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       max_position_embeddings=16, rope_scaling=rope)
+    hf = tf.AutoModelForCausalLM.from_config(c).eval()
+    hf.save_pretrained(tmp_path / 'hf')
+    ours, _ = create_model_from_hf(tmp_path / 'hf', check=False)   # unchecked: the mapping alone must be right
+    x = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))   # past both contexts
+    with torch.no_grad(): a, b = hf(x).logits, ours.eval()(x)
+    assert (a - b).norm() / a.norm() < 1e-5
+
 def test_export_refuses_what_the_run_or_format_does_not_read(runs, tmp_path, capsys):
     "A tokenizer that is not the run's, --max_position_embeddings where no config holds it, --no_check where nothing is checked: exit 2, nothing written."
     from longctx_nb.data import BPETokenizer
