@@ -285,6 +285,23 @@ def test_rope_context_where_transformers_reads_it(rope, tmp_path):
     with torch.no_grad(): a, b = hf(x).logits, ours.eval()(x)
     assert (a - b).norm() / a.norm() < 1e-5
 
+@pytest.mark.parametrize('shape', [
+    dict(hidden_size=72, num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True, rope_theta=1e5),  # SmolLM2
+    dict(hidden_size=128, num_attention_heads=32, num_key_value_heads=4, tie_word_embeddings=False)])             # TinyLlama
+def test_smollm2_and_tinyllama_shapes_go_both_ways(shape, tmp_path):
+    "SmolLM2's 9 query heads over 3 key/value heads, tied; TinyLlama's 32 over 4, untied: in and out with equal logits."
+    from longctx_nb.export import to_hf
+    c = tf.LlamaConfig(vocab_size=256, intermediate_size=96, num_hidden_layers=2, rms_norm_eps=1e-5, **shape)
+    hf = tf.AutoModelForCausalLM.from_config(c).eval()
+    hf.save_pretrained(tmp_path / 'hf')
+    ours, _ = create_model_from_hf(tmp_path / 'hf')   # checked at load
+    assert (ours.cfg.n_heads, ours.cfg.n_kv_heads, ours.cfg.tie_embeddings) == \
+        (shape['num_attention_heads'], shape['num_key_value_heads'], shape['tie_word_embeddings'])
+    back = to_hf(ours)
+    assert logit_gap(ours, hf) < 1e-5 and logit_gap(ours, back) < 1e-5
+    assert (back.config.num_key_value_heads, back.config.tie_word_embeddings) == \
+        (shape['num_key_value_heads'], shape['tie_word_embeddings'])
+
 def test_export_refuses_what_the_run_or_format_does_not_read(runs, tmp_path, capsys):
     "A tokenizer that is not the run's, --max_position_embeddings where no config holds it, --no_check where nothing is checked: exit 2, nothing written."
     from longctx_nb.data import BPETokenizer
