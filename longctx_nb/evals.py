@@ -439,7 +439,8 @@ def plot_result(r: dict,    # a `run_eval` result
     if r['task'] == 'ruler':
         rows = [np.array(r['scores'][t]) / 100 for t in r['tasks']] + [np.array(r['average']) / 100]
         eff = f"effective length {r['effective_length'] or 'none'} at {r['threshold']}"
-        return plot_heatmaps({'': rows}, r['lengths'], r['tasks'] + ['average'], f"{t} ({eff})", path, L0, 'RULER task')
+        return plot_heatmaps({'': rows}, r['lengths'], r['tasks'] + ['average'], f"{t} ({eff})", path, L0, 'RULER task',
+                             'RULER score')
     if r['task'] == 'copy_recall':
         return plot_lengths({k: v['accuracy'] for k, v in r['tasks'].items()}, r['lengths'], L0, title=t + ' (dotted: '
                             "chance)", path=path, chance={k: v['chance'] for k, v in r['tasks'].items()})

@@ -42,6 +42,7 @@ def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x le
                   path=None,                     # file to save the figure to (None: not saved)
                   train_len: int | None = None,  # the training length, marked with *
                   ylabel: str = 'passkey depth', # what the rows are (text rows are written as they are)
+                  label: str = 'accuracy',       # what the colours are (the colour bar's label)
                  ):
     "One annotated heat map per entry of `grids`, side by side, with one colour bar; saved to `path` if given."
     plt = pyplot(save=path is not None)
@@ -58,7 +59,7 @@ def plot_heatmaps(grids: dict,                   # name -> accuracy, depths x le
     axs[0][0].set_ylabel(ylabel, fontsize=8)
     fig.supxlabel('sequence length (tokens)' + ('; * = training length' if train_len in lengths else ''), fontsize=8)
     if title: fig.suptitle(textwrap.fill(title, int(w * 12)), fontsize=9)
-    return _save(fig, plt, path, lambda: fig.colorbar(im, ax=list(axs[0]), fraction=0.03, pad=0.02, label='accuracy'))
+    return _save(fig, plt, path, lambda: fig.colorbar(im, ax=list(axs[0]), fraction=0.03, pad=0.02, label=label))
 
 # %% ../nbs/55_plots.ipynb #34dc94a8
 def plot_lengths(series: dict,                        # name -> one value per length
