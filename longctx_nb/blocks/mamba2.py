@@ -11,7 +11,7 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, Workload, check_int, check_token, register_block, patch_to
 from .layers import mark_residual_proj
-from .mamba import KeepFp32, cf_mm
+from .mamba import KeepFp32, Mamba, cf_mm
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 from ..kernels.ssd import ssd_impls, ssd_scan, ssd_state_update
@@ -187,12 +187,7 @@ def forward(self,
     conv_state = F.pad(xBC_in, (self.d_conv - x.shape[1], 0)).to(self.conv1d.weight.dtype)   # last d_conv inputs
     return out, conv_state.detach().contiguous(), last.detach()
 
-@patch_to(Mamba2)
-def prefill(self,
-            x: torch.Tensor,  # (B, L, d_model) prompt
-           ):
-    "The parallel forward of a prompt `x` `(B, L, D)`, and the states `(conv_state, ssm_state)` `step` continues."
-    return self.forward(x, return_state=True)
+patch_to(Mamba2)(Mamba.prefill)   # Mamba's: the parallel forward, with the states `step` continues
 
 # %% ../../nbs/28_mamba2.ipynb #fa4b7667
 @patch_to(Mamba2)
