@@ -115,11 +115,9 @@ class LM(nn.Module):
         return self.head(self.norm(x))
 
 # %% ../nbs/30_model.ipynb #dde6f96e
+_RUNS_ON = 'its recurrent state runs on across document boundaries (a reset at each document start is not implemented)'
 DOC_MASK_WHY_NOT = {   # why a built-in block refuses data.doc_mask
-    'mamba': ('its recurrent state runs on across document boundaries (a reset at each document start is not '
-              'implemented)'),
-    'mamba2': ('its recurrent state runs on across document boundaries (a reset at each document start is not '
-               'implemented)'),
+    'mamba': _RUNS_ON, 'mamba2': _RUNS_ON,
     'blade': 'the chunk summaries it carries from chunk to chunk mix documents (not implemented)',
     'dpassm': 'its state-space path runs on across document boundaries (not implemented)',
     'baseline_longformer': 'its sliding-window kernel takes no per-document mask (not implemented)',

@@ -138,27 +138,23 @@ GQA_MAX_HEAD_DIM = 256   # SDPA takes grouped keys and values as they are for he
 def forward(self, x: torch.Tensor,               # (B, L, d_model)
             doc_ids: torch.Tensor | None = None, # (B, L) each token's document: attend within it (None: the window)
            ) -> torch.Tensor:                    # (B, L, d_model)
-    if self.cp is not None: return self._attend_parts(x)
     q, k, v = self.qkv_rotated(x)
-    p = self.dropout if self.training else 0.0
-    if k.shape[1] != q.shape[1] and (doc_ids is not None or q.shape[-1] > GQA_MAX_HEAD_DIM):
+    p, mask = self.dropout if self.training else 0.0, None
+    if self.cp is not None: k, v, mask = self._gather_parts(k, v, x.shape[1])   # a part of a sequence (below)
+    if k.shape[1] != q.shape[1] and (mask is not None or doc_ids is not None or q.shape[-1] > GQA_MAX_HEAD_DIM):
         k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
     if doc_ids is None:
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=k.shape[1] != q.shape[1])
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, dropout_p=p,
+                                           enable_gqa=k.shape[1] != q.shape[1])
     else: y = document_attention(q, k, v, doc_ids, dropout_p=p)
     return self.out_proj(y.transpose(1, 2).flatten(2))
 
 # %% ../../nbs/22_vanilla.ipynb #920b47d0
 @patch_to(CausalSelfAttention)
-def _attend_parts(self, x):
-    "This rank's part of a sequence split over `self.cp`: every part's keys and values gathered, masked by position."
-    cp = self.cp
-    q, k, v = self.qkv_rotated(x)                         # rotated at the positions in the whole sequence
-    k, v = gather_seq(k, cp, dim=2), gather_seq(v, cp, dim=2)   # (B, Hkv, n L, Dh), every part in order
-    if k.shape[1] != q.shape[1]: k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
-    mask = torch.arange(k.shape[2], device=x.device) <= cp.positions(x.shape[1], x.device)[:, None]   # (L, n L)
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
-    return self.out_proj(y.transpose(1, 2).flatten(2))
+def _gather_parts(self, k, v, L):
+    "Every part's rotated keys and values of a sequence split over `self.cp`, and the mask of this rank's `L` queries."
+    k, v = gather_seq(k, self.cp, dim=2), gather_seq(v, self.cp, dim=2)   # (B, Hkv, n L, Dh), every part in order
+    return k, v, torch.arange(k.shape[2], device=k.device) <= self.cp.positions(L, k.device)[:, None]   # (L, n L)
 
 # %% ../../nbs/22_vanilla.ipynb #a4894d24
 def document_mask(doc_ids: torch.Tensor,  # (B, L) the document of each token

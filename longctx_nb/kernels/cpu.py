@@ -625,28 +625,10 @@ Tensors scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, OptT D, O
     by_N(P.N, [&](auto ns) { bwd_task<decltype(ns)::value>(P, i, go, gl, st, du_, dd_, dz_, gma, gmw, pB_ + i * LN,
         pC_ + i * LN, pA_, pD_, pb_); });
   });
-  // sums over channel blocks and over the batch, always in the same order: the result does not depend on the threads
-  auto dB = torch::empty_like(B), dC = torch::empty_like(C);
-  float *dB_ = dB.data_ptr<float>(), *dC_ = dC.data_ptr<float>();
-  const int64_t span = 1024, nspan = (LN + span - 1) / span;
-  at::parallel_for(0, P.b * P.G * nspan, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t bg = i / nspan, e0 = (i % nspan) * span, e1 = std::min(e0 + span, LN);
-      float* ob = dB_ + bg * LN; float* oc = dC_ + bg * LN;
-      for (int64_t e = e0; e < e1; ++e) { ob[e] = 0.0f; oc[e] = 0.0f; }
-      for (int64_t j = 0; j < P.nblk; ++j) {
-        const float* sb = pB_ + (bg * P.nblk + j) * LN; const float* sc = pC_ + (bg * P.nblk + j) * LN;
-#pragma omp simd
-        for (int64_t e = e0; e < e1; ++e) { ob[e] += sb[e]; oc[e] += sc[e]; }
-      }
-    }
-  });
-  auto dA = torch::zeros_like(A), dD = torch::zeros({P.d}, u.options()), dbias = torch::zeros({P.d}, u.options());
-  float *dA_ = dA.data_ptr<float>(), *dD_ = dD.data_ptr<float>(), *dbi_ = dbias.data_ptr<float>();
-  for (int64_t bi = 0; bi < P.b; ++bi) {
-    for (int64_t e = 0; e < P.d * P.N; ++e) dA_[e] += pA_[bi * P.d * P.N + e];
-    for (int64_t e = 0; e < P.d; ++e) { dD_[e] += pD_[bi * P.d + e]; dbi_[e] += pb_[bi * P.d + e]; }
-  }
-  return {du, ddelta, dA, dB, dC, dD, dz, dbias, dma, dmw};
+  // sums over channel blocks and over the batch: torch shares such a sum between threads by the dims it keeps, so the
+  // result does not depend on the threads
+  auto dB = pB.view({P.b * P.G, P.nblk, LN}).sum(1).view(B.sizes());
+  auto dC = pC.view({P.b * P.G, P.nblk, LN}).sum(1).view(C.sizes());
+  return {du, ddelta, pA.sum(0), dB, dC, pD.sum(0), dz, pbias.sum(0), dma, dmw};
 }
 '''

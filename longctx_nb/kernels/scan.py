@@ -244,11 +244,6 @@ def _num_threads(n: int | None):
     try: yield
     finally: torch.set_num_threads(old)
 
-def _scan_threads(device, per_op: int) -> int | None:
-    """One thread when an operation of the scan touches fewer than `TORCH_SCAN_PARALLEL_ELEMS` numbers on the CPU, else
-    unchanged."""
-    return 1 if device.type == 'cpu' and per_op < TORCH_SCAN_PARALLEL_ELEMS['cpu'] else None
-
 class _ChunkedScan(torch.autograd.Function):
     """`y_t = C_t . h_t`, `h_t = exp(dt_t A) h_{t-1} + dt_t u_t B_t`, on fp32 `u, dt (b, d, L)`, `A (d, N)`, `B, C (b,
     G, N, L)`."""
@@ -271,8 +266,8 @@ def _torch_scan_plan(b, d, N, L, device, chunk=None, block=None):
     kind = 'cuda' if device.type == 'cuda' else 'cpu'
     chunk = chunk or TORCH_SCAN_CHUNK[kind]
     block = block or max(1, TORCH_SCAN_BLOCK_ELEMS[kind] // (b * d * N * chunk)) * chunk
-    per_op = b * d * N * (min(block, L) // chunk or 1)   # one step of the block's chunks
-    return chunk, block, _scan_threads(device, per_op)
+    per_op = b * d * N * (min(block, L) // chunk or 1)   # numbers one step of the block's chunks touches
+    return chunk, block, 1 if device.type == 'cpu' and per_op < TORCH_SCAN_PARALLEL_ELEMS['cpu'] else None
 
 def _scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, chunk=None, block=None):
     "Chunked scan -> (output, last state); B, C `(batch, G, N, L)`; `chunk`, `block` (steps) from `TORCH_SCAN_*`."
