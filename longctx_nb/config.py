@@ -138,14 +138,18 @@ class _AttentionSettings:
     n_kv_heads: int | None = opt(None, 'key/value heads, dividing n_heads (default: n_heads; 1: multi-query)', gt=0)
     qkv_bias: bool = opt(False, 'biases in the q/k/v projection even without model.bias (Qwen2 has them)')
     rope_scaling: str = opt('none', "RoPE scaling as transformers' rope_scaling names it",
-                            choices=['none', 'linear', 'dynamic', 'yarn', 'llama3'])
+                            choices=['none', 'linear', 'dynamic', 'yarn', 'llama3', 'longrope'])
     rope_factor: float | None = opt(None, 'rope_scaling: how many times longer the context grows', ge=1)
     rope_original_max_position_embeddings: int | None = opt(None, 'rope_scaling: the context trained at', gt=0)
-    rope_attention_factor: float | None = opt(None, 'yarn: factor on cos and sin (default: 0.1 ln factor + 1)', gt=0)
+    rope_attention_factor: float | None = opt(None, 'yarn, longrope: factor on cos and sin (default: yarn 0.1 ln '
+                                              'factor + 1, longrope sqrt(1 + ln factor / ln L0))', gt=0)
     rope_beta_fast: float = opt(32.0, 'yarn: rotations in the trained context above which a frequency is kept', gt=0)
     rope_beta_slow: float = opt(1.0, 'yarn: rotations in the trained context below which it is interpolated', gt=0)
     rope_low_freq_factor: float = opt(1.0, 'llama3: wavelengths over the trained context / this are interpolated', gt=0)
     rope_high_freq_factor: float = opt(4.0, 'llama3: wavelengths under the trained context / this are kept', gt=0)
+    rope_short_factor: list[float] | None = opt(None, 'longrope: head_dim / 2 numbers dividing the frequencies up to '
+                                                'the trained context, as 1.0,1.1,... or [1.0, 1.1, ...]', gt=0)
+    rope_long_factor: list[float] | None = opt(None, 'longrope: head_dim / 2 numbers dividing them past it', gt=0)
 
 # %% ../nbs/01_config.ipynb #a2f912fb
 @dataclass
@@ -422,6 +426,9 @@ def coerce(key: str,    # canonical dotted key, for messages
                                              + (f' ({int(f)})' if abs(f) < 1e15 else '') if f.is_integer() else ''))
             v = f
     elif tp is float: v = _number(value, bad, 'a number')
+    elif typing.get_origin(tp) is list:   # numbers: a JSON list, or text '1.0,1.5' (in brackets or not)
+        items = value if isinstance(value, (list, tuple)) else str(value).strip().removeprefix('[').removesuffix(']')
+        v = [_number(x, bad, 'a list of numbers') for x in (items.split(',') if isinstance(items, str) else items)]
     elif isinstance(value, (dict, list, tuple)): bad('expected a text value, not a JSON list or object')
     else: v = str(value)
     if key in _FORMS: v = _FORMS[key](key, v, bad)
@@ -431,8 +438,10 @@ def coerce(key: str,    # canonical dotted key, for messages
         if key in _OWNED: v = _OWNED[key][0](v)
         elif key == 'trainer.precision': v = 'auto' if v.strip().lower() == 'auto' else parse_precision(v)
         elif v not in choices: bad(f"valid choices: {', '.join(map(str, choices))}")
+    vs = v if type(v) is list else [v]   # a list's bounds hold for each number
     for b, sign in (('ge', '>='), ('gt', '>'), ('lt', '<'), ('le', '<=')):   # v >= ge, v > gt, v < lt, v <= le
-        if meta.get(b) is not None and not getattr(operator, b)(v, meta[b]): bad(f"must be {sign} {meta[b]}")
+        if meta.get(b) is not None and not all(getattr(operator, b)(x, meta[b]) for x in vs):
+            bad(f"must be {sign} {meta[b]}")
     return v
 
 # %% ../nbs/01_config.ipynb #faafad6b

@@ -27,9 +27,10 @@ __all__ = ['hf_config', 'hf_state_dict', 'to_hf', 'hf_tokenizer', 'save_pretrain
 # %% ../nbs/47_export.ipynb #6058ac8a
 def _hf_rope(cfg: ModelConfig, max_position_embeddings: int) -> tuple[dict | None, int]:
     """(a Llama config's rope_scaling, its max_position_embeddings): dynamic scales past max_position_embeddings, and
-    transformers 4.x's yarn reads its original context there too (5.x reads the key in rope_scaling, kept for it)."""
+    transformers 4.x's yarn and longrope read their original context there too (5.x reads the key in rope_scaling, kept
+    for it)."""
     rope = rope_scaling_dict(cfg)
-    if rope and rope['rope_type'] in ('dynamic', 'yarn'):
+    if rope and rope['rope_type'] in ('dynamic', 'yarn', 'longrope'):
         max_position_embeddings = rope['original_max_position_embeddings']
     if rope and rope['rope_type'] == 'dynamic': del rope['original_max_position_embeddings']
     return rope, max_position_embeddings

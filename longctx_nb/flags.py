@@ -73,10 +73,11 @@ def _json_type(key: str, v):
     tp = args[0] if args else tp
     if v is None or key == 'trainer.curriculum' and isinstance(v, list): return
     want = {int: 'a JSON integer, e.g. 8', float: 'a JSON number, e.g. 0.1',
-            bool: 'true or false'}.get(tp, 'a JSON string')
+            bool: 'true or false', list[float]: 'a JSON list of numbers'}.get(tp, 'a JSON string')
     number = isinstance(v, (int, float)) and not isinstance(v, bool)
     ok = {int: isinstance(v, int) and not isinstance(v, bool), float: number,
-          bool: isinstance(v, bool)}.get(tp, isinstance(v, str) or key in _JSON_NUMBER_TEXT and number)
+          bool: isinstance(v, bool), list[float]: isinstance(v, list)}.get(
+              tp, isinstance(v, str) or key in _JSON_NUMBER_TEXT and number)
     if not ok: raise UsageError(f"{key}={json.dumps(v)} has the wrong JSON type: expected {want}")
 
 def read_config_file(path,      # a JSON file with sections model, data, trainer
@@ -485,7 +486,7 @@ def setting_help(key: str,  # canonical dotted key
 
 def _metavar(key: str) -> str:
     if key_meta(key).get('choices'): return 'NAME'
-    return {int: 'INT', float: 'FLOAT', bool: 'BOOL'}.get(key_type(key), 'TEXT')
+    return {int: 'INT', float: 'FLOAT', bool: 'BOOL', list[float]: 'FLOAT,...'}.get(key_type(key), 'TEXT')
 
 def _add_setting(g, key: str, help: str):
     "Add `--key`: a string value (`apply_overrides` converts it); a bare boolean flag means true."

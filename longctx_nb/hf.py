@@ -148,6 +148,8 @@ def _rope_settings(c, bad: list) -> dict:
         return out
     rs = {'original_max_position_embeddings': c.max_position_embeddings, **rs}   # old yarn's default
     if t == 'dynamic': rs['original_max_position_embeddings'] = c.max_position_embeddings   # what transformers reads
+    if t == 'longrope' and rs.get('factor') is None:   # transformers': the contexts' ratio (Phi-3's way), 1 at least
+        rs['factor'] = max(1.0, c.max_position_embeddings / rs['original_max_position_embeddings'])
     ok = {'factor': rs.get('factor') is not None, 'truncate': rs.get('truncate', True),
           'partial_rotary_factor': rs.get('partial_rotary_factor', 1.0) == 1.0,
           'mscale_all_dim': rs.get('attention_factor') or not (rs.get('mscale') and rs.get('mscale_all_dim'))}

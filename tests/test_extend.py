@@ -20,11 +20,15 @@ def base(tmp_path_factory, bindir):
         cwd=d, check=0)
     return d
 
-@pytest.mark.parametrize('scaling', ['yarn', 'dynamic'])
+LONGROPE = {'short_factor': [1.0, 1.0, 1.1, 1.2, 1.5, 2.0, 2.0, 2.5], 'long_factor': [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 9.0]}
+
+@pytest.mark.parametrize('scaling', ['yarn', 'dynamic', 'longrope'])
 def test_nx_resolves_records_and_exports(bindir, base, scaling):
     "4x is 4 x the source's length, printed once; the run records the scaling; transformers computes its logits."
+    factors = [f"--model.rope_short_factor={','.join(map(str, LONGROPE['short_factor']))}",   # both spellings of a list
+               f"--model.rope_long_factor={LONGROPE['long_factor']}"] if scaling == 'longrope' else []
     p = run(bindir, 'longctx_train', '--init_from', 'runs/base', f'--model.rope_scaling={scaling}',
-            '--model.rope_factor=4', '--data.seq_len=4x', '--data.batch_size=1', '--trainer.max_steps=1',
+            '--model.rope_factor=4', *factors, '--data.seq_len=4x', '--data.batch_size=1', '--trainer.max_steps=1',
             f'--trainer.run_name={scaling}', *QUIET, cwd=base, check=0)
     lines = p.stdout.splitlines()
     assert lines[:2] == ['seq_len 4x -> 128 (4 x 32, the length runs/base was trained at)',
@@ -34,6 +38,7 @@ def test_nx_resolves_records_and_exports(bindir, base, scaling):
     assert cfg['data']['seq_len'] == 128
     assert {k: cfg['model'][k] for k in ('rope_scaling', 'rope_factor', 'rope_original_max_position_embeddings')} == \
         {'rope_scaling': scaling, 'rope_factor': 4.0, 'rope_original_max_position_embeddings': 32}
+    if scaling == 'longrope': assert {k: cfg['model'][f'rope_{k}'] for k in LONGROPE} == LONGROPE
     p = run(bindir, 'longctx_export', f'runs/{scaling}', f'hf_{scaling}', cwd=base, check=0)
     n_pos = json.loads((base / f'hf_{scaling}' / 'config.json').read_text())['max_position_embeddings']
     # where transformers reads the context the scaling starts from (yarn: 4.x there, 5.x in rope_scaling as well)
@@ -44,8 +49,9 @@ def test_nx_resolves_records_and_exports(bindir, base, scaling):
     hf = transformers.AutoModelForCausalLM.from_pretrained(base / f'hf_{scaling}').eval()
     ours = load_model(base / 'runs' / scaling).eval()
     x = torch.randint(0, 256, (2, 128), generator=torch.Generator().manual_seed(0))   # 4 x the trained length
-    with torch.no_grad(): a, b = hf(x).logits, ours(x)
-    assert (a - b).norm() / b.norm() < 1e-5
+    for n in (32, 128):                                                               # and the trained length
+        with torch.no_grad(): a, b = hf(x[:, :n]).logits, ours(x[:, :n])
+        assert (a - b).norm() / b.norm() < 1e-5, n
 
 def test_nx_from_a_transformers_folder(bindir, base):
     "A Llama folder's max_position_embeddings is the length multiplied."
@@ -69,8 +75,11 @@ BAD = {
     'scaling_length_unknown': (['--init_from', 'exported', '--model.rope_scaling=yarn', '--model.rope_factor=4'],
                                "model.rope_scaling=yarn needs --model.rope_original_max_position_embeddings (the context "
                                "the model was trained at, e.g. its data.seq_len)."),
-    'longrope': (['--init_from', 'runs/base', '--model.rope_scaling=longrope'],
-                 "model.rope_scaling='longrope' is not valid"),
+    'longrope_length': (['--init_from', 'runs/base', '--model.rope_scaling=longrope', '--model.rope_factor=4',
+                         '--model.rope_short_factor=1,1,1', f"--model.rope_long_factor={LONGROPE['long_factor']}"],
+                        "longctx_train: error: model.rope_short_factor has 3 numbers: longrope divides each of the "
+                        "head_dim / 2 = 8 frequencies (d_model 32 / n_heads 2 / 2) by its own number, so it needs 8.\n"
+                        "(see longctx_train --help)\n"),
 }
 
 @pytest.mark.parametrize('case', list(BAD))
@@ -82,4 +91,3 @@ def test_bad_input(bindir, base, case):
     p = run(bindir, 'longctx_train', *args, '--trainer.run_name=bad', cwd=base, check=2)
     assert (p.stderr == text) if text.endswith('\n') else (text in p.stderr), p.stderr
     assert 'Traceback' not in p.stderr and not (base / 'runs' / 'bad').exists()
-    if case == 'longrope': assert 'none, linear, dynamic, yarn, llama3' in p.stderr

@@ -202,8 +202,8 @@ def test_import_refusals_name_what_differs(tmp_path, capsys):
     def reshape(d):
         sd = load_file(d / 'model.safetensors'); sd['model.layers.1.self_attn.k_proj.weight'] = torch.zeros(32, 64)
         save_file(sd, d / 'model.safetensors', metadata={'format': 'pt'})
-    longrope = {'rope_type': 'longrope', 'short_factor': [1.0] * 8, 'long_factor': [2.0] * 8, 'original_max_position_embeddings': 16}
-    cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling=longrope)), "rope scaling 'longrope' (ours: linear, dynamic, yarn, llama3)"),
+    cases = [(folder('rope', tf.LlamaConfig(**L, rope_scaling={'rope_type': 'proportional'})),
+              "rope scaling 'proportional' (ours: linear, dynamic, yarn, llama3, longrope)"),
              (folder('bias', tf.LlamaConfig(**L, attention_bias=True)), 'attention_bias=True but mlp_bias=False'),
              (folder('head_dim', tf.LlamaConfig(**L, head_dim=32)), 'head_dim=32 x num_attention_heads=4 != hidden_size=64'),
              (folder('act', tf.MambaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, hidden_act='gelu')), "hidden_act='gelu' (ours: 'silu')"),
@@ -273,17 +273,22 @@ def test_init_from_llama3_and_qwen2_and_back(family, runs, tmp_path, bindir):
     if family == 'llama3': assert {k: back.config.rope_scaling[k] for k in rope} == rope
 
 @pytest.mark.parametrize('rope', [dict(rope_type='dynamic', factor=2.0, original_max_position_embeddings=8),
-                                  dict(rope_type='yarn', factor=4.0, original_max_position_embeddings=8)])
+                                  dict(rope_type='yarn', factor=4.0, original_max_position_embeddings=8),
+                                  dict(rope_type='longrope', short_factor=[1.0, 1.5, 2.0, 1.2], long_factor=[1.0, 3.0, 5.0, 9.0],
+                                       original_max_position_embeddings=8)])   # longrope's factor: 16 / 8, as Phi-3's
 def test_rope_context_where_transformers_reads_it(rope, tmp_path):
-    "A folder whose rope_scaling names a context other than max_position_embeddings imports as transformers reads it."
+    "A folder whose rope_scaling names a context other than max_position_embeddings imports as transformers reads it, and goes back."
+    from longctx_nb.export import save_pretrained
     c = tf.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                        max_position_embeddings=16, rope_scaling=rope)
     hf = tf.AutoModelForCausalLM.from_config(c).eval()
     hf.save_pretrained(tmp_path / 'hf')
     ours, _ = create_model_from_hf(tmp_path / 'hf', check=False)   # unchecked: the mapping alone must be right
+    back = tf.AutoModelForCausalLM.from_pretrained(save_pretrained(ours, tmp_path / 'back', check=False, say=None)).eval()
     x = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))   # past both contexts
-    with torch.no_grad(): a, b = hf(x).logits, ours.eval()(x)
-    assert (a - b).norm() / a.norm() < 1e-5
+    for n in (8, 40):                                                                 # and within them
+        with torch.no_grad(): a, b, w = hf(x[:, :n]).logits, ours.eval()(x[:, :n]), back(x[:, :n]).logits
+        assert (a - b).norm() / a.norm() < 1e-5 and (a - w).norm() / a.norm() < 1e-5, n
 
 @pytest.mark.parametrize('shape', [
     dict(hidden_size=72, num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True, rope_theta=1e5),  # SmolLM2

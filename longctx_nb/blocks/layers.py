@@ -18,12 +18,13 @@ __all__ = ['ROPE_SETTINGS', 'RESIDUAL_PROJ', 'rope_frequencies', 'RotaryEmbeddin
 ROPE_SETTINGS = {   # transformers' rope_type -> the rope_scaling keys it reads, besides its `rope_type`
     'linear': ('factor',), 'dynamic': ('factor', 'original_max_position_embeddings'),
     'yarn': ('factor', 'original_max_position_embeddings', 'attention_factor', 'beta_fast', 'beta_slow'),
-    'llama3': ('factor', 'original_max_position_embeddings', 'low_freq_factor', 'high_freq_factor')}
+    'llama3': ('factor', 'original_max_position_embeddings', 'low_freq_factor', 'high_freq_factor'),
+    'longrope': ('factor', 'original_max_position_embeddings', 'attention_factor', 'short_factor', 'long_factor')}
 
 def rope_frequencies(head_dim: int,                # size of each head, even
                      theta: float = 10000.0,       # base frequency
                      scaling: dict | None = None,  # transformers' rope_scaling: rope_type, factor, the type's own keys
-                     seq_len: int | None = None,   # the sequence's length (dynamic scaling's base grows past L0)
+                     seq_len: int | None = None,   # the sequence's length (dynamic and longrope change past L0)
                      device=None,                  # where the frequencies go
                     ) -> tuple[torch.Tensor, float]:  # (inverse frequencies, fp32 (head_dim/2,); factor on cos, sin)
     "RoPE's inverse frequencies and the factor on cos and sin, as transformers' `ROPE_INIT_FUNCTIONS` compute them."
@@ -45,9 +46,13 @@ def rope_frequencies(head_dim: int,                # size of each head, even
         smooth = (L0 / wavelen - lo) / (hi - lo)
         mid = (1 - smooth) * inv / f + smooth * inv
         return torch.where(wavelen > L0 / lo, inv / f, torch.where(wavelen < L0 / hi, inv, mid)), 1.0
+    att = s.get('attention_factor')   # default: yarn's 0.1 ln f + 1, longrope's sqrt(1 + ln f / ln L0)
+    if att is None: att = 1.0 if f <= 1 else math.sqrt(1 + math.log(f) / math.log(L0)) if kind == 'longrope' else (
+        0.1 * math.log(f) + 1.0)
+    if kind == 'longrope':   # each frequency divided by its own factor: the short ones within L0, the long ones past
+        ext = s['long_factor' if seq_len and seq_len > L0 else 'short_factor']
+        return 1.0 / (torch.tensor(ext, dtype=torch.float32, device=device) * base), att
     # yarn: frequencies turning more than beta_fast times in L0 are kept, fewer than beta_slow interpolated, a ramp
-    att = s.get('attention_factor')
-    if att is None: att = 0.1 * math.log(f) + 1.0 if f > 1 else 1.0
     dim_of = lambda turns: Dh * math.log(L0 / (turns * 2 * math.pi)) / (2 * math.log(theta))   # the dim turning so
     lo = max(math.floor(dim_of(s.get('beta_fast') or 32)), 0)
     hi = min(math.ceil(dim_of(s.get('beta_slow') or 1)), Dh - 1)
@@ -69,7 +74,7 @@ class RotaryEmbedding(nn.Module):
         for n in ('cos_cached', 'sin_cached'): self.register_buffer(n, torch.empty(0, head_dim), persistent=False)
 
     def angles(self, pos: torch.Tensor,     # (n,) positions
-               seq_len: int | None = None,  # the sequence's length, for dynamic scaling (None: within the trained one)
+               seq_len: int | None = None,  # the sequence's length, for dynamic and longrope (None: within L0)
               ) -> tuple[torch.Tensor, torch.Tensor]:  # (cos, sin), each fp32 (n, head_dim)
         "`(cos, sin)` at positions `pos`, computed without the tables (a streaming step needs one far position)."
         inv_freq, att = rope_frequencies(self.head_dim, self.theta, self.scaling, seq_len, pos.device)
@@ -88,8 +93,9 @@ class RotaryEmbedding(nn.Module):
                ) -> tuple[torch.Tensor, torch.Tensor]:  # (cos, sin), each fp32 (seq_len, head_dim)
         device = torch.device(device) if device is not None else self.cos_cached.device
         c, s = self.cos_cached, self.scaling or {}
-        dynamic = s.get('rope_type') == 'dynamic' and seq_len > s['original_max_position_embeddings']
-        length = seq_len if dynamic else None                # past the trained context: frequencies of this length
+        kind, L0 = s.get('rope_type'), s.get('original_max_position_embeddings')
+        past = kind in ('dynamic', 'longrope') and seq_len > L0   # past the trained context: frequencies of this length
+        length = (seq_len if kind == 'dynamic' else L0 + 1) if past else None   # (longrope: the same past L0)
         if c.shape[0] < seq_len or c.device != device or c.dtype != torch.float32 or length != self._length:
             grow = c.device == device and length is None and self._length is None
             self._build(max(seq_len, 2 * c.shape[0] if grow else 0), device, length)

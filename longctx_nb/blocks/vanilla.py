@@ -43,10 +43,10 @@ def check_kv_heads(n_heads: int,  # query heads
                          f"serves an equal group of query heads, so n_kv_heads divides n_heads: one of {ok} (1: "
                          f"multi-query attention, {n_heads}: one key/value head per query head).")
 
-ROPE_FIELDS = ('rope_scaling', 'rope_factor', 'rope_original_max_position_embeddings', 'rope_attention_factor',
-               'rope_beta_fast', 'rope_beta_slow', 'rope_low_freq_factor', 'rope_high_freq_factor')
+ROPE_FIELDS = ('rope_scaling', *dict.fromkeys(f'rope_{k}' for keys in ROPE_SETTINGS.values() for k in keys))
 _ROPE_NEEDS = {'factor': 'how many times longer the context grows, e.g. 4',
-               'original_max_position_embeddings': 'the context the model was trained at, e.g. its data.seq_len'}
+               'original_max_position_embeddings': 'the context the model was trained at, e.g. its data.seq_len',
+               'short_factor': 'a number per frequency, head_dim / 2 of them, e.g. 1,1,1,1', 'long_factor': 'likewise'}
 
 def rope_scaling_dict(m,  # a `ModelConfig` (its `rope_*` settings)
                      ) -> dict | None:  # transformers' rope_scaling; None: plain RoPE
@@ -57,6 +57,11 @@ def rope_scaling_dict(m,  # a `ModelConfig` (its `rope_*` settings)
     if missing := [k for k in _ROPE_NEEDS if k in d and d[k] is None]:
         raise UsageError(f"model.rope_scaling={t} needs " + ' and '.join(f"--model.rope_{k} ({_ROPE_NEEDS[k]})"
                                                                           for k in missing) + '.')
+    n = m.d_model // m.n_heads // 2
+    if t == 'longrope' and (wrong := [k for k in ('short_factor', 'long_factor') if len(d[k]) != n]):
+        raise UsageError(' and '.join(f"model.rope_{k} has {len(d[k])} numbers" for k in wrong) + f": longrope divides"
+                         f" each of the head_dim / 2 = {n} frequencies (d_model {m.d_model} / n_heads {m.n_heads} / 2)"
+                         f" by its own number, so it needs {n}.")
     if t == 'llama3' and d['low_freq_factor'] >= d['high_freq_factor']:
         raise UsageError(f"model.rope_low_freq_factor={d['low_freq_factor']} must be below model.rope_high_freq_factor="
                          f"{d['high_freq_factor']}: llama3 keeps wavelengths under L0 / high_freq_factor and slows "
