@@ -96,7 +96,13 @@ def test_a_dead_rank_stops_the_run_cleanly(bindir, tmp_path, held):
     (['--data.global_batch_size=3', '--trainer.devices=2'], 1, 'cannot be split over 2 ranks'),  # devices=2 starts torchrun itself
     (['--trainer.context_parallel=4'], 2, 'trainer.context_parallel=4 splits each sequence over more ranks than the run'),
     (['--trainer.context_parallel=2', '--data.seq_len=63'], 2, 'use a multiple of 2, e.g. 62 or 64'),
-    (['--trainer.context_parallel=2', '--model.block=blade'], 2, 'model.block=blade cannot split a sequence over ranks'),
+    (['--trainer.context_parallel=2', '--model.block=mamba2'], 2, 'model.block=mamba2 cannot split a sequence over ranks'),
+    (['--trainer.context_parallel=2', '--model.block=blade', '--model.chunk_size=48'], 2,
+     'a data.seq_len that is a multiple of 96 (e.g. 96 or 192), or --model.chunk_size=32.'),
+    (['--trainer.context_parallel=2', '--model.block=dpassm', '--model.window_size=64'], 2,
+     'model.block=dpassm reads 63 tokens before each part, more than the 32 of a part'),
+    (['--trainer.context_parallel=2', '--model.block=bigbird', '--model.n_random_tokens=0', '--model.window_size=64'],
+     2, 'model.block=baseline_bigbird reads 63 tokens before each part'),   # no random keys: Longformer's halo
 ])
 def test_bad_input(bindir, tmp_path, extra, nproc, message):
     p = run(bindir, nproc, tmp_path, *extra, ok=False)
@@ -137,9 +143,12 @@ def test_sigterm_two_ranks_checkpoints_and_resumes_exactly(bindir, tmp_path, ref
     assert all(torch.equal(w[k], wr[k]) for k in wr)
 
 
-BLOCK_ARGS = {'longformer': ['--model.window_size=8', '--model.n_global_tokens=2']}   # a window a part of 16 holds
+BLOCK_ARGS = {'longformer': ['--model.window_size=8', '--model.n_global_tokens=2'],   # a window a part of 16 holds
+              'bigbird': ['--model.window_size=8', '--model.n_random_tokens=2', '--model.attn_block_size=8'],
+              'blade': ['--model.chunk_size=8', '--model.state_dim=16'],   # whole chunks in a part of 16
+              'dpassm': ['--model.window_size=8', '--model.ssm_state_dim=16']}
 
-@pytest.fixture(scope='module', params=['vanilla', 'mamba', 'longformer'])
+@pytest.fixture(scope='module', params=['vanilla', 'mamba', 'longformer', 'bigbird', 'blade', 'dpassm'])
 def one_process(request, bindir, tmp_path_factory):
     "A one-process run of each block that context parallelism splits, the reference of the splits."
     root = tmp_path_factory.mktemp(request.param)
