@@ -161,8 +161,9 @@ def steps(run_dir):
 
 @pytest.mark.parametrize('nproc, split', [(2, 2), (4, 2), (4, 4)])   # context x data: 2x1, 2x2, 4x1
 def test_context_parallel_equals_one_process(bindir, tmp_path, one_process, nproc, split):
-    """Each sequence split over `split` ranks (the rest split the batch): every step's loss and gradient norm, and the
-    weights after three steps, equal one process's to 1e-5."""
+    """Each sequence split over `split` ranks (the rest split the batch): every step's loss and gradient norm equal one
+    process's to 1e-5, and so do the weights after three steps, in root mean square per tensor: Adam divides each
+    gradient element by its own RMS, so an element whose gradient is near Adam's eps (1e-8) steps by its rounding."""
     block, ref = one_process
     p = run(bindir, nproc, tmp_path, f'--model.block={block}', *BLOCK_ARGS.get(block, ()), '--trainer.max_steps=3',
             f'--trainer.context_parallel={split}')
@@ -171,7 +172,7 @@ def test_context_parallel_equals_one_process(bindir, tmp_path, one_process, npro
     assert len(got) == len(want) == 3
     assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)) < 1e-5, (got, want)
     w, wr = weights(tmp_path / 'version_0'), weights(ref)
-    assert max((w[k] - wr[k]).abs().max().item() for k in wr) < 1e-5
+    assert max((w[k] - wr[k]).square().mean().sqrt().item() for k in wr) < 1e-6
 
 def test_one_process_checkpoint_resumes_split_over_two_ranks(bindir, tmp_path, one_process):
     "A one-process run stopped after step 2 continues with each sequence split over 2 ranks, on the same trajectory."
