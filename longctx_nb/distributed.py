@@ -234,10 +234,11 @@ def context_fits(cfg,  # a training `Config` straight from the command line
                          f"--trainer.context_parallel={n} use one of {', '.join(ok)}, or context_parallel=1.")
     if (f := blk.context_chunk) and (L // n) % (c := getattr(cfg.model, f)):
         l, m = L // n, n * c
+        eg = ' or '.join(str(s) for s in (L - L % m, L - L % m + m) if s)
         near = min((k for k in range(1, l + 1) if l % k == 0), key=lambda k: (abs(k - c), k))
         raise UsageError(f"model.block={cfg.model.block} attends in whole chunks of model.{f}={c} tokens, which a part "
                          f"of {l} tokens (data.seq_len={L} over {n} ranks) does not hold; use a data.seq_len that is a "
-                         f"multiple of {m} (e.g. {max(m, L - L % m)} or {L - L % m + m}), or --model.{f}={near}.")
+                         f"multiple of {m} (e.g. {eg}), or --model.{f}={near}.")
     if (h := blk.context_halo(cfg.model)) > L // n:
         most = max((k for k in range(1, n + 1) if L % k == 0 and L // k >= h), default=1)
         raise UsageError(f"model.block={cfg.model.block} reads {h} tokens before each part, more than the {L // n} "

@@ -98,7 +98,7 @@ def test_a_dead_rank_stops_the_run_cleanly(bindir, tmp_path, held):
     (['--trainer.context_parallel=2', '--data.seq_len=63'], 2, 'use a multiple of 2, e.g. 62 or 64'),
     (['--trainer.context_parallel=2', '--model.block=mamba2'], 2, 'model.block=mamba2 cannot split a sequence over ranks'),
     (['--trainer.context_parallel=2', '--model.block=blade', '--model.chunk_size=48'], 2,
-     'a data.seq_len that is a multiple of 96 (e.g. 96 or 192), or --model.chunk_size=32.'),
+     'a data.seq_len that is a multiple of 96 (e.g. 96), or --model.chunk_size=32.'),
     (['--trainer.context_parallel=2', '--model.block=dpassm', '--model.window_size=64'], 2,
      'model.block=dpassm reads 63 tokens before each part, more than the 32 of a part'),
     (['--trainer.context_parallel=2', '--model.block=bigbird', '--model.n_random_tokens=0', '--model.window_size=64'],
