@@ -220,7 +220,7 @@ def context_group(device: torch.device,  # this rank's device (the mesh's device
 @check_before_run
 def context_fits(cfg,  # a training `Config` straight from the command line
                 ):
-    "Refuse a context split that cannot run exactly: the ranks, the length, the block, its halo; the nearest valid."
+    "Refuse a context split that cannot run exactly: ranks, length, block, its chunks, its halo; the nearest valid."
     t, d, n, L = cfg.trainer, cfg.data, cfg.trainer.context_parallel, cfg.data.seq_len
     if n == 1: return
     check_context_split(n, int(os.environ.get('WORLD_SIZE', t.devices)))
@@ -232,6 +232,13 @@ def context_fits(cfg,  # a training `Config` straight from the command line
         ok = [b for b in block_names() if get_block(b).splits()]
         raise UsageError(f"model.block={cfg.model.block} cannot split a sequence over ranks yet; with "
                          f"--trainer.context_parallel={n} use one of {', '.join(ok)}, or context_parallel=1.")
+    if (f := blk.context_chunk) and (L // n) % (c := getattr(cfg.model, f)):
+        l, m = L // n, n * c
+        eg = ' or '.join(str(s) for s in (L - L % m, L - L % m + m) if s)
+        near = min((k for k in range(1, l + 1) if l % k == 0), key=lambda k: (abs(k - c), k))
+        raise UsageError(f"model.block={cfg.model.block} attends in whole chunks of model.{f}={c} tokens, which a part "
+                         f"of {l} tokens (data.seq_len={L} over {n} ranks) does not hold; use a data.seq_len that is a "
+                         f"multiple of {m} (e.g. {eg}), or --model.{f}={near}.")
     if (h := blk.context_halo(cfg.model)) > L // n:
         most = max((k for k in range(1, n + 1) if L % k == 0 and L // k >= h), default=1)
         raise UsageError(f"model.block={cfg.model.block} reads {h} tokens before each part, more than the {L // n} "

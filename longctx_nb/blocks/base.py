@@ -12,12 +12,13 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError, autocast, parse_precision
 from ..measure import saved_tensor_bytes
+from ..kernels.attention import _allowed
 
 # %% auto #0
 __all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_token', 'check_int', 'patch_to', 'register_block',
            'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal', 'check_paths',
            'quiet_notes', 'block_note', 'measure_mixer', 'linear_casts', 'rmsnorm_bytes', 'ContextGroup', 'gather_seq',
-           'from_previous', 'context_parallel']
+           'from_previous', 'state_from_previous', 'attend_parts', 'context_parallel']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Workload(NamedTuple):
@@ -52,6 +53,8 @@ class Mixer(nn.Module):
     repr_fields: tuple[str, ...] = ()                     # attributes `extra_repr` shows
     context_split: str | None = None                      # over a sequence split across ranks: 'gather', 'halo' or
                                                           # 'state' (see `context_parallel`), declared by the class
+    context_chunk: str | None = None                      # the `ModelConfig` field a part's length must be a
+                                                          # multiple of when split (its chunk; None: any length)
     cp = None                                             # the `ContextGroup` forward runs over (None: whole sequences)
 
     @classmethod
@@ -351,6 +354,47 @@ def from_previous(x: torch.Tensor,   # this rank's tensor, sent to the next rank
                  ) -> torch.Tensor:  # the previous rank's `x` (zeros on rank 0)
     "The previous rank's `x` (zeros on the first rank), differentiable: the backward sends the gradient back."
     return torch.zeros_like(x) if cp.size == 1 else _FromPrevious.apply(x, cp)
+
+def state_from_previous(last: torch.Tensor,   # this rank's end state, its part run from a zero state
+                        decay: torch.Tensor,  # the part's whole decay: a state entering it leaves times `decay`
+                        cp: ContextGroup,     # the context group
+                       ) -> torch.Tensor:     # the state entering this rank's part (zeros on the first rank)
+    """The state entering this rank's part of a linear recurrence split over `cp`: every rank's `(last, decay)` gathered
+    and the earlier ones folded, `h = decay_r h + last_r`. Every rank folds all (each backward is a collective)."""
+    parts = gather_seq(torch.stack([last, decay.to(last.dtype)]), cp, dim=0)   # every rank's (last_r, decay_r)
+    h = torch.zeros_like(last)
+    for r in range(cp.size - 1):
+        h = torch.where(torch.tensor(r < cp.rank), parts[2 * r + 1] * h + parts[2 * r], h)
+    return h
+
+def attend_parts(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotated at their places in the sequence
+                 k: torch.Tensor,   # (B, H, l, Dh) its keys, rotated alike
+                 v: torch.Tensor,   # (B, H, l, Dh) its values
+                 cp: ContextGroup,  # the context group
+                 window: int,       # keys per query in the sliding window, the query's own included
+                 n_global: int = 0, # the sequence's first tokens, seen by every later query
+                 random_keys=None,  # a `RandomKeys` (BigBird's), which may name any earlier key
+                ) -> torch.Tensor:  # (B, H, l, Dh)
+    """`local_attention` of this rank's queries in a sequence split over `cp`, masked by position in the whole sequence:
+    the previous part's last `window - 1` keys and the global tokens'; with `random_keys`, every part's."""
+    l, dev = q.shape[2], q.device
+    i = cp.positions(l, dev)[:, None]
+    if random_keys is not None:
+        k, v, rk = gather_seq(k, cp, dim=2), gather_seq(v, cp, dim=2), random_keys
+        L = k.shape[2]
+        tab = rk.table(-(-L // rk.q_block), -(-L // rk.k_block), dev)
+        mask = _allowed(i, torch.arange(L, device=dev), window, n_global, rk, tab, 'sliding')
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    h, G, ks, vs = window - 1, n_global, [k], [v]
+    if h:   # the previous part's last h keys and values (zeros on the first rank, masked below)
+        hk, hv = from_previous(torch.stack([k[:, :, l - h:], v[:, :, l - h:]]), cp).unbind(0)
+        ks[:0], vs[:0] = [hk], [hv]
+    if G:   # the global tokens': the first part's
+        gk, gv = gather_seq(torch.stack([k[:, :, :G], v[:, :, :G]]), cp, dim=3)[:, :, :, :G].unbind(0)
+        ks[:0], vs[:0] = [gk], [gv]
+    jw, jg = torch.arange(cp.rank * l - h, (cp.rank + 1) * l, device=dev), torch.arange(G, device=dev)
+    mask = torch.cat([(jg <= i) & (jg <= i - window), (jw <= i) & (jw > i - window) & (jw >= 0)], dim=1)  # each once
+    return F.scaled_dot_product_attention(q, torch.cat(ks, 2), torch.cat(vs, 2), attn_mask=mask)
 
 @contextlib.contextmanager
 def context_parallel(model: nn.Module,          # a model (or mixer)

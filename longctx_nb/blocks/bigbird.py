@@ -20,6 +20,7 @@ class BigBirdAttention(LongformerAttention):
     attends = LongformerAttention.attends + ('n_random_tokens',)           # keys per query, at most
     repr_fields = LongformerAttention.repr_fields + ('n_random_tokens', 'seed')
     layer_kw = 'seed'                                                       # layer i draws its random keys with seed i
+    context_split = 'gather'    # split over ranks: a random key may be any earlier one; with none, Longformer's halo
 
     def __init__(self, d_model: int,           # model width
                  n_heads: int,                 # attention heads; d_model / n_heads must be even
@@ -39,6 +40,9 @@ class BigBirdAttention(LongformerAttention):
         check_int('seed', seed, 0, "the seed of the layer's random keys")
         self.n_random_tokens, self.seed = n_random_tokens, seed
         self._random: RandomKeys | None = None
+
+    @classmethod
+    def context_halo(cls, cfg): return 0 if cfg.n_random_tokens else super().context_halo(cfg)   # gathered: no halo
 
 # %% ../../nbs/25_bigbird.ipynb #773aae34
 def _has_random(seq_len, q, window_size, n_global) -> bool:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
 from .base import Mixer, StreamCache, Workload, register_block, rmsnorm_bytes, patch_to, block_note
-from .base import check_int, check_token
+from .base import check_int, check_token, state_from_previous
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -66,6 +66,7 @@ class Blade(Mixer):
                                        'bias')}, 'n_mem_tokens': 'n_mem', 'attn_impl': 'impl'}
     attends = ('chunk_size', 'n_mem_tokens')   # keys per query: its chunk and the memory tokens
     IMPLS = ('fast', 'ref')
+    context_split, context_chunk = 'state', 'chunk_size'   # split over ranks: the chunk state, parts of whole chunks
 
     def __init__(self, d_model: int,           # model width
                  n_heads: int,                 # attention heads; d_model / n_heads must be even
@@ -159,7 +160,7 @@ def memory(self, state: torch.Tensor,              # (..., state_dim)
 def forward(self,
             x: torch.Tensor,  # (B, L, d_model)
            ) -> torch.Tensor:  # (B, L, d_model)
-    return self._forward_ref(x) if self.impl == 'ref' else self._forward_fast(x)[0]
+    return self._forward_ref(x) if self.impl == 'ref' and self.cp is None else self._forward_fast(x)[0]
 
 @patch_to(Blade)
 def _forward_ref(self, x):
@@ -208,9 +209,13 @@ def _forward_fast(self, x, want_cache: bool = False):
     q, k, v = qkv.view(B, N, C, 3, H, Dh).permute(3, 0, 1, 4, 2, 5)        # 3 x (B, N, H, C, Dh)
     cos, sin = self.rope(C, x.device)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    n_sum = L // C if want_cache else N - 1      # the summaries anyone reads: never the last chunk's in forward
+    n_sum = L // C if want_cache or self.cp else N - 1   # read: the last chunk's summary only by a cache, a next part
     if n_sum:
-        states = chunk_states(*self.summarize(k[:, :n_sum], v[:, :n_sum]))   # (B, n_sum + 1, S)
+        u, log_a = self.summarize(k[:, :n_sum], v[:, :n_sum])
+        states = chunk_states(u, log_a)                                  # (B, n_sum + 1, S), from a zero state
+        if self.cp is not None:   # a part of a sequence: the state entering it, decayed to each chunk, added
+            cum = F.pad(log_a.cumsum(1), (0, 0, 1, 0)).exp()             # (B, n_sum + 1, S) decay from the part's start
+            states = states + (cum * state_from_previous(states[:, -1], cum[:, -1], self.cp)[:, None]).to(states.dtype)
     else: states = x.new_zeros(B, 1, self.state_dim)
     mk, mv = self.memory(states[:, :N])
     y = self._attend(q, k, v, mk, mv)

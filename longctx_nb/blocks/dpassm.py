@@ -11,10 +11,12 @@ from torch import nn
 from ..core import UsageError, get_device, seed_everything
 from ..measure import bench_impls, paired_ratio, timing_table
 from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, check_token
+from .base import attend_parts
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .vanilla import CausalSelfAttention, attention_saved_bytes
 from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm, check_ssm
 from ..kernels.attention import attention_impls, local_attention
+from ..kernels.scan import _merge_after
 
 # %% auto #0
 __all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'bench_dpassm']
@@ -41,8 +43,12 @@ class DPASSM(SelectiveSSM, Mixer):
                                        'dt_min', 'dt_max', 'dt_init_floor', 'rope_theta', 'dropout', 'bias',
                                        'attn_impl', 'scan_impl', 'conv_impl')}, 'attn_block_size': 'block_size'}
     attends = ('window_size',)                        # keys per query on the attention path, at most
+    context_split = 'state'                           # split over ranks: the window's and conv's halo, the SSM's state
     repr_fields = ('d_model', 'n_heads', 'window_size', 'ssm_state_dim', 'd_conv', 'dt_rank', 'attn_impl', 'scan_impl',
                    'conv_impl', 'block_size')
+
+    @classmethod
+    def context_halo(cls, cfg): return max(cfg.window_size, cfg.d_conv) - 1   # the window's keys, the conv's inputs
 
     @staticmethod
     def _ssm_dims(cfg): return cfg.d_model, cfg.ssm_state_dim   # the SSM's channels and state size
@@ -102,7 +108,8 @@ def _impls(self, impl):
 def _attn_path(self, x, attn_impl):
     "RoPE, then causal attention over the last `window_size` positions: `a` `(B, L, D)`, rotated `k`, and `v`."
     q, k, v = CausalSelfAttention.qkv_rotated(self, x)   # vanilla's heads and RoPE, on this module's `qkv` and `rope`
-    a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
+    if self.cp is not None: a = attend_parts(q, k, v, self.cp, self.window_size)   # a part of a sequence
+    else: a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
     return a.transpose(1, 2).flatten(2), k, v
 
 @patch_to(DPASSM)
@@ -110,6 +117,8 @@ def _ssm_path(self, x, scan_impl, conv_impl, want_last=False, merge=None, merge_
     "The SSM path, channel-first: `s` and the conv's input `xs`, `(B, D, L)`, and the last state if `want_last`."
     xs = cf_mm(self.in_proj.weight, x.mT)               # W @ x^T: the matmul and the transpose at once
     if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
+    if self.cp is not None:   # a part of a sequence: Mamba's conv halo and entering state, then the merge
+        return _merge_after(self._scan_part(xs, None, self.cp), merge, merge_gate), xs, None
     s = self._scan(xs, scan_impl, conv_impl, want_last, merge=merge, merge_gate=merge_gate)   # Mamba's, without z
     return (s[0], xs, s[1]) if want_last else (s, xs, None)
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import torch
 import torch.nn.functional as F
-from .base import Workload, check_int, register_block, patch_to, from_previous, gather_seq
+from .base import Workload, check_int, register_block, patch_to, attend_parts
 from .vanilla import CausalSelfAttention, attention_saved_bytes
 from ..kernels.attention import attention_impls, local_attention
 
@@ -59,32 +59,14 @@ def forward(self,
             x: torch.Tensor,  # (B, L, d_model)
             impl: str | None = None,  # overrides the module's `impl` for this call
            ) -> torch.Tensor:  # (B, L, d_model)
-    L = x.shape[1]
+    L = x.shape[1] * (1 if self.cp is None else self.cp.size)   # the whole sequence's length
     q, k, v = self.qkv_rotated(x)
-    if self.cp is not None: y = self._attend_parts(q, k, v)
-    else: y = local_attention(q, k, v, self.window_size, min(self.n_global_tokens, L), self.random_keys(L),
-                              block_size=self.block_size, impl=impl or self.impl)
+    G, rk = min(self.n_global_tokens, L), self.random_keys(L)
+    if self.cp is not None: y = attend_parts(q, k, v, self.cp, self.window_size, G, rk)   # a part of a sequence
+    else: y = local_attention(q, k, v, self.window_size, G, rk, block_size=self.block_size, impl=impl or self.impl)
     y = y.transpose(1, 2).flatten(2)
     if self.dropout and self.training: y = F.dropout(y, self.dropout)
     return self.out_proj(y)
-
-# %% ../../nbs/24_longformer.ipynb #9b1f9846
-@patch_to(LongformerAttention)
-def _attend_parts(self, q, k, v):
-    "Attention in this rank's part of a sequence split over `self.cp`: globals, the previous part's last `w - 1` keys."
-    cp, l, dev = self.cp, q.shape[2], q.device
-    w, G, h = self.window_size, min(self.n_global_tokens, l * cp.size), self.window_size - 1
-    ks, vs = [k], [v]
-    if h:   # the previous part's last h keys and values (zeros on the first rank, masked below)
-        hk, hv = from_previous(torch.stack([k[:, :, l - h:], v[:, :, l - h:]]), cp).unbind(0)
-        ks[:0], vs[:0] = [hk], [hv]
-    if G:   # the global tokens': the first part's
-        gk, gv = gather_seq(torch.stack([k[:, :, :G], v[:, :, :G]]), cp, dim=3)[:, :, :, :G].unbind(0)
-        ks[:0], vs[:0] = [gk], [gv]
-    i, jw, jg = cp.positions(l, dev)[:, None], torch.arange(cp.rank * l - h, (cp.rank + 1) * l, device=dev), \
-        torch.arange(G, device=dev)
-    mask = torch.cat([(jg <= i) & (jg <= i - w), (jw <= i) & (jw > i - w) & (jw >= 0)], dim=1)   # globals outside it
-    return F.scaled_dot_product_attention(q, torch.cat(ks, 2), torch.cat(vs, 2), attn_mask=mask)
 
 # %% ../../nbs/24_longformer.ipynb #4f9206d2
 @patch_to(LongformerAttention)

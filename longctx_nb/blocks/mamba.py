@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from .base import Mixer, Workload, check_int, register_block, patch_to, gather_seq, from_previous
+from .base import Mixer, Workload, check_int, register_block, patch_to, from_previous, state_from_previous
 from .layers import mark_residual_proj
 from ..kernels import scan as kscan, conv as kconv
 from ..kernels.scan import selective_scan, selective_state_update
@@ -241,12 +241,9 @@ def _scan_part(self, x_in, z, cp):
     y, last = selective_scan(u, delta, A, Bm, Cm, D, delta_bias=dt_bias, delta_softplus=True, return_last_state=True,
                              impl=self.scan_impl)                               # from a zero state
     log_a = F.softplus(delta.float() + dt_bias[:, None]).cumsum(-1)[..., None] * A[:, None]   # (B, C, l, N)
-    parts = gather_seq(torch.stack([last, log_a[..., -1, :].exp()]), cp, dim=0)   # every rank's (h_r, P_r)
-    h = torch.zeros_like(last)
-    for r in range(cp.size - 1):   # the state entering this part; every rank folds all (each backward is a collective)
-        h = torch.where(torch.tensor(r < cp.rank), parts[2 * r + 1] * h + parts[2 * r], h)
+    h = state_from_previous(last, log_a[..., -1, :].exp(), cp)   # from every rank's (h_r, P_r)
     y = y + torch.einsum('bcln,bcn,bnl->bcl', log_a.exp(), h, Cm.float()).to(y.dtype)
-    return y * F.silu(z)
+    return y if z is None else y * F.silu(z)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
 @patch_to(Mamba)
