@@ -31,12 +31,6 @@ _HINTS = {errno.ENOSPC: 'the disk is full: free space there or write elsewhere',
           errno.EEXIST: 'a file stands where a folder is expected: move it or write elsewhere',
           errno.EISDIR: 'a folder stands where the file goes: move it or write elsewhere'}
 
-def _in_the_way(path: Path) -> Path | None:
-    "The first existing ancestor of `path` that is not a folder."
-    for p in reversed(Path(path).parents):
-        if p.exists() and not p.is_dir(): return p
-    return None
-
 class StorageError(TrainingError):
     "An `OSError` while writing `path`, in one paragraph: the path, the reason and what to do."
     def __init__(self, path,    # the file (or folder) being written
@@ -44,7 +38,8 @@ class StorageError(TrainingError):
                 ):
         self.path, self.errno = Path(path), err.errno
         self.reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
-        blocker = _in_the_way(self.path) if err.errno in (errno.ENOTDIR, errno.EEXIST) else None
+        in_the_way = err.errno in (errno.ENOTDIR, errno.EEXIST)   # then name the first ancestor that is a file
+        blocker = next((p for p in reversed(self.path.parents) if in_the_way and p.exists() and not p.is_dir()), None)
         where = f" ({str(blocker)!r} is a file)" if blocker else ''
         hint = _HINTS.get(err.errno, 'check the folder and write elsewhere if needed')
         code = f" [{errno.errorcode[err.errno]}]" if err.errno in errno.errorcode else ''

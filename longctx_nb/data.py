@@ -88,32 +88,27 @@ def _load_prepared(d: Path, vocab_size: int | None) -> TokenData:
                      meta.get('source') or str(d), tf, vf, _docs_of(tf, len(train)),
                      _docs_of(vf, len(val) if vf else 0))
 
-def _same_kind(tp: Path, meta: dict, vp: Path):
-    "Refuse validation tokens whose meta.json says another tokenizer or vocabulary than the training tokens'."
-    vmeta = read_meta(vp.parent) if vp.suffix == '.bin' else {}
-    for k in ('tokenizer', 'vocab_size'):
-        if meta.get(k) is not None and vmeta.get(k) is not None and meta[k] != vmeta[k]:
-            raise UsageError(f"the training and validation tokens disagree: {str(tp)!r} has {k}={meta[k]!r} and "
-                             f"{str(vp)!r} has {k}={vmeta[k]!r} (their meta.json files); give files made with one "
-                             "tokenizer.")
-
 def _load_pretokenized(train_data: str, val_data: str | None, val_fraction: float, vocab_size: int | None) -> TokenData:
     tp = Path(train_data).expanduser()
     train = load_tokens(tp)
     meta = read_meta(tp.parent) if tp.suffix == '.bin' else {}
     if val_data is not None:
         tf, vf = TokenFile(str(tp)), TokenFile(str(Path(val_data).expanduser()))
-        val = vf.open()
-        _same_kind(tp, meta, Path(vf.path))
+        val, vp = vf.open(), Path(vf.path)
+        vmeta = read_meta(vp.parent) if vp.suffix == '.bin' else {}
+        for k in ('tokenizer', 'vocab_size'):   # refused: validation tokens of another tokenizer or vocabulary
+            if meta.get(k) is not None and vmeta.get(k) is not None and meta[k] != vmeta[k]:
+                raise UsageError(f"the training and validation tokens disagree: {str(tp)!r} has {k}={meta[k]!r} and "
+                                 f"{str(vp)!r} has {k}={vmeta[k]!r} (their meta.json files); give files made with "
+                                 "one tokenizer.")
     else:  # hold out the tail
         cut = len(train) - max(1, int(len(train) * val_fraction))
         tf, vf = TokenFile(str(tp), stop=cut), TokenFile(str(tp), start=cut)
         train, val = train[:cut], train[cut:]
-    arrays = {f'the training split of {tp}': train, **({f'the validation split of {vf.path}': val} if len(val) else {})}
+    arrays = {f'the training split of {tp}': train, f'the validation split of {vf.path}': val}   # neither is empty
     tok = load_tokenizer(tp.parent) if meta.get('tokenizer') in ('byte', 'bpe') else None
-    vf = vf if len(val) else None
-    return TokenData(train, val if len(val) else None, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta,
-                     str(tp), tf, vf, _docs_of(tf, len(train)), _docs_of(vf, len(val)) if vf else None)
+    return TokenData(train, val, _vocab(meta, arrays, vocab_size, trust_meta=False), tok, meta, str(tp), tf, vf,
+                     _docs_of(tf, len(train)), _docs_of(vf, len(val)))
 
 def load_corpus(cfg: DataConfig,                # the data section: train_data, data_dir or a named corpus
                 vocab_size: int | None = None,  # the model's vocabulary, to check the ids against (None: the data's)
@@ -125,13 +120,6 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
     return _load_prepared(cached_corpus(cfg), vocab_size)
 
 # %% ../nbs/06_data.ipynb #a962195e
-def _check_lengths(td: TokenData, seq_len: int):
-    for name, a, more in (('training', td.train, ''), ('validation', td.val, ', a larger --data.val_fraction')):
-        if a is not None and len(a) < seq_len + 1:
-            raise UsageError(f"data.seq_len={seq_len} is longer than the {len(a):,} tokens of the {name} split of "
-                             f"{td.source} allow (a sequence needs seq_len + 1 tokens); use a shorter --data.seq_len"
-                             f"{more} or more data.")
-
 def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', task and task knobs
                    vocab_size: int | None = None,  # the model's vocabulary, to check against (None: no check)
                   ) -> SyntheticData:
@@ -161,7 +149,12 @@ def load_dataset(cfg: DataConfig,                # the data section
     if cfg.dataset_name == 'synthetic' and cfg.train_data is None and cfg.data_dir is None:
         sd = load_synthetic(cfg, vocab_size); _check_doc_mask(sd, cfg); return sd
     td = load_corpus(cfg, vocab_size)
-    _check_lengths(td, cfg.seq_len); _check_doc_mask(td, cfg)
+    for name, a, more in (('training', td.train, ''), ('validation', td.val, ', a larger --data.val_fraction')):
+        if a is not None and len(a) < cfg.seq_len + 1:
+            raise UsageError(f"data.seq_len={cfg.seq_len} is longer than the {len(a):,} tokens of the {name} split of "
+                             f"{td.source} allow (a sequence needs seq_len + 1 tokens); use a shorter --data.seq_len"
+                             f"{more} or more data.")
+    _check_doc_mask(td, cfg)
     return td
 
 # %% ../nbs/06_data.ipynb #d752711f

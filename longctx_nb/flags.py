@@ -16,9 +16,9 @@ from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_ov
 
 # %% auto #0
 __all__ = ['MAMBA_GUIDE_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'MAMBA_GUIDE', 'GPU_NATIVE', 'flatten_sections',
-           'read_config_file', 'guide_keys', 'build_config', 'config_settings', 'load_config', 'setting_sources',
-           'unread_rule', 'check_read', 'check_before_run', 'run_checks', 'HelpFormatter', 'Parser', 'arg', 'add_args',
-           'arg_comments', 'args_from', 'settings_table', 'field_help', 'option_specs', 'key_type', 'key_meta',
+           'key_type', 'read_config_file', 'guide_keys', 'build_config', 'config_settings', 'load_config',
+           'setting_sources', 'unread_rule', 'check_read', 'check_before_run', 'run_checks', 'HelpFormatter', 'Parser',
+           'arg', 'add_args', 'arg_comments', 'args_from', 'settings_table', 'field_help', 'option_specs', 'key_meta',
            'setting_help', 'alias_style', 'add_settings', 'make_parser', 'seq_len_times', 'explicit_keys',
            'parse_config', 'setting_overrides', 'main']
 
@@ -67,10 +67,7 @@ _JSON_NUMBER_TEXT = ('trainer.precision', 'trainer.profile_steps', 'model.size',
 def _json_type(key: str, v):
     ("A JSON value has its setting's type: a count is a JSON integer, a number a JSON number, a switch true/false, a "
      "text a string.")
-    cls, f = _field_of(key)
-    tp = _hints(cls)[f.name]
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    tp = args[0] if args else tp
+    tp = key_type(key)
     if v is None or key == 'trainer.curriculum' and isinstance(v, list): return
     want = {int: 'a JSON integer, e.g. 8', float: 'a JSON number, e.g. 0.1',
             bool: 'true or false', list[float]: 'a JSON list of numbers'}.get(tp, 'a JSON string')
@@ -79,6 +76,13 @@ def _json_type(key: str, v):
           bool: isinstance(v, bool), list[float]: isinstance(v, list)}.get(
               tp, isinstance(v, str) or key in _JSON_NUMBER_TEXT and number)
     if not ok: raise UsageError(f"{key}={json.dumps(v)} has the wrong JSON type: expected {want}")
+
+def key_type(key: str,  # dotted key or alias
+            ) -> type:
+    "The type of a key's values (`Optional` stripped), for a canonical key or an alias."
+    cls, f = _field_of(canonical_key(key))
+    tp = _hints(cls)[f.name]
+    return next((a for a in typing.get_args(tp) if a is not type(None)), tp)
 
 def read_config_file(path,      # a JSON file with sections model, data, trainer
                     ) -> dict:  # dotted key -> value
@@ -268,12 +272,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     ("Compact help: the help column at 32; the terminal's width up to 120 columns (100 when piped); descriptions and "
      "epilogs as written.")
     def __init__(self, prog: str,  # the program's name
-                 indent_increment: int = 2,   # indent of nested sections
-                 max_help_position: int = 32, # column of the help text
-                 width: int | None = None,    # default: the terminal's width, at most 120
                 ):
-        width = width or min(shutil.get_terminal_size((100, 24)).columns, 120) - 2
-        super().__init__(prog, indent_increment, max_help_position, width)
+        super().__init__(prog, max_help_position=32, width=min(shutil.get_terminal_size((100, 24)).columns, 120) - 2)
 
 def _suggest(message: str, options: list[str]) -> str:
     "argparse's message, with the closest valid flag for each unrecognized one."
@@ -307,12 +307,13 @@ class Parser(argparse.ArgumentParser):
                          namespace=None,    # argparse's namespace to fill
                         ):
         "argparse's, with a note on stderr for a flag given twice with different values: the later one is used."
-        args = list(sys.argv[1:] if args is None else args)
-        seen = {}
+        args, seen = list(sys.argv[1:] if args is None else args), {}
+        self.order = {}   # dest -> the position of its last flag, for `parse_config`
         for i, tok in enumerate(args):
             if tok == '--': break
             flag = tok.split('=', 1)[0]
             a = self._option_string_actions.get(flag) if tok.startswith('--') else None
+            if a is not None: self.order[a.dest] = i
             if a is None or a.nargs == 0: continue
             rest = list(itertools.takewhile(lambda t: not t.startswith('--'), args[i + 1:]))
             val = tok.split('=', 1)[1] if '=' in tok else ' '.join(rest if a.nargs in ('+', '*') else rest[:1])
@@ -336,7 +337,7 @@ def arg(*flags: str,            # the flag and its other spellings ('--checkpoin
     "A flag's spec for `make_parser`: `add_argument`'s arguments and the help section."
     return dict(flags=flags, help=help, group=group, **kw)
 
-_METAVARS = {bool: 'BOOL', int: 'INT', float: 'FLOAT'}
+_METAVARS = {bool: 'BOOL', int: 'INT', float: 'FLOAT', list[float]: 'FLOAT,...'}
 
 def _metavar_of(kw: dict) -> str:
     if kw.get('choices'): return 'NAME'
@@ -459,14 +460,6 @@ def option_specs() -> list[tuple[str, str]]:
     specs = [(k, field_help(k)) for k in all_keys()]
     return specs + [(a, f'alias of --{c}') for a, c in ALIASES.items() if not a.startswith(('vram.', 'training.'))]
 
-# %% ../nbs/02_flags.ipynb #498bd7a0
-def key_type(key: str,  # dotted key or alias
-            ) -> type:
-    "The type of a key's values (`Optional` stripped), for a canonical key or an alias."
-    cls, f = _field_of(canonical_key(key))
-    tp = _hints(cls)[f.name]
-    return next((a for a in typing.get_args(tp) if a is not type(None)), tp)
-
 # %% ../nbs/02_flags.ipynb #91a1f79d
 def key_meta(key: str,  # dotted key or alias
             ) -> dict:
@@ -485,8 +478,7 @@ def setting_help(key: str,  # canonical dotted key
     return _once(dict(option_specs())[key])
 
 def _metavar(key: str) -> str:
-    if key_meta(key).get('choices'): return 'NAME'
-    return {int: 'INT', float: 'FLOAT', bool: 'BOOL', list[float]: 'FLOAT,...'}.get(key_type(key), 'TEXT')
+    return 'NAME' if key_meta(key).get('choices') else _METAVARS.get(key_type(key), 'TEXT')
 
 def _add_setting(g, key: str, help: str):
     "Add `--key`: a string value (`apply_overrides` converts it); a bare boolean flag means true."
@@ -565,19 +557,10 @@ def _unknown(tokens: list[str], prog: str):
     raise UsageError(f"unexpected argument {tokens[0]!r}: settings are given as --SECTION.KEY=VALUE (see {prog} "
                      "--help).")
 
-def _flag_order(parser: Parser, argv: list[str]) -> dict[str, int]:
-    "dest -> the position of its last flag in `argv`."
-    order = {}
-    for i, tok in enumerate(argv):
-        a = parser._option_string_actions.get(tok.split('=', 1)[0]) if tok.startswith('--') else None
-        if a is not None: order[a.dest] = i
-    return order
-
-def _sources(parser: Parser, ns: argparse.Namespace, argv: list[str]) -> list[tuple[str, str, object]]:
-    "(canonical key, the flag as given, value) for the settings flags, in command-line order."
-    order = _flag_order(parser, argv)
+def _sources(parser: Parser, ns: argparse.Namespace) -> list[tuple[str, str, object]]:
+    "(canonical key, the flag as given, value) for the settings flags of the last parse, in command-line order."
     flags = sorted((k for k in vars(ns) if '.' in k or k in ALIASES or k in ('vram', 'training_preset')),
-                   key=lambda k: order.get(k, -1))
+                   key=lambda k: parser.order.get(k, -1))
     return [(canonical_key(k), f'--{k}', getattr(ns, k)) for k in flags]
 
 # %% ../nbs/02_flags.ipynb #e1b5fac8
@@ -616,7 +599,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     ns, unknown = parser.parse_known_args(argv)
     if unknown: _unknown(unknown, parser.prog)
     notes = []
-    merged = merge_settings(_sources(parser, ns, argv), notes)
+    merged = merge_settings(_sources(parser, ns), notes)
     times = seq_len_times(merged['data.seq_len'][1]) if 'data.seq_len' in merged else None
     if times and getattr(ns, 'init_from', None):   # resolved where the source is read (`cli.init_model`)
         delattr(ns, merged.pop('data.seq_len')[0][2:])
