@@ -21,7 +21,7 @@ __all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'PREPARE_READS', 'build_parser', 'parse
 EXAMPLES = """examples:
   longctx_train                                              # tiny model, stdlib corpus, CPU
   longctx_train --model.block=vanilla --model.num_params=150m --data.seq_len=512 --trainer.max_steps=10000
-  longctx_train --config config_16gb_safe.json --training_preset fast   # the Mamba memory guide's JSON: trains Mamba
+  longctx_train --config config_16gb_safe.json --training_preset fast   # a VRAM-preset JSON config: trains Mamba
   longctx_train --model_size small --vram 8gb --data.dataset_name=synthetic --data.task=passkey
   longctx_train --config small_32k --data_dir prepared_32k --model.block=blade   # the GPU-native trainer's 32K preset
   longctx_train --train_data train.npy --val_data val.npy --context_length 512 --batch_size 32 \

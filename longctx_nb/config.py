@@ -272,7 +272,7 @@ class TrainerConfig:
     precision: str = opt('auto', 'numeric precision: auto (bf16 autocast on GPUs that have bf16, fp16 with a gradient '
                          'scaler on older GPUs, fp32 on the CPU), 32, bf16 (bf16-mixed) or 16 (16-mixed)',
                          choices=lambda: ['auto', *sorted(_PRECISION_SPELLINGS)])
-    use_fp16: bool = opt(False, "with precision auto: fp16 autocast on a GPU (the Mamba memory guide's configs); on "
+    use_fp16: bool = opt(False, "with precision auto: fp16 autocast on a GPU (as VRAM-preset configs ask); on "
                          "the CPU fp32 runs and a note says so")
     cpu_offload: bool = opt(False, 'keep optimizer state in CPU memory (not supported: see the training notebook)')
     default_root_dir: str = opt('runs', 'folder that holds the run directories')
@@ -349,7 +349,7 @@ class Config:
 
 # %% ../nbs/01_config.ipynb #5609901b
 ALIASES = {
-    # the Mamba memory guide's presets (model_size / vram / training_preset): flags and JSON sections
+    # VRAM and training presets (model_size / vram / training_preset): flags and JSON sections
     'model_size': 'model.size', 'model.num_params': 'model.size', 'data_dir': 'data.data_dir',
     'model.expand_factor': 'model.expand', 'model.max_seq_len': 'data.seq_len', 'model.layers': 'model.block',
     'vram.batch_size': 'data.batch_size', 'vram.max_seq_len': 'data.seq_len',
@@ -376,7 +376,7 @@ ALIASES = {
     # the GPU-native trainer's flags
     'checkpoint_dir': 'trainer.checkpoint_dir', 'save_steps': 'trainer.checkpoint_interval',
 }
-# the rest of the Mamba memory guide's `training` section has our names already
+# the rest of a VRAM-preset config's `training` section has our names already
 ALIASES.update({f'training.{k}': f'trainer.{k}' for k in ('learning_rate', 'weight_decay', 'max_steps', 'warmup_steps',
                 'eval_interval', 'adam_beta1', 'adam_beta2', 'adam_epsilon', 'label_smoothing')})
 

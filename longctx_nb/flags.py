@@ -15,12 +15,12 @@ from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_ov
                                _RAW_CHECKS)
 
 # %% auto #0
-__all__ = ['MAMBA_GUIDE_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'MAMBA_GUIDE', 'GPU_NATIVE', 'flatten_sections',
-           'key_type', 'read_config_file', 'guide_keys', 'build_config', 'config_settings', 'load_config',
-           'setting_sources', 'unread_rule', 'check_read', 'check_before_run', 'run_checks', 'HelpFormatter', 'Parser',
-           'arg', 'add_args', 'arg_comments', 'args_from', 'settings_table', 'field_help', 'option_specs', 'key_meta',
-           'setting_help', 'alias_style', 'add_settings', 'make_parser', 'seq_len_times', 'explicit_keys',
-           'parse_config', 'setting_overrides', 'main']
+__all__ = ['VRAM_PRESET_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'VRAM_PRESET_ALIASES', 'GPU_NATIVE',
+           'flatten_sections', 'key_type', 'read_config_file', 'vram_preset_keys', 'build_config', 'config_settings',
+           'load_config', 'setting_sources', 'unread_rule', 'check_read', 'check_before_run', 'run_checks',
+           'HelpFormatter', 'Parser', 'arg', 'add_args', 'arg_comments', 'args_from', 'settings_table', 'field_help',
+           'option_specs', 'key_meta', 'setting_help', 'alias_style', 'add_settings', 'make_parser', 'seq_len_times',
+           'explicit_keys', 'parse_config', 'setting_overrides', 'main']
 
 # %% ../nbs/02_flags.ipynb #1548a524
 def flatten_sections(d: dict,           # {section: {key: value}} or top-level scalars
@@ -103,29 +103,29 @@ def _value_checked(key: str, v):
     return coerce(key, v, _hints(cls)[f.name], f.metadata)
 
 # %% ../nbs/02_flags.ipynb #2492e556
-MAMBA_GUIDE_KEYS = ('model_size', 'vram', 'training_preset', 'model.expand_factor', 'model.max_seq_len')
+VRAM_PRESET_KEYS = ('model_size', 'vram', 'training_preset', 'model.expand_factor', 'model.max_seq_len')
 
-def guide_keys(settings: dict,  # key as spelled (a leading '--' allowed) -> value
-              ) -> list[str]:   # those of the Mamba memory guide's interface, with a value
-    ("The keys of `settings` that only the Mamba memory guide's interface uses (its flags, its vram and training "
+def vram_preset_keys(settings: dict,  # key as spelled (a leading '--' allowed) -> value
+              ) -> list[str]:   # those of the VRAM-preset interface, with a value
+    ("The keys of `settings` that only the VRAM-preset interface uses (its flags, its vram and training "
      "sections).")
     return [k for k, v in settings.items() if v is not None
-            and (k.lstrip('-') in MAMBA_GUIDE_KEYS or k.lstrip('-').startswith(('vram.', 'training.')))]
+            and (k.lstrip('-') in VRAM_PRESET_KEYS or k.lstrip('-').startswith(('vram.', 'training.')))]
 
 def build_config(levels,                       # [(where or None, {key: value}), ...], lowest precedence first
                  notes: list | None = None,    # if a list: the notes of every level, and the Mamba default
                  origins: dict | None = None,  # if a dict: canonical key -> (value, where it came from, kind)
                  base: Config | None = None,   # the config to start from (default: `Config()`)
                 ) -> Config:
-    ("Apply each level in turn (presets first within a level); for a new run the Mamba memory guide's keys without a "
+    ("Apply each level in turn (presets first within a level); for a new run the VRAM-preset keys without a "
      "block mean Mamba.")
     origin = {} if origins is None else origins
     cfg = copy.deepcopy(base) if base is not None else Config()
     given = {k: v for _, d in levels for k, v in d.items()}
-    guide = guide_keys(given)
-    if guide and base is None and not any(canonical_key(k) == 'model.block' for k in given):   # a new run
-        named = ', '.join(dict.fromkeys(k.lstrip('-') for k in guide[:3]))
-        why = f"the Mamba memory guide's settings ({named}) with no model.block"
+    preset = vram_preset_keys(given)
+    if preset and base is None and not any(canonical_key(k) == 'model.block' for k in given):   # a new run
+        named = ', '.join(dict.fromkeys(k.lstrip('-') for k in preset[:3]))
+        why = f"VRAM-preset settings ({named}) with no model.block"
         cfg = apply_overrides(cfg, {'model.block': 'mamba'})
         origin['model.block'] = ('mamba', why, 'preset')
         if notes is not None:
@@ -487,15 +487,15 @@ def _add_setting(g, key: str, help: str):
                    const=const, metavar=_metavar(key))
 
 # %% ../nbs/02_flags.ipynb #5a840a5e
-MAMBA_GUIDE = ('model_size', 'data_dir', 'model.size', 'model.num_params', 'model.expand_factor', 'model.max_seq_len')
+VRAM_PRESET_ALIASES = ('model_size', 'data_dir', 'model.size', 'model.num_params', 'model.expand_factor', 'model.max_seq_len')
 GPU_NATIVE = ('resume',)
 
 def alias_style(alias: str,  # a key of `config.ALIASES`
                ) -> str:
     "The convention an alias comes from, as --help names it."
     if alias in GPU_NATIVE: return "the GPU-native trainer's flags"
-    if alias in MAMBA_GUIDE and '.' not in alias: return "the Mamba memory guide's flags"
-    if alias in MAMBA_GUIDE and alias != 'model.num_params': return "the Mamba memory guide's JSON keys"
+    if alias in VRAM_PRESET_ALIASES and '.' not in alias: return "VRAM-preset flags"
+    if alias in VRAM_PRESET_ALIASES and alias != 'model.num_params': return "VRAM-preset JSON keys"
     return 'cs336-style flat flags' if '.' not in alias else 'LightningCLI-style dotted flags'
 
 def _alias_text(aliases: list[str], width: int) -> str:
@@ -518,8 +518,8 @@ def add_settings(p: Parser,              # the parser to add to
     "One flag per setting of `sections` (and the presets), and their aliases in a section of their own."
     if presets:
         p.group('config files and presets').add_argument(
-            '--config', metavar='FILE', help="a JSON config (sections model, data, trainer, or the Mamba memory "
-                                             "guide's model, vram, training), or a size preset by name, e.g. small_32k")
+            '--config', metavar='FILE', help="a JSON config (sections model, data, trainer, or a VRAM-preset "
+                                             "config's model, vram, training), or a size preset by name, e.g. small_32k")
     for k, h in option_specs():
         if k in ALIASES: continue
         s = k.split('.')[0] if '.' in k else None  # None: a preset ('vram', 'training_preset')

@@ -50,7 +50,7 @@ def test_pretokenized_npy_flat_flags(bindir, tmp_path):
     assert rows[-1]['val_loss'] < 2.0  # the periodic sequence is learnt
 
 def test_mamba_guide_config_and_presets(bindir, tmp_path):
-    "A JSON config in the Mamba memory guide's format (model / vram / training sections) with --training_preset and overrides."
+    "A JSON config in the VRAM-preset format (model / vram / training sections) with --training_preset and overrides."
     conf = {"model": {"d_model": 64, "n_layers": 2, "d_state": 16, "expand_factor": 2, "dropout": 0.1,
                       "max_seq_len": 64, "vocab_size": 256},
             "vram": {"batch_size": 2, "gradient_accumulation_steps": 2, "max_seq_len": 64, "use_fp16": True,
@@ -163,7 +163,7 @@ def test_usage_errors_of_every_command(bindir, tmp_path):
         assert 'did you mean' in p.stderr.lower() or 'unrecognized argument' in p.stderr, p.stderr
 
 def test_synthetic_task(bindir, tmp_path):
-    "The long-context blocks guide's spelling --data.dataset_name=synthetic: an associative-recall run logs val_acc beside val_loss."
+    "The LightningCLI-style spelling --data.dataset_name=synthetic: an associative-recall run logs val_acc beside val_loss."
     p = run(bindir, 'longctx_train', '--data.dataset_name=synthetic', '--data.task=associative_recall', '--data.num_pairs=4',
             '--data.seq_len=64', '--data.batch_size=8', '--model.n_layers=2', '--trainer.max_steps=6', '--trainer.eval_interval=3',
             '--trainer.limit_val_batches=2', '--trainer.log_every_n_steps=3', '--trainer.enable_progress_bar=false',

@@ -1,6 +1,6 @@
-"""The headline commands of the five guides our users come from, shrunk to tiny sizes on the CPU and run as real
-processes: each works as its guide describes, or is refused (exit code 2, one paragraph, no traceback) with a message
-that names what to run instead. The guides' `python train.py` becomes `longctx_train` (see the README)."""
+"""The headline commands of the five conventions our users come from (tutorial 06, Coming from another trainer), shrunk to tiny sizes on the CPU and run as real
+processes: each works as its convention has it, or is refused (exit code 2, one paragraph, no traceback) with a message
+that names what to run instead. Their `python train.py` becomes `longctx_train` (see the README)."""
 import json, os, socket, subprocess, sys
 import numpy as np
 from pathlib import Path
@@ -43,7 +43,7 @@ def work(tmp_path_factory):
 def free_port() -> int:
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
-# --- the Mamba training guide (torchrun, DDP, a Mamba block in a plain PyTorch loop) ---
+# --- plain Mamba training (torchrun, DDP, a Mamba block in a plain PyTorch loop) ---
 
 def test_mamba_guide_torchrun(work):
     "`torchrun --nproc_per_node=8 train.py`: two CPU processes train a Mamba model."
@@ -62,7 +62,7 @@ def test_mamba_guide_block_in_a_plain_loop(work):
             "y.pow(2).mean().backward(); torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step(); print('ok')\n")
     assert run(sys.executable, '-c', code, cwd=work, check=0).stdout.strip() == 'ok'
 
-# --- the Mamba memory guide's presets (model_size / vram / training_preset), its JSON config ---
+# --- VRAM and training presets (model_size / vram / training_preset), its JSON config ---
 
 CONFIG_16GB = {  # config_16gb_safe.json with tiny sizes
     'model': {'d_model': 32, 'n_layers': 1, 'd_state': 8, 'expand_factor': 2, 'dropout': 0.1, 'max_seq_len': 32, 'vocab_size': 256},
@@ -93,11 +93,11 @@ def test_memory_guide_synthetic_data_dir(work):
     p = run('longctx_train', '--model_size', 'small', '--vram', '8gb', '--data_dir', 'synthetic_data', cwd=work)
     refused(p, 'longctx_train', '--data.dataset_name=synthetic')
 
-# --- the long-context blocks guide (LightningCLI-style dotted flags, longctx_eval, make) ---
+# --- LightningCLI-style block comparisons (LightningCLI-style dotted flags, longctx_eval, make) ---
 
 @pytest.fixture(scope='module')
 def runs(work):
-    "Two runs trained with the guide's dotted flags at seq_len 64 (the guide's `fit` subcommand included)."
+    "Two runs trained with LightningCLI-style dotted flags at seq_len 64 (the `fit` subcommand included)."
     for block, extra in (('dpassm', ['--model.window_size=16', '--model.ssm_state_dim=8']), ('vanilla', [])):
         run('longctx_train', 'fit', '--model.num_params=tiny', f'--model.block={block}', *extra, '--data.data_dir=prep',
             '--data.max_seq_len=64', '--trainer.max_steps=2', '--trainer.devices=1', '--trainer.accelerator=cpu',
@@ -111,12 +111,12 @@ def test_blocks_guide_train_and_evaluate_every_run(work, runs):
     rows = p.stdout[p.stdout.index('passkey: exact-match accuracy'):].splitlines()
     assert [r.split()[0] for r in rows[2:4]] == ['dpassm', 'vanilla']
     assert 'the passkey needs sequences of at least' in p.stdout   # 64 is too short for the text passkey: said, not refused
-    # the guide's own pattern names files this library does not write: refused, naming what to give
+    # Lightning's checkpoint pattern names files this library does not write: refused, naming what to give
     refused(run('longctx_eval', '--task', 'passkey', '--checkpoint_path=logs/*/checkpoints/*.ckpt', '--device', 'cpu', cwd=work),
             'longctx_eval', 'matches no model', 'runs/*')
 
 def test_blocks_guide_make_setup():
-    "`make setup`, the guide's first command, creates the environment as `make venv` does."
+    "`make setup`, the first command of LightningCLI-style projects, creates the environment as `make venv` does."
     p = run('make', '-n', 'setup', 'VENV=/nonexistent/venv', cwd=ROOT, check=0)
     assert '-m venv /nonexistent/venv' in p.stdout and 'pip install -q -e ".[dev]"' in p.stdout
 
@@ -138,7 +138,7 @@ CS336 = ['--train_data', 'data/train_tokens.npy', '--val_data', 'data/val_tokens
 
 @pytest.fixture(scope='module')
 def cs336_run(work):
-    "The guide's large-scale flag list, shrunk: 4 iterations, a checkpoint every 2, to checkpoints/large_model.pt."
+    "The cs336-style large-scale flag list, shrunk: 4 iterations, a checkpoint every 2, to checkpoints/large_model.pt."
     import numpy as np
     (work / 'data').mkdir(exist_ok=True)
     rng = np.random.default_rng(0)

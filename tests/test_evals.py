@@ -20,7 +20,7 @@ def copy_run(bindir, tmp_path_factory):
     return root / 'copy'
 
 def test_trained_model_beyond_its_length(bindir, copy_run, tmp_path):
-    "The long-context blocks guide's flags: the copy model keeps copying at 4x its training length; JSON and PNG are written."
+    "LightningCLI-style flags: the copy model keeps copying at 4x its training length; JSON and PNG are written."
     out = tmp_path / 'eval'
     p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--seq_len', 32, '--max_len', 128, '--block', 'vanilla',
             '--device', 'cpu', f'--checkpoint_path={copy_run}', '--n_samples', 16, '--output_dir', out, check=0)
@@ -29,7 +29,7 @@ def test_trained_model_beyond_its_length(bindir, copy_run, tmp_path):
     assert min(r['tasks']['copy']['accuracy']) > 0.9, r['tasks']
     assert (out / 'vanilla_copy_recall.png').stat().st_size > 5000
     assert 'copy' in p.stdout and 'WARNING' not in p.stderr
-    # --pretrained_model (the guide's spelling), a checkpoint file, and python -m
+    # --pretrained_model (the LightningCLI-style spelling), a checkpoint file, and python -m
     ckpt = sorted((copy_run / 'checkpoints').glob('step_*.pt'))[-1]
     p = run([sys.executable, '-m', 'longctx_nb.evals'], '--task', 'passkey', f'--pretrained_model={ckpt}', '--lengths', 32, 64,
             '--depths', 0, 1, '--n_samples', 4, '--device', 'cpu', check=0)

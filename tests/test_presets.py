@@ -1,4 +1,4 @@
-"""The Mamba memory guide's interface and the GPU-native trainer's presets, as their users type them: the model built,
+"""The VRAM-preset interface and the GPU-native trainer's presets, as their users type them: the model built,
 where each value came from, the precision that runs, and the example launch scripts."""
 import contextlib, io, json, os, re, subprocess
 from pathlib import Path
@@ -29,7 +29,7 @@ def guide(tmp_path):
     p = tmp_path / 'config_16gb_safe.json'; p.write_text(json.dumps(GUIDE)); return p
 
 def test_guide_config_builds_mamba_with_its_settings(guide):
-    "No block given: the guide's JSON builds Mamba layers with its d_state, expand_factor, d_conv and dt_rank."
+    "No block given: a VRAM-preset JSON config builds Mamba layers with its d_state, expand_factor, d_conv and dt_rank."
     from longctx_nb.model import LM
     from longctx_nb.blocks.mamba import Mamba
     cfg, _, err = parse(['--config', str(guide)])
@@ -40,7 +40,7 @@ def test_guide_config_builds_mamba_with_its_settings(guide):
     for m in mixers:
         assert (m.d_state, m.expand, m.d_conv, m.dt_rank, m.d_inner) == (8, 3, 3, 5, 192)
         assert m.A_log.shape == (192, 8) and m.conv1d.kernel_size == (3,) and m.dt_proj.in_features == 5
-    # the guide's flags too; a block given explicitly wins
+    # VRAM-preset flags too; a block given explicitly wins
     assert parse(['--model_size', 'small', '--vram', '8gb'])[0].model.block == 'mamba'
     assert parse(['--training_preset', 'fast'])[0].model.block == 'mamba'
     assert parse(['--model_size', 'small', '--model.block=vanilla'])[0].model.block == 'vanilla'
@@ -91,7 +91,7 @@ def test_print_config_says_where_each_value_came_from(bindir, guide, tmp_path):
     assert src['trainer.learning_rate'] == f'training.learning_rate in config {guide}'
     assert src['data.batch_size'] == 'flag --batch_size'
     assert src['trainer.seed'] == 'default'
-    assert src['model.block'].startswith("the Mamba memory guide's settings")
+    assert src['model.block'].startswith('VRAM-preset settings')
     assert "trainer.max_steps=100 from the training preset 'fast' replaces 100000" in p.stderr
     assert list(tmp_path.iterdir()) == [guide]   # nothing written
 
@@ -111,7 +111,7 @@ def test_size_names_are_the_blocks_own(bindir, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 def test_synthetic_data_dir_names_the_flag(bindir, tmp_path):
-    "The guide's step 2 (`--data_dir synthetic_data`) says exactly which flag selects the synthetic data sets."
+    "A VRAM-preset config's second step (`--data_dir synthetic_data`) says exactly which flag selects the synthetic data sets."
     p = run(bindir, 'longctx_train', '--model_size', 'small', '--vram', '8gb', '--data_dir', 'synthetic_data', cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     assert "data.data_dir='synthetic_data' does not exist" in p.stderr and 'use --data.dataset_name=synthetic with --data.task=' in p.stderr
