@@ -344,7 +344,7 @@ def fit_lengths(cfg,                   # a training `Config`
     dev = get_device(t.accelerator)
     avail, p, cfg = available_memory(dev), pick_precision(t, dev)[0], _with_vocab(cfg)
     if avail is None: return f"longest sequence that fits: unknown ({dev.type} does not say its free memory)"
-    splits = get_block(cfg.model.block).splits() is not None
+    splits = all(get_block(b).splits() for b in layer_blocks(cfg.model))   # every layer's block
     got = [f"{L:,} tokens" if (L := longest_fitting(cfg.model, cfg.data.batch_size, p, avail[0], dev.type, k))
            else 'none' for k in counts if k == 1 or splits]
     got = [f"{g} on " + (f"{k} devices (--trainer.context_parallel={k})" if k > 1 else "one device")
