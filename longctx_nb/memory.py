@@ -349,7 +349,7 @@ def fit_lengths(cfg,                   # a training `Config`
            else 'none' for k in counts if k == 1 or splits]
     got = [f"{g} on " + (f"{k} devices (--trainer.context_parallel={k})" if k > 1 else "one device")
            for g, k in zip(got, counts)]
-    return (f"longest sequence whose training step fits (estimated; batch {cfg.data.batch_size}, {p}; "
+    return (f"longest sequence whose training step fits (estimated; batch {cfg.data.batch_size}, precision {p}; "
             f"{avail[1]}): {', '.join(got)}"
             + ('' if splits else f"; model.block={cfg.model.block} cannot split a sequence over devices"))
 
