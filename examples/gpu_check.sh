@@ -20,16 +20,24 @@
 #   fits      the longest sequence whose training step fits, per block, within $FIT_SECONDS in all, or less where
 #             the run's time is short ('≥ L (time limit)' where a block's search was cut short; one stopped by an
 #             error fails the step, as a path off its reference or a step that raised does in the steps before)
+#   context   with two or more GPUs visible: one training step of each block that splits a sequence, split over all of
+#             them (longctx_bench context --device cuda, NCCL, one rank per GPU), into context_table.md. It should
+#             show vanilla sending 1.5x ring attention's K/V bytes (its forward all-gathers k and v, its backward
+#             all-reduces their gradients: 6 (N-1) l K a bytes against the ring's 4 (N-1) l K a), longformer a
+#             small fraction of it (its window's halo), and each rank's saved bytes within 1% of the estimate for
+#             both; mamba's estimate is low (its state exchange's saved tensors are not counted). With one GPU: the
+#             line 'context: skipped: ...', and the step passes
 #   cells     every notebook with a cell marked `#| cuda` run whole, in parallel (examples/cuda_cells.py; needs nbdev)
 #
-# Output, in $OUT: gpu_table.md (the tables), gpu_rows.json (their rows), gpu_check.log (everything printed).
+# Output, in $OUT: gpu_table.md (the tables), gpu_rows.json (their rows), gpu_check.log (everything printed), and
+# with several GPUs context_table.md and context_rows.csv.
 # Environment (all optional):
 #   PYTHON=python3        the interpreter with a CUDA build of torch; longctx_nb comes from this repository
 #   OUT=gpu_check         where the three files go
 #   WHEELS=.whl           the wheels carried along (test tools, kernels); SITE=/tmp/longctx_site is where they are unpacked
 #   TOTAL_S=480           the whole run's time limit in seconds (a lent machine's command may run ten minutes)
 #   FIT_SECONDS=100       time for the whole fit search (all blocks together), at most what is left of TOTAL_S
-#   COMPARE_S=90 BLOCKS_S=210 CELLS_S=150   those steps' time limits in seconds (within what is left of TOTAL_S)
+#   COMPARE_S=90 BLOCKS_S=210 CONTEXT_S=90 CELLS_S=150   those steps' time limits in seconds (within what is left of TOTAL_S)
 #   BENCH_FLAGS="--size small"  more flags for longctx_bench gpu (see: longctx_bench gpu --help)
 # Exit codes: 0 all steps passed, 1 a step failed or ran out of time (see gpu_check.log), 2 no CUDA GPU or a bad argument.
 set -uo pipefail
@@ -45,9 +53,10 @@ TOTAL_S=${TOTAL_S:-480}
 FIT_SECONDS=${FIT_SECONDS:-100}
 COMPARE_S=${COMPARE_S:-90}
 BLOCKS_S=${BLOCKS_S:-210}
+CONTEXT_S=${CONTEXT_S:-90}
 CELLS_S=${CELLS_S:-150}
-VALID=(quick kernels compare blocks fits cells)
-QUICK=(kernels compare blocks fits cells)
+VALID=(quick kernels compare blocks fits context cells)
+QUICK=(kernels compare blocks fits context cells)
 
 for s in "$@"; do
   case " ${VALID[*]} " in *" $s "*) ;; *)
@@ -157,6 +166,16 @@ sys.exit(1 if bad else 0)
 EOF
 }
 
+context() {   # a sequence split over every GPU visible: bytes sent beside ring attention's, memory per rank
+  local n; n=$(py -c "import torch; print(torch.cuda.device_count())")
+  if [ "${n:-0}" -lt 2 ]; then
+    echo "context: skipped: ${n:-no} GPU visible, and splitting a sequence over GPUs needs two or more"; return 0
+  fi
+  timeout -k 15 "$(lim "$CONTEXT_S")" "$PYTHON" -c "from longctx_nb.bench import bench_main; bench_main()" context \
+    --device cuda --context_parallel "$n" --L $((8192 * n)) --size small --precision bf16 --csv "$OUT/context_rows.csv" \
+    | tee "$OUT/context_table.md"
+}
+
 cells() {
   local err
   if ! err=$(py -c "import nbdev.test" 2>&1); then
@@ -192,6 +211,7 @@ for s in "${STEPS[@]}"; do
     fits)    f=$(( $(left) - 45 )); f=$(( f < ${FIT_SECONDS%.*} ? f : ${FIT_SECONDS%.*} )); f=$(( f > 10 ? f : 10 ))
              bench fits "$((f + 45))" --fit_seconds "$f" || rc=1
              failed_rows fits || rc=1 ;;
+    context) context || rc=1 ;;
     cells)   tools; cells || rc=1 ;;
   esac
   [ $rc = 0 ] || status=1

@@ -4,28 +4,34 @@
 
 # %% ../nbs/50_bench.ipynb #3f370f11
 from __future__ import annotations
-import contextlib, csv, importlib, inspect, math, os, sys
-import torch
+import contextlib, csv, importlib, inspect, math, os, sys, tempfile
+import torch, torch.distributed as dist
+import torch.nn.functional as F
 from pathlib import Path
 from .core import UsageError, autocast, get_device, seed_everything, check_writable_dir
 from .measure import Timing, bench_clock, busy_cores, pyplot, time_reps, timing_table, ratio_cell
-from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err
+from .measure import peak_memory_bytes, paired_ratio, time_in_turn, rel_err, collective_bytes
+from .measure import saved_tensor_bytes
 from .config import Config, apply_overrides
-from .memory import available_memory, check_fits, check_positive, format_bytes
+from .memory import available_memory, check_fits, check_positive, estimate_memory, format_bytes
 from .flags import Parser, arg, add_args, args_from, main
-from .model import block_names, count_params, create_model, param_groups
-from .blocks.base import blocks_reading, canonical_block
+from .model import LM, block_names, count_params, create_model, param_groups
+from .distributed import Dist, context_fits, context_group
+from .blocks.base import ContextGroup, act_bytes, blocks_reading, canonical_block, context_parallel
+from .blocks.base import get_block
 
 # %% auto #0
-__all__ = ['BENCHES', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'get_bench', 'bench_parser',
-           'check_args', 'pinned_threads', 'write_csv', 'run_bench', 'bench_main', 'train_step_fn', 'train_step_timing',
-           'print_block_bench', 'plot_bench', 'hf_counterpart', 'bench_blocks', 'require_cuda', 'compare_impl']
+__all__ = ['BENCHES', 'MIN_REPS', 'BENCH_IMPLS', 'BENCH_READS', 'HF_BLOCKS', 'ALL_BLOCKS', 'CONTEXT_BLOCKS', 'get_bench',
+           'bench_parser', 'check_args', 'pinned_threads', 'write_csv', 'run_bench', 'bench_main', 'train_step_fn',
+           'train_step_timing', 'print_block_bench', 'plot_bench', 'hf_counterpart', 'bench_blocks', 'context_rows',
+           'print_context_bench', 'bench_context', 'require_cuda', 'compare_impl']
 
 # %% ../nbs/50_bench.ipynb #0fca7b4b
 BENCHES = {
     'scan': 'longctx_nb.kernels.scan:bench_scan',
     'attention': 'longctx_nb.kernels.attention:bench_attention',
     'blocks': 'longctx_nb.bench:bench_blocks',
+    'context': 'longctx_nb.bench:bench_context',
     'dpassm': 'longctx_nb.blocks.dpassm:bench_dpassm',
     'gpu': 'longctx_nb.gpu:bench_gpu',
 }
@@ -448,6 +454,101 @@ def bench_blocks(blocks=ALL_BLOCKS,       # block names; or transformers' of our
                         | ({'counterpart': HF_BLOCKS[b.lower()]} if b.lower() in HF_BLOCKS else {}))
     if verbose: print_block_bench(rows, notes)
     if png: plot_bench(rows, png)
+    return rows
+
+# %% ../nbs/50_bench.ipynb #e6b8bf15
+CONTEXT_BLOCKS = tuple(b for b in ALL_BLOCKS if get_block(b).splits())   # the blocks that split a sequence over ranks
+
+def _context_step(model, ids, cp: ContextGroup, precision, device) -> dict:
+    "One forward and backward of `model` on this rank's part of `ids` `(B, L + 1)`: saved bytes, bytes sent."
+    part, out = Dist(context=cp).part, []
+    def fwd():
+        with autocast(device, precision):
+            out.append(F.cross_entropy(model(part(ids[:, :-1])).flatten(0, 1).float(), part(ids[:, 1:]).flatten()))
+    with context_parallel(model, cp), collective_bytes() as sent:
+        saved = saved_tensor_bytes(fwd, params=model)
+        forward = sum(sent.values())
+        out[0].backward()
+    return dict(saved_bytes=saved, sent_forward=forward, sent=sum(sent.values()))
+
+def _context_rank(rank, n, store, cfgs, ids, precision, device, queue):
+    "Rank `rank` of `n` (spawned): `_context_step` of each model in `cfgs` on its part, put on `queue`."
+    dev = torch.device(device, rank) if device == 'cuda' else torch.device(device)
+    if dev.type == 'cuda': torch.cuda.set_device(dev)
+    dist.init_process_group('nccl' if dev.type == 'cuda' else 'gloo', init_method=f'file://{store}', rank=rank,
+                            world_size=n)
+    try:
+        cp = context_group(dev, n, n)
+        queue.put((rank, [_context_step(seed_everything(0) or LM(c).to(dev), ids.to(dev), cp, precision, dev)
+                          for c in cfgs]))
+    finally: dist.destroy_process_group()
+
+def context_rows(cfgs: list,       # `ModelConfig`s (vocab_size set) of blocks that split
+                 L: int,           # tokens per sequence
+                 n: int,           # ranks each sequence is split over (1: one process, this one)
+                 batch: int = 1,   # sequences per step
+                 precision: str = '32',  # autocast precision
+                 device='cpu',     # 'cpu' (gloo) or 'cuda' (NCCL, one GPU per rank)
+                ) -> list[dict]:   # one per model
+    "Per model: bytes a rank sends per layer and step, ring attention's, its saved activations and their estimate."
+    ids = torch.randint(0, min(c.vocab_size for c in cfgs), (batch, L + 1), generator=torch.Generator().manual_seed(0))
+    if n == 1:
+        got = [[_context_step(seed_everything(0) or LM(c).to(device), ids.to(device), ContextGroup(), precision,
+                              torch.device(device)) for c in cfgs]]
+    else:   # n processes started together, each running every model in turn
+        q = torch.multiprocessing.get_context('spawn').SimpleQueue()
+        torch.multiprocessing.start_processes(_context_rank, (n, f'{tempfile.mkdtemp()}/store', cfgs, ids, precision,
+                                                              torch.device(device).type, q), nprocs=n,
+                                              start_method='spawn')
+        got = [r for _, r in sorted(q.get() for _ in range(n))]
+    rows = []
+    for i, c in enumerate(cfgs):
+        K = c.d_model // c.n_heads * (c.n_kv_heads or c.n_heads)   # the keys' width, and the values'
+        mean = lambda k: sum(r[i][k] for r in got) / n / c.n_layers
+        rows.append(dict(block=c.block, L=L, ranks=n, split=get_block(c.block).splits(), sent_per_layer=mean('sent'),
+                         sent_forward=mean('sent_forward'),
+                         ring_per_layer=2 * (n - 1) * batch * L * 2 * K * act_bytes(precision) // n,  # fwd and bwd
+                         saved_bytes=max(r[i]['saved_bytes'] for r in got),
+                         estimated_bytes=estimate_memory(c, batch, L, precision, device=str(device),
+                                                         context_parallel=n).saved))
+    return rows
+
+def print_context_bench(rows: list[dict]):   # from `context_rows`
+    "The rows as a Markdown table: bytes sent per layer and step beside ring attention's, saved bytes per rank."
+    print('| block | split | L | ranks | sent / layer / step | of it forward | ring attention K/V | sent / ring '
+          '| saved per rank | estimated | estimate / saved |')
+    print('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+    for r in rows:
+        ratio = f"{r['sent_per_layer'] / r['ring_per_layer']:.3f}" if r['ring_per_layer'] else '-'
+        print(f"| {r['block']} | {r['split']} | {r['L']} | {r['ranks']} | {format_bytes(r['sent_per_layer'])} "
+              f"| {format_bytes(r['sent_forward'])} | {format_bytes(r['ring_per_layer'])} | {ratio} "
+              f"| {format_bytes(r['saved_bytes'])} | {format_bytes(r['estimated_bytes'])} "
+              f"| {r['estimated_bytes'] / r['saved_bytes']:.3f} |")
+
+def bench_context(blocks=CONTEXT_BLOCKS,       # blocks that split a sequence over ranks
+                  Ls=(1024,),                  # tokens per sequence
+                  context_parallel: int = 2,   # ranks each sequence is split over (processes started)
+                  batch: int = 1,              # sequences per step
+                  size: str = 'tiny',          # size preset of each model
+                  precision: str = '32',       # autocast precision ('32', 'bf16', '16')
+                  device: str = 'cpu',         # cpu (gloo) or cuda (NCCL, one GPU per rank)
+                  window_size: int = 256,      # window of the local-attention blocks
+                  verbose: bool = True,        # print the table
+                 ) -> list[dict]:              # one row per block and length
+    "Bytes a rank sends per layer and step with each sequence split over ranks, beside ring attention's; memory."
+    n, dev = context_parallel, torch.device(device)
+    if dev.type == 'cuda' and torch.cuda.device_count() < n:
+        raise UsageError(f"--context_parallel {n} on cuda needs {n} GPUs, one per rank, and this machine has "
+                         f"{torch.cuda.device_count()}; use at most that many, or --device cpu.")
+    cfgs = []
+    for b in blocks:   # each split refused as the trainer refuses it
+        ov = {'model.vocab_size': 256, 'model.size': size, 'model.block': b, 'trainer.context_parallel': n,
+              'trainer.devices': n}
+        if 'window_size' in get_block(b).field_map(): ov['model.window_size'] = window_size
+        for L in Ls: context_fits(apply_overrides(Config(), ov | {'data.seq_len': L}))
+        cfgs.append(apply_overrides(Config(), ov).model)
+    rows = [r for L in Ls for r in context_rows(cfgs, L, n, batch, precision, dev.type)]
+    if verbose: print_context_bench(rows)
     return rows
 
 # %% ../nbs/50_bench.ipynb #f7c91a95

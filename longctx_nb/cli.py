@@ -183,6 +183,7 @@ def run_config(cfg: Config,  # the config the flags describe on their own
 
 # %% ../nbs/70_cli.ipynb #a1b2c3d4
 from .flags import build_config, config_settings, setting_sources
+from .memory import fit_lengths
 
 def _given(ns: argparse.Namespace) -> list:
     "The settings a command line gave, as `build_config` levels: its --config file's, then its flags."
@@ -210,6 +211,7 @@ def print_config(cfg: Config,     # the config the run would use
     lines.append(f"model: {m.block} {m.size}, {m.n_layers} layers of width {m.d_model}, {n:,} parameters with "
                  + (f"model.vocab_size={V:,}" if V else "a 50,257-token vocabulary (as the size names count; a run's "
                     "vocabulary is its tokenizer's)"))
+    lines.append(fit_lengths(cfg))
     print('\n'.join(lines), file=err or sys.stderr)
 
 # %% ../nbs/70_cli.ipynb #c5c0f3a17

@@ -16,8 +16,8 @@ from .corpus import cache_root
 __all__ = ['DISTURBED_SPREAD', 'MIN_SPREAD_REPS', 'CLOCKS', 'REMEASURE_ENV', 'PEAK_CLOSE', 'RATIOS_APART', 'reset_peak_memory',
            'peak_memory_mb', 'Timing', 'bench_clock', 'time_reps', 'time_in_turn', 'paired_ratio', 'steady_heap',
            'busy_cores', 'measure_peak_flops', 'device_name', 'peak_key', 'device_peak_flops', 'recheck_peak', 'mfu',
-           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'bench_impls', 'ratio_cell',
-           'timing_table', 'pyplot', 'rel_err']
+           'format_mfu', 'peak_memory_bytes', 'profile_ops', 'saved_tensor_bytes', 'collective_bytes', 'bench_impls',
+           'ratio_cell', 'timing_table', 'pyplot', 'rel_err']
 
 # %% ../nbs/07_measure.ipynb #c313a284
 def reset_peak_memory(device: torch.device,  # the device to reset (nothing to do off CUDA)
@@ -322,6 +322,32 @@ def saved_tensor_bytes(fn: Callable,                                           #
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn(*args)
     return sum(seen.values())
+
+# %% ../nbs/07_measure.ipynb #a5fb1fd8
+# collective -> bytes one rank sends in it (the ring algorithm), from its bound arguments and the group's size
+_SENT = {'all_gather': lambda a, n: (n - 1) * a['tensor'].nbytes,
+         'all_gather_into_tensor': lambda a, n: (n - 1) * a['input_tensor'].nbytes,
+         'all_reduce': lambda a, n: 2 * (n - 1) * a['tensor'].nbytes // n,
+         'reduce_scatter_tensor': lambda a, n: (n - 1) * a['input'].nbytes // n,
+         'batch_isend_irecv': lambda a, n: sum(o.tensor.nbytes for o in a['p2p_op_list'] if o.op.__name__ == 'isend')}
+
+@contextlib.contextmanager
+def collective_bytes():
+    "Inside this block, the bytes this rank sends in `torch.distributed`'s collectives, added up per collective name."
+    import inspect, torch.distributed as dist
+    sent, orig = {}, {k: getattr(dist, k) for k in _SENT}
+    def counted(name, f):
+        sig = inspect.signature(f)
+        def g(*args, **kw):
+            a = sig.bind(*args, **kw).arguments
+            n = dist.get_world_size(a.get('group')) if 'group' in sig.parameters else 1
+            sent[name] = sent.get(name, 0) + _SENT[name](a, n)
+            return f(*args, **kw)
+        return g
+    for k, f in orig.items(): setattr(dist, k, counted(k, f))
+    try: yield sent
+    finally:
+        for k, f in orig.items(): setattr(dist, k, f)
 
 # %% ../nbs/07_measure.ipynb #b01f50e2
 _EMPTY_ROW = dict(ms=None, ms_median=None, spread=None, disturbed=None, us_per_token=None, peak_mib=None, note='',

@@ -18,10 +18,10 @@ from .blocks.base import Workload, get_block, act_bytes, rmsnorm_bytes
 from .model import LM, build_layer, count_params, layer_blocks
 
 # %% auto #0
-__all__ = ['TRAIN_HINT', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes',
-           'block_workspace_bytes', 'MemoryEstimate', 'estimate_memory', 'param_count', 'available_memory',
-           'check_fits', 'check_config_fits', 'task_vocab', 'fits_when_parsed', 'task_settings_read', 'check_positive',
-           'check_seed', 'check_lengths']
+__all__ = ['TRAIN_HINT', 'FIT_COUNTS', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'split_attention_bytes',
+           'block_activation_bytes', 'block_workspace_bytes', 'MemoryEstimate', 'estimate_memory', 'param_count',
+           'available_memory', 'check_fits', 'check_config_fits', 'task_vocab', 'fits_when_parsed', 'longest_fitting',
+           'fit_lengths', 'task_settings_read', 'check_positive', 'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -49,13 +49,28 @@ def block_shell_bytes(w: Workload,  # the model config, batch, length, precision
         if cfg.dropout: per += D * mask(a)               # dropout after the MLP
     return w.tokens * per
 
+def split_attention_bytes(w: Workload,  # a part of each sequence: `w.seq_len` is L / n
+                          keys: int,    # the keys the part attends over: its own and those it received
+                          n: int,       # ranks the sequence is split over
+                         ) -> int:      # bytes
+    "Bytes an attention mixer saves on its part of a split sequence: SDPA over copies of the keys and values, masked."
+    D, H, l = w.cfg.d_model, w.cfg.n_heads, w.seq_len
+    return (w.tokens * (3 * D * w.act + 4 * H)         # qkv's input, the rotated queries, the output; the logsumexp
+            + 2 * w.batch_size * keys * D * w.act      # the keys and values received with its own (every head's)
+            + l * keys * (w.act if w.dev == 'cuda' else 4)   # the position mask, as SDPA's additive bias
+            + 2 * n * l * (D // H) * 4)                # RoPE's cos and sin tables of the whole sequence
+
 def block_activation_bytes(w: Workload,            # the model config, batch, length, precision and device measured
                            block: str | None = None,  # the layer's block (default: `w.cfg.block`, a single block)
+                           n: int = 1,                # ranks each sequence is split over (`w.seq_len`: a part's)
                           ) -> int:     # bytes
     "Bytes one block saves for backward: `block_shell_bytes` plus its mixer's `activation_bytes` (else vanilla's)."
     cfg = w.cfg
     mixer = get_block(block or cfg.block)
     w = w._replace(cfg=cfg if mixer.uses_mlp else dataclasses.replace(cfg, d_ff=0))  # e.g. Mamba: no MLP
+    if n > 1 and mixer.splits() in ('gather', 'halo'):   # every part's keys, or the halo before its own
+        keys = n * w.seq_len if mixer.splits() == 'gather' else w.seq_len + mixer.context_halo(cfg)
+        return block_shell_bytes(w) + split_attention_bytes(w, keys, n)
     n = mixer.activation_bytes(w)
     if n is None:
         warnings.warn(f"block {mixer.name!r} declares no activation_bytes: its activations are estimated as "
@@ -110,6 +125,7 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
                     precision: str = '32',                       # '32', 'bf16' or '16'
                     gradient_checkpointing: bool | None = None,  # default: `mcfg.gradient_checkpointing`
                     device: str = 'cuda',                        # where it runs (RMSNorm's kernel, dropout masks)
+                    context_parallel: int = 1,                   # ranks each sequence is split over: one rank's memory
                    ) -> MemoryEstimate:
     "Training memory of `mcfg` on `(batch_size, seq_len)` batches with AdamW, in `precision` ('32', 'bf16', '16')."
     cfg = mcfg.cfg if isinstance(mcfg, LM) else mcfg
@@ -122,10 +138,11 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
     n = count_params(model)
     n_train = sum(q.numel() for q in model.parameters() if q.requires_grad)
     lin = [sum(m.weight.numel() for m in b.modules() if isinstance(m, nn.Linear)) for b in model.blocks]
-    BL, D, V, w = batch_size * seq_len, cfg.d_model, cfg.vocab_size, Workload(cfg, batch_size, seq_len, p, dev)
+    cp, l = context_parallel, seq_len // context_parallel                 # a rank holds l tokens of each sequence
+    BL, D, V, w = batch_size * l, cfg.d_model, cfg.vocab_size, Workload(cfg, batch_size, l, p, dev)
 
     blocks = layer_blocks(cfg)
-    per = {b: block_activation_bytes(w, b) for b in dict.fromkeys(blocks)}   # each layer's, by its block
+    per = {b: block_activation_bytes(w, b, cp) for b in dict.fromkeys(blocks)}   # each layer's, by its block
     outside = BL * (8 + rmsnorm_bytes(D, dev) + D * a)   # token ids, final norm, head input
     if cfg.dropout: outside += BL * D * (1 if dev == 'cuda' else 4)   # embedding dropout
     kept = sum(4 * BL * D if ckpt else per[b] for b in blocks)     # block inputs, or all of every block
@@ -139,8 +156,12 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
 
     guessed = [b for b in per if get_block(b).activation_bytes(w) is None]
     note = f"no activation count for block {', '.join(guessed)}: estimated as vanilla attention" if guessed else ''
+    if cp > 1 and (state := [b for b in per if get_block(b).splits() == 'state']):
+        note += (f"{'; ' if note else ''}block {', '.join(state)} split over ranks: counted as on {l} tokens, without "
+                 "what passing the state between ranks saves")
     desc = (f"{cfg.block} (d_model {D}, {cfg.n_layers} layers, {n / 1e6:,.1f}M params), "
-            f"batch {batch_size} x {seq_len}, {p}, {'checkpointing' if ckpt else 'no checkpointing'}, {dev}")
+            f"batch {batch_size} x {seq_len}" + (f" split over {cp} ranks ({l} tokens each)" if cp > 1 else '')
+            + f", {p}, {'checkpointing' if ckpt else 'no checkpointing'}, {dev}")
     return MemoryEstimate(n_params=n, weights=4 * n, grads=4 * n_train, optimizer=8 * n_train, weight_casts=casts,
                           activations=activations, logits=logits, saved=kept + outside + casts_saved + loss_saved,
                           desc=desc, note=note)
@@ -192,14 +213,14 @@ TRAIN_HINT = ("--data.batch_size (raise --trainer.accumulate_grad_batches to kee
               "--model.gradient_checkpointing=true or --trainer.precision=bf16 (a smaller --vram preset does "
               "several of these)")
 
-def _step_bytes(w: Workload, n: int, ckpt, training: bool, shards: int) -> int:
+def _step_bytes(w: Workload, n: int, ckpt, training: bool, shards: int, cp: int = 1) -> int:
     "Bytes a training step (or an evaluation forward pass) of `n` parameters needs, extrapolated from 1 and 2 patterns."
     cfg, BL, k = w.cfg, w.tokens, len(layer_blocks(w.cfg.block))   # k: the layer pattern's length
     if not training:
         one = max(block_activation_bytes(w, b) for b in set(layer_blocks(cfg.block)))   # the largest layer
         return 4 * n + BL * cfg.vocab_size * (w.act + 4) + one + 2 * BL * cfg.d_model * 4
     e1, e2 = (estimate_memory(dataclasses.replace(cfg, n_layers=j * k), w.batch_size, w.seq_len, w.precision, ckpt,
-                              w.device) for j in (1, 2))
+                              w.device, cp) for j in (1, 2))
     rest = lambda e: e.total - e.weights - e.grads - e.optimizer
     return 16 * n // shards + rest(e1) + (cfg.n_layers // k - 1) * (rest(e2) - rest(e1))
 
@@ -212,6 +233,7 @@ def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None
                training: bool = True,               # False: an evaluation (forward passes without gradients)
                shards: int = 1,                     # ranks the weights and optimizer state are sharded over (FSDP)
                processes: int = 1,                  # processes sharing this memory (CPU ranks of one machine)
+               context_parallel: int = 1,           # ranks each sequence is split over (training)
                hint: str = TRAIN_HINT,              # the settings to lower, in the tool's own flags
                override: str | None = '--trainer.skip_memory_check',  # the flag that skips this check (None: none)
               ) -> int:                             # the bytes needed
@@ -220,13 +242,16 @@ def check_fits(mcfg: ModelConfig,                   # the model (vocab_size None
     p, dev = parse_precision(precision), torch.device(device).type
     n, what = param_count(mcfg), 'train' if training else 'evaluate'
     avail = available_memory(device)
-    size = f"batch {batch_size:,} x {seq_len:,} tokens, vocabulary {mcfg.vocab_size:,}"
+    cp = context_parallel if training else 1
+    size = (f"batch {batch_size:,} x {seq_len:,} tokens" + (f" split over {cp} ranks" if cp > 1 else '')
+            + f", vocabulary {mcfg.vocab_size:,}")
     if n is None: need, desc = None, f"a layer of d_model={mcfg.d_model:,} alone is larger than 2**63 bytes"
     else:
-        bound = (16 * n // shards if training else 4 * n) + batch_size * seq_len * mcfg.vocab_size * (act_bytes(p) + 4)
+        bound = ((16 * n // shards if training else 4 * n)
+                 + batch_size * seq_len // cp * mcfg.vocab_size * (act_bytes(p) + 4))
         early = avail is not None and bound * processes > avail[0]
         w = Workload(mcfg, batch_size, seq_len, p, dev)
-        need = processes * (bound if early else _step_bytes(w, n, gradient_checkpointing, training, shards))
+        need = processes * (bound if early else _step_bytes(w, n, gradient_checkpointing, training, shards, cp))
         desc = (f"{'at least' if early else 'about'} {format_bytes(need)} for {n:,} parameters and {size}"
                 + (f" in each of {processes} processes" if processes > 1 else ''))
     if need is None or (avail is not None and need > avail[0]):
@@ -247,7 +272,8 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
     dev = torch.device(device)
     sharded = world_size > 1 and (cfg.trainer.strategy == 'fsdp' or cfg.trainer.strategy.startswith('deepspeed'))
     need = check_fits(cfg.model, cfg.data.batch_size, cfg.data.seq_len, precision, dev,
-                      shards=world_size if sharded else 1, processes=world_size if dev.type == 'cpu' else 1, hint=hint)
+                      shards=world_size if sharded else 1, processes=world_size if dev.type == 'cpu' else 1, hint=hint,
+                      context_parallel=cfg.trainer.context_parallel)
     d, t = cfg.data, cfg.trainer
     seqs = (d.global_batch_size // max(world_size, 1) if d.global_batch_size
             else d.batch_size * t.accumulate_grad_batches)
@@ -261,7 +287,6 @@ def check_config_fits(cfg,                  # a `Config` whose model.vocab_size 
                             "--trainer.skip_memory_check to start anyway)." if hint == TRAIN_HINT else f"{hint}."))
     return need
 
-
 # %% ../nbs/31_memory.ipynb #ed425dde
 def task_vocab(d,  # a `DataConfig` naming a synthetic task
               ) -> int:
@@ -273,18 +298,60 @@ def task_vocab(d,  # a `DataConfig` naming a synthetic task
 def fits_when_parsed(cfg,  # a training `Config` straight from the command line
                     ) -> int | None:  # bytes needed (None: skipped)
     "`check_config_fits` with what the flags say: the device, the processes on this machine, the vocabulary if known."
-    t, d = cfg.trainer, cfg.data
+    t = cfg.trainer
     if getattr(t, 'skip_memory_check', False): return None
     dev = get_device(t.accelerator)
     if dev.type == 'cuda' and dev.index is None:   # this process's own GPU, not GPU 0 for every rank
         if (env := launcher_env()) is not None: dev = torch.device('cuda', env['LOCAL_RANK'])   # as `init_distributed`
         elif t.devices > 1: return None   # this process only starts the ranks; each checks its own GPU
     p = pick_precision(t, dev)[0]   # the precision the run will use (auto, use_fp16, or the one given)
-    vocab = cfg.model.vocab_size
+    return check_config_fits(_with_vocab(cfg), dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
+
+def _with_vocab(cfg):
+    "`cfg` with model.vocab_size set: the given one, the synthetic task's, or 256 (the smallest tokenizer's)."
+    vocab, d = cfg.model.vocab_size, cfg.data
     if vocab is None and d.dataset_name == 'synthetic' and d.train_data is None and d.data_dir is None:
         vocab = task_vocab(d)
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
-    return check_config_fits(cfg, dev, p, int(os.environ.get('WORLD_SIZE', t.devices)))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab or 256))
+
+# %% ../nbs/31_memory.ipynb #9ec77854
+FIT_COUNTS = (1, 2, 4, 8)   # the device counts `--print_config` gives the longest sequence for
+
+def longest_fitting(mcfg: ModelConfig,          # the model (vocab_size set)
+                    batch_size: int,            # sequences per micro-batch
+                    precision: str,             # '32', 'bf16' or '16'
+                    avail: int,                 # bytes available on each device
+                    device: str = 'cuda',       # where it runs
+                    context_parallel: int = 1,  # ranks each sequence is split over
+                    shards: int = 1,            # ranks the weights and optimizer state are sharded over (FSDP)
+                   ) -> int:                    # tokens, a multiple of `context_parallel` (0: none fits)
+    "The longest sequence whose training step the estimate fits in `avail` bytes per device, to within 1/64."
+    n, cp, p = param_count(mcfg), context_parallel, parse_precision(precision)
+    if n is None: return 0
+    fits = lambda L: _step_bytes(Workload(mcfg, batch_size, L, p, device), n, None, True, shards, cp) <= avail
+    lo, hi = 0, cp
+    while hi <= 2**40 and fits(hi): lo, hi = hi, 2 * hi
+    while hi - lo > max(cp, lo // 64):
+        mid = (lo + hi) // 2 // cp * cp
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+def fit_lengths(cfg,                   # a training `Config`
+                counts=FIT_COUNTS,     # device counts
+               ) -> str:               # one line
+    "The longest sequence whose training step fits on this run's device, whole and split over `counts` devices."
+    t = cfg.trainer
+    dev = get_device(t.accelerator)
+    avail, p, cfg = available_memory(dev), pick_precision(t, dev)[0], _with_vocab(cfg)
+    if avail is None: return f"longest sequence that fits: unknown ({dev.type} does not say its free memory)"
+    splits = all(get_block(b).splits() for b in layer_blocks(cfg.model))   # every layer's block
+    got = [f"{L:,} tokens" if (L := longest_fitting(cfg.model, cfg.data.batch_size, p, avail[0], dev.type, k))
+           else 'none' for k in counts if k == 1 or splits]
+    got = [f"{g} on " + (f"{k} devices (--trainer.context_parallel={k})" if k > 1 else "one device")
+           for g, k in zip(got, counts)]
+    return (f"longest sequence whose training step fits (estimated; batch {cfg.data.batch_size}, precision {p}; "
+            f"{avail[1]}): {', '.join(got)}"
+            + ('' if splits else f"; model.block={cfg.model.block} cannot split a sequence over devices"))
 
 # %% ../nbs/31_memory.ipynb #a9f3c1d1
 @check_before_run

@@ -154,7 +154,8 @@ def test_gpu_check_refuses_without_cuda(tmp_path):
     assert not (tmp_path / 'out').exists()       # nothing written
     p = subprocess.run(['bash', str(ROOT / 'examples' / 'gpu_check.sh'), 'speed'], capture_output=True, text=True, env=env)
     assert p.returncode == 2 and p.stdout == '' and p.stderr == ("gpu_check.sh: error: unknown step 'speed'; valid choices: quick kernels compare "
-                                                        "blocks fits cells (none: quick, which is kernels compare blocks fits cells in this order).\n")
+                                                        "blocks fits context cells (none: quick, which is kernels compare blocks fits context cells in "
+                                                        "this order).\n")
 
 
 @NO_CUDA
@@ -287,6 +288,19 @@ def test_gpu_table_shows_only_rows_of_this_runs_settings(tmp_path, monkeypatch, 
     with pytest.raises(KeyboardInterrupt): run(('compare',), 2)
     assert saved()['compare'] == [] and len(saved()['blocks']) == 1
     assert not [p.name for p in tmp_path.iterdir() if p.name not in ('gpu_rows.json', 'gpu_table.md')]   # no temporary files left
+
+
+def test_gpu_check_context_step_is_skipped_with_one_gpu(tmp_path):
+    "gpu_check.sh's context step (its bash function, run here) with fewer than two GPUs visible: one line, and it passes."
+    import re
+    script = (ROOT / 'examples' / 'gpu_check.sh').read_text()
+    fn = re.search(r"\ncontext\(\) \{.*?\n\}\n", script, re.S).group(0)
+    for n in (0, 1):   # torch's GPU count, as this machine's python would print it
+        py = tmp_path / 'py'; py.write_text(f'#!/bin/sh\necho {n}\n'); py.chmod(0o755)
+        p = subprocess.run(['bash', '-c', f'set -uo pipefail\npy() {{ {py} "$@"; }}\n{fn}\ncontext'], capture_output=True,
+                           text=True)
+        assert (p.returncode, p.stderr) == (0, ''), p
+        assert p.stdout == f'context: skipped: {n} GPU visible, and splitting a sequence over GPUs needs two or more\n'
 
 
 def test_gpu_check_fails_a_step_on_its_failed_rows(tmp_path):
