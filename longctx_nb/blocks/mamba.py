@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from ..core import UsageError
 from .base import Mixer, Workload, check_int, register_block, patch_to, from_previous, state_from_previous
 from .layers import mark_residual_proj
@@ -228,6 +229,17 @@ def prefill(self,
     return self.forward(x, return_state=True)
 
 # %% ../../nbs/23_mamba.ipynb #b5e784a3
+def _log_decay(delta, dt_bias):   # (B, C, l): the decay from the part's start to t, per unit of A, in logs
+    return F.softplus(delta.float() + dt_bias[:, None]).cumsum(-1)
+
+def _decay(delta, dt_bias, A):   # (B, C, N): a state entering the part leaves it times this
+    return (_log_decay(delta, dt_bias)[..., -1, None] * A).exp()
+
+def _carried(delta, dt_bias, A, h, Cm):
+    "What the state `h` entering a part adds to its outputs: `C_t` times `h` decayed from the part's start to t."
+    return torch.einsum('bcln,bcn,bnl->bcl', (_log_decay(delta, dt_bias)[..., None] * A[:, None]).exp(), h,
+                        Cm.float())
+
 @patch_to(SelectiveSSM)
 def _scan_part(self, x_in, z, cp):
     "`_scan` on this rank's part of a sequence split over `cp`: the conv's halo, then the state entering the part."
@@ -240,9 +252,10 @@ def _scan_part(self, x_in, z, cp):
     delta = cf_mm(self.dt_proj.weight, dt_low)
     y, last = selective_scan(u, delta, A, Bm, Cm, D, delta_bias=dt_bias, delta_softplus=True, return_last_state=True,
                              impl=self.scan_impl)                               # from a zero state
-    log_a = F.softplus(delta.float() + dt_bias[:, None]).cumsum(-1)[..., None] * A[:, None]   # (B, C, l, N)
-    h = state_from_previous(last, log_a[..., -1, :].exp(), cp)   # from every rank's (h_r, P_r)
-    y = y + torch.einsum('bcln,bcn,bnl->bcl', log_a.exp(), h, Cm.float()).to(y.dtype)
+    # the decays are recomputed in the backward from `delta`, which the scan keeps: kept, (B, C, l, N) of them would
+    # outweigh what the split saves
+    h = state_from_previous(last, checkpoint(_decay, delta, dt_bias, A, use_reentrant=False), cp)
+    y = y + checkpoint(_carried, delta, dt_bias, A, h, Cm, use_reentrant=False).to(y.dtype)
     return y if z is None else y * F.silu(z)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
