@@ -13,7 +13,7 @@ from .blocks.base import canonical_block
 from .blocks.layers import ROPE_SETTINGS
 from .blocks.vanilla import qkv_rows
 from .model import LM, canonical_layers
-from .checkpoint import load_weights, list_checkpoints
+from .checkpoint import load_weights, list_checkpoints, misfits
 from .data import ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
 from .corpus import cached_corpus
 from .flags import flatten_sections
@@ -221,25 +221,19 @@ def state_dict_from_hf(sd: dict,          # transformers key -> tensor
     "Our `LM`'s state_dict for `cfg` from transformers' `sd`, shapes checked; `say` notes tensors `cfg` does not use."
     block = canonical_block(cfg.block)
     with torch.device('meta'): want = LM(cfg).state_dict()
-    out, bad, used = {}, [], set()
-    def take(n, shape):   # the tensor `n`, or None with what is wrong noted
-        if n not in sd: bad.append(f"{n} missing"); return None
-        used.add(n)
-        if tuple(sd[n].shape) != tuple(shape):
-            bad.append(f"{n} has shape {tuple(sd[n].shape)}, the config gives {tuple(shape)}"); return None
-        return sd[n]
+    names, shapes = {}, {}   # our key -> its transformers names; transformers name -> the shape the config gives
     for k, w in want.items():
         ks = _hf_keys(block, k)   # q, k and v are our fused rows, in that order
         if ks[0] not in sd and k == 'head.weight' and cfg.tie_embeddings: ks = [hf_name(block, 'embed.weight')]
         rows = qkv_rows(cfg) if len(ks) == 3 else [w.shape[0]]
-        parts = [take(n, (r, *w.shape[1:])) for n, r in zip(ks, rows)]
-        if all(t is not None for t in parts): out[k] = torch.cat(parts) if len(parts) > 1 else parts[0]
-    if bad: raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}"
-                             + (f" (and {len(bad) - 6} more)" if len(bad) > 6 else '') + '.')
-    if (unused := sorted(set(sd) - used)) and say:
+        names[k] = ks; shapes.update({n: (r, *w.shape[1:]) for n, r in zip(ks, rows)})
+    if bad := misfits(sd, shapes, extra=False):
+        raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}"
+                         + (f" (and {len(bad) - 6} more)" if len(bad) > 6 else '') + '.')
+    if (unused := sorted(set(sd) - set(shapes))) and say:
         say(f"note: the checkpoint holds {len(unused)} tensor(s) its config does not use, ignored as transformers "
             f"ignores them: {', '.join(unused[:6])}" + (' ...' if len(unused) > 6 else ''))
-    return {k: v.float() for k, v in out.items()}
+    return {k: (torch.cat([sd[n] for n in ks]) if len(ks) > 1 else sd[ks[0]]).float() for k, ks in names.items()}
 
 # %% ../nbs/46_hf.ipynb #4945b851
 def _config_json(path) -> tuple[dict | None, str]:
