@@ -150,9 +150,9 @@ class HarnessLM(TemplateLM or object):
             if n >= self.max_length:
                 raise UsageError(f"max_gen_toks={n} leaves no room for a context in max_length={self.max_length}.")
             ids = torch.tensor([self.tok_encode(context)[-(self.max_length - n):]], device=self.device)
-            stop = lambda idx: any(u in self.tok_decode(idx[0, ids.shape[1]:].tolist()) for u in until)
             with autocast(self.device, self.precision):   # the tokenizer's stop ids (eos) end it, as do the strings
-                new = generate(self.model, ids, n, temperature=0, stop_ids=self.tok.stop_ids, stop=stop)
+                new = generate(self.model, ids, n, temperature=0, stop_ids=self.tok.stop_ids, stop_text=until,
+                               decode=self.tok_decode)
             new = new[0, ids.shape[1]:].tolist()
             out.append(postprocess_generated_text(generation=self.tok_decode(new), stop=until, think_end_token=None))
             self.cache_hook.add_partial('generate_until', (context, gen_kw), out[-1])
