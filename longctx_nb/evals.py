@@ -18,6 +18,7 @@ from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
 from .plots import plot_heatmaps, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
+from .hf import is_hf_checkpoint
 from .harness import run_harness
 
 # %% auto #0
@@ -452,9 +453,9 @@ def plot_result(r: dict,    # a `run_eval` result
 
 # %% ../nbs/61_evals.ipynb #4dbb8035
 def _is_model(p: Path) -> bool:
-    "Whether `p` is something `load_for_eval` reads: a .pt file, a run directory, an exported folder."
+    "Whether `p` is something `load_for_eval` reads: a .pt file, a run directory, an exported or transformers folder."
     if p.is_file(): return p.suffix == '.pt'
-    return p.is_dir() and ((p / 'checkpoints').is_dir() or (p / 'model.safetensors').is_file())
+    return p.is_dir() and ((p / 'checkpoints').is_dir() or (p / 'model.safetensors').is_file() or is_hf_checkpoint(p))
 
 def expand_checkpoints(paths: list[str],  # checkpoint paths; each may be a pattern (runs/*) that this expands
                        say=print,         # where skipped matches are reported
