@@ -22,10 +22,10 @@ from .hf import is_hf_checkpoint
 from .harness import run_harness
 
 # %% auto #0
-__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'HARNESS_READS',
-           'eval_lengths', 'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length', 'ruler_grid', 'meaningless',
-           'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals',
-           'ruler_args', 'eval_parser', 'eval_main']
+__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'HARNESS_ONLY',
+           'HARNESS_READS', 'eval_lengths', 'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length',
+           'ruler_grid', 'meaningless', 'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names',
+           'format_table', 'run_evals', 'ruler_args', 'eval_parser', 'eval_main']
 
 # %% ../nbs/61_evals.ipynb #d607b094
 EVAL_TASKS = ('passkey', 'copy_recall', 'drift_curve', 'perplexity')
@@ -613,16 +613,21 @@ def eval_parser() -> argparse.ArgumentParser:
             help="lm-evaluation-harness tasks, comma-separated (lm_eval's --tasks), instead of --task; reads "
             '--checkpoint_path, --batch_size, --device, --precision, --output_dir, and --n_samples as its --limit'),
         arg('--include_path', metavar='DIR', group='lm-evaluation-harness (pip install longctx_nb[eval])',
-            help='a folder of local task YAML files for --harness')])
+            help='a folder of local task YAML files for --harness'),
+        arg('--tokenizer', metavar='SPEC', group='lm-evaluation-harness (pip install longctx_nb[eval])',
+            help="the model's tokenizer for --harness: byte, or a tokenizer.json or prepared folder (default: the "
+            "run's, or the folder's; an export may carry none)")])
 
-HARNESS_READS = ('harness', 'include_path', 'checkpoint_path', 'batch_size', 'device', 'precision', 'output_dir',
+HARNESS_ONLY = ('include_path', 'tokenizer')   # flags read only with --harness
+HARNESS_READS = ('harness', *HARNESS_ONLY, 'checkpoint_path', 'batch_size', 'device', 'precision', 'output_dir',
                  'n_samples')
 
 def _harness(argv) -> int:
     "`longctx_eval --harness`: the flags it does not read refused, then `run_harness`."
     p = eval_parser(); p.set_defaults(**dict.fromkeys(vars(p.parse_args(argv)), None))
     given = {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}   # the flags on the command line
-    _check('harness' in given, "--include_path is read only with --harness TASKS; give the tasks, or leave it out.")
+    _check('harness' in given, f"--{next((k for k in HARNESS_ONLY if k in given), '')} is read only with --harness "
+           "TASKS; give the tasks, or leave it out.")
     if bad := [k for k in given if k not in HARNESS_READS]:
         raise UsageError(f"--harness does not read {', '.join('--' + k for k in bad)}; it reads "
                          f"{', '.join('--' + k for k in HARNESS_READS[1:])}; leave the others out.")
@@ -637,7 +642,7 @@ def _harness(argv) -> int:
 def _eval(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = vars(eval_parser().parse_args(argv))
-    if a.pop('harness') is not None or a.pop('include_path') is not None: return _harness(argv)
+    if any([a.pop(k) is not None for k in ('harness', *HARNESS_ONLY)]): return _harness(argv)
     paths = a.pop('checkpoint_path') or [None]
     if len(paths) > 1 or glob.has_magic(paths[0] or ''): run_evals(a.pop('task'), paths, **a)
     else: run_eval(checkpoint_path=paths[0], **a)

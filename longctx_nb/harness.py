@@ -273,6 +273,7 @@ def write_example_tasks(folder,  # where the task YAML and JSONL files go (creat
 def run_harness(tasks: str,                       # task names or patterns, comma-separated (lm_eval's --tasks)
                 checkpoint_path,                  # a checkpoint .pt, a run directory, our export or an HF folder
                 include_path=None,                # a folder of local task YAML files
+                tokenizer: str | None = None,     # byte, or a tokenizer.json / prepared folder (None: the model's own)
                 batch_size: int = 8,              # rows per forward pass
                 device: str = 'auto',             # auto, cpu, cuda or cuda:N
                 precision: str = 'auto',          # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
@@ -285,9 +286,13 @@ def run_harness(tasks: str,                       # task names or patterns, comm
     if limit is not None and limit < 1: raise UsageError(f"--n_samples={limit} must be >= 1.")
     if batch_size < 1: raise UsageError(f"--batch_size={batch_size} must be > 0.")
     if output_dir is not None: check_writable_dir(output_dir, '--output_dir')
+    if tokenizer not in (None, 'auto', 'byte') and not Path(tokenizer).expanduser().exists():
+        raise UsageError(f"--tokenizer {tokenizer!r} does not exist; give byte, a tokenizer.json or a prepared folder "
+                         "(or leave it out for the model's own).")
     from lm_eval import simple_evaluate
     from lm_eval.utils import make_table
-    lm = HarnessLM(checkpoint_path, batch_size=batch_size, device=device, precision=precision)
+    lm = HarnessLM(checkpoint_path, tokenizer=tokenizer or 'auto', batch_size=batch_size, device=device,
+                   precision=precision)
     r = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, verbosity='WARNING')
     r = {k: v for k, v in r.items() if k in ('results', 'groups', 'configs', 'versions', 'n-shot', 'higher_is_better',
                                              'n-samples')}
