@@ -16,7 +16,8 @@ from .flags import build_config, flatten_sections
 __all__ = ['FORMAT', 'LEGACY_FORMATS', 'REQUIRED', 'WEIGHTS', 'ALIASES', 'RUNTIME_ONLY', 'EXPORT_FORMAT', 'CheckpointError',
            'rng_state', 'set_rng_state', 'sidecar', 'atomic_write', 'save_checkpoint', 'file_sha256', 'verify_digest',
            'read_checkpoint', 'checkpoint_path', 'list_checkpoints', 'find_checkpoint', 'latest_checkpoint',
-           'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model', 'load_weights']
+           'prune_checkpoints', 'check_same_model', 'export_model', 'verify_export', 'load_model', 'misfits',
+           'load_weights']
 
 # %% ../nbs/40_checkpoint.ipynb #56b00df8
 FORMAT = 'longctx_nb.checkpoint/2'      # /2: written with a SHA-256 sidecar
@@ -322,6 +323,15 @@ def load_model(path,          # an exported folder (or its model.safetensors), o
     _load(model, str(d / 'model.safetensors'), device=str(device))
     return model.to(device)
 
+def misfits(sd: dict,          # name -> tensor
+            want: dict,        # name -> the shape the config gives it
+            extra: bool = True,  # also name the tensors `want` lacks
+           ) -> list[str]:       # what is wrong, a line per name
+    "What keeps the tensors `sd` from being the weights `want` names: each missing, of another shape, or extra."
+    return ([f"{k} missing" if k not in sd else f"{k} has shape {tuple(sd[k].shape)}, the config gives {tuple(s)}"
+             for k, s in want.items() if k not in sd or tuple(sd[k].shape) != tuple(s)]
+            + [f"{k} is not in the config" for k in sd if extra and k not in want])
+
 def _model(ck: dict, device, path):
     """The `LM` of checkpoint `ck` (file `path`): its config's model section read as `--config` reads a file's (other
     trainers' keys mapped), refused (`CheckpointError`) where the config does not build the weights' sizes."""
@@ -330,11 +340,8 @@ def _model(ck: dict, device, path):
     except UsageError as e: raise CheckpointError(f"the config in {str(path)!r} cannot be read: {e}") from None
     model, sd = LM(m), ck['model']
     have, n = model.state_dict(), lambda keys: len({k.split('.')[1] for k in keys if k.startswith('blocks.')})
-    diff = [f"{n(sd)} layers in the weights, {n(have)} by the config"] if n(sd) != n(have) else []
-    diff += [f"{k} {tuple(sd[k].shape)} in the weights, {tuple(v.shape)} by the config" for k, v in have.items()
-             if k in sd and sd[k].shape != v.shape][:3]
-    if not diff and set(sd) != set(have):   # the same sizes, other parameters (another block)
-        diff = [f"{k} only in {'the weights' if k in sd else 'the config'}" for k in sorted(set(sd) ^ set(have))][:3]
+    diff = ([f"{n(sd)} layers in the weights, {n(have)} by the config"] if n(sd) != n(have) else
+            misfits(sd, {k: v.shape for k, v in have.items()})[:3])
     if diff: raise CheckpointError(
         f"the weights in {str(path)!r} do not fit the model its config describes (model.block={m.block}, "
         f"model.n_layers={m.n_layers}, model.d_model={m.d_model}): {'; '.join(diff)}. Its config must be the one the "

@@ -14,8 +14,8 @@ from .flags import (Parser, arg, make_parser, parse_config, main, read_config_fi
 from .model import LM, count_params   # and registers the block zoo: --model.block is checked, --help lists it
 
 # %% auto #0
-__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'PREPARE_READS', 'build_parser', 'parse_cli', 'init_model', 'trained_context', 'stretch',
-           'run_config', 'print_config', 'check_sources', 'train_main', 'prepare_parser', 'prepare_main']
+__all__ = ['EXAMPLES', 'SAFE_ON_RESUME', 'PREPARE_READS', 'build_parser', 'parse_cli', 'init_model', 'stretch', 'run_config',
+           'print_config', 'check_sources', 'train_main', 'prepare_parser', 'prepare_main']
 
 # %% ../nbs/70_cli.ipynb #58847076
 EXAMPLES = """examples:
@@ -66,7 +66,7 @@ def init_model(cfg: Config,  # the run's config, as parsed
                seq_len_times: int | None = None,  # N of --data.seq_len=Nx: N times the length PATH was trained at
               ):             # (config with PATH's model settings, the model holding PATH's weights)
     "The config and model of a run that starts from the weights at `path`; each setting it replaces is printed."
-    from longctx_nb.hf import init_from
+    from longctx_nb.hf import init_from, trained_context
     from longctx_nb.model import LM
     if cfg.trainer.resume:
         raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
@@ -82,31 +82,16 @@ def init_model(cfg: Config,  # the run's config, as parsed
     return cfg, model
 
 # %% ../nbs/70_cli.ipynb #d94fde1a
-def trained_context(path,  # what --init_from names: a run, a checkpoint, an export or a transformers folder
-                   ) -> tuple[int, str] | None:  # (tokens, what says so); None where PATH's config does not say
-    "The context the weights at `path` were trained for, from its config alone (its run's, or config.json's)."
-    p = Path(path).expanduser()
-    run = p.parent.parent if p.suffix == '.pt' and p.parent.name == 'checkpoints' else p if p.is_dir() else None
-    try: c = json.loads((run / 'config.json').read_text()) if run and (run / 'config.json').is_file() else None
-    except (ValueError, UnicodeDecodeError): c = None
-    if c is None and p.suffix == '.pt':
-        try: c = torch.load(p, map_location='cpu', weights_only=True, mmap=True).get('config')
-        except Exception: c = None   # unreadable here: `init_from` says why
-    if not isinstance(c, dict): return None
-    n = (c.get('data') or {}).get('seq_len') if isinstance(c.get('data'), dict) else None
-    if isinstance(n, int): return n, f"the length {path} was trained at"
-    n = c.get('max_position_embeddings') if c.get('model_type') in ('llama', 'mistral', 'qwen2') else None
-    return (n, f"{path}'s max_position_embeddings") if isinstance(n, int) else None
-
 def stretch(cfg: Config,   # the run's config, as parsed
             path,          # the --init_from source (for the messages)
-            context,       # `trained_context(path)`
+            context,       # `hf.trained_context(path)`
             times=None,    # N of --data.seq_len=Nx (None: the length was given in tokens, or not at all)
             say=print,     # where the values set are printed
            ) -> Config:
     "`cfg` with data.seq_len=Nx resolved and rope_original_max_position_embeddings defaulting to `context`."
     from longctx_nb.blocks.layers import ROPE_SETTINGS
-    n, what = context or (None, None)
+    n, key = context or (None, None)
+    what = f"the length {path} was trained at" if key == 'data.seq_len' else f"{path}'s {key}"
     if times and n is None:
         raise UsageError(f"--data.seq_len={times}x means {times} times the length {path} was trained at, and {path} "
                          "does not record it (a run or checkpoint records its data.seq_len, a Llama, Mistral or Qwen2 "

@@ -18,13 +18,14 @@ from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_
                                passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
 from .plots import plot_heatmaps, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
+from .hf import is_hf_checkpoint
 from .harness import run_harness
 
 # %% auto #0
-__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'HARNESS_READS',
-           'eval_lengths', 'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length', 'ruler_grid', 'meaningless',
-           'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names', 'format_table', 'run_evals',
-           'ruler_args', 'eval_parser', 'eval_main']
+__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'HARNESS_ONLY',
+           'HARNESS_READS', 'eval_lengths', 'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length',
+           'ruler_grid', 'meaningless', 'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names',
+           'format_table', 'run_evals', 'ruler_args', 'eval_parser', 'eval_main']
 
 # %% ../nbs/61_evals.ipynb #d607b094
 EVAL_TASKS = ('passkey', 'copy_recall', 'drift_curve', 'perplexity')
@@ -452,9 +453,9 @@ def plot_result(r: dict,    # a `run_eval` result
 
 # %% ../nbs/61_evals.ipynb #4dbb8035
 def _is_model(p: Path) -> bool:
-    "Whether `p` is something `load_for_eval` reads: a .pt file, a run directory, an exported folder."
+    "Whether `p` is something `load_for_eval` reads: a .pt file, a run directory, an exported or transformers folder."
     if p.is_file(): return p.suffix == '.pt'
-    return p.is_dir() and ((p / 'checkpoints').is_dir() or (p / 'model.safetensors').is_file())
+    return p.is_dir() and ((p / 'checkpoints').is_dir() or (p / 'model.safetensors').is_file() or is_hf_checkpoint(p))
 
 def expand_checkpoints(paths: list[str],  # checkpoint paths; each may be a pattern (runs/*) that this expands
                        say=print,         # where skipped matches are reported
@@ -612,16 +613,21 @@ def eval_parser() -> argparse.ArgumentParser:
             help="lm-evaluation-harness tasks, comma-separated (lm_eval's --tasks), instead of --task; reads "
             '--checkpoint_path, --batch_size, --device, --precision, --output_dir, and --n_samples as its --limit'),
         arg('--include_path', metavar='DIR', group='lm-evaluation-harness (pip install longctx_nb[eval])',
-            help='a folder of local task YAML files for --harness')])
+            help='a folder of local task YAML files for --harness'),
+        arg('--tokenizer', metavar='SPEC', group='lm-evaluation-harness (pip install longctx_nb[eval])',
+            help="the model's tokenizer for --harness: byte, or a tokenizer.json or prepared folder (default: the "
+            "run's, or the folder's; an export may carry none)")])
 
-HARNESS_READS = ('harness', 'include_path', 'checkpoint_path', 'batch_size', 'device', 'precision', 'output_dir',
+HARNESS_ONLY = ('include_path', 'tokenizer')   # flags read only with --harness
+HARNESS_READS = ('harness', *HARNESS_ONLY, 'checkpoint_path', 'batch_size', 'device', 'precision', 'output_dir',
                  'n_samples')
 
 def _harness(argv) -> int:
     "`longctx_eval --harness`: the flags it does not read refused, then `run_harness`."
     p = eval_parser(); p.set_defaults(**dict.fromkeys(vars(p.parse_args(argv)), None))
     given = {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}   # the flags on the command line
-    _check('harness' in given, "--include_path is read only with --harness TASKS; give the tasks, or leave it out.")
+    _check('harness' in given, f"--{next((k for k in HARNESS_ONLY if k in given), '')} is read only with --harness "
+           "TASKS; give the tasks, or leave it out.")
     if bad := [k for k in given if k not in HARNESS_READS]:
         raise UsageError(f"--harness does not read {', '.join('--' + k for k in bad)}; it reads "
                          f"{', '.join('--' + k for k in HARNESS_READS[1:])}; leave the others out.")
@@ -636,7 +642,7 @@ def _harness(argv) -> int:
 def _eval(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = vars(eval_parser().parse_args(argv))
-    if a.pop('harness') is not None or a.pop('include_path') is not None: return _harness(argv)
+    if any([a.pop(k) is not None for k in ('harness', *HARNESS_ONLY)]): return _harness(argv)
     paths = a.pop('checkpoint_path') or [None]
     if len(paths) > 1 or glob.has_magic(paths[0] or ''): run_evals(a.pop('task'), paths, **a)
     else: run_eval(checkpoint_path=paths[0], **a)

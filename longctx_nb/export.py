@@ -15,10 +15,10 @@ from .checkpoint import export_model
 from .data import ByteTokenizer, BPETokenizer
 from .flags import make_parser, arg, main
 from .memory import check_positive
-from longctx_nb.hf import (
+from .hf import (
     HF_CLASSES, TOLERANCE, _SAMPLE, require_transformers, quiet_transformers, _hf_block, _hf_keys, _cpu_fp32, logit_gap,
     byte_tokenizer_json, is_hf_checkpoint, create_model_from_hf, load_source, run_tokenizer, _same_tokenizer,
-    _no_source)
+    _no_source, default_length)
 
 # %% auto #0
 __all__ = ['hf_config', 'hf_state_dict', 'to_hf', 'hf_tokenizer', 'save_pretrained', 'export_parser', 'export',
@@ -224,7 +224,7 @@ def export(source,                                      # a checkpoint .pt, run 
         model, tok = create_model_from_hf(source, check=not no_check, say=say)
         if tokenizer != 'auto': tok = _given_tokenizer(tokenizer, tok, source, model.cfg.vocab_size, False, say)
         return _save_ours(model, tok, out_dir, overwrite)
-    model, cfg = load_source(source, say)
+    model, cfg, *_ = load_source(source, say)
     block = _hf_block(model.cfg.block) if format == 'hf' else canonical_layers(model.cfg.block)
     if block != 'vanilla' and max_position_embeddings is not None:
         has = f", whose {HF_CLASSES[block].replace('ForCausalLM', 'Config')} has none" if block in HF_CLASSES else ''
@@ -242,7 +242,7 @@ def export(source,                                      # a checkpoint .pt, run 
     m = model.cfg   # a scaled RoPE stretches its original context by its factor: that is the context it is for
     stretched = m.rope_scaling in ('linear', 'llama3') and m.rope_original_max_position_embeddings
     n_pos = max_position_embeddings or (int(m.rope_original_max_position_embeddings * m.rope_factor) if stretched
-                                        else max(2048, cfg.data.seq_len if cfg is not None else 0))
+                                        else default_length(cfg))
     if block == 'vanilla' and (kept := _hf_rope(m, n_pos)[1]) != n_pos:
         say(f"max_position_embeddings={kept} in config.json: rope_original_max_position_embeddings, where transformers'"
             f" {m.rope_scaling} scaling reads the context it starts from"

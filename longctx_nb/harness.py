@@ -11,7 +11,7 @@ from .core import UsageError, get_device, check_precision, autocast, check_writa
 
 from .tokenizer import ByteTokenizer
 from .model import LM, generate
-from .hf import load_source, run_tokenizer, is_hf_checkpoint, create_model_from_hf
+from .hf import load_source, trained_context, default_length
 try:   # an optional extra (pip install 'longctx_nb[eval]'): importing longctx_nb never needs it
     import lm_eval.models  # noqa: F401  (lm_eval's own models first: a registry holding only ours would hide them)
     from lm_eval import utils as lm_utils
@@ -21,31 +21,16 @@ try:   # an optional extra (pip install 'longctx_nb[eval]'): importing longctx_n
 except ImportError: TemplateLM = None
 
 # %% auto #0
-__all__ = ['HARNESS_EXTRA', 'DEFAULT_MAX_LENGTH', 'MODEL_NAME', 'LOCAL_BUILDERS', 'require_lm_eval', 'load_harness_model',
-           'HarnessLM', 'harness_main', 'check_harness', 'write_example_tasks', 'run_harness']
+__all__ = ['HARNESS_EXTRA', 'MODEL_NAME', 'LOCAL_BUILDERS', 'require_lm_eval', 'HarnessLM', 'harness_main', 'check_harness',
+           'write_example_tasks', 'run_harness']
 
 # %% ../nbs/58_harness.ipynb #7017524e
 HARNESS_EXTRA = "pip install 'longctx_nb[eval]' (lm-evaluation-harness)"
-DEFAULT_MAX_LENGTH = 2048   # lm_eval's and the transformers export's context length when nothing says more
 
 def require_lm_eval():
     "Refuse, saying how to install it, when lm-evaluation-harness is missing."
     if TemplateLM is None:
         raise UsageError(f"lm-evaluation-harness is not installed; the harness tasks need it: {HARNESS_EXTRA}.")
-
-def load_harness_model(path,             # a checkpoint .pt, a run directory, our export, or a transformers folder
-                       tokenizer='auto',  # 'auto' (the run's or the folder's), 'byte', or a tokenizer.json / folder
-                       say=None,          # told which weights are read (None: nobody)
-                      ) -> tuple:         # (model in eval mode, tokenizer or None, default max_length)
-    "The model at `path`, its tokenizer and the context length its transformers export has."
-    p = Path(path).expanduser()
-    if is_hf_checkpoint(p):
-        model, tok = create_model_from_hf(p)
-        c = json.loads((p / 'config.json').read_text())
-        n = next((c[k] for k in ('max_position_embeddings', 'n_positions', 'n_ctx') if k in c), DEFAULT_MAX_LENGTH)
-        return model, tok if tokenizer == 'auto' else run_tokenizer(None, p, tokenizer), n
-    model, cfg = load_source(p, say)
-    return model, run_tokenizer(cfg, p, tokenizer), max(DEFAULT_MAX_LENGTH, cfg.data.seq_len if cfg is not None else 0)
 
 # %% ../nbs/58_harness.ipynb #586ac927
 class HarnessLM(TemplateLM or object):
@@ -56,7 +41,7 @@ class HarnessLM(TemplateLM or object):
                  batch_size=1,             # rows per forward pass of `loglikelihood`
                  device=None,              # auto, cpu, cuda or cuda:N (None: auto)
                  precision: str = 'auto',  # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
-                 max_length=None,          # longest input (None: the run's seq_len, at least 2048)
+                 max_length=None,          # longest input (None: `hf.default_length`, 2048 with `model`)
                  max_gen_toks=256,         # tokens generated when a task does not say
                 ):
         require_lm_eval(); super().__init__()
@@ -67,14 +52,15 @@ class HarnessLM(TemplateLM or object):
         self._device = get_device(device or 'auto')
         self.precision = (('bf16' if self._device.type == 'cuda' else '32') if precision == 'auto'
                           else check_precision(self._device, str(precision)))
-        n = DEFAULT_MAX_LENGTH
-        if path is not None: model, tokenizer, n = load_harness_model(path, tokenizer)
+        cfg = None
+        if path is not None: model, cfg, tokenizer, *_ = load_source(path, print, tokenizer)
         if tokenizer is None or isinstance(tokenizer, str):
             raise UsageError(f"{path or 'the model'} has no known tokenizer (a synthetic-task run reads ids, and an "
                              "export may carry none): harness tasks are text; give a model trained on text, or its "
                              "tokenizer (model_args tokenizer=byte or tokenizer=PATH).")
         self.model, self.tok = model.to(self._device).eval(), tokenizer
-        self.batch_size, self._max_length, self._max_gen_toks = int(batch_size), int(max_length or n), int(max_gen_toks)
+        self.batch_size, self._max_length, self._max_gen_toks = int(batch_size), int(max_length or default_length(
+            cfg, path and trained_context(path))), int(max_gen_toks)
 
     device = property(lambda self: self._device)
     max_length = property(lambda self: self._max_length)
@@ -150,9 +136,9 @@ class HarnessLM(TemplateLM or object):
             if n >= self.max_length:
                 raise UsageError(f"max_gen_toks={n} leaves no room for a context in max_length={self.max_length}.")
             ids = torch.tensor([self.tok_encode(context)[-(self.max_length - n):]], device=self.device)
-            stop = lambda idx: any(u in self.tok_decode(idx[0, ids.shape[1]:].tolist()) for u in until)
             with autocast(self.device, self.precision):   # the tokenizer's stop ids (eos) end it, as do the strings
-                new = generate(self.model, ids, n, temperature=0, stop_ids=self.tok.stop_ids, stop=stop)
+                new = generate(self.model, ids, n, temperature=0, stop_ids=self.tok.stop_ids, stop_text=until,
+                               decode=self.tok_decode)
             new = new[0, ids.shape[1]:].tolist()
             out.append(postprocess_generated_text(generation=self.tok_decode(new), stop=until, think_end_token=None))
             self.cache_hook.add_partial('generate_until', (context, gen_kw), out[-1])
@@ -287,6 +273,7 @@ def write_example_tasks(folder,  # where the task YAML and JSONL files go (creat
 def run_harness(tasks: str,                       # task names or patterns, comma-separated (lm_eval's --tasks)
                 checkpoint_path,                  # a checkpoint .pt, a run directory, our export or an HF folder
                 include_path=None,                # a folder of local task YAML files
+                tokenizer: str | None = None,     # byte, or a tokenizer.json / prepared folder (None: the model's own)
                 batch_size: int = 8,              # rows per forward pass
                 device: str = 'auto',             # auto, cpu, cuda or cuda:N
                 precision: str = 'auto',          # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
@@ -299,9 +286,13 @@ def run_harness(tasks: str,                       # task names or patterns, comm
     if limit is not None and limit < 1: raise UsageError(f"--n_samples={limit} must be >= 1.")
     if batch_size < 1: raise UsageError(f"--batch_size={batch_size} must be > 0.")
     if output_dir is not None: check_writable_dir(output_dir, '--output_dir')
+    if tokenizer not in (None, 'auto', 'byte') and not Path(tokenizer).expanduser().exists():
+        raise UsageError(f"--tokenizer {tokenizer!r} does not exist; give byte, a tokenizer.json or a prepared folder "
+                         "(or leave it out for the model's own).")
     from lm_eval import simple_evaluate
     from lm_eval.utils import make_table
-    lm = HarnessLM(checkpoint_path, batch_size=batch_size, device=device, precision=precision)
+    lm = HarnessLM(checkpoint_path, tokenizer=tokenizer or 'auto', batch_size=batch_size, device=device,
+                   precision=precision)
     r = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, verbosity='WARNING')
     r = {k: v for k, v in r.items() if k in ('results', 'groups', 'configs', 'versions', 'n-shot', 'higher_is_better',
                                              'n-samples')}

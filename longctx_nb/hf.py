@@ -4,7 +4,7 @@
 
 # %% ../nbs/46_hf.ipynb #e06061c2
 from __future__ import annotations
-import contextlib, json
+import contextlib, json, sys
 from pathlib import Path
 import torch
 from .core import UsageError
@@ -13,7 +13,7 @@ from .blocks.base import canonical_block
 from .blocks.layers import ROPE_SETTINGS
 from .blocks.vanilla import qkv_rows
 from .model import LM, canonical_layers
-from .checkpoint import load_weights, list_checkpoints
+from .checkpoint import load_weights, list_checkpoints, misfits
 from .data import ByteTokenizer, BPETokenizer, load_tokenizer, is_prepared, corpus_cache_dir
 from .corpus import cached_corpus
 from .flags import flatten_sections
@@ -22,7 +22,7 @@ from .flags import flatten_sections
 __all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'quiet_transformers', 'hf_name', 'logit_gap',
            'byte_tokenizer_json', 'is_byte_tokenizer', 'tokenizer_from_json', 'model_config_from_hf', 'read_hf_weights',
            'state_dict_from_hf', 'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source',
-           'run_tokenizer', 'init_data', 'init_from']
+           'trained_context', 'default_length', 'run_tokenizer', 'init_data', 'init_from']
 
 # %% ../nbs/46_hf.ipynb #7a0ab927
 HF_INSTALL = "pip install 'longctx_nb[hf]'  (or: pip install 'transformers>=4.46')"
@@ -234,25 +234,19 @@ def state_dict_from_hf(sd: dict,          # transformers key -> tensor
     "Our `LM`'s state_dict for `cfg` from transformers' `sd`, shapes checked; `say` notes tensors `cfg` does not use."
     block = canonical_block(cfg.block)
     with torch.device('meta'): want = LM(cfg).state_dict()
-    out, bad, used = {}, [], set()
-    def take(n, shape):   # the tensor `n`, or None with what is wrong noted
-        if n not in sd: bad.append(f"{n} missing"); return None
-        used.add(n)
-        if tuple(sd[n].shape) != tuple(shape):
-            bad.append(f"{n} has shape {tuple(sd[n].shape)}, the config gives {tuple(shape)}"); return None
-        return sd[n]
+    names, shapes = {}, {}   # our key -> its transformers names; transformers name -> the shape the config gives
     for k, w in want.items():
         ks = _hf_keys(block, k)   # q, k and v are our fused rows, in that order
         if ks[0] not in sd and k == 'head.weight' and cfg.tie_embeddings: ks = [hf_name(block, 'embed.weight')]
         rows = qkv_rows(cfg) if len(ks) == 3 else [w.shape[0]]
-        parts = [take(n, (r, *w.shape[1:])) for n, r in zip(ks, rows)]
-        if all(t is not None for t in parts): out[k] = torch.cat(parts) if len(parts) > 1 else parts[0]
-    if bad: raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}"
-                             + (f" (and {len(bad) - 6} more)" if len(bad) > 6 else '') + '.')
-    if (unused := sorted(set(sd) - used)) and say:
+        names[k] = ks; shapes.update({n: (r, *w.shape[1:]) for n, r in zip(ks, rows)})
+    if bad := misfits(sd, shapes, extra=False):
+        raise UsageError(f"the weights do not fit the config: {'; '.join(bad[:6])}"
+                         + (f" (and {len(bad) - 6} more)" if len(bad) > 6 else '') + '.')
+    if (unused := sorted(set(sd) - set(shapes))) and say:
         say(f"note: the checkpoint holds {len(unused)} tensor(s) its config does not use, ignored as transformers "
             f"ignores them: {', '.join(unused[:6])}" + (' ...' if len(unused) > 6 else ''))
-    return {k: v.float() for k, v in out.items()}
+    return {k: (torch.cat([sd[n] for n in ks]) if len(ks) > 1 else sd[ks[0]]).float() for k, ks in names.items()}
 
 # %% ../nbs/46_hf.ipynb #4945b851
 def _config_json(path) -> tuple[dict | None, str]:
@@ -337,26 +331,59 @@ def create_model_from_hf(path,                # a local Llama, Mistral, Qwen2, M
 _OURS = ('model.safetensors', 'model_config.json')   # our export
 
 def _no_source(p: Path) -> UsageError:
-    return UsageError(f"{str(p)!r} does not exist; give a checkpoint (.pt), a run directory or an exported folder.")
+    return UsageError(f"{str(p)!r} does not exist; give a checkpoint (.pt), a run directory, an exported folder or a "
+                      "transformers folder.")
 
-def _run_config(d: dict | None) -> Config | None:
+def _run_config(d: dict | None, where) -> Config | None:
+    "A `Config` from a saved config dict (None if absent or unreadable, said on stderr)."
     try: return apply_overrides(Config(), flatten_sections(d)) if d else None
-    except UsageError: return None
+    except UsageError as e:
+        print(f"warning: the training config of {where} cannot be read ({e}); going on without it", file=sys.stderr)
 
-def load_source(path,     # a checkpoint .pt, a run directory, or our exported folder
-                say=None,  # told which weights are read, at which step (None: nobody)
-               ) -> tuple[LM, Config | None]:  # (the model in eval mode, the run's config when known)
-    "(the model in eval mode, its training config if known) of a checkpoint .pt, a run directory or our export."
+def load_source(path,              # a checkpoint .pt, a run directory, our export or a transformers folder
+                say=None,          # told which weights are read, and the import's notes (None: nobody)
+                tokenizer='none',  # 'auto' (its own), 'byte', 'none', or a tokenizer.json / prepared folder
+                device='cpu',      # where the model goes
+               ) -> tuple:  # (model in eval mode, its run's Config or None, tokenizer or None, file read, step or None)
+    "The model at `path` in eval mode, its training config and tokenizer when known, the file read and its step."
     p = Path(path).expanduser(); d = p if p.is_dir() else p.parent
     if not p.exists(): raise _no_source(p)
+    if _config_json(p)[0] is not None:
+        model, tok = create_model_from_hf(p, say=say)
+        return model.to(device), None, tok if tokenizer == 'auto' else run_tokenizer(None, p, tokenizer), p, None
     if p.suffix != '.pt' and not list_checkpoints(d) and not all((d / f).is_file() for f in _OURS):
         why = _config_json(d)[1] if (d / 'config.json').is_file() else ''
         raise UsageError(f"{str(p)!r} holds no checkpoint (checkpoints/step_N.pt), no exported model "
                          "(model.safetensors + model_config.json) and is not a transformers checkpoint folder"
                          + (f" ({why})." if why else '.'))
-    model, run, src, step = load_weights(p)
+    model, run, src, step = load_weights(p, device)
     if say: say(f"weights: {src}" + (f" (step {step})" if step is not None else ''))
-    return model, _run_config(run)
+    cfg = _run_config(run, src)
+    return model, cfg, run_tokenizer(cfg, p, tokenizer), src, step
+
+def trained_context(path,  # a run, a checkpoint, an export or a transformers folder
+                   ) -> tuple[int, str] | None:  # (tokens, the setting: data.seq_len or max_position_embeddings)
+    "The context the weights at `path` were made for, from its config alone (its run's, or config.json's)."
+    p = Path(path).expanduser()
+    run = p.parent.parent if p.suffix == '.pt' and p.parent.name == 'checkpoints' else p if p.is_dir() else None
+    try: c = json.loads((run / 'config.json').read_text()) if run and (run / 'config.json').is_file() else None
+    except (ValueError, UnicodeDecodeError): c = None
+    if c is None and p.suffix == '.pt':
+        try: c = torch.load(p, map_location='cpu', weights_only=True, mmap=True).get('config')
+        except Exception: c = None   # unreadable here: loading it says why
+    if not isinstance(c, dict): return None
+    n = (c.get('data') or {}).get('seq_len') if isinstance(c.get('data'), dict) else None
+    if isinstance(n, int): return n, 'data.seq_len'
+    n = c.get('max_position_embeddings') if c.get('model_type') in ('llama', 'mistral', 'qwen2') else None
+    return (n, 'max_position_embeddings') if isinstance(n, int) else None
+
+def default_length(cfg: Config | None,  # the run's config (None: unknown)
+                   context=None,        # `trained_context` of the model's folder
+                  ) -> int:
+    """The context length a model is evaluated and exported at where nothing says more: a transformers folder's
+    max_position_embeddings, else its run's seq_len, at least 2048 (lm_eval's default)."""
+    if context and context[1] == 'max_position_embeddings': return context[0]
+    return max(2048, cfg.data.seq_len if cfg is not None else 0)
 
 def run_tokenizer(cfg: Config | None,  # the run's config (None: unknown)
                   where,               # the SOURCE folder or file, searched for a tokenizer.json
@@ -392,13 +419,14 @@ def _same_tokenizer(a, b) -> bool:
 def init_data(cfg: Config,   # the new run's config
               tok,           # PATH's tokenizer (`init_from`), None if unknown
               path,          # what the run starts from (for the messages)
-              context=None,  # (tokens, what says so): the context the weights were made for, if known
+              context=None,  # `trained_context(path)`: the context the weights were made for, if known
               say=print,     # where the notes go
              ) -> dict:      # dotted data overrides (data.data_dir: the corpus tokenized with `tok`)
     "The data a run from `path`'s weights needs (its text tokenized with their `tok`); notes what is left unchecked."
     d, src = cfg.data, str(path)
     if context and d.seq_len > context[0]:
-        say(f"init_from: data.seq_len={d.seq_len} is longer than the {context[0]} tokens {context[1]}: the run trains "
+        what = 'it was trained at' if context[1] == 'data.seq_len' else f'its config.json allows ({context[1]})'
+        say(f"init_from: data.seq_len={d.seq_len} is longer than the {context[0]} tokens {what}: the run trains "
             "past the context the weights were made for"
             + (" (RoPE as it is, no rope scaling)" if (cfg.model.block, cfg.model.rope_scaling) == ('vanilla', 'none')
                else ''))
@@ -434,14 +462,7 @@ def init_from(path,                       # a transformers folder we import, our
               given=(),                   # the settings the user gave: a data.tokenizer that is not PATH's is refused
              ) -> tuple[dict, dict, object]:  # (dotted overrides, state_dict, tokenizer or None)
     "What `longctx_train --init_from PATH` starts from: (dotted `model.*`/`data.*` overrides, state_dict, tokenizer)."
-    p = Path(path).expanduser()
-    if (raw := _config_json(p)[0]) is not None:
-        model, tok = create_model_from_hf(p, say=say)
-        n = raw.get('max_position_embeddings') if raw.get('model_type') in ('llama', 'mistral', 'qwen2') else None
-        context = (n, 'its config.json allows (max_position_embeddings)') if n else None
-    else:
-        model, run_cfg = load_source(p); tok = run_tokenizer(run_cfg, p) if run_cfg is not None else None
-        context = (run_cfg.data.seq_len, 'it was trained at') if run_cfg is not None else None
+    model, _, tok, *_ = load_source(path, say, 'auto')
     m = model.cfg
     mine = cfg is not None and cfg.model.rope_scaling != 'none'   # the run stretches the context: its own rope_*
     if mine and m.rope_scaling not in ('none', cfg.model.rope_scaling):
@@ -455,5 +476,5 @@ def init_from(path,                       # a transformers folder we import, our
     if tok is not None and cfg is not None and 'data.tokenizer' in given and cfg.data.tokenizer != tok.name:
         raise UsageError(f"data.tokenizer is not read by this run: --init_from {path} brings its own tokenizer "
                          f"({tok!r}), which tokenizes the text; leave data.tokenizer out.")
-    if cfg is not None: ov.update(init_data(apply_overrides(cfg, ov), tok, path, context, say))
+    if cfg is not None: ov.update(init_data(apply_overrides(cfg, ov), tok, path, trained_context(path), say))
     return ov, model.state_dict(), tok

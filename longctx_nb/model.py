@@ -256,10 +256,11 @@ def generate(model: nn.Module,                          # the model
              generator: torch.Generator | None = None,  # the sampling's random stream
              use_cache: bool | None = None,             # stream in constant memory per token (None: if the blocks can)
              stop_ids=(),                               # ids that end a row (its tokenizer's `stop_ids`)
-             pad_id: int | None = None,                 # what follows a row's stop (None: its first stop id)
-             stop=None,                                 # `stop(idx)` True ends it all (a text stop, e.g. lm_eval's)
+             pad_id: int | None = None,                 # what follows a row's stop (None: its first stop id, or 0)
+             stop_text=(),                              # strings that end a row once its new text holds one
+             decode=None,                               # ids -> text, for `stop_text`
             ) -> torch.Tensor:                          # (B, L + new tokens): max_new_tokens, or fewer when all stop
-    "Extend `idx` `(B, L)` by up to `max_new_tokens` tokens (greedy at temperature 0); a row ends at a stop id."
+    "Extend `idx` `(B, L)` by up to `max_new_tokens` tokens (greedy at temperature 0); a row ends at a stop id or text."
     if temperature < 0: raise UsageError(f"temperature={temperature} must be >= 0.")
     if top_k is not None and top_k < 1: raise UsageError(f"top_k={top_k} must be >= 1.")
     use_cache = can_stream(model) if use_cache is None else use_cache
@@ -271,6 +272,9 @@ def generate(model: nn.Module,                          # the model
     try:
         states, stops = None, torch.tensor(list(stop_ids), dtype=idx.dtype, device=idx.device)
         done = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
+        pad = stops[0] if pad_id is None and len(stops) else pad_id or 0
+        # the tokens that can hold a stop text (each decodes to a byte or more), and one before, so that they decode as
+        L, w = idx.shape[1], max((len(s.encode()) for s in stop_text), default=0) + 1   # in the whole continuation
         for _ in range(max_new_tokens):
             if not use_cache: logits = model(idx)[:, -1]
             elif states is None: logits, states = prefill(model, idx)
@@ -283,10 +287,13 @@ def generate(model: nn.Module,                          # the model
                     kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float('-inf'))
                 nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
-            if len(stops):   # a row that stopped is padded, as transformers' generate pads it
-                nxt = torch.where(done, stops[0] if pad_id is None else pad_id, nxt.to(idx.dtype))
+            if len(stops) or stop_text:   # a row that stopped is padded, as transformers' generate pads it
+                nxt = torch.where(done, pad, nxt.to(idx.dtype))
                 done |= torch.isin(nxt, stops)
             idx = torch.cat([idx, nxt.to(idx.dtype)], dim=1)
-            if done.all() or (stop is not None and stop(idx)): break
+            if stop_text:   # only the tail that can hold a stop text is decoded: linear in the tokens made
+                done |= torch.tensor([[any(s in decode(r) for s in stop_text)] for r in
+                                      idx[:, max(L, idx.shape[1] - w):].tolist()], device=done.device)
+            if done.all(): break
     finally: model.train(was_training)
     return idx

@@ -4,19 +4,19 @@
 
 # %% ../nbs/60_scores.ipynb #9670902b
 from __future__ import annotations
-import bisect, dataclasses, functools, math, sys
+import bisect, dataclasses, functools, math
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch, torch.nn.functional as F
 from .core import UsageError, autocast, seed_everything
 from .config import Config, DataConfig, apply_overrides
-from .flags import flatten_sections
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import (IGNORE, NOISE, passkey as passkey_ids, synthetic_data, task_params,
                                   from_config as task_from_config)
 from .model import LM, canonical_layers
-from .checkpoint import CheckpointError, load_weights
+from .checkpoint import CheckpointError
+from .hf import load_source
 from .train import evaluate_task
 
 # %% auto #0
@@ -49,24 +49,17 @@ class Evaluated:
         synthetic = c is not None and c.data.dataset_name == 'synthetic' and c.data.train_data is None
         return c.data.task if synthetic else None
 
-def _config(d: dict | None, where: str) -> Config | None:
-    "A `Config` from a saved config dict (None if absent or unreadable, said on stderr)."
-    if not d: return None
-    try: return apply_overrides(Config(), flatten_sections(d))
-    except UsageError as e:
-        print(f"warning: the training config of {where} cannot be read ({e}); evaluating without it", file=sys.stderr)
-        return None
-
-def load_for_eval(path,          # a checkpoint .pt, a run directory or an exported model folder
+def load_for_eval(path,          # a checkpoint .pt, a run directory, an exported or a transformers folder
                   device='cpu',  # the torch device (or its name) to load onto
                  ) -> Evaluated:
     "The model at `path` in eval mode, with its training config when it is known."
     p = Path(path).expanduser()
     if not p.exists():
         raise CheckpointError(f"--checkpoint_path {str(p)!r} does not exist; give a checkpoint (.pt), a run directory "
-                              "(runs/version_N) or an exported model folder (model.safetensors + model_config.json).")
-    model, run, src, step = load_weights(p, device)
-    return Evaluated(model, _config(run, str(src)), str(src), step=step)
+                              "(runs/version_N), an exported model folder (model.safetensors + model_config.json) or a "
+                              "transformers folder.")
+    model, cfg, _, src, step = load_source(p, device=device)
+    return Evaluated(model, cfg, str(src), step=step)
 
 def fresh_model(block: str = 'vanilla',  # a block name or layer pattern
                 vocab_size: int = 256,   # ids in the vocabulary

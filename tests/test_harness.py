@@ -95,7 +95,22 @@ def test_bad_input_refused_before_the_model(bindir, runs, tasks, env):
              (['--harness', 'example_mc', '--include_path', tasks, '--lengths', 64],
               '--harness does not read --lengths'),
              (['--include_path', tasks], '--include_path is read only with --harness TASKS'),
-             (['--harness', 'example_mc', '--include_path', tasks / 'nope'], 'is not a folder')]
+             (['--harness', 'example_mc', '--include_path', tasks / 'nope'], 'is not a folder'),
+             (['--tokenizer', 'byte'], '--tokenizer is read only with --harness TASKS'),
+             (['--harness', 'example_mc', '--include_path', tasks, '--tokenizer', tasks / 'nope.json'],
+              f"--tokenizer '{tasks / 'nope.json'}' does not exist; give byte, a tokenizer.json or a prepared folder")]
     for args, msg in cases:
         p = run([bindir / 'longctx_eval'], *args, '--checkpoint_path', runs / 'vanilla', env=env, check=2)
         assert msg in p.stderr and 'Traceback' not in p.stderr and 'weights' not in p.stdout + p.stderr, (args, p.stderr)
+
+def test_tokenizer_for_an_export_without_one(bindir, runs, tasks, env, tmp_path):
+    "Our export of a byte run carries no tokenizer: refused without --tokenizer; with --tokenizer byte, the run's numbers."
+    run([bindir / 'longctx_export'], runs / 'vanilla', tmp_path / 'ours', '--format', 'safetensors', env=env, check=0)
+    common = ['--harness', 'example_mc', '--include_path', tasks, '--device', 'cpu', '--n_samples', 2]
+    p = run([bindir / 'longctx_eval'], *common, '--checkpoint_path', tmp_path / 'ours', env=env, check=2)
+    assert 'has no known tokenizer' in p.stderr and 'Traceback' not in p.stderr, p.stderr
+    res = {}
+    for name, src, tok in (('run', runs / 'vanilla', []), ('export', tmp_path / 'ours', ['--tokenizer', 'byte'])):
+        run([bindir / 'longctx_eval'], *common, '--checkpoint_path', src, *tok, '--output_dir', tmp_path / name, env=env, check=0)
+        res[name] = json.loads((tmp_path / name / 'vanilla_harness.json').read_text())['results']['example_mc']
+    assert metrics(res['run']) and same(sorted(metrics(res['export']).items()), sorted(metrics(res['run']).items()))
