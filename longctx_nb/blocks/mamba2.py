@@ -22,26 +22,29 @@ __all__ = ['GatedRMSNorm', 'check_mamba2', 'Mamba2']
 
 # %% ../../nbs/28_mamba2.ipynb #7282586b
 class _GatedNorm(torch.autograd.Function):
-    "`weight * RMSNorm(y * silu(z))` per group in fp32 (no gate without `z`), saving `y`, `z` and the inverse RMS only."
+    """`weight * RMSNorm(y * silu(z))` per group of channels along `dim` (-1, or -2 channel-first), in fp32 (no gate
+    without `z`), saving `y`, `z` and the inverse RMS only."""
     @staticmethod
-    def forward(ctx, y, z, weight, ngroups, eps):
-        h = (y.float() if z is None else y.float() * F.silu(z.float().contiguous())).unflatten(-1, (ngroups, -1))
-        r = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)                    # (..., ngroups, 1)
+    def forward(ctx, y, z, weight, ngroups, eps, dim):
+        h = (y.float() if z is None else y.float() * F.silu(z.float().contiguous())).unflatten(dim, (ngroups, -1))
+        r = torch.rsqrt(h.square().mean(dim, keepdim=True) + eps)                   # (..., ngroups, 1[, L])
         ctx.save_for_backward(y, z, weight, r)
-        return ((h * r).flatten(-2) * weight.float()).to(torch.promote_types(y.dtype, weight.dtype))
+        ctx.dim = dim
+        w = weight.float().view(-1, *[1] * (-1 - dim))                              # along the channels
+        return ((h * r).flatten(dim - 1, dim) * w).to(torch.promote_types(y.dtype, weight.dtype))
 
     @staticmethod
     def backward(ctx, go):
         y, z, weight, r = ctx.saved_tensors
-        yf, go = y.float(), go.float()
+        dim, yf, go = ctx.dim, y.float(), go.float().contiguous()                 # go in y's layout, as out_proj's
         if z is not None: zf = z.float().contiguous(); sig = torch.sigmoid(zf); sz = zf * sig   # silu(z)
-        hn = (yf if z is None else yf * sz).unflatten(-1, (r.shape[-2], -1)) * r    # the normalised product
-        gw = (go * hn.flatten(-2)).flatten(0, -2).sum(0)
-        gn = (go * weight.float()).unflatten(-1, hn.shape[-2:])
-        gh = gn.sub_(hn.mul_((gn * hn).mean(-1, keepdim=True))).mul_(r).flatten(-2)  # through the RMS
-        if z is None: return gh.to(y.dtype), None, gw.to(weight.dtype), None, None
+        hn = (yf if z is None else yf * sz).unflatten(dim, (r.shape[dim - 1], -1)) * r   # the normalised product
+        gw = (go * hn.flatten(dim - 1, dim)).sum([i for i in range(go.dim()) if i != go.dim() + dim])
+        gn = (go * weight.float().view(-1, *[1] * (-1 - dim))).unflatten(dim, hn.shape[dim - 1:dim + 1 or None])
+        gh = gn.sub_(hn.mul_((gn * hn).mean(dim, keepdim=True))).mul_(r).flatten(dim - 1, dim)   # through the RMS
+        if z is None: return gh.to(y.dtype), None, gw.to(weight.dtype), None, None, None
         gy, gz = gh * sz, gh.mul_(yf).mul_(sig).mul_(zf * (1 - sig) + 1)             # silu' = sig (1 + z (1 - sig))
-        return gy.to(y.dtype), gz.to(z.dtype), gw.to(weight.dtype), None, None
+        return gy.to(y.dtype), gz.to(z.dtype), gw.to(weight.dtype), None, None, None
 
 class GatedRMSNorm(nn.Module):
     "Mamba-2's output norm: `y * silu(z)`, RMS-normalised within each of `ngroups` channel groups, times a weight."
@@ -54,11 +57,12 @@ class GatedRMSNorm(nn.Module):
 
     def reset_parameters(self): nn.init.ones_(self.weight)
 
-    def forward(self, y: torch.Tensor,   # (..., d) the scan's output
-                z: torch.Tensor | None,  # (..., d) the gate (None: `y` comes gated)
-               ) -> torch.Tensor:        # (..., d) in y's dtype
+    def forward(self, y: torch.Tensor,   # (..., d) the scan's output, or (..., d, L) with dim=-2
+                z: torch.Tensor | None,  # the gate, y's shape (None: `y` comes gated)
+                dim: int = -1,           # the channels' dim: -1, or -2 for channel-first (..., d, L)
+               ) -> torch.Tensor:        # y's shape, in y's dtype
         "`weight * RMSNorm(y * silu(z))` per group, in fp32, its backward written out (saves `y`, `z` only)."
-        return _GatedNorm.apply(y, z, self.weight, self.ngroups, self.eps)
+        return _GatedNorm.apply(y, z, self.weight, self.ngroups, self.eps, dim)
 
 # %% ../../nbs/28_mamba2.ipynb #de4edd82
 def check_mamba2(d_model: int,     # model width
@@ -108,7 +112,7 @@ class Mamba2(KeepFp32, Mixer):
                  expand: int = 2,                # inner width = expand * d_model
                  headdim: int = 64,              # channels per head: nheads = d_inner / headdim
                  ngroups: int = 1,               # groups of B and C, each shared by nheads / ngroups heads
-                 chunk_size: int = 256,          # tokens per chunk of the SSD scan
+                 chunk_size: int = 256,          # tokens per chunk of the 'torch' and 'cuda' SSD scans
                  dt_min: float = 0.001,          # smallest initial step size
                  dt_max: float = 0.1,            # largest initial step size
                  dt_init_floor: float = 1e-4,    # floor of the initial step sizes
@@ -182,10 +186,14 @@ def forward(self,
     xBC = causal_conv1d(xBC_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
     xs, B, C = self._heads(xBC.mT)                                           # token-major views
     impl = ssd_impls.resolve(impl or self.ssd_impl, x.device, prefix='mamba2: ', arg='x')
-    gate = z.mT.unflatten(-1, (self.nheads, self.headdim)) if impl == 'cpu' else None   # the kernel gates in its pass
-    y, last = ssd_scan(xs, dt.mT, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D, z=gate,
-                       dt_bias=self.dt_bias, dt_softplus=True, return_final_state=True, impl=impl)
-    out = self.out_proj(self.norm(y.flatten(-2), None if gate is not None else z.mT))
+    cpu = impl == 'cpu'   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the norm reads
+    y, last = ssd_scan(xs, dt.mT, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
+                       z=z.mT.unflatten(-1, (self.nheads, self.headdim)) if cpu else None, dt_bias=self.dt_bias,
+                       dt_softplus=True, return_final_state=True, impl=impl)
+    if not cpu: out = self.out_proj(self.norm(y.flatten(-2), z.mT))
+    else:         # normed channel-first, then `out_proj` as Mamba's
+        out = cf_mm(self.out_proj.weight, self.norm(y.flatten(-2).mT, None, dim=-2), token_major=True)
+        if self.out_proj.bias is not None: out = out + self.out_proj.bias.to(out.dtype)
     if not return_state: return out
     conv_state = F.pad(xBC_in, (self.d_conv - x.shape[1], 0)).to(self.conv1d.weight.dtype)   # last d_conv inputs
     return out, conv_state.detach().contiguous(), last.detach()
