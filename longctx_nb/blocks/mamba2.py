@@ -15,7 +15,7 @@ from .mamba import KeepFp32, Mamba, cf_mm
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 from ..kernels.scan import CPU_SCAN_CHUNK, cpu_scan_workspace_bytes
-from ..kernels.ssd import ssd_impls, ssd_scan, ssd_state_update
+from ..kernels.ssd import ssd_impls, ssd_scan, ssd_skip, ssd_state_update
 
 # %% auto #0
 __all__ = ['GatedRMSNorm', 'check_mamba2', 'Mamba2']
@@ -185,7 +185,7 @@ def forward(self,
     z, xBC_in, dt = self._split(zxbcdt, dim=1)
     xBC = causal_conv1d(xBC_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
     xs, B, C = self._heads(xBC.mT)                                           # token-major views
-    impl = ssd_impls.resolve(impl or self.ssd_impl, x.device, prefix='mamba2: ', arg='x')
+    impl = ssd_impls.resolve(impl or self.ssd_impl, x.device, prefix='mamba2: ', arg='x', skip=ssd_skip(self.d_state))
     cpu = impl == 'cpu'   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the norm reads
     y, last = ssd_scan(xs, dt.mT, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
                        z=z.mT.unflatten(-1, (self.nheads, self.headdim)) if cpu else None, dt_bias=self.dt_bias,
@@ -250,7 +250,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     h, g, N, P = di // c.headdim, c.ngroups, c.d_state, c.headdim
     cd = di + 2 * g * N
     conv = kconv.kernel_backends(w.device, 'torch', c.conv_impl, None, c.d_conv)['causal_conv1d']
-    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)
+    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device, ssd_skip(N))
     per, const = a * (D + 2 * di + 2 * g * N + h) + a * cd + 2 * a * di + 4 * g, 2 * 4 * h
     if conv == 'ref':
         per += a * cd * (L + c.d_conv - 1) / L
@@ -271,7 +271,8 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
 def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                             ) -> int:      # bytes
     "What the scan's backward holds for a moment: `'torch'`'s chunk matrices and gradients, `'cpu'`'s partial sums."
-    c, scan = w.cfg, w.cfg.ssd_impl if w.cfg.ssd_impl != 'auto' else ssd_impls.auto(w.device)
+    c = w.cfg
+    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device, ssd_skip(c.d_state))
     di = int(c.expand * c.d_model)
     if scan == 'cpu': return cpu_scan_workspace_bytes(w.batch_size, di, w.seq_len, c.d_state, c.ngroups)
     if scan != 'torch': return 0

@@ -11,7 +11,7 @@ from .dispatch import Impl, KernelImpls, check_tensors, try_import
 from .scan import scan_impls, selective_scan
 
 # %% auto #0
-__all__ = ['ssd_impls', 'segsum', 'ssd_scan', 'ssd_state_update']
+__all__ = ['ssd_impls', 'ssd_skip', 'segsum', 'ssd_scan', 'ssd_state_update']
 
 # %% ../../nbs/15_ssd.ipynb #782f55c5
 _SSD_MODULE = 'mamba_ssm.ops.triton.ssd_combined'   # mamba-ssm's Triton SSD kernels
@@ -23,6 +23,12 @@ ssd_impls = KernelImpls('ssd_scan', ('ref', 'torch'), (
          needs=f"mamba-ssm's Triton kernel `mamba_chunk_scan_combined` ({_SSD_MODULE})"),
     *(o for o in scan_impls.optional if o.name == 'cpu')),   # Mamba's compiled CPU scan, built on first use
     fallback='torch', unknown="unknown ssd_scan impl {impl!r}; valid choices: {quoted}.")
+
+def ssd_skip(d_state: int,          # the state size N
+             initial_state=None,    # `ssd_scan`'s initial state, if any
+            ) -> tuple:             # `skip=` of `ssd_impls.resolve` and `.auto`
+    "The implementations `'auto'` passes over: `'cpu'` (Mamba's kernel) takes no initial state and `N <= 256` only."
+    return ('cpu',) if initial_state is not None or d_state > 256 else ()
 
 # %% ../../nbs/15_ssd.ipynb #16506163
 def _shape_error(name, t, want):
@@ -49,7 +55,7 @@ def _check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_state, chunk_size, 
         _shape_error('initial_state', initial_state, f'(batch, heads, headdim, d_state) = {(b, h, p, n)}')
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise UsageError(f"ssd_scan: chunk_size={chunk_size!r} is not valid: tokens per chunk, an integer >= 1.")
-    if impl == 'cpu' and (initial_state is not None or n > 256):
+    if impl in ssd_skip(n, initial_state):
         raise UsageError(f"ssd_scan: impl='cpu' (Mamba's compiled scan) takes no initial_state and a d_state <= 256 "
                          f"(got {n}); use impl='torch' or impl='auto'.")
 
@@ -228,8 +234,7 @@ def ssd_scan(x: torch.Tensor,                            # (batch, L, heads, hea
             ):
     "Mamba-2's SSD scan, as mamba-ssm's `mamba_chunk_scan_combined`: output in `x`'s dtype, state maths in fp32."
     _check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_state, chunk_size, impl)
-    skip = ('cpu',) if initial_state is not None or B.shape[-1] > 256 else ()
-    impl = ssd_impls.resolve(impl, x.device, prefix='ssd_scan: ', arg='x', skip=skip)
+    impl = ssd_impls.resolve(impl, x.device, prefix='ssd_scan: ', arg='x', skip=ssd_skip(B.shape[-1], initial_state))
     if impl == 'cpu': y, s = _ssd_cpu(x, dt, A, B, C, D, z, dt_bias, dt_softplus)
     elif impl == 'ref':
         with torch.autocast(x.device.type, enabled=False):
