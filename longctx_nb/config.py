@@ -129,7 +129,7 @@ class _MambaSettings:
     ngroups: int = opt(1, 'groups of the heads that share B and C, dividing the heads (mamba2)', gt=0)
     scan_impl: str = opt('auto', 'selective-scan implementation', choices=['auto', 'ref', 'torch', 'cuda', 'cpu'])
     conv_impl: str = opt('auto', 'causal-conv1d implementation', choices=['auto', 'ref', 'cuda', 'cpu'])
-    ssd_impl: str = opt('auto', 'SSD-scan implementation (mamba2)', choices=['auto', 'ref', 'torch', 'cuda'])
+    ssd_impl: str = opt('auto', 'SSD-scan implementation (mamba2)', choices=['auto', 'ref', 'torch', 'cuda', 'cpu'])
 
 # %% ../nbs/01_config.ipynb #5e0c2f7a
 @dataclass

@@ -14,33 +14,37 @@ from .layers import mark_residual_proj
 from .mamba import KeepFp32, Mamba, cf_mm
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
-from ..kernels.ssd import ssd_impls, ssd_scan, ssd_state_update
+from ..kernels.scan import CPU_SCAN_CHUNK, cpu_scan_workspace_bytes
+from ..kernels.ssd import ssd_impls, ssd_scan, ssd_skip, ssd_state_update
 
 # %% auto #0
 __all__ = ['GatedRMSNorm', 'check_mamba2', 'Mamba2']
 
 # %% ../../nbs/28_mamba2.ipynb #7282586b
 class _GatedNorm(torch.autograd.Function):
-    "`weight * RMSNorm(y * silu(z))` per group in fp32, saving `y`, `z` and the inverse RMS of each group only."
+    """`weight * RMSNorm(y * silu(z))` per group of channels along `dim` (-1, or -2 channel-first), in fp32 (no gate
+    without `z`), saving `y`, `z` and the inverse RMS only."""
     @staticmethod
-    def forward(ctx, y, z, weight, ngroups, eps):
-        h = (y.float() * F.silu(z.float().contiguous())).unflatten(-1, (ngroups, -1))   # z: read in order once
-        r = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)                    # (..., ngroups, 1)
+    def forward(ctx, y, z, weight, ngroups, eps, dim):
+        h = (y.float() if z is None else y.float() * F.silu(z.float().contiguous())).unflatten(dim, (ngroups, -1))
+        r = torch.rsqrt(h.square().mean(dim, keepdim=True) + eps)                   # (..., ngroups, 1[, L])
         ctx.save_for_backward(y, z, weight, r)
-        return (h.mul_(r).flatten(-2) * weight.float()).to(torch.promote_types(y.dtype, weight.dtype))
+        ctx.dim = dim
+        w = weight.float().view(-1, *[1] * (-1 - dim))                              # along the channels
+        return ((h * r).flatten(dim - 1, dim) * w).to(torch.promote_types(y.dtype, weight.dtype))
 
     @staticmethod
     def backward(ctx, go):
         y, z, weight, r = ctx.saved_tensors
-        zf, yf, go = z.float().contiguous(), y.float(), go.float()
-        sig = torch.sigmoid(zf)
-        sz = zf * sig                                                                # silu(z)
-        hn = (yf * sz).unflatten(-1, (r.shape[-2], -1)).mul_(r)                      # the normalised product
-        gw = (go * hn.flatten(-2)).flatten(0, -2).sum(0)
-        gn = (go * weight.float()).unflatten(-1, hn.shape[-2:])
-        gh = gn.sub_(hn.mul_((gn * hn).mean(-1, keepdim=True))).mul_(r).flatten(-2)  # through the RMS
+        dim, yf, go = ctx.dim, y.float(), go.float().contiguous()                 # go in y's layout, as out_proj's
+        if z is not None: zf = z.float().contiguous(); sig = torch.sigmoid(zf); sz = zf * sig   # silu(z)
+        hn = (yf if z is None else yf * sz).unflatten(dim, (r.shape[dim - 1], -1)) * r   # the normalised product
+        gw = (go * hn.flatten(dim - 1, dim)).sum([i for i in range(go.dim()) if i != go.dim() + dim])
+        gn = (go * weight.float().view(-1, *[1] * (-1 - dim))).unflatten(dim, hn.shape[dim - 1:dim + 1 or None])
+        gh = gn.sub_(hn.mul_((gn * hn).mean(dim, keepdim=True))).mul_(r).flatten(dim - 1, dim)   # through the RMS
+        if z is None: return gh.to(y.dtype), None, gw.to(weight.dtype), None, None, None
         gy, gz = gh * sz, gh.mul_(yf).mul_(sig).mul_(zf * (1 - sig) + 1)             # silu' = sig (1 + z (1 - sig))
-        return gy.to(y.dtype), gz.to(z.dtype), gw.to(weight.dtype), None, None
+        return gy.to(y.dtype), gz.to(z.dtype), gw.to(weight.dtype), None, None, None
 
 class GatedRMSNorm(nn.Module):
     "Mamba-2's output norm: `y * silu(z)`, RMS-normalised within each of `ngroups` channel groups, times a weight."
@@ -53,11 +57,12 @@ class GatedRMSNorm(nn.Module):
 
     def reset_parameters(self): nn.init.ones_(self.weight)
 
-    def forward(self, y: torch.Tensor,   # (..., d) the scan's output
-                z: torch.Tensor,         # (..., d) the gate
-               ) -> torch.Tensor:        # (..., d) in y's dtype
+    def forward(self, y: torch.Tensor,   # (..., d) the scan's output, or (..., d, L) with dim=-2
+                z: torch.Tensor | None,  # the gate, y's shape (None: `y` comes gated)
+                dim: int = -1,           # the channels' dim: -1, or -2 for channel-first (..., d, L)
+               ) -> torch.Tensor:        # y's shape, in y's dtype
         "`weight * RMSNorm(y * silu(z))` per group, in fp32, its backward written out (saves `y`, `z` only)."
-        return _GatedNorm.apply(y, z, self.weight, self.ngroups, self.eps)
+        return _GatedNorm.apply(y, z, self.weight, self.ngroups, self.eps, dim)
 
 # %% ../../nbs/28_mamba2.ipynb #de4edd82
 def check_mamba2(d_model: int,     # model width
@@ -107,7 +112,7 @@ class Mamba2(KeepFp32, Mixer):
                  expand: int = 2,                # inner width = expand * d_model
                  headdim: int = 64,              # channels per head: nheads = d_inner / headdim
                  ngroups: int = 1,               # groups of B and C, each shared by nheads / ngroups heads
-                 chunk_size: int = 256,          # tokens per chunk of the SSD scan
+                 chunk_size: int = 256,          # tokens per chunk of the 'torch' and 'cuda' SSD scans
                  dt_min: float = 0.001,          # smallest initial step size
                  dt_max: float = 0.1,            # largest initial step size
                  dt_init_floor: float = 1e-4,    # floor of the initial step sizes
@@ -115,7 +120,7 @@ class Mamba2(KeepFp32, Mixer):
                  conv_bias: bool = True,         # bias in the causal conv
                  bias: bool = False,             # biases in in_proj and out_proj
                  norm_eps: float = 1e-5,         # epsilon of the gated RMSNorm
-                 ssd_impl: str = 'auto',         # `ssd_scan`'s impl: 'auto', 'ref', 'torch' or 'cuda'
+                 ssd_impl: str = 'auto',         # `ssd_scan`'s impl: 'auto', 'ref', 'torch', 'cuda' or 'cpu'
                  conv_impl: str = 'auto',        # `causal_conv1d`'s impl: 'auto', 'ref', 'cuda' or 'cpu'
                  layer_idx: int | None = None,   # the layer's index in the model
                 ):
@@ -180,9 +185,15 @@ def forward(self,
     z, xBC_in, dt = self._split(zxbcdt, dim=1)
     xBC = causal_conv1d(xBC_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
     xs, B, C = self._heads(xBC.mT)                                           # token-major views
+    impl = ssd_impls.resolve(impl or self.ssd_impl, x.device, prefix='mamba2: ', arg='x', skip=ssd_skip(self.d_state))
+    cpu = impl == 'cpu'   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the norm reads
     y, last = ssd_scan(xs, dt.mT, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
-                       dt_bias=self.dt_bias, dt_softplus=True, return_final_state=True, impl=impl or self.ssd_impl)
-    out = self.out_proj(self.norm(y.flatten(-2), z.mT))
+                       z=z.mT.unflatten(-1, (self.nheads, self.headdim)) if cpu else None, dt_bias=self.dt_bias,
+                       dt_softplus=True, return_final_state=True, impl=impl)
+    if not cpu: out = self.out_proj(self.norm(y.flatten(-2), z.mT))
+    else:         # normed channel-first, then `out_proj` as Mamba's
+        out = cf_mm(self.out_proj.weight, self.norm(y.flatten(-2).mT, None, dim=-2), token_major=True)
+        if self.out_proj.bias is not None: out = out + self.out_proj.bias.to(out.dtype)
     if not return_state: return out
     conv_state = F.pad(xBC_in, (self.d_conv - x.shape[1], 0)).to(self.conv1d.weight.dtype)   # last d_conv inputs
     return out, conv_state.detach().contiguous(), last.detach()
@@ -239,7 +250,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     h, g, N, P = di // c.headdim, c.ngroups, c.d_state, c.headdim
     cd = di + 2 * g * N
     conv = kconv.kernel_backends(w.device, 'torch', c.conv_impl, None, c.d_conv)['causal_conv1d']
-    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)
+    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device, ssd_skip(N))
     per, const = a * (D + 2 * di + 2 * g * N + h) + a * cd + 2 * a * di + 4 * g, 2 * 4 * h
     if conv == 'ref':
         per += a * cd * (L + c.d_conv - 1) / L
@@ -248,6 +259,9 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     else: per += a * cd
     if scan == 'cuda': per += a * di + 4 * h
     elif scan == 'ref': per += 4 * (h * P * N + di + 2 * h * N + 5 * h)
+    elif scan == 'cpu':   # the step sizes per channel, B and C as the kernel reads them, the states entering its chunks
+        per += 4 * (di + 2 * g * N)
+        const += 4 * (w.batch_size * di * -(-L // CPU_SCAN_CHUNK) * N + di * (N + 2) - h)
     else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
     return int(w.batch_size * L * per + const)
 
@@ -256,9 +270,12 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
 @staticmethod
 def backward_workspace_bytes(w: Workload,  # the model config, batch, length, precision and device measured
                             ) -> int:      # bytes
-    "What the `'torch'` scan's backward holds for a moment: chunk matrices and gradients (0 with the kernel)."
+    "What the scan's backward holds for a moment: `'torch'`'s chunk matrices and gradients, `'cpu'`'s partial sums."
     c = w.cfg
-    if (c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device)) != 'torch': return 0
-    h, Q = int(c.expand * c.d_model) // c.headdim, min(c.chunk_size, w.seq_len)
+    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device, ssd_skip(c.d_state))
+    di = int(c.expand * c.d_model)
+    if scan == 'cpu': return cpu_scan_workspace_bytes(w.batch_size, di, w.seq_len, c.d_state, c.ngroups)
+    if scan != 'torch': return 0
+    h, Q = di // c.headdim, min(c.chunk_size, w.seq_len)
     per = 3 * h * Q + c.ngroups * Q + 10 * h * c.headdim + 4 * c.ngroups * c.d_state   # bytes / 4 per token
     return 4 * w.batch_size * -(-w.seq_len // Q) * Q * per

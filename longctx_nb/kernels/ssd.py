@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 from ..core import UsageError
 from .dispatch import Impl, KernelImpls, check_tensors, try_import
+from .scan import scan_impls, selective_scan
 
 # %% auto #0
-__all__ = ['ssd_impls', 'segsum', 'ssd_scan', 'ssd_state_update']
+__all__ = ['ssd_impls', 'ssd_skip', 'segsum', 'ssd_scan', 'ssd_state_update']
 
 # %% ../../nbs/15_ssd.ipynb #782f55c5
 _SSD_MODULE = 'mamba_ssm.ops.triton.ssd_combined'   # mamba-ssm's Triton SSD kernels
@@ -19,18 +20,25 @@ _INSTALL = ("Install mamba-ssm 2.x with its Triton kernels on the GPU machine (`
 
 ssd_impls = KernelImpls('ssd_scan', ('ref', 'torch'), (
     Impl('cuda', module=_SSD_MODULE, cuda=True, install=_INSTALL,
-         needs=f"mamba-ssm's Triton kernel `mamba_chunk_scan_combined` ({_SSD_MODULE})"),),
+         needs=f"mamba-ssm's Triton kernel `mamba_chunk_scan_combined` ({_SSD_MODULE})"),
+    *(o for o in scan_impls.optional if o.name == 'cpu')),   # Mamba's compiled CPU scan, built on first use
     fallback='torch', unknown="unknown ssd_scan impl {impl!r}; valid choices: {quoted}.")
+
+def ssd_skip(d_state: int,          # the state size N
+             initial_state=None,    # `ssd_scan`'s initial state, if any
+            ) -> tuple:             # `skip=` of `ssd_impls.resolve` and `.auto`
+    "The implementations `'auto'` passes over: `'cpu'` (Mamba's kernel) takes no initial state and `N <= 256` only."
+    return ('cpu',) if initial_state is not None or d_state > 256 else ()
 
 # %% ../../nbs/15_ssd.ipynb #16506163
 def _shape_error(name, t, want):
     raise UsageError(f"ssd_scan: {name} must have shape {want}, got {tuple(t.shape)}.")
 
-def _check_ssd_inputs(x, dt, A, B, C, D, dt_bias, initial_state, chunk_size, impl):
+def _check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_state, chunk_size, impl):
     "Refuse bad `ssd_scan` arguments with a `UsageError` naming the first one."
     ssd_impls.check_name(impl)
-    check_tensors('ssd_scan', dict(x=x, dt=dt, A=A, B=B, C=C, D=D, dt_bias=dt_bias, initial_state=initial_state),
-                  optional=('D', 'dt_bias', 'initial_state'))
+    check_tensors('ssd_scan', dict(x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, initial_state=initial_state),
+                  optional=('D', 'z', 'dt_bias', 'initial_state'))
     if x.dim() != 4: _shape_error('x', x, '(batch, L, heads, headdim)')
     b, L, h, p = x.shape
     if tuple(dt.shape) != (b, L, h): _shape_error('dt', dt, f'(batch, L, heads) = {(b, L, h)}')
@@ -42,10 +50,14 @@ def _check_ssd_inputs(x, dt, A, B, C, D, dt_bias, initial_state, chunk_size, imp
     if C.shape != B.shape: _shape_error('C', C, f"B's {tuple(B.shape)}")
     for name, t in (('D', D), ('dt_bias', dt_bias)):
         if t is not None and tuple(t.shape) != (h,): _shape_error(name, t, f'(heads,) = ({h},)')
+    if z is not None and z.shape != x.shape: _shape_error('z', z, f"x's {tuple(x.shape)}")
     if initial_state is not None and tuple(initial_state.shape) != (b, h, p, n):
         _shape_error('initial_state', initial_state, f'(batch, heads, headdim, d_state) = {(b, h, p, n)}')
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise UsageError(f"ssd_scan: chunk_size={chunk_size!r} is not valid: tokens per chunk, an integer >= 1.")
+    if impl in ssd_skip(n, initial_state):
+        raise UsageError(f"ssd_scan: impl='cpu' (Mamba's compiled scan) takes no initial_state and a d_state <= 256 "
+                         f"(got {n}); use impl='torch' or impl='auto'.")
 
 def _step_sizes(dt, dt_bias, dt_softplus):
     "The step sizes in fp32: `dt + dt_bias`, through softplus when asked."
@@ -186,11 +198,22 @@ def _ssd_torch(x, dt, A, B, C, D, dt_bias, dt_softplus, h0, Q):
     with torch.autocast(x.device.type, enabled=False):
         return _SsdTorch.apply(x, dt, A, B, C, D, dt_bias, h0, dt_softplus, Q)
 
-def _ssd_cuda(x, dt, A, B, C, D, dt_bias, dt_softplus, h0, Q):
+def _ssd_cpu(x, dt, A, B, C, D, z, dt_bias, dt_softplus):
+    """Mamba's compiled CPU scan (`12_scan`): a head is `headdim` channels sharing its decay, step size, skip and
+    bias; it reads `x`, `z` and `dt` time-contiguous `(batch, channels, L)` (views where they come channel-first)."""
+    b, L, h, p = x.shape
+    per = lambda t: None if t is None else t.repeat_interleave(p, dim=-1)   # per head -> per channel
+    cf = lambda t: None if t is None else t.flatten(2).mT                   # (b, L, h, p) -> (b, h p, L)
+    y, s = selective_scan(cf(x), dt.mT.repeat_interleave(p, dim=1), per(A.float())[:, None].expand(-1, B.shape[-1]),
+                          B.permute(0, 2, 3, 1), C.permute(0, 2, 3, 1), per(D), cf(z), per(dt_bias), dt_softplus,
+                          return_last_state=True, impl='cpu')
+    return y.mT.unflatten(-1, (h, p)), s.unflatten(1, (h, p))
+
+def _ssd_cuda(x, dt, A, B, C, D, dt_bias, dt_softplus, h0, Q, z):
     "mamba-ssm's Triton kernel (with its own backward); the last state in fp32."
     fp32 = [None if t is None else t.float() for t in (A, D, dt_bias)]
     y, s = try_import(_SSD_MODULE)[0].mamba_chunk_scan_combined(
-        x, dt, fp32[0], B, C, Q, D=fp32[1], dt_bias=fp32[2], initial_states=h0, dt_softplus=dt_softplus,
+        x, dt, fp32[0], B, C, Q, D=fp32[1], z=z, dt_bias=fp32[2], initial_states=h0, dt_softplus=dt_softplus,
         return_final_states=True)
     return y, s.float()
 
@@ -202,22 +225,25 @@ def ssd_scan(x: torch.Tensor,                            # (batch, L, heads, hea
              C: torch.Tensor,                            # same shape as B
              chunk_size: int = 256,                      # tokens per chunk of the 'torch' and 'cuda' paths
              D: torch.Tensor | None = None,              # (heads,) skip connection
+             z: torch.Tensor | None = None,              # (batch, L, heads, headdim) gate: output times silu(z)
              dt_bias: torch.Tensor | None = None,        # (heads,) added to dt
              dt_softplus: bool = False,                  # step size softplus(dt + dt_bias)
              initial_state: torch.Tensor | None = None,  # (batch, heads, headdim, d_state) state before token 0
              return_final_state: bool = False,           # also return the last state (batch, heads, headdim, d_state)
-             impl: str = 'auto',                         # 'auto', 'ref', 'torch' or 'cuda'
+             impl: str = 'auto',                         # 'auto', 'ref', 'torch', 'cuda' or 'cpu'
             ):
     "Mamba-2's SSD scan, as mamba-ssm's `mamba_chunk_scan_combined`: output in `x`'s dtype, state maths in fp32."
-    _check_ssd_inputs(x, dt, A, B, C, D, dt_bias, initial_state, chunk_size, impl)
-    impl = ssd_impls.resolve(impl, x.device, prefix='ssd_scan: ', arg='x')
-    if impl == 'ref':
+    _check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_state, chunk_size, impl)
+    impl = ssd_impls.resolve(impl, x.device, prefix='ssd_scan: ', arg='x', skip=ssd_skip(B.shape[-1], initial_state))
+    if impl == 'cpu': y, s = _ssd_cpu(x, dt, A, B, C, D, z, dt_bias, dt_softplus)
+    elif impl == 'ref':
         with torch.autocast(x.device.type, enabled=False):
             y, s = _ssd_ref(x, _step_sizes(dt, dt_bias, dt_softplus), A, B, C, D, initial_state)
     else:
         run = _ssd_cuda if impl == 'cuda' else _ssd_torch
         Q = chunk_size if impl == 'cuda' else min(chunk_size, max(x.shape[1], 1))   # none padded past L
-        y, s = run(x, dt, A, B, C, D, dt_bias, dt_softplus, initial_state, Q)
+        y, s = run(x, dt, A, B, C, D, dt_bias, dt_softplus, initial_state, Q, *((z,) if impl == 'cuda' else ()))
+    if z is not None and impl in ('ref', 'torch'): y = y * F.silu(z.float())
     y = y.to(x.dtype)
     return (y, s) if return_final_state else y
 
