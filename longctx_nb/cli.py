@@ -40,8 +40,8 @@ def build_parser(prog: str = 'longctx_train',  # the program's name in messages
     own = [arg('--print_config', action='store_true', group='config files and presets',
                help='print the resolved config as JSON (stdout) and where each value came from (stderr), and exit'),
            arg('--init_from', metavar='PATH', group='config files and presets',
-               help='start from the weights (and model settings) of a transformers Llama/Mamba folder, an export, '
-                    'a checkpoint or a run directory')] if extra else []
+               help='start from the weights (and model settings) of a transformers folder (Llama, Mistral, '
+                    'Qwen2, Mamba, Mamba-2), an export, a checkpoint or a run directory')] if extra else []
     return make_parser(prog, 'Train a long-context language model. Settings come from the defaults, then --config (a '
                        'JSON file or a size preset), then the command line; within each, presets first, then explicit '
                        'settings. --print_config shows where each value came from.' if extra else None, own, sections,
