@@ -183,9 +183,9 @@ def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
         return dict(loss_at={L: loss(L) for L in lengths},
                     drift=drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, B, dev, docs=docs),
                     chance_loss=None if tokens.val is None else round(unigram_loss(tokens), 4))
-    if ev.synthetic_task in RULER_TASKS:   # RULER's score, as longctx_eval --task ruler gives it
-        g = ruler_grid(ev.model, ByteTokenizer(), [ev.synthetic_task], lengths, n_samples, B, dev, seed=cfg.trainer.seed)
-        return dict(acc={L: s / 100 for L, s in zip(lengths, g['scores'][ev.synthetic_task])}, chance=None,
+    if (t := ev.synthetic_task) in RULER_TASKS:   # RULER's score, as longctx_eval --task ruler gives it
+        g = ruler_grid(ev.model, ByteTokenizer(), [t], lengths, n_samples, B, dev, seed=cfg.trainer.seed)
+        return dict(acc={L: s / 100 for L, s in zip(lengths, g['scores'][t])}, chance=None,
                     scored=dict.fromkeys(lengths, n_samples))
     params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
     r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, B, dev, seed=cfg.trainer.seed, **params)
