@@ -208,8 +208,9 @@ RULER_TASKS = {   # name -> (family, settings), as RULER configures each task (s
     'qa_1': ('qa', dict(qa_file=None)),
     'qa_2': ('qa', dict(qa_file=None)),
 }
-SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy'] + [   # = synthetic.TASKS
-    t for t, (family, _) in RULER_TASKS.items() if family != 'qa']   # (tested there); QA reads a file: evaluation only
+# = synthetic.TASKS (tested there); RULER's QA reads a file: evaluation only
+SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy'] + [
+    t for t, (family, _) in RULER_TASKS.items() if family != 'qa']
 
 @dataclass
 class DataConfig:
