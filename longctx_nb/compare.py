@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, get_device, hold, check_writable_dir
-from .config import (Config, SYNTHETIC_TASKS, apply_overrides, canonical_key,
+from .config import (Config, RULER_TASKS, SYNTHETIC_TASKS, apply_overrides, canonical_key,
                                pick_precision)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
 from .model import LM, canonical_layers, count_params, flops_per_token, dense_settings, layer_blocks
@@ -18,6 +18,8 @@ from .train import train, Stopped, kernel_report
 from .runs import RESUME_LAST, Terminated, restore_signals
 from .distributed import STOP_CODES
 from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
+from .evals import ruler_grid
+from .tokenizer import ByteTokenizer
 from .bench import ALL_BLOCKS, train_step_timing
 from .scores import (load_for_eval, task_accuracy, passkey_grid, passkey_generator, text_data, perplexity, drift_curve,
                                unigram_loss)
@@ -172,7 +174,7 @@ def join_stopped_windows(curve: list,  # (step, mean loss of the window ending t
 
 # %% ../nbs/63_compare.ipynb #5f2f2aac
 def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
-    "The task (or the text loss and drift) at each length, for a trained model."
+    "The task (RULER's score for a RULER task; the text loss and drift) at each length, for a trained model."
     dev, L0, B = next(ev.model.parameters()).device, cfg.data.seq_len, cfg.data.batch_size
     if not ev.synthetic_task:
         tokens = text_data(ev)
@@ -181,6 +183,10 @@ def _eval_row(ev, cfg: Config, lengths, n_samples, passkey_depths) -> dict:
         return dict(loss_at={L: loss(L) for L in lengths},
                     drift=drift_curve(ev.model, tokens.val, max(lengths), L0, n_samples, 24, B, dev, docs=docs),
                     chance_loss=None if tokens.val is None else round(unigram_loss(tokens), 4))
+    if (t := ev.synthetic_task) in RULER_TASKS:   # RULER's score, as longctx_eval --task ruler gives it
+        g = ruler_grid(ev.model, ByteTokenizer(), [t], lengths, n_samples, B, dev, seed=cfg.trainer.seed)
+        return dict(acc={L: s / 100 for L, s in zip(lengths, g['scores'][t])}, chance=None,
+                    scored=dict.fromkeys(lengths, n_samples))
     params = {k: v for k, v in task_from_config(cfg.data).params.items() if k != 'depth' or v is not None}
     r = task_accuracy(ev.model, ev.synthetic_task, lengths, n_samples, B, dev, seed=cfg.trainer.seed, **params)
     row = dict(acc=dict(zip(lengths, r['accuracy'])), chance=r['chance'], scored=dict(zip(lengths, r['scored'])))

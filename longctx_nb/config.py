@@ -11,7 +11,7 @@ from typing import Callable
 from .core import UsageError, check_writable_dir, parse_precision, PRECISIONS as _PRECISION_SPELLINGS
 
 # %% auto #0
-__all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'RULER_TRAIN_TASKS', 'SYNTHETIC_TASKS', 'SECTIONS',
+__all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'RULER_TASKS', 'SYNTHETIC_TASKS', 'SECTIONS',
            'PRESETS', 'ALIASES', 'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'ModelConfig', 'DataConfig',
            'TrainerConfig', 'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
            'set_twice', 'merge_settings', 'apply_overrides', 'validate']
@@ -197,10 +197,24 @@ class ModelConfig(_SparseSettings, _AttentionSettings, _MambaSettings, _SizeSett
 ModelConfig.num_params = property(lambda m: m.size, lambda m, v: setattr(m, 'size', v), doc='the former name of `size`')
 
 # %% ../nbs/01_config.ipynb #91e22bb4
-# = synthetic.TASKS (tested there)
-RULER_TRAIN_TASKS = ['niah_single_1', 'niah_single_2', 'niah_single_3', 'niah_multikey_1', 'niah_multikey_2',
-                     'niah_multikey_3', 'niah_multivalue', 'niah_multiquery', 'vt', 'cwe', 'fwe']
-SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy'] + RULER_TRAIN_TASKS
+RULER_TASKS = {   # name -> (family, settings), as RULER configures each task (synthetic writes them)
+    'niah_single_1': ('niah', dict(haystack='repeat', key='words', value='numbers')),
+    'niah_single_2': ('niah', dict(haystack='essay', key='words', value='numbers')),
+    'niah_single_3': ('niah', dict(haystack='essay', key='words', value='uuids')),
+    'niah_multikey_1': ('niah', dict(haystack='essay', key='words', value='numbers', n_keys=4)),
+    'niah_multikey_2': ('niah', dict(haystack='needle', key='words', value='numbers')),
+    'niah_multikey_3': ('niah', dict(haystack='needle', key='uuids', value='uuids')),
+    'niah_multivalue': ('niah', dict(haystack='essay', key='words', value='numbers', n_values=4)),
+    'niah_multiquery': ('niah', dict(haystack='essay', key='words', value='numbers', n_keys=4, n_queries=4)),
+    'vt': ('vt', dict(num_chains=1, num_hops=4)),
+    'cwe': ('cwe', dict(freq_cw=30, freq_ucw=3, num_cw=10)),
+    'fwe': ('fwe', dict(alpha=2.0)),
+    'qa_1': ('qa', dict(qa_file=None)),
+    'qa_2': ('qa', dict(qa_file=None)),
+}
+# = synthetic.TASKS (tested there); RULER's QA reads a file: evaluation only
+SYNTHETIC_TASKS = ['passkey', 'associative_recall', 'copy', 'induction_heads', 'selective_copy'] + [
+    t for t, (family, _) in RULER_TASKS.items() if family != 'qa']
 
 @dataclass
 class DataConfig:

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from .core import UsageError, autocast, get_device, check_precision, check_writable_dir
-from .config import Config, apply_overrides
+from .config import RULER_TASKS, Config, apply_overrides
 from .memory import check_fits, check_positive, check_seed
-from .synthetic import RULER_GEN, RULER_METRIC, RULER_TASKS, ruler_sample, synthetic_data
+from .synthetic import RULER_GEN, RULER_METRIC, ruler_sample, synthetic_data
 from .tokenizer import ByteTokenizer
 from .model import canonical_layers, count_params, dense_settings, generate
 from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_flags, perplexity,

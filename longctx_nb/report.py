@@ -8,7 +8,7 @@ import argparse, itertools, json, sys
 from pathlib import Path
 import numpy as np
 from .core import UsageError, get_device, check_writable_dir
-from .config import parse_curriculum
+from .config import RULER_TASKS, parse_curriculum
 from .memory import check_fits, check_positive
 from .model import count_params
 from .scores import load_for_eval, passkey_generator, text_data
@@ -29,9 +29,9 @@ def report_table(rows: list[dict],  # one `summarize` (or `train_and_eval`) row 
                 ) -> str:
     "The comparison table as Markdown: block, params, speed, memory, val loss, the task by length, FLOPs, time, lr."
     Ls, text = settings['eval_lengths'], settings['task'] == 'text'
-    key = 'loss_at' if text else 'acc'
+    key, col = ('loss_at', 'loss') if text else ('acc', 'ruler' if settings['task'] in RULER_TASKS else 'acc')
     cols = (['block', 'layers', 'params', 'tokens/s', 'peak MiB', 'val loss']
-            + [f"{'loss' if text else 'acc'}@{L}" for L in Ls] + ['MFLOP/token', 'train s', 'lr'])
+            + [f"{col}@{L}" for L in Ls] + ['MFLOP/token', 'train s', 'lr'])
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for r in rows:
         sds = r.get(key + '_sd') or {}
@@ -119,13 +119,14 @@ def report_plots(rows: list[dict],  # `summarize` rows
     figs.append(('loss.png', f"Training loss against step of each block at its best learning rate{seeds}: the same "
                  f"{budget_text(s)}, in the same order."))
     key = 'loss_at' if text else 'acc'
+    what = 'Validation loss' if text else 'RULER score' if s['task'] in RULER_TASKS else 'Answer accuracy'
     has_sd = any((r.get(key + '_sd') or {}).get(Ls[0]) is not None for r in rows)
     plot_lengths({r['block']: [r[key][L] for L in Ls] for r in rows}, Ls, s['seq_len'],
-                 'validation loss' if text else 'accuracy (answer tokens)', f"{s['task']} after {s['max_steps']} steps",
+                 what, f"{s['task']} after {s['max_steps']} steps",
                  out / 'lengths.png', chance=None if text else rows[0]['chance'],
                  errors={r['block']: [r[key + '_sd'][L] for L in Ls] for r in rows} if has_sd else None)
-    figs.append(('lengths.png', f"{'Validation loss' if text else 'Answer accuracy'} at each evaluation length; the "
-                 f"dashed line is the training length{', the dotted line chance' if not text else ''}"
+    figs.append(('lengths.png', f"{what} at each evaluation length; the "
+                 f"dashed line is the training length{', the dotted line chance' if rows[0].get('chance') else ''}"
                  f"{', bars one standard deviation over the seeds' if has_sd else ''}."))
     if text:
         plot_drift({r['block']: r['drift'] for r in rows}, s['seq_len'], 'loss by position', out / 'drift.png')
@@ -161,6 +162,8 @@ def write_report(rows: list[dict],  # one `summarize` row per block
     figs = report_plots(rows, s, out)
     (out / 'report.json').write_text(json.dumps(dict(settings=s, rows=rows), indent=1, default=str) + '\n')
     what = 'loss@L: validation loss (nats/token) at length L' if text else \
+        f"ruler@L: RULER's score at length L (greedy generation, RULER's string match, as `longctx_eval --task " \
+        f"ruler` scores it) of {s['n_samples']} fresh samples" if s['task'] in RULER_TASKS else \
         f"acc@L: accuracy on the answer tokens of {s['n_samples']} fresh sequences at length L " \
         f"(chance {rows[0]['chance']:.1%})"
     m = s.get('model', {})

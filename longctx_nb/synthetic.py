@@ -11,12 +11,13 @@ from typing import Callable
 import numpy as np
 import torch
 from .core import UsageError
+from .config import RULER_TASKS
 from .tokenizer import ByteTokenizer
 
 # %% auto #0
-__all__ = ['IGNORE', 'TASKS', 'CONFIG_KNOBS', 'VAL_STEP0', 'NOISE', 'RULER_TASKS', 'RULER_GEN', 'RULER_METRIC', 'passkey',
-           'associative_recall', 'copy', 'induction_heads', 'selective_copy', 'Task', 'get_task', 'task_params',
-           'make_batch', 'SyntheticData', 'synthetic_data', 'from_config', 'essay_sentences', 'read_qa', 'RulerSample',
+__all__ = ['IGNORE', 'TASKS', 'CONFIG_KNOBS', 'VAL_STEP0', 'NOISE', 'RULER_GEN', 'RULER_METRIC', 'passkey', 'associative_recall',
+           'copy', 'induction_heads', 'selective_copy', 'Task', 'get_task', 'task_params', 'make_batch',
+           'SyntheticData', 'synthetic_data', 'from_config', 'essay_sentences', 'read_qa', 'RulerSample',
            'check_ruler_task', 'ruler_sample']
 
 # %% ../nbs/05_synthetic.ipynb #b7707773
@@ -257,21 +258,6 @@ def _essay_words() -> tuple[str, ...]:
     return tuple(sorted({w for s in essay_sentences() for w in re.findall(r'\b[a-z]{4,10}\b', s)}))
 
 # %% ../nbs/05_synthetic.ipynb #31e3585d
-RULER_TASKS = {   # name -> (family, settings), as RULER configures each task
-    'niah_single_1': ('niah', dict(haystack='repeat', key='words', value='numbers')),
-    'niah_single_2': ('niah', dict(haystack='essay', key='words', value='numbers')),
-    'niah_single_3': ('niah', dict(haystack='essay', key='words', value='uuids')),
-    'niah_multikey_1': ('niah', dict(haystack='essay', key='words', value='numbers', n_keys=4)),
-    'niah_multikey_2': ('niah', dict(haystack='needle', key='words', value='numbers')),
-    'niah_multikey_3': ('niah', dict(haystack='needle', key='uuids', value='uuids')),
-    'niah_multivalue': ('niah', dict(haystack='essay', key='words', value='numbers', n_values=4)),
-    'niah_multiquery': ('niah', dict(haystack='essay', key='words', value='numbers', n_keys=4, n_queries=4)),
-    'vt': ('vt', dict(num_chains=1, num_hops=4)),
-    'cwe': ('cwe', dict(freq_cw=30, freq_ucw=3, num_cw=10)),
-    'fwe': ('fwe', dict(alpha=2.0)),
-    'qa_1': ('qa', dict(qa_file=None)),
-    'qa_2': ('qa', dict(qa_file=None)),
-}
 RULER_GEN = {'niah': 128, 'vt': 30, 'cwe': 120, 'fwe': 50, 'qa': 32}   # tokens RULER lets each family generate
 RULER_METRIC = {'niah': 'all', 'vt': 'all', 'cwe': 'all', 'fwe': 'all', 'qa': 'part'}
 

@@ -8,6 +8,9 @@ from longctx_nb.flags import main
 from longctx_nb.model import LM
 from longctx_nb.compare import COMPARE_FLAGS, _compare, compare_blocks, compare_parser
 from longctx_nb.report import at_chance, chance_note, report_table
+from longctx_nb.evals import ruler_grid
+from longctx_nb.scores import load_for_eval, task_accuracy
+from longctx_nb.tokenizer import ByteTokenizer
 
 SMALL = {'model.n_layers': 2, 'model.d_model': 64, 'model.n_heads': 4, 'model.d_ff': 128, 'data.copy_len': 4}
 TINY_PK = {'model.n_layers': 1, 'model.d_model': 32, 'model.n_heads': 2, 'model.d_ff': 64}
@@ -164,3 +167,15 @@ def test_text_rows_at_chance(tmp_path):
     assert 2.0 < r['chance_loss'] < math.log(256) and r['val_loss'] > r['chance_loss'] and r['at_chance'] is True
     md = (tmp_path / 'c' / 'report.md').read_text()
     assert '| vanilla (at chance) |' in md and f"At chance: vanilla (validation loss not 1% below the unigram loss {r['chance_loss']:.3f}" in md
+
+def test_ruler_task_scores_as_ruler(tmp_path):
+    "On a RULER task the table is RULER's score (`ruler_grid`, as longctx_eval --task ruler gives it), not answer-token accuracy."
+    (r,) = compare_blocks(['vanilla'], 'niah_single_1', max_steps=2, seq_len=512, eval_lengths=[512], output_dir=tmp_path / 'c',
+                          n_samples=2, batch_size=2, device='cpu', overrides=TINY_PK, verbose=False, match_params=False)
+    model = load_for_eval(r['run_dir'], torch.device('cpu')).model
+    g = ruler_grid(model, ByteTokenizer(), ['niah_single_1'], [512], n_samples=2, batch_size=2, seed=0)
+    tf = task_accuracy(model, 'niah_single_1', [512], 2, 2)['accuracy'][0]   # teacher-forced: the answer's space and full stop
+    assert (r['acc'], r['scored'], r['chance']) == ({512: g['scores']['niah_single_1'][0] / 100}, {512: 2}, None) and tf > 0
+    md = (tmp_path / 'c' / 'report.md').read_text()
+    assert '| val loss | ruler@512 |' in md and ("ruler@L: RULER's score at length L (greedy generation, RULER's string match, "
+                                                 "as `longctx_eval --task ruler` scores it) of 2 fresh samples") in md
