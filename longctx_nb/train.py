@@ -172,7 +172,8 @@ def setup(cfg: Config,                      # the run's config
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     precision = resolve_precision(t, device)
     if model is None: check_config_fits(cfg, device, precision, dist.world_size)   # before anything is allocated
-    tokens = tokens if tokens is not None else load_dataset(cfg.data, vocab_size=cfg.model.vocab_size)
+    handed = tokens is not None   # data loaded here has its ids checked by `load_dataset`
+    tokens = tokens if handed else load_dataset(cfg.data, vocab_size=cfg.model.vocab_size)
     vocab, tok = cfg.model.vocab_size or tokens.vocab_size, getattr(tokens, 'tokenizer', None)   # the data's own
     if tok is not None and model is None and vocab > tokens.vocab_size:   # rows no id reaches: built without them
         if dist.main: print(f"note: the model is built with the {tokens.vocab_size} ids of the {tok.name} tokenizer, "
@@ -181,7 +182,7 @@ def setup(cfg: Config,                      # the run's config
     if vocab < tokens.vocab_size and isinstance(tokens, SyntheticData):
         raise UsageError(f"model.vocab_size={vocab} is smaller than the {tokens.vocab_size} ids of {tokens.source}; "
                          "leave --model.vocab_size unset or lower --data.task_vocab_size.")
-    if vocab < tokens.vocab_size:  # a smaller vocabulary than the data's: check the ids really fit
+    if handed and vocab < tokens.vocab_size:  # a smaller vocabulary than the data's: check the ids really fit
         check_tokens(tokens.train, vocab, 'the training split')
         if tokens.val is not None: check_tokens(tokens.val, vocab, 'the validation split')
     cfg = apply_overrides(cfg, {'model.vocab_size': vocab, **({'data.tokenizer': tok.name} if tok else {})})
