@@ -29,6 +29,8 @@ def opt(default,       # the field's default value
     "A dataclass field carrying its help text, valid range and (`const`) value as a bare flag in `metadata`."
     return field(default=default, metadata=dict(help=help, choices=choices, ge=ge, gt=gt, lt=lt, le=le, const=const))
 
+def _choices(meta: dict): return c() if callable(c := meta.get('choices')) else c   # `opt`'s choices, resolved
+
 # %% ../nbs/01_config.ipynb #e3cde246
 _OWNED: dict[str, tuple] = {}
 
@@ -433,8 +435,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     else: v = str(value)
     if key in _FORMS: v = _FORMS[key](key, v, bad)
     if key in _CHECKS: _CHECKS[key](key, v, bad)
-    choices = c() if callable(c := meta.get('choices')) else c
-    if choices is not None:
+    if (choices := _choices(meta)) is not None:
         if key in _OWNED: v = _OWNED[key][0](v)
         elif key == 'trainer.precision': v = 'auto' if v.strip().lower() == 'auto' else parse_precision(v)
         elif v not in choices: bad(f"valid choices: {', '.join(map(str, choices))}")

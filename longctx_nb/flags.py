@@ -11,8 +11,7 @@ import longctx_nb
 from .core import UsageError, TrainingError
 from typing import Callable
 from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key, coerce,
-                               merge_settings, set_twice, _value, _field_of, _hints, _OWNED,
-                               _RAW_CHECKS)
+                               merge_settings, set_twice, _value, _field_of, _hints, _OWNED, _choices, _RAW_CHECKS)
 
 # %% auto #0
 __all__ = ['VRAM_PRESET_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'VRAM_PRESET_ALIASES', 'GPU_NATIVE',
@@ -427,7 +426,7 @@ def args_from(fn,                          # the function
 # %% ../nbs/02_flags.ipynb #eb7da988
 def _bounds(m: dict) -> str:
     "A field's valid values, from `opt`'s metadata: its choices or its range."
-    if (c := m.get('choices')) and (c := c() if callable(c) else c): return ', '.join(f'`{x}`' for x in c)
+    if c := _choices(m): return ', '.join(f'`{x}`' for x in c)
     lo = f"> {m['gt']}" if m.get('gt') is not None else f">= {m['ge']}" if m.get('ge') is not None else ''
     hi = f"< {m['lt']}" if m.get('lt') is not None else f"<= {m['le']}" if m.get('le') is not None else ''
     return ' and '.join(x for x in (lo, hi) if x)
@@ -449,7 +448,7 @@ def field_help(key: str,  # canonical dotted key
     "Help text of a canonical key, with its default and choices."
     cls, f = _field_of(key)
     meta, default = f.metadata, (f.default if f.default is not dataclasses.MISSING else None)
-    choices = meta.get('choices'); choices = choices() if callable(choices) else choices
+    choices = _choices(meta)
     if key == 'trainer.precision': choices = ['auto', '32', 'bf16', '16']
     text = meta.get('help', '')
     if choices: text += f" {{{', '.join(map(str, choices))}}}"
