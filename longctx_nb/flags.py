@@ -10,8 +10,9 @@ from pathlib import Path
 import longctx_nb
 from .core import UsageError, TrainingError
 from typing import Callable
-from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key, coerce,
-                               merge_settings, set_twice, _value, _field_of, _hints, _OWNED, _choices, _RAW_CHECKS)
+from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key,
+                               merge_settings, set_twice, _value, _convert, _truth, _field_of, _hints, _OWNED, _choices,
+                               _RAW_CHECKS)
 
 # %% auto #0
 __all__ = ['VRAM_PRESET_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'VRAM_PRESET_ALIASES', 'GPU_NATIVE',
@@ -92,14 +93,10 @@ def read_config_file(path,      # a JSON file with sections model, data, trainer
         try:
             key = canonical_key(k)
             if isinstance(v, dict): raise UsageError(f"{key} must be a value, not a JSON object")
-            _value_checked(key, v)
+            _convert(key, v)
             _json_type(key, v)
         except UsageError as e: raise UsageError(f"in config file {str(p)!r}, key {k!r}: {e}") from None
     return flat
-
-def _value_checked(key: str, v):
-    cls, f = _field_of(key)
-    return coerce(key, v, _hints(cls)[f.name], f.metadata)
 
 # %% ../nbs/02_flags.ipynb #2492e556
 VRAM_PRESET_KEYS = ('model_size', 'vram', 'training_preset', 'model.expand_factor', 'model.max_seq_len')
@@ -381,9 +378,8 @@ def _none_or(f):
     return g
 
 def _bool(s: str) -> bool:
-    if s.lower() in ('1', 'true', 'yes', 'on'): return True
-    if s.lower() in ('0', 'false', 'no', 'off'): return False
-    raise ValueError(s)   # argparse: "invalid _bool value"
+    if (b := _truth(s)) is None: raise ValueError(s)   # argparse: "invalid true/false value"
+    return b
 
 def _dtype(s: str):
     "A torch dtype by name ('float32', 'torch.bfloat16'); a `ValueError` (argparse's 'invalid dtype value') otherwise."
