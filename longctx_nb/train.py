@@ -232,7 +232,7 @@ def kernel_report(m,       # a `ModelConfig`
     if 'local_attention' in kernels:   # 'auto' as `local_attention` resolves it for the block's head width
         Dh = m.d_model // m.n_heads
         skip = ('flex',) if flex_width_why_not(Dh, Dh, device) else ()
-        b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device, skip=skip)
+        b['local_attention'] = attention_impls.pick(m.attn_impl, device, skip)
     if {'selective_scan', 'causal_conv1d'} & set(kernels):   # a failed build: named by what runs instead
         N = m.ssm_state_dim if 'ssm_state_dim' in fields else m.d_state
         scan = m.scan_impl if 'selective_scan' in kernels else 'torch'   # nothing built for a scan not run
