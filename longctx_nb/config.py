@@ -29,6 +29,8 @@ def opt(default,       # the field's default value
     "A dataclass field carrying its help text, valid range and (`const`) value as a bare flag in `metadata`."
     return field(default=default, metadata=dict(help=help, choices=choices, ge=ge, gt=gt, lt=lt, le=le, const=const))
 
+def _choices(meta: dict): return c() if callable(c := meta.get('choices')) else c   # `opt`'s choices, resolved
+
 # %% ../nbs/01_config.ipynb #e3cde246
 _OWNED: dict[str, tuple] = {}
 
@@ -395,7 +397,10 @@ ALIASES.update({f'training.{k}': f'trainer.{k}' for k in ('learning_rate', 'weig
                 'eval_interval', 'adam_beta1', 'adam_beta2', 'adam_epsilon', 'label_smoothing')})
 
 # %% ../nbs/01_config.ipynb #9be95697
-_TRUE, _FALSE = {'true', '1', 'yes', 'y', 'on'}, {'false', '0', 'no', 'n', 'off'}
+def _truth(value) -> bool | None:
+    "A boolean from its spellings, in a file or on a command line: true/false, 1/0, yes/no, y/n, on/off (None: none)."
+    s = str(value).strip().lower() if isinstance(value, (str, int)) else None   # a bool is an int: 'true', 'false'
+    return True if s in ('true', '1', 'yes', 'y', 'on') else False if s in ('false', '0', 'no', 'n', 'off') else None
 
 def _hints(cls) -> dict: return typing.get_type_hints(cls)
 
@@ -425,10 +430,7 @@ def coerce(key: str,    # canonical dotted key, for messages
         if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
         tp = next(a for a in args if a is not type(None))
     if tp is bool:
-        if isinstance(value, bool): v = value
-        elif isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE: v = True
-        elif isinstance(value, (str, int)) and str(value).strip().lower() in _FALSE: v = False
-        else: bad('expected true or false')
+        if (v := _truth(value)) is None: bad('expected true or false')
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool): v = value
         else:
@@ -447,8 +449,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     else: v = str(value)
     if key in _FORMS: v = _FORMS[key](key, v, bad)
     if key in _CHECKS: _CHECKS[key](key, v, bad)
-    choices = c() if callable(c := meta.get('choices')) else c
-    if choices is not None:
+    if (choices := _choices(meta)) is not None:
         if key in _OWNED: v = _OWNED[key][0](v)
         elif key == 'trainer.precision': v = 'auto' if v.strip().lower() == 'auto' else parse_precision(v)
         elif v not in choices: bad(f"valid choices: {', '.join(map(str, choices))}")
@@ -616,9 +617,13 @@ def _where(spelled: str, where: str | None) -> str:
     "How a setting's source is named: the key as spelled, in its file; a flag (`--config small_32k`) as it is."
     return where if where and where.startswith('--') else f"{spelled} in {where}" if where else spelled
 
+def _convert(key, v):
+    "`v` converted and checked for the canonical `key`: `UsageError` if it is not valid."
+    cls, f = _field_of(key); return coerce(key, v, _hints(cls)[f.name], f.metadata)
+
 def _value(key, v):
     "The converted value, to compare two spellings of a setting (the raw value when it does not convert)."
-    try: cls, f = _field_of(key); return coerce(key, v, _hints(cls)[f.name], f.metadata)
+    try: return _convert(key, v)
     except (UsageError, StopIteration): return v
 
 def set_twice(key: str,    # the setting or flag
@@ -646,8 +651,7 @@ def _set(cfg, key, value, notes, origin: dict, source: str, kind: str):
         notes.append(f"{key}={value!r} from {source} replaces {origin[key][0]!r} from {origin[key][1]} "
                      "(the command line wins over a config file, and within each explicit settings over presets).")
     origin[key] = (value, source, kind)
-    cls, f = _field_of(key)
-    v = coerce(key, value, _hints(cls)[f.name], f.metadata)
+    cls, f, v = *_field_of(key), _convert(key, value)
     if kind == 'preset' and cls is ModelConfig and f.name in _SIZES: v = None   # it follows the size preset and block
     if '.' in key: setattr(getattr(cfg, key.split('.')[0]), f.name, v)
     else: setattr(cfg, key, v)

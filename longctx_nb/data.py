@@ -22,8 +22,8 @@ from .corpus import (STDLIB_SKIP, FORMAT_VERSION, stdlib_root, stdlib_documents,
                                load_tokens, check_tokens, TokenFile, cache_root, corpus_cache_dir, cached_corpus)
 
 # %% auto #0
-__all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'load_synthetic', 'load_dataset', 'batch_offsets', 'get_batch',
-           'doc_ids', 'step_batch', 'val_batches', 'StepBatches', 'make_loader']
+__all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'load_synthetic', 'check_vocab', 'load_dataset', 'batch_offsets',
+           'get_batch', 'doc_ids', 'step_batch', 'val_batches', 'StepBatches', 'make_loader']
 
 # %% ../nbs/06_data.ipynb #c3e68012
 MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
@@ -124,12 +124,19 @@ def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', t
                    vocab_size: int | None = None,  # the model's vocabulary, to check against (None: no check)
                   ) -> SyntheticData:
     "The synthetic task `cfg.task` (dataset_name='synthetic'), checked against seq_len and the model's `vocab_size`."
-    sd = synthetic_from_config(cfg)
-    if vocab_size is not None and vocab_size < sd.vocab_size:
-        raise UsageError(f"model.vocab_size={vocab_size} is smaller than the {sd.vocab_size} ids of the synthetic task "
-                         f"{cfg.task!r}; leave --model.vocab_size unset or set --data.task_vocab_size "
+    sd = synthetic_from_config(cfg); check_vocab(sd, vocab_size); return sd
+
+def check_vocab(data: TokenData | SyntheticData,  # data loaded or handed in
+                vocab_size: int | None,           # the model's vocabulary (None: the data's)
+               ):
+    "Refuse a model `vocab_size` smaller than `data`'s unless every id fits (a synthetic task's ids never do)."
+    if vocab_size is None or vocab_size >= data.vocab_size: return
+    if isinstance(data, SyntheticData):
+        raise UsageError(f"model.vocab_size={vocab_size} is smaller than the {data.vocab_size} ids of the synthetic "
+                         f"task {data.task!r}; leave --model.vocab_size unset or set --data.task_vocab_size "
                          f"(at most {vocab_size}).")
-    return sd
+    check_tokens(data.train, vocab_size, 'the training split')
+    if data.val is not None: check_tokens(data.val, vocab_size, 'the validation split')
 
 def _check_doc_mask(data: TokenData | SyntheticData, cfg: DataConfig):
     "Refuse data.doc_mask=true where the data has no document boundaries."

@@ -10,8 +10,8 @@ from pathlib import Path
 import longctx_nb
 from .core import UsageError, TrainingError
 from typing import Callable
-from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key, coerce,
-                               merge_settings, set_twice, _value, _field_of, _hints, _OWNED,
+from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key,
+                               merge_settings, set_twice, _value, _convert, _truth, _field_of, _hints, _OWNED, _choices,
                                _RAW_CHECKS)
 
 # %% auto #0
@@ -93,14 +93,10 @@ def read_config_file(path,      # a JSON file with sections model, data, trainer
         try:
             key = canonical_key(k)
             if isinstance(v, dict): raise UsageError(f"{key} must be a value, not a JSON object")
-            _value_checked(key, v)
+            _convert(key, v)
             _json_type(key, v)
         except UsageError as e: raise UsageError(f"in config file {str(p)!r}, key {k!r}: {e}") from None
     return flat
-
-def _value_checked(key: str, v):
-    cls, f = _field_of(key)
-    return coerce(key, v, _hints(cls)[f.name], f.metadata)
 
 # %% ../nbs/02_flags.ipynb #2492e556
 VRAM_PRESET_KEYS = ('model_size', 'vram', 'training_preset', 'model.expand_factor', 'model.max_seq_len')
@@ -382,9 +378,8 @@ def _none_or(f):
     return g
 
 def _bool(s: str) -> bool:
-    if s.lower() in ('1', 'true', 'yes', 'on'): return True
-    if s.lower() in ('0', 'false', 'no', 'off'): return False
-    raise ValueError(s)   # argparse: "invalid _bool value"
+    if (b := _truth(s)) is None: raise ValueError(s)   # argparse: "invalid true/false value"
+    return b
 
 def _dtype(s: str):
     "A torch dtype by name ('float32', 'torch.bfloat16'); a `ValueError` (argparse's 'invalid dtype value') otherwise."
@@ -427,7 +422,7 @@ def args_from(fn,                          # the function
 # %% ../nbs/02_flags.ipynb #eb7da988
 def _bounds(m: dict) -> str:
     "A field's valid values, from `opt`'s metadata: its choices or its range."
-    if (c := m.get('choices')) and (c := c() if callable(c) else c): return ', '.join(f'`{x}`' for x in c)
+    if c := _choices(m): return ', '.join(f'`{x}`' for x in c)
     lo = f"> {m['gt']}" if m.get('gt') is not None else f">= {m['ge']}" if m.get('ge') is not None else ''
     hi = f"< {m['lt']}" if m.get('lt') is not None else f"<= {m['le']}" if m.get('le') is not None else ''
     return ' and '.join(x for x in (lo, hi) if x)
@@ -449,7 +444,7 @@ def field_help(key: str,  # canonical dotted key
     "Help text of a canonical key, with its default and choices."
     cls, f = _field_of(key)
     meta, default = f.metadata, (f.default if f.default is not dataclasses.MISSING else None)
-    choices = meta.get('choices'); choices = choices() if callable(choices) else choices
+    choices = _choices(meta)
     if key == 'trainer.precision': choices = ['auto', '32', 'bf16', '16']
     text = meta.get('help', '')
     if choices: text += f" {{{', '.join(map(str, choices))}}}"

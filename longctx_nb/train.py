@@ -10,12 +10,12 @@ from typing import Callable
 from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
-from .core import (UsageError, TrainingError, get_device, check_precision, autocast, autocast_dtype,
+from .core import (TrainingError, get_device, check_precision, autocast, autocast_dtype,
                              seed_everything, hold)
 from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, recheck_peak, mfu, format_mfu
 from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_curriculum,
                                pick_precision)
-from .data import TokenData, load_dataset, make_loader, val_batches, check_tokens
+from .data import TokenData, load_dataset, check_vocab, make_loader, val_batches
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token, dense_settings, layer_blocks
 from .blocks.base import quiet_notes, get_block
@@ -172,18 +172,13 @@ def setup(cfg: Config,                      # the run's config
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     precision = resolve_precision(t, device)
     if model is None: check_config_fits(cfg, device, precision, dist.world_size)   # before anything is allocated
-    tokens = tokens if tokens is not None else load_dataset(cfg.data, vocab_size=cfg.model.vocab_size)
+    if tokens is None: tokens = load_dataset(cfg.data, vocab_size=cfg.model.vocab_size)   # its ids checked there
+    else: check_vocab(tokens, cfg.model.vocab_size)
     vocab, tok = cfg.model.vocab_size or tokens.vocab_size, getattr(tokens, 'tokenizer', None)   # the data's own
     if tok is not None and model is None and vocab > tokens.vocab_size:   # rows no id reaches: built without them
         if dist.main: print(f"note: the model is built with the {tokens.vocab_size} ids of the {tok.name} tokenizer, "
                             f"not model.vocab_size={vocab} (rows no token id reaches)", file=sys.stderr, flush=True)
         vocab = tokens.vocab_size
-    if vocab < tokens.vocab_size and isinstance(tokens, SyntheticData):
-        raise UsageError(f"model.vocab_size={vocab} is smaller than the {tokens.vocab_size} ids of {tokens.source}; "
-                         "leave --model.vocab_size unset or lower --data.task_vocab_size.")
-    if vocab < tokens.vocab_size:  # a smaller vocabulary than the data's: check the ids really fit
-        check_tokens(tokens.train, vocab, 'the training split')
-        if tokens.val is not None: check_tokens(tokens.val, vocab, 'the validation split')
     cfg = apply_overrides(cfg, {'model.vocab_size': vocab, **({'data.tokenizer': tok.name} if tok else {})})
     seed_everything(t.seed)
     if model is not None: cfg = apply_overrides(cfg, {f'model.{k}': v for k, v in vars(model.cfg).items()})
@@ -237,7 +232,7 @@ def kernel_report(m,       # a `ModelConfig`
     if 'local_attention' in kernels:   # 'auto' as `local_attention` resolves it for the block's head width
         Dh = m.d_model // m.n_heads
         skip = ('flex',) if flex_width_why_not(Dh, Dh, device) else ()
-        b['local_attention'] = m.attn_impl if m.attn_impl != 'auto' else attention_impls.auto(device, skip=skip)
+        b['local_attention'] = attention_impls.pick(m.attn_impl, device, skip)
     if {'selective_scan', 'causal_conv1d'} & set(kernels):   # a failed build: named by what runs instead
         N = m.ssm_state_dim if 'ssm_state_dim' in fields else m.d_state
         scan = m.scan_impl if 'selective_scan' in kernels else 'torch'   # nothing built for a scan not run

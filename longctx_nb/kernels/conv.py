@@ -283,7 +283,5 @@ def kernel_backends(device='cpu',             # where Mamba runs
     if scan_impl not in scan_impls.choices or conv_impl not in conv_impls.choices:
         raise UsageError(f"kernel_backends: scan_impl={scan_impl!r} must be one of {', '.join(scan_impls.choices)} and "
                          f"conv_impl={conv_impl!r} one of {', '.join(conv_impls.choices)}.")
-    skip = _conv_skip(d_conv or 4)
-    if conv_impl != 'auto': conv = conv_impl
-    else: conv = conv_impls.resolve('auto', device, skip=skip) if build else conv_impls.auto(device, skip)
+    conv = conv_impls.pick(conv_impl, device, _conv_skip(d_conv or 4), build)
     return {'selective_scan': resolved_scan_impl(scan_impl, device, d_state or 0, build), 'causal_conv1d': conv}

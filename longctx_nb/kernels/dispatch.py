@@ -155,6 +155,15 @@ class KernelImpls:
         ok = (o.name for o in self._candidates(device, skip) if o.load is None or o.load(device) is None)
         return next(ok, self.fallback)
 
+    def pick(self, impl: str,        # an `impl=` value that passed `check_name`
+             device,                 # where it runs
+             skip: tuple = (),       # optional implementations 'auto' passes over (a shape they do not take)
+             build: bool = False,    # build what 'auto' picks now, past a failed build (as `resolve`)
+            ) -> str:                # the concrete implementation
+        "What `impl` names: itself (not checked here), or for 'auto' what `auto` (or, with `build`, `resolve`) picks."
+        if impl != 'auto': return impl
+        return self.resolve(impl, device, skip=skip) if build else self.auto(device, skip)
+
 # %% ../../nbs/10_dispatch.ipynb #f924dd98
 def compare_impls(a: dict,            # name -> tensor (an output, a gradient) from the implementation checked
                   b: dict,            # the same names from the reference

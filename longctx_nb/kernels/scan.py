@@ -327,8 +327,7 @@ def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
                        build: bool = False,  # build the CPU kernel 'auto' picks now, passing over it if that fails
                       ) -> str:    # what runs: 'ref', 'torch', 'cuda' or 'cpu'
     "What `selective_scan(impl=impl)` runs on `device` at state size `N`: 'auto' resolved (the kernels take N <= 256)."
-    if impl != 'auto': return impl
-    return scan_impls.resolve('auto', device, skip=_too_big(N)) if build else scan_impls.auto(device, skip=_too_big(N))
+    return scan_impls.pick(impl, device, _too_big(N), build)
 
 def _too_big(N): return ('cuda', 'cpu') if N > 256 else ()   # the kernels that cannot take a state size N
 
