@@ -210,7 +210,7 @@ BAD = {  # args -> a phrase the error must contain
                             'times longer the context grows, e.g. 4) and --model.rope_original_max_position_embeddings'),
     'rope_setting_unread': (['--model.rope_scaling=linear', '--model.rope_factor=2', '--model.rope_beta_fast=8'],
                             "model.rope_beta_fast is not read by this run: model.rope_scaling='linear' reads rope_factor"),
-    'rope_unknown_type': (['--model.rope_scaling=longrope'], 'valid choices: none, linear, dynamic, yarn, llama3'),
+    'rope_unknown_type': (['--model.rope_scaling=su'], 'valid choices: none, linear, dynamic, yarn, llama3, longrope'),
     'norm_eps_zero': (['--model.rms_norm_eps=0'], "model.rms_norm_eps='0' is not valid: must be > 0"),
 }
 
