@@ -20,7 +20,7 @@ from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token, dense_settings, layer_blocks
 from .blocks.base import quiet_notes, get_block
 from .kernels.conv import kernel_backends
-from .kernels.ssd import ssd_impls
+from .kernels.ssd import ssd_impls, ssd_skip
 from .kernels.attention import attention_impls, flex_width_why_not
 from .checkpoint import (save_checkpoint, list_checkpoints, checkpoint_path, prune_checkpoints, rng_state,
                                    export_model, atomic_write, StorageError)
@@ -237,7 +237,7 @@ def kernel_report(m,       # a `ModelConfig`
         N = m.ssm_state_dim if 'ssm_state_dim' in fields else m.d_state
         scan = m.scan_impl if 'selective_scan' in kernels else 'torch'   # nothing built for a scan not run
         b |= kernel_backends(device, scan, m.conv_impl, N, m.d_conv, build=True)
-    if 'ssd_scan' in kernels: b['ssd_scan'] = ssd_impls.resolve(m.ssd_impl, device)   # mamba2
+    if 'ssd_scan' in kernels: b['ssd_scan'] = ssd_impls.resolve(m.ssd_impl, device, skip=ssd_skip(m.d_state))
     return ', '.join(f'{k}={b[k]}' for k in kernels)
 
 # %% ../nbs/44_train.ipynb #492dabc7
