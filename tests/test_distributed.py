@@ -96,7 +96,6 @@ def test_a_dead_rank_stops_the_run_cleanly(bindir, tmp_path, held):
     (['--data.global_batch_size=3', '--trainer.devices=2'], 1, 'cannot be split over 2 ranks'),  # devices=2 starts torchrun itself
     (['--trainer.context_parallel=4'], 2, 'trainer.context_parallel=4 splits each sequence over more ranks than the run'),
     (['--trainer.context_parallel=2', '--data.seq_len=63'], 2, 'use a multiple of 2, e.g. 62 or 64'),
-    (['--trainer.context_parallel=2', '--model.block=mamba2'], 2, 'model.block=mamba2 cannot split a sequence over ranks'),
     (['--trainer.context_parallel=2', '--model.block=blade', '--model.chunk_size=48'], 2,
      'a data.seq_len that is a multiple of 96 (e.g. 96), or --model.chunk_size=32.'),
     (['--trainer.context_parallel=2', '--model.block=dpassm', '--model.window_size=64'], 2,
@@ -146,9 +145,10 @@ def test_sigterm_two_ranks_checkpoints_and_resumes_exactly(bindir, tmp_path, ref
 BLOCK_ARGS = {'longformer': ['--model.window_size=8', '--model.n_global_tokens=2'],   # a window a part of 16 holds
               'bigbird': ['--model.window_size=8', '--model.n_random_tokens=2', '--model.attn_block_size=8'],
               'blade': ['--model.chunk_size=8', '--model.state_dim=16'],   # whole chunks in a part of 16
-              'dpassm': ['--model.window_size=8', '--model.ssm_state_dim=16']}
+              'dpassm': ['--model.window_size=8', '--model.ssm_state_dim=16'],
+              'mamba2': ['--model.headdim=32', '--model.ngroups=2']}   # 4 heads in 2 groups
 
-@pytest.fixture(scope='module', params=['vanilla', 'mamba', 'longformer', 'bigbird', 'blade', 'dpassm'])
+@pytest.fixture(scope='module', params=['vanilla', 'mamba', 'longformer', 'bigbird', 'blade', 'dpassm', 'mamba2'])
 def one_process(request, bindir, tmp_path_factory):
     "A one-process run of each block that context parallelism splits, the reference of the splits."
     root = tmp_path_factory.mktemp(request.param)

@@ -9,9 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
+from torch.utils.checkpoint import checkpoint
 from .base import Mixer, Workload, check_int, check_token, register_block, patch_to
+from .base import from_previous, state_from_previous
 from .layers import mark_residual_proj
-from .mamba import KeepFp32, Mamba, cf_mm
+from .mamba import KeepFp32, Mamba, _decay, _log_decay, cf_mm
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d, causal_conv1d_update
 from ..kernels.scan import CPU_SCAN_CHUNK, cpu_scan_workspace_bytes
@@ -103,8 +105,12 @@ class Mamba2(KeepFp32, Mixer):
                      'rms_norm_eps': 'norm_eps', 'ssd_impl': 'ssd_impl', 'conv_impl': 'conv_impl'}
     uses_mlp = False                              # a Mamba-2 layer stands in for attention and MLP
     kernels = ('ssd_scan', 'causal_conv1d')       # the library's kernels it runs
+    context_split = 'state'                       # split over ranks: the conv's halo, the heads' states
     repr_fields = ('d_model', 'd_inner', 'nheads', 'headdim', 'ngroups', 'd_state', 'chunk_size', 'ssd_impl')
     fp32_params = ('A_log', 'D', 'dt_bias')       # kept fp32 when the module is cast to fp16 or bf16
+
+    @classmethod
+    def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
 
     def __init__(self, d_model: int,             # model width
                  d_state: int = 128,             # state size per head
@@ -183,13 +189,18 @@ def forward(self,
     zxbcdt = cf_mm(W.weight, x.mT)
     if W.bias is not None: zxbcdt = zxbcdt + W.bias[:, None].to(zxbcdt.dtype)
     z, xBC_in, dt = self._split(zxbcdt, dim=1)
-    xBC = causal_conv1d(xBC_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)
+    part = self.cp is not None and not return_state   # a part of a sequence split over ranks
+    k = self.d_conv - 1 if part else 0                # the conv's halo: the previous part's last inputs
+    xc = torch.cat([from_previous(xBC_in[..., -k:], self.cp), xBC_in], -1) if k else xBC_in
+    xBC = causal_conv1d(xc, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)[..., k:]
     xs, B, C = self._heads(xBC.mT)                                           # token-major views
     impl = ssd_impls.resolve(impl or self.ssd_impl, x.device, prefix='mamba2: ', arg='x', skip=ssd_skip(self.d_state))
-    cpu = impl == 'cpu'   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the norm reads
-    y, last = ssd_scan(xs, dt.mT, -torch.exp(self.A_log.float()), B, C, self.chunk_size, D=self.D,
+    cpu = impl == 'cpu' and not part   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the
+    A = -torch.exp(self.A_log.float())   # norm reads; a part is gated by the norm, after its carried-in state
+    y, last = ssd_scan(xs, dt.mT, A, B, C, self.chunk_size, D=self.D,
                        z=z.mT.unflatten(-1, (self.nheads, self.headdim)) if cpu else None, dt_bias=self.dt_bias,
                        dt_softplus=True, return_final_state=True, impl=impl)
+    if part: y = self._carry_in(y, last, dt, A, C)
     if not cpu: out = self.out_proj(self.norm(y.flatten(-2), z.mT))
     else:         # normed channel-first, then `out_proj` as Mamba's
         out = cf_mm(self.out_proj.weight, self.norm(y.flatten(-2).mT, None, dim=-2), token_major=True)
@@ -199,6 +210,20 @@ def forward(self,
     return out, conv_state.detach().contiguous(), last.detach()
 
 patch_to(Mamba2)(Mamba.prefill)   # Mamba's: the parallel forward, with the states `step` continues
+
+# %% ../../nbs/28_mamba2.ipynb #c0a5e1f3
+def _carried_heads(dt, dt_bias, A, h, C):
+    "What the state `h` `(B, H, P, N)` entering a part adds to its outputs `(B, l, H, P)`: `C_t h`, decayed to t."
+    b, H, P, N = h.shape
+    Ch = torch.einsum('blgn,bgkpn->blgkp', C.float(), h.view(b, C.shape[2], -1, P, N)).flatten(2, 3)
+    return Ch * (_log_decay(dt, dt_bias) * A[:, None]).exp().mT[..., None]
+
+@patch_to(Mamba2)
+def _carry_in(self, y, last, dt, A, C):
+    "The outputs `y` of this rank's part, scanned from a zero state to `last`, plus what the state entering it adds."
+    decay = checkpoint(_decay, dt, self.dt_bias, A[:, None], use_reentrant=False)[..., None]   # (B, H, 1, 1)
+    h = state_from_previous(last, decay.expand_as(last), self.cp)
+    return y + checkpoint(_carried_heads, dt, self.dt_bias, A, h, C, use_reentrant=False).to(y.dtype)
 
 # %% ../../nbs/28_mamba2.ipynb #fa4b7667
 @patch_to(Mamba2)
