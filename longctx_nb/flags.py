@@ -482,7 +482,8 @@ def _add_setting(g, key: str, help: str):
                    const=const, metavar=_metavar(key))
 
 # %% ../nbs/02_flags.ipynb #5a840a5e
-VRAM_PRESET_ALIASES = ('model_size', 'data_dir', 'model.size', 'model.num_params', 'model.expand_factor', 'model.max_seq_len')
+VRAM_PRESET_ALIASES = ('model_size', 'data_dir', 'model.size', 'model.num_params', 'model.expand_factor',
+                       'model.max_seq_len')
 GPU_NATIVE = ('resume',)
 
 def alias_style(alias: str,  # a key of `config.ALIASES`
@@ -514,7 +515,8 @@ def add_settings(p: Parser,              # the parser to add to
     if presets:
         p.group('config files and presets').add_argument(
             '--config', metavar='FILE', help="a JSON config (sections model, data, trainer, or a VRAM-preset "
-                                             "config's model, vram, training), or a size preset by name, e.g. small_32k")
+                                             "config's model, vram, training), or a size preset by name, "
+                                             "e.g. small_32k")
     for k, h in option_specs():
         if k in ALIASES: continue
         s = k.split('.')[0] if '.' in k else None  # None: a preset ('vram', 'training_preset')
