@@ -10,6 +10,7 @@ import torch, torch.distributed as dist
 from .core import UsageError, get_device, launcher_env
 from .config import TrainerConfig, DataConfig
 from .blocks.base import ContextGroup, block_names, context_parallel, get_block
+from .model import layer_blocks
 from .flags import check_before_run
 
 # %% auto #0
@@ -217,6 +218,26 @@ def context_group(device: torch.device,  # this rank's device (the mesh's device
     mesh = init_device_mesh(device.type, (world_size // n, n), mesh_dim_names=('data', 'context'))
     return ContextGroup(mesh.get_group('context'), mesh.get_local_rank('context'), n)
 
+def _part_fits(name, cfg, n, L):
+    "Refuse a split of `L` tokens over `n` ranks that block `name` (of the layer pattern) cannot run exactly."
+    blk = get_block(name)
+    if blk.splits() is None:
+        ok = [b for b in block_names() if get_block(b).splits()]
+        raise UsageError(f"model.block={name} cannot split a sequence over ranks yet; with "
+                         f"--trainer.context_parallel={n} use one of {', '.join(ok)}, or context_parallel=1.")
+    if (f := blk.context_chunk) and (L // n) % (c := getattr(cfg.model, f)):
+        l, m = L // n, n * c
+        eg = ' or '.join(str(s) for s in (L - L % m, L - L % m + m) if s)
+        near = min((k for k in range(1, l + 1) if l % k == 0), key=lambda k: (abs(k - c), k))
+        raise UsageError(f"model.block={name} attends in whole chunks of model.{f}={c} tokens, which a part "
+                         f"of {l} tokens (data.seq_len={L} over {n} ranks) does not hold; use a data.seq_len that is a "
+                         f"multiple of {m} (e.g. {eg}), or --model.{f}={near}.")
+    if (h := blk.context_halo(cfg.model)) > L // n:
+        most = max((k for k in range(1, n + 1) if L % k == 0 and L // k >= h), default=1)
+        raise UsageError(f"model.block={name} reads {h} tokens before each part, more than the {L // n} "
+                         f"of a part (data.seq_len={L} over {n} ranks); use --trainer.context_parallel={most} or less, "
+                         "or a longer data.seq_len.")
+
 @check_before_run
 def context_fits(cfg,  # a training `Config` straight from the command line
                 ):
@@ -227,23 +248,8 @@ def context_fits(cfg,  # a training `Config` straight from the command line
     if L % n:
         raise UsageError(f"data.seq_len={L} cannot be split into {n} equal parts (trainer.context_parallel={n}); "
                          f"use a multiple of {n}, e.g. {max(n, L - L % n)} or {L - L % n + n}.")
-    blk = get_block(cfg.model.block)
-    if blk.splits() is None:
-        ok = [b for b in block_names() if get_block(b).splits()]
-        raise UsageError(f"model.block={cfg.model.block} cannot split a sequence over ranks yet; with "
-                         f"--trainer.context_parallel={n} use one of {', '.join(ok)}, or context_parallel=1.")
-    if (f := blk.context_chunk) and (L // n) % (c := getattr(cfg.model, f)):
-        l, m = L // n, n * c
-        eg = ' or '.join(str(s) for s in (L - L % m, L - L % m + m) if s)
-        near = min((k for k in range(1, l + 1) if l % k == 0), key=lambda k: (abs(k - c), k))
-        raise UsageError(f"model.block={cfg.model.block} attends in whole chunks of model.{f}={c} tokens, which a part "
-                         f"of {l} tokens (data.seq_len={L} over {n} ranks) does not hold; use a data.seq_len that is a "
-                         f"multiple of {m} (e.g. {eg}), or --model.{f}={near}.")
-    if (h := blk.context_halo(cfg.model)) > L // n:
-        most = max((k for k in range(1, n + 1) if L % k == 0 and L // k >= h), default=1)
-        raise UsageError(f"model.block={cfg.model.block} reads {h} tokens before each part, more than the {L // n} "
-                         f"of a part (data.seq_len={L} over {n} ranks); use --trainer.context_parallel={most} or less, "
-                         "or a longer data.seq_len.")
+    for name in dict.fromkeys(layer_blocks(cfg.model.block)):   # each block of the layer pattern, once
+        _part_fits(name, cfg, n, L)
     if d.doc_mask:
         raise UsageError("data.doc_mask=true masks attention by document, which the context split does not carry "
                          "yet; use --data.doc_mask=false with --trainer.context_parallel above 1.")
