@@ -8,9 +8,8 @@ import argparse, json, shlex, shutil, signal, sys, time
 from pathlib import Path
 import numpy as np
 import torch
-from .core import UsageError, get_device, hold, check_writable_dir
-from .config import (Config, RULER_TASKS, SYNTHETIC_TASKS, apply_overrides, canonical_key,
-                               pick_precision)
+from .core import UsageError, get_device, hold, check_writable_dir, pick_precision
+from .config import (Config, RULER_TASKS, SYNTHETIC_TASKS, apply_overrides, canonical_key)
 from .memory import check_fits, check_config_fits, check_positive, check_lengths, task_vocab
 from .model import LM, canonical_layers, count_params, flops_per_token, dense_settings, layer_blocks
 from .synthetic import from_config as task_from_config

@@ -13,8 +13,8 @@ from .core import UsageError, check_writable_dir, parse_precision, PRECISIONS as
 # %% auto #0
 __all__ = ['SIZE_PRESETS', 'BLOCK_SIZES', 'VRAM_PRESETS', 'TRAINING_PRESETS', 'RULER_TASKS', 'SYNTHETIC_TASKS', 'SECTIONS',
            'PRESETS', 'ALIASES', 'LIGHTNING_ONLY', 'opt', 'own_values', 'size_preset', 'ModelConfig', 'DataConfig',
-           'TrainerConfig', 'pick_precision', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key',
-           'set_twice', 'merge_settings', 'apply_overrides', 'validate']
+           'TrainerConfig', 'Config', 'coerce', 'parse_curriculum', 'all_keys', 'canonical_key', 'set_twice',
+           'merge_settings', 'apply_overrides', 'validate']
 
 # %% ../nbs/01_config.ipynb #ca33addb
 def opt(default,       # the field's default value
@@ -317,28 +317,6 @@ class TrainerConfig:
     profile_steps: str | None = opt(None, "record steps A to B ('A:B', e.g. 5:7, numbered as the log numbers them) "
                                     "with torch.profiler into the run directory's profile/ folder, and print the top "
                                     "operators")
-
-# %% ../nbs/01_config.ipynb #56ab5552
-def pick_precision(t: TrainerConfig,     # precision and use_fp16
-                   device,               # a torch.device (or its name) where the run computes
-                   bf16: bool | None = None,  # whether the GPU has bf16 (None: ask torch)
-                  ) -> tuple[str, str | None]:  # ('32', 'bf16' or '16'; a note for the user, or None)
-    "The precision a run uses on `device`, and a note when that is not simply what `trainer.precision` says."
-    import torch
-    gpu = (dev := torch.device(device)).type == 'cuda'
-    if t.precision != 'auto':
-        p = parse_precision(t.precision)
-        return p, (f"trainer.precision={p} is given, so trainer.use_fp16=true is not used."
-                   if t.use_fp16 and p != '16' else None)
-    if t.use_fp16:
-        if gpu: return '16', "trainer.use_fp16=true: fp16 autocast with a gradient scaler."
-        return '32', (f"trainer.use_fp16=true asks for fp16 autocast, which the {dev.type.upper()} does not run (the "
-                      "same rule that refuses --trainer.precision=16 there): this run computes in fp32. On a GPU it "
-                      "runs fp16.")
-    if not gpu: return '32', None   # the run's first line says "precision 32"
-    if bf16 is None: bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if bf16: return 'bf16', "trainer.precision=auto: bf16 autocast (this GPU has bf16)."
-    return '16', "trainer.precision=auto: fp16 autocast with a gradient scaler (this GPU has no bf16)."
 
 # %% ../nbs/01_config.ipynb #f68e43ae
 SECTIONS = {'model': ModelConfig, 'data': DataConfig, 'trainer': TrainerConfig}

@@ -12,7 +12,7 @@ import torch
 # %% auto #0
 __all__ = ['DEVICE_CHOICES', 'HOLD_ENV', 'PRECISIONS', 'UsageError', 'TrainingError', 'StorageError', 'os_error',
            'check_writable_dir', 'get_device', 'launcher_env', 'hold', 'parse_precision', 'autocast_dtype',
-           'check_precision', 'autocast', 'seed_everything']
+           'check_precision', 'autocast', 'pick_precision', 'seed_everything']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -177,6 +177,27 @@ def autocast(device: torch.device,  # where the forward pass runs
     dt = autocast_dtype(check_precision(device, precision))
     if dt is None: return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dt)
+
+# %% ../nbs/00_core.ipynb #56ab5552
+def pick_precision(t,                   # a `config.TrainerConfig` (its precision and use_fp16)
+                   device,               # a torch.device (or its name) where the run computes
+                   bf16: bool | None = None,  # whether the GPU has bf16 (None: ask torch)
+                  ) -> tuple[str, str | None]:  # ('32', 'bf16' or '16'; a note for the user, or None)
+    "The precision a run uses on `device`, and a note when that is not simply what `trainer.precision` says."
+    gpu = (dev := torch.device(device)).type == 'cuda'
+    if t.precision != 'auto':
+        p = parse_precision(t.precision)
+        return p, (f"trainer.precision={p} is given, so trainer.use_fp16=true is not used."
+                   if t.use_fp16 and p != '16' else None)
+    if t.use_fp16:
+        if gpu: return '16', "trainer.use_fp16=true: fp16 autocast with a gradient scaler."
+        return '32', (f"trainer.use_fp16=true asks for fp16 autocast, which the {dev.type.upper()} does not run (the "
+                      "same rule that refuses --trainer.precision=16 there): this run computes in fp32. On a GPU it "
+                      "runs fp16.")
+    if not gpu: return '32', None   # the run's first line says "precision 32"
+    if bf16 is None: bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if bf16: return 'bf16', "trainer.precision=auto: bf16 autocast (this GPU has bf16)."
+    return '16', "trainer.precision=auto: fp16 autocast with a gradient scaler (this GPU has no bf16)."
 
 # %% ../nbs/00_core.ipynb #f4e9b422
 def seed_everything(seed: int,  # the seed for every generator

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 from torch import nn
-from .core import UsageError, get_device, launcher_env, parse_precision
+from .core import UsageError, get_device, launcher_env, parse_precision, pick_precision
 from .measure import saved_tensor_bytes
-from .config import ModelConfig, pick_precision
+from .config import ModelConfig
 from .flags import check_before_run
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import Workload, get_block, act_bytes, rmsnorm_bytes

@@ -10,11 +10,10 @@ from typing import Callable
 from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
-from .core import (TrainingError, get_device, check_precision, autocast, autocast_dtype,
+from .core import (TrainingError, get_device, check_precision, pick_precision, autocast, autocast_dtype,
                              seed_everything, hold)
 from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, recheck_peak, mfu, format_mfu
-from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_curriculum,
-                               pick_precision)
+from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_curriculum)
 from .data import TokenData, load_dataset, check_vocab, make_loader, val_batches
 from .synthetic import SyntheticData
 from .model import LM, param_groups, count_params, flops_per_token, dense_settings, layer_blocks
@@ -142,7 +141,7 @@ def resolve_precision(t: TrainerConfig,      # precision and use_fp16
                       device: torch.device,  # where the run computes
                       say=None,              # where the note goes (default: stderr, on rank 0)
                      ) -> str:               # '32', 'bf16' or '16'
-    "The precision to run (`config.pick_precision`), checked; its note said by `say` (default: stderr, rank 0)."
+    "The precision to run (`core.pick_precision`), checked; its note said by `say` (default: stderr, rank 0)."
     p, note = pick_precision(t, device)
     if note and say is not None: say(note)
     elif note and int(os.environ.get('RANK', 0)) == 0: print(f"note: {note}", file=sys.stderr, flush=True)

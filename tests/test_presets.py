@@ -68,7 +68,8 @@ def test_use_fp16_on_cpu_says_fp32_runs(bindir, guide, tmp_path):
     assert p.returncode == 2 and 'not supported on the CPU' in p.stderr, p.stderr
 
 def test_precision_auto_is_the_default():
-    from longctx_nb.config import Config, TrainerConfig, pick_precision
+    from longctx_nb.config import Config, TrainerConfig
+    from longctx_nb.core import pick_precision
     assert Config().trainer.precision == 'auto' and parse(['--trainer.precision=auto'])[0].trainer.precision == 'auto'
     assert pick_precision(TrainerConfig(), 'cpu')[0] == '32'
     assert [pick_precision(TrainerConfig(), 'cuda', bf16=b)[0] for b in (True, False)] == ['bf16', '16']
