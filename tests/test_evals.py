@@ -240,3 +240,20 @@ def test_a_bpe_folder_is_scored_in_its_own_tokens(bindir, bpe_llama, tmp_path):
         '--gen_tokens', 4, '--device', 'cpu', '--output_dir', tmp_path / 'out', check=0)
     r = json.loads((tmp_path / 'out' / 'vanilla_ruler.json').read_text())
     assert r['tokenizer'] == repr(bpe) != 'ByteTokenizer(vocab_size=256)' and r['lengths'] == [512], r
+
+def test_a_bpe_folder_scored_on_a_folder_prepared_with_its_tokenizer(bindir, bpe_llama, tmp_path):
+    "--data_dir gives a BPE folder its text: prepared with its tokenizer it is scored; prepared with bytes it is refused."
+    from longctx_nb.corpus import prepare
+    d, bpe = bpe_llama
+    docs = [(f'doc{i}.txt', f'the pass key is {i}; remember it, it is hidden in the grass.\n' * 8) for i in range(40)]
+    for name, tok in (('own', bpe), ('bytes', 'byte')): prepare(docs, tmp_path / name, tok, val_fraction=0.25)
+    ppl = lambda name, rc: run([bindir / 'longctx_eval'], '--task', 'perplexity', '--checkpoint_path', d, '--data_dir',
+                               tmp_path / name, '--seq_len', 32, '--n_samples', 2, '--device', 'cpu', '--output_dir',
+                               tmp_path / f'out_{name}', check=rc)
+    p = ppl('bytes', 2)
+    assert (f"longctx_eval: error: --data_dir {str(tmp_path / 'bytes')!r} was prepared with "
+                                        f"ByteTokenizer(vocab_size=256), and the model in {d} reads {bpe!r}; give a folder "
+                                        "prepared with its tokenizer.") in p.stderr.splitlines(), p.stderr
+    ppl('own', 0)
+    (row,) = json.loads((tmp_path / 'out_own' / 'vanilla_perplexity.json').read_text())['rows']
+    assert row['windows'] == 2 and row['tokens'] == 64, row
