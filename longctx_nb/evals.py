@@ -155,7 +155,7 @@ def effective_length(lengths: list[int],   # the lengths evaluated, increasing
 
 def _text_tok(ev: Evaluated, data_dir, what: str):
     "The tokenizer the passkey and RULER write `ev`'s samples with: its BPE (--data_dir's, its corpus's), else its own."
-    if _reads_bpe(ev) and (ev.config is not None or data_dir is not None): return text_data(ev, data_dir, what).tokenizer
+    if _reads_bpe(ev) and (ev.config is not None or data_dir): return text_data(ev, data_dir, what).tokenizer
     return ev.tokenizer if ev.config is None else None   # None: bytes for a byte model, ids for the others
 
 def _until_stop(ids: np.ndarray, stops) -> np.ndarray:   # `ids` up to its first stop id
@@ -230,7 +230,8 @@ def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_p
 def _ruler_work(ev: Evaluated, tasks, lengths, n_samples, seed, data_dir, qa_file, threshold, gen_tokens, kw, note,
                 **settings):
     "Check that every RULER task is written at every length with the model's tokenizer; the work, as a function."
-    tok, threshold = _text_tok(ev, data_dir, 'ruler') or ByteTokenizer(), RULER_THRESHOLD if threshold is None else threshold
+    tok = _text_tok(ev, data_dir, 'ruler') or ByteTokenizer()
+    threshold = RULER_THRESHOLD if threshold is None else threshold
     _check(data_dir is None or _reads_bpe(ev), "--data_dir is read by --task ruler only for a model that reads BPE "
            f"text (it gives the tokenizer); {ev.source} reads bytes; leave it out.")
     settings = dict(settings, qa_file=qa_file)

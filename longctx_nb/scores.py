@@ -60,8 +60,9 @@ def load_for_eval(path,          # a checkpoint .pt, a run directory, an exporte
                               "(runs/version_N), an exported model folder (model.safetensors + model_config.json) or a "
                               "transformers folder.")
     try: model, cfg, tok, src, step = load_source(p, tokenizer='auto', device=device)
-    except UsageError:   # a BPE run whose prepared corpus is gone: `text_data` says what to give
+    except UsageError as e:   # a BPE run whose prepared corpus is gone: `text_data` says what to give
         model, cfg, tok, src, step = load_source(p, device=device)
+        if cfg is None: raise e
     return Evaluated(model, cfg, str(src), step=step, tokenizer=tok)
 
 def fresh_model(block: str = 'vanilla',  # a block name or layer pattern
@@ -190,9 +191,10 @@ def recall_params(ev: Evaluated,  # the model to score
 def passkey_generator(ev: Evaluated,                       # the model to test
                       passkey_len: int | None = None,      # digits of the key (default: the training task's, else 5)
                       task_vocab_size: int | None = None,  # vocabulary of the id passkey (default: the task's, <= 64)
-                      tokenizer=None,                      # the text tokenizer (default: bytes)
+                      tokenizer=None,                      # the text tokenizer (default: its own, else bytes)
                      ):
     "(generator, mode, chance of an exact match) of the passkey test that fits `ev`'s training: 'tokens' or 'text'."
+    tokenizer = tokenizer or (ev.tokenizer if ev.config is None else None)   # without its run's config: its own
     if ev.synthetic_task is not None or (tokenizer is None and ev.vocab_size != 256):  # ids; 256: the byte tokenizer
         p = recall_params(ev, 'passkey', vocab_size=task_vocab_size or None, passkey_len=passkey_len or None)
         gen = functools.partial(passkey_ids, vocab_size=p['vocab_size'], passkey_len=p['passkey_len'])
@@ -364,7 +366,8 @@ def text_data(ev: Evaluated,                # the model to evaluate
     own, got = ev.tokenizer, tokens.tokenizer
     if unknown and (got.name == 'byte' if own is None else not _same_tokenizer(own, got)):
         raise UsageError(f"--data_dir {data_dir!r} was prepared with {got!r}, and the model in {ev.source} reads "
-                         f"{repr(own) if own else f'{ev.vocab_size} ids, not bytes'}; give a folder prepared with its tokenizer.")
+                         f"{repr(own) if own else f'{ev.vocab_size} ids, not bytes'}; give a folder prepared with its "
+                         "tokenizer.")
     if base.doc_mask and tokens.val_docs is None:
         raise UsageError(f"the model in {ev.source} was trained with data.doc_mask=true (attention within each "
                          f"document), and --data_dir {data_dir!r} has no document boundaries (val.docs.npy); prepare "
