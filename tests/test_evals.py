@@ -240,6 +240,9 @@ def test_a_bpe_folder_is_scored_in_its_own_tokens(bindir, bpe_llama, tmp_path):
         '--gen_tokens', 4, '--device', 'cpu', '--output_dir', tmp_path / 'out', check=0)
     r = json.loads((tmp_path / 'out' / 'vanilla_ruler.json').read_text())
     assert r['tokenizer'] == repr(bpe) != 'ByteTokenizer(vocab_size=256)' and r['lengths'] == [512], r
+    run([bindir / 'longctx_eval'], '--task', 'passkey', '--checkpoint_path', d, '--lengths', 256, '--depths', 0.5,
+        '--n_samples', 1, '--device', 'cpu', '--output_dir', tmp_path / 'pk', check=0)
+    assert json.loads((tmp_path / 'pk' / 'vanilla_passkey.json').read_text())['mode'] == 'text'   # in its BPE, not in ids
 
 def test_a_bpe_folder_scored_on_a_folder_prepared_with_its_tokenizer(bindir, bpe_llama, tmp_path):
     "--data_dir gives a BPE folder its text: prepared with its tokenizer it is scored; prepared with bytes it is refused."
