@@ -15,7 +15,8 @@ from .synthetic import RULER_GEN, RULER_METRIC, ruler_sample, synthetic_data
 from .tokenizer import ByteTokenizer
 from .model import canonical_layers, count_params, dense_settings, generate
 from .scores import (RECALL_TASKS, Evaluated, load_for_eval, fresh_model, check_flags, perplexity,
-                               passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data)
+                               passkey_generator, passkey_grid, recall_params, task_accuracy, drift_curve, text_data,
+                               unknown_corpus)
 from .plots import plot_heatmaps, plot_lengths, plot_drift
 from .flags import arg, make_parser, main
 from .hf import is_hf_checkpoint
@@ -152,9 +153,10 @@ def effective_length(lengths: list[int],   # the lengths evaluated, increasing
     ok = list(itertools.takewhile(lambda la: la[1] >= threshold, zip(lengths, average)))
     return ok[-1][0] if ok else None
 
-def _ruler_tok(ev: Evaluated, data_dir):
-    "The tokenizer RULER's samples are written with for `ev`: its BPE, else bytes."
-    return text_data(ev, data_dir, 'ruler').tokenizer if _reads_bpe(ev) else ByteTokenizer()
+def _text_tok(ev: Evaluated, data_dir, what: str):
+    "The tokenizer the passkey and RULER write `ev`'s samples with: its BPE (--data_dir's, its corpus's), else its own."
+    if _reads_bpe(ev) and (ev.config is not None or data_dir): return text_data(ev, data_dir, what).tokenizer
+    return ev.tokenizer if ev.config is None else None   # None: bytes for a byte model, ids for the others
 
 def _until_stop(ids: np.ndarray, stops) -> np.ndarray:   # `ids` up to its first stop id
     at = np.flatnonzero(np.isin(ids, list(stops)))
@@ -204,6 +206,7 @@ def meaningless(ev: Evaluated,             # the model
                 'task')
     if task in ('perplexity', 'drift_curve') and ev.synthetic_task and data_dir is None:
         return f"the model was trained on the synthetic task {ev.synthetic_task!r}: its vocabulary holds no text"
+    if task in ('perplexity', 'drift_curve') and data_dir is None and (why := unknown_corpus(ev)): return why
     if task == 'ruler' and ev.synthetic_task is not None and ev.synthetic_task not in RULER_TASKS:
         return f"RULER's tasks are text, and the model was trained on the synthetic task {ev.synthetic_task!r} in ids"
     if task == 'ruler' and not _reads_bpe(ev) and ev.vocab_size != 256:
@@ -211,8 +214,9 @@ def meaningless(ev: Evaluated,             # the model
                 "reads neither bytes (256 ids) nor this library's BPE")
 
 def _reads_bpe(ev: Evaluated) -> bool:
-    "Whether the passkey for `ev` is written with its BPE tokenizer, read from its text (the corpus or --data_dir)."
-    return ev.synthetic_task is None and ev.config is not None and ev.config.data.tokenizer == 'bpe'
+    "Whether `ev` reads BPE text: its run's corpus is BPE, or (without its run's config) the tokenizer beside it is."
+    if ev.synthetic_task is not None: return False
+    return ev.config.data.tokenizer == 'bpe' if ev.config is not None else getattr(ev.tokenizer, 'name', '') == 'bpe'
 
 def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw):
     "Check the recall and copy tasks at every length; the work, as a function."
@@ -226,7 +230,8 @@ def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_p
 def _ruler_work(ev: Evaluated, tasks, lengths, n_samples, seed, data_dir, qa_file, threshold, gen_tokens, kw, note,
                 **settings):
     "Check that every RULER task is written at every length with the model's tokenizer; the work, as a function."
-    tok, threshold = _ruler_tok(ev, data_dir), RULER_THRESHOLD if threshold is None else threshold
+    tok = _text_tok(ev, data_dir, 'ruler') or ByteTokenizer()
+    threshold = RULER_THRESHOLD if threshold is None else threshold
     _check(data_dir is None or _reads_bpe(ev), "--data_dir is read by --task ruler only for a model that reads BPE "
            f"text (it gives the tokenizer); {ev.source} reads bytes; leave it out.")
     settings = dict(settings, qa_file=qa_file)
@@ -289,7 +294,7 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len,
     _check(task != 'drift_curve' or n_buckets <= max_len,
            f"--n_buckets={n_buckets} is more than the {max_len} positions of --max_len.")
     if task == 'passkey':
-        tok = text_data(ev, data_dir, 'passkey').tokenizer if _reads_bpe(ev) else None   # a BPE model's own words
+        tok = _text_tok(ev, data_dir, 'passkey')   # a text model's own words
         gen, mode, chance = passkey_generator(ev, passkey_len, task_vocab_size, tok)
         _check(mode != 'text' or task_vocab_size is None, "--task_vocab_size is not read by the passkey in text, "
                f"which {ev.source} is tested with (its vocabulary is the tokenizer's); leave it out.")

@@ -16,13 +16,13 @@ from .synthetic import (IGNORE, NOISE, passkey as passkey_ids, synthetic_data, t
                                   from_config as task_from_config)
 from .model import LM, canonical_layers
 from .checkpoint import CheckpointError
-from .hf import load_source
+from .hf import load_source, _same_tokenizer
 from .train import evaluate_task
 
 # %% auto #0
 __all__ = ['RECALL_TASKS', 'Evaluated', 'load_for_eval', 'fresh_model', 'check_flags', 'token_bytes', 'perplexity', 'TextPasskey',
            'recall_params', 'passkey_generator', 'answer_accuracy', 'passkey_grid', 'chance_level', 'task_accuracy',
-           'loss_by_position', 'drift_curve', 'text_data', 'unigram_loss']
+           'loss_by_position', 'drift_curve', 'unknown_corpus', 'text_data', 'unigram_loss']
 
 # %% ../nbs/60_scores.ipynb #ded02c88
 @dataclass
@@ -33,6 +33,7 @@ class Evaluated:
     source: str                  # where it came from, for the report
     trained: bool = True         # False: a freshly initialised model (chance-level results)
     step: int | None = None      # the checkpoint's step, when known
+    tokenizer: object = None     # the tokenizer found beside it or named by its run (None: none known)
 
     @property
     def block(self) -> str: return self.model.cfg.block
@@ -58,8 +59,11 @@ def load_for_eval(path,          # a checkpoint .pt, a run directory, an exporte
         raise CheckpointError(f"--checkpoint_path {str(p)!r} does not exist; give a checkpoint (.pt), a run directory "
                               "(runs/version_N), an exported model folder (model.safetensors + model_config.json) or a "
                               "transformers folder.")
-    model, cfg, _, src, step = load_source(p, device=device)
-    return Evaluated(model, cfg, str(src), step=step)
+    try: model, cfg, tok, src, step = load_source(p, tokenizer='auto', device=device)
+    except UsageError as e:   # a BPE run whose prepared corpus is gone: `text_data` says what to give
+        model, cfg, tok, src, step = load_source(p, device=device)
+        if cfg is None: raise e
+    return Evaluated(model, cfg, str(src), step=step, tokenizer=tok)
 
 def fresh_model(block: str = 'vanilla',  # a block name or layer pattern
                 vocab_size: int = 256,   # ids in the vocabulary
@@ -187,9 +191,10 @@ def recall_params(ev: Evaluated,  # the model to score
 def passkey_generator(ev: Evaluated,                       # the model to test
                       passkey_len: int | None = None,      # digits of the key (default: the training task's, else 5)
                       task_vocab_size: int | None = None,  # vocabulary of the id passkey (default: the task's, <= 64)
-                      tokenizer=None,                      # the text tokenizer (default: bytes)
+                      tokenizer=None,                      # the text tokenizer (default: its own, else bytes)
                      ):
     "(generator, mode, chance of an exact match) of the passkey test that fits `ev`'s training: 'tokens' or 'text'."
+    tokenizer = tokenizer or (ev.tokenizer if ev.config is None else None)   # without its run's config: its own
     if ev.synthetic_task is not None or (tokenizer is None and ev.vocab_size != 256):  # ids; 256: the byte tokenizer
         p = recall_params(ev, 'passkey', vocab_size=task_vocab_size or None, passkey_len=passkey_len or None)
         gen = functools.partial(passkey_ids, vocab_size=p['vocab_size'], passkey_len=p['passkey_len'])
@@ -328,6 +333,15 @@ def drift_curve(model,                # the language model, in eval mode
                 train_len=train_len, max_len=max_len, n_windows=n)
 
 # %% ../nbs/60_scores.ipynb #1fa62460
+def unknown_corpus(ev: Evaluated,  # the model to evaluate
+                  ) -> str | None:
+    "Why `ev`'s text is unknown (None: it is its run's corpus, or bytes): no run config names it, and it reads tokens."
+    tok = ev.tokenizer
+    if ev.config is not None or (tok.name == 'byte' if tok is not None else ev.vocab_size <= 256): return None
+    reads = repr(tok) if tok is not None else f'a tokenizer of {ev.vocab_size} ids that is not beside it'
+    return (f"the model reads {reads}, and no run config.json names its corpus (the default corpus is bytes); its run "
+            "or checkpoint names it, and --harness reads the folder's tokenizer")
+
 def text_data(ev: Evaluated,                # the model to evaluate
               data_dir: str | None = None,  # a folder of validation text (None: the training corpus)
               what: str = 'this task',      # what the text is for, in error messages
@@ -338,6 +352,9 @@ def text_data(ev: Evaluated,                # the model to evaluate
                          f"no text for {what}; evaluate it with --task passkey or copy_recall, or give --data_dir with "
                          "text in its vocabulary.")
     base = ev.config.data if ev.config is not None and ev.synthetic_task is None else DataConfig()
+    if (unknown := unknown_corpus(ev)) and (data_dir is None or not is_prepared(data_dir)):
+        raise UsageError(f"{what} cannot score {ev.source}: {unknown}. Give --data_dir with a folder prepared "
+                         "(longctx_prepare) with its tokenizer" + (f"; {data_dir!r} is not one." if data_dir else '.'))
     if data_dir is not None and base.tokenizer == 'bpe' and not is_prepared(data_dir):
         raise UsageError(f"--data_dir {data_dir!r} holds raw text, and the model reads BPE tokens: a new tokenizer "
                          "would be trained on it. Give a folder prepared with the model's tokenizer (or its training "
@@ -346,6 +363,11 @@ def text_data(ev: Evaluated,                # the model to evaluate
     cfg = dataclasses.replace(base, seq_len=1, **(local if data_dir else {}))
     tokens = load_dataset(cfg, vocab_size=ev.vocab_size)   # ids beyond the model's vocabulary are refused here
     if tokens.val is None: raise UsageError(f"{tokens.source} has no validation split to evaluate {what} on.")
+    own, got = ev.tokenizer, tokens.tokenizer
+    if unknown and (got.name == 'byte' if own is None else not _same_tokenizer(own, got)):
+        raise UsageError(f"--data_dir {data_dir!r} was prepared with {got!r}, and the model in {ev.source} reads "
+                         f"{repr(own) if own else f'{ev.vocab_size} ids, not bytes'}; give a folder prepared with its "
+                         "tokenizer.")
     if base.doc_mask and tokens.val_docs is None:
         raise UsageError(f"the model in {ev.source} was trained with data.doc_mask=true (attention within each "
                          f"document), and --data_dir {data_dir!r} has no document boundaries (val.docs.npy); prepare "

@@ -211,3 +211,52 @@ def test_ruler_on_a_run_trained_on_a_ruler_task(bindir, tmp_path):
     assert r['tokenizer'] == 'ByteTokenizer(vocab_size=256)' and r['gen_tokens'] == {'niah_single_1': 8, 'vt': 8}
     assert r['effective_length'] == 1024 and (tmp_path / 'out' / 'vanilla_ruler.png').stat().st_size > 5000   # every score >= 0
     assert 'effective length (average >= 0.0 there and at every shorter length): 1024' in p.stdout
+
+@pytest.fixture(scope='module')
+def bpe_llama(tmp_path_factory):
+    "A tiny random transformers Llama folder with a small BPE tokenizer.json and no run config: its corpus is unknown."
+    import torch, transformers as tf
+    from longctx_nb.data import BPETokenizer
+    from longctx_nb.export import hf_tokenizer
+    d = tmp_path_factory.mktemp('hf') / 'llama'
+    bpe = BPETokenizer.train(['the pass key is hidden in the grass; remember it.\n' * 30], vocab_size=300)
+    torch.manual_seed(0)
+    tf.AutoModelForCausalLM.from_config(tf.LlamaConfig(vocab_size=bpe.vocab_size, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=1024)).save_pretrained(d)
+    hf_tokenizer(bpe).save_pretrained(d)
+    return d, bpe
+
+def test_a_bpe_folder_is_scored_in_its_own_tokens(bindir, bpe_llama, tmp_path):
+    "A transformers folder's BPE writes its RULER samples; perplexity, whose corpus no config names, is refused, not fed bytes."
+    d, bpe = bpe_llama
+    p = run([bindir / 'longctx_eval'], '--task', 'perplexity', '--checkpoint_path', d, '--device', 'cpu', '--output_dir',
+            tmp_path / 'ppl', check=2)
+    assert p.stderr.splitlines()[0] == (
+        f"longctx_eval: error: --task perplexity cannot score {d}: the model reads {bpe!r}, and no run config.json names its "
+        "corpus (the default corpus is bytes); its run or checkpoint names it, and --harness reads the folder's tokenizer. "
+        "Evaluate it with --task passkey or ruler, or give --data_dir with text in its vocabulary."), p.stderr
+    assert 'Traceback' not in p.stderr and not (tmp_path / 'ppl').exists()
+    run([bindir / 'longctx_eval'], '--task', 'niah_single_1', '--checkpoint_path', d, '--lengths', 512, '--n_samples', 2,
+        '--gen_tokens', 4, '--device', 'cpu', '--output_dir', tmp_path / 'out', check=0)
+    r = json.loads((tmp_path / 'out' / 'vanilla_ruler.json').read_text())
+    assert r['tokenizer'] == repr(bpe) != 'ByteTokenizer(vocab_size=256)' and r['lengths'] == [512], r
+    run([bindir / 'longctx_eval'], '--task', 'passkey', '--checkpoint_path', d, '--lengths', 256, '--depths', 0.5,
+        '--n_samples', 1, '--device', 'cpu', '--output_dir', tmp_path / 'pk', check=0)
+    assert json.loads((tmp_path / 'pk' / 'vanilla_passkey.json').read_text())['mode'] == 'text'   # in its BPE, not in ids
+
+def test_a_bpe_folder_scored_on_a_folder_prepared_with_its_tokenizer(bindir, bpe_llama, tmp_path):
+    "--data_dir gives a BPE folder its text: prepared with its tokenizer it is scored; prepared with bytes it is refused."
+    from longctx_nb.corpus import prepare
+    d, bpe = bpe_llama
+    docs = [(f'doc{i}.txt', f'the pass key is {i}; remember it, it is hidden in the grass.\n' * 8) for i in range(40)]
+    for name, tok in (('own', bpe), ('bytes', 'byte')): prepare(docs, tmp_path / name, tok, val_fraction=0.25)
+    ppl = lambda name, rc: run([bindir / 'longctx_eval'], '--task', 'perplexity', '--checkpoint_path', d, '--data_dir',
+                               tmp_path / name, '--seq_len', 32, '--n_samples', 2, '--device', 'cpu', '--output_dir',
+                               tmp_path / f'out_{name}', check=rc)
+    p = ppl('bytes', 2)
+    assert (f"longctx_eval: error: --data_dir {str(tmp_path / 'bytes')!r} was prepared with "
+                                        f"ByteTokenizer(vocab_size=256), and the model in {d} reads {bpe!r}; give a folder "
+                                        "prepared with its tokenizer.") in p.stderr.splitlines(), p.stderr
+    ppl('own', 0)
+    (row,) = json.loads((tmp_path / 'out_own' / 'vanilla_perplexity.json').read_text())['rows']
+    assert row['windows'] == 2 and row['tokens'] == 64, row
