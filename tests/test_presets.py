@@ -107,7 +107,8 @@ def test_size_names_are_the_blocks_own(bindir, tmp_path):
                                           (['--model.size=130m'], 'vanilla', 12, '130,629,120', None)):
         p = run(bindir, 'longctx_train', *args, '--print_config', cwd=tmp_path)
         assert p.returncode == 0 and json.loads(p.stdout)['model']['n_layers'] == layers, p.stderr
-        assert p.stderr.splitlines()[-1] == say(block, layers, n, vocab), p.stderr.splitlines()[-1]
+        summary = next(l for l in p.stderr.splitlines() if l.startswith('model: '))   # the fit line follows it
+        assert summary == say(block, layers, n, vocab), summary
         assert re.search(rf"^  model\.n_layers +{layers} +the model\.size preset '130m'$", p.stderr, re.M), p.stderr   # columns: the longest key's
     assert list(tmp_path.iterdir()) == []
 
