@@ -275,7 +275,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     h, g, N, P = di // c.headdim, c.ngroups, c.d_state, c.headdim
     cd = di + 2 * g * N
     conv = kconv.kernel_backends(w.device, 'torch', c.conv_impl, None, c.d_conv)['causal_conv1d']
-    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device, ssd_skip(N))
+    scan = ssd_impls.pick(c.ssd_impl, w.device, ssd_skip(N))
     per, const = a * (D + 2 * di + 2 * g * N + h) + a * cd + 2 * a * di + 4 * g, 2 * 4 * h
     if conv == 'ref':
         per += a * cd * (L + c.d_conv - 1) / L
@@ -297,7 +297,7 @@ def backward_workspace_bytes(w: Workload,  # the model config, batch, length, pr
                             ) -> int:      # bytes
     "What the scan's backward holds for a moment: `'torch'`'s chunk matrices and gradients, `'cpu'`'s partial sums."
     c = w.cfg
-    scan = c.ssd_impl if c.ssd_impl != 'auto' else ssd_impls.auto(w.device, ssd_skip(c.d_state))
+    scan = ssd_impls.pick(c.ssd_impl, w.device, ssd_skip(c.d_state))
     di = int(c.expand * c.d_model)
     if scan == 'cpu': return cpu_scan_workspace_bytes(w.batch_size, di, w.seq_len, c.d_state, c.ngroups)
     if scan != 'torch': return 0
