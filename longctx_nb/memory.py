@@ -49,16 +49,18 @@ def block_shell_bytes(w: Workload,  # the model config, batch, length, precision
         if cfg.dropout: per += D * mask(a)               # dropout after the MLP
     return w.tokens * per
 
-def split_attention_bytes(w: Workload,  # a part of each sequence: `w.seq_len` is L / n
-                          keys: int,    # the keys the part attends over: its own and those it received
-                          n: int,       # ranks the sequence is split over
-                         ) -> int:      # bytes
-    "Bytes an attention mixer saves on its part of a split sequence: SDPA over copies of the keys and values, masked."
-    D, H, l = w.cfg.d_model, w.cfg.n_heads, w.seq_len
-    return (w.tokens * (3 * D * w.act + 4 * H)         # qkv's input, the rotated queries, the output; the logsumexp
-            + 2 * w.batch_size * keys * D * w.act      # the keys and values received with its own (every head's)
-            + l * keys * (w.act if w.dev == 'cuda' else 4)   # the position mask, as SDPA's additive bias
-            + 2 * n * l * (D // H) * 4)                # RoPE's cos and sin tables of the whole sequence
+def split_attention_bytes(w: Workload,            # a part of each sequence: `w.seq_len` is L / n
+                          n: int,                 # ranks the sequence is split over
+                          halo: int | None = None,  # keys received before its own ('halo'); None: the ring's
+                         ) -> int:                # bytes
+    """Bytes an attention mixer saves on its part of a split sequence: `ring_attention`'s own keys and values, or SDPA
+    over copies of its keys and the `halo` before them, masked."""
+    D, H, l, a = w.cfg.d_model, w.cfg.n_heads, w.seq_len, w.act
+    own = (w.tokens * (3 * D * a + 4 * H)              # qkv's input, the rotated queries, the output; the logsumexp
+           + 2 * n * l * (D // H) * 4)                 # RoPE's cos and sin tables of the whole sequence
+    if halo is None: return own + w.tokens * 2 * D // H * (w.cfg.n_kv_heads or H) * a   # its keys and values
+    return (own + 2 * w.batch_size * (l + halo) * D * a          # the keys and values, the halo's with its own
+            + l * (l + halo) * (a if w.dev == 'cuda' else 4))    # the position mask, as SDPA's additive bias
 
 def block_activation_bytes(w: Workload,            # the model config, batch, length, precision and device measured
                            block: str | None = None,  # the layer's block (default: `w.cfg.block`, a single block)
@@ -68,9 +70,10 @@ def block_activation_bytes(w: Workload,            # the model config, batch, le
     cfg = w.cfg
     mixer = get_block(block or cfg.block)
     w = w._replace(cfg=cfg if mixer.uses_mlp else dataclasses.replace(cfg, d_ff=0))  # e.g. Mamba: no MLP
-    if n > 1 and mixer.splits() in ('gather', 'halo'):   # every part's keys, or the halo before its own
-        keys = n * w.seq_len if mixer.splits() == 'gather' else w.seq_len + mixer.context_halo(cfg)
-        return block_shell_bytes(w) + split_attention_bytes(w, keys, n)
+    if n > 1 and mixer.splits() in ('gather', 'halo'):   # the ring's own keys, or the halo before its own
+        h = mixer.context_halo(cfg)   # BigBird without random keys takes Longformer's halo
+        halo = h if mixer.splits() == 'halo' or h else None
+        return block_shell_bytes(w) + split_attention_bytes(w, n, halo)
     n = mixer.activation_bytes(w)
     if n is None:
         warnings.warn(f"block {mixer.name!r} declares no activation_bytes: its activations are estimated as "

@@ -104,6 +104,7 @@ def test_a_dead_rank_stops_the_run_cleanly(bindir, tmp_path, held):
      2, 'model.block=baseline_bigbird reads 63 tokens before each part'),   # no random keys: Longformer's halo
     (['--trainer.context_parallel=2', '--model.layers=mamba2,dpassm', '--model.window_size=64'], 2,
      'model.block=dpassm reads 63 tokens before each part'),   # each block of a layer pattern
+    (['--trainer.context_parallel=2', '--model.dropout=0.1'], 2, "model.dropout=0.1 drops vanilla's attention weights"),
 ])
 def test_bad_input(bindir, tmp_path, extra, nproc, message):
     p = run(bindir, nproc, tmp_path, *extra, ok=False)

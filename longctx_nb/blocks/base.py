@@ -12,13 +12,13 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError, autocast, parse_precision
 from ..measure import saved_tensor_bytes
-from ..kernels.attention import _allowed
+from ..kernels.attention import may_attend
 
 # %% auto #0
 __all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_token', 'check_int', 'patch_to', 'register_block',
            'block_names', 'canonical_block', 'get_block', 'blocks_reading', 'check_causal', 'check_paths',
            'quiet_notes', 'block_note', 'measure_mixer', 'linear_casts', 'rmsnorm_bytes', 'ContextGroup', 'gather_seq',
-           'from_previous', 'state_from_previous', 'attend_parts', 'context_parallel']
+           'from_previous', 'state_from_previous', 'ring_attention', 'attend_parts', 'context_parallel']
 
 # %% ../../nbs/20_blocks.ipynb #28dc825a
 class Workload(NamedTuple):
@@ -324,13 +324,19 @@ class _GatherSeq(torch.autograd.Function):
         dist.all_reduce(g, group=ctx.cp.group)   # every rank's gradient of each part, summed (gloo: no reduce-scatter)
         return g.chunk(ctx.cp.size, ctx.dim)[ctx.cp.rank].contiguous(), None, None
 
-def _shift(x, cp, step):
-    "`x` sent `step` ranks on; what arrives from `step` ranks back (zeros where there is none)."
-    out, ops = torch.zeros_like(x), []
-    if 0 <= cp.rank + step < cp.size: ops.append(dist.P2POp(dist.isend, x, cp.peer(cp.rank + step), cp.group))
-    if 0 <= cp.rank - step < cp.size: ops.append(dist.P2POp(dist.irecv, out, cp.peer(cp.rank - step), cp.group))
+def _send_recv(cp, send=None, to=0, like=None, frm=0):
+    "Send `send` to group rank `to` and receive a tensor shaped as `like` from `frm` (None: none); what arrives."
+    out = None if like is None else torch.empty_like(like)
+    ops = [] if send is None else [dist.P2POp(dist.isend, send.contiguous(), cp.peer(to), cp.group)]
+    if out is not None: ops.append(dist.P2POp(dist.irecv, out, cp.peer(frm), cp.group))
     for w in (dist.batch_isend_irecv(ops) if ops else []): w.wait()
     return out
+
+def _shift(x, cp, step):
+    "`x` sent `step` ranks on; what arrives from `step` ranks back (zeros where there is none)."
+    to, frm = cp.rank + step, cp.rank - step
+    out = _send_recv(cp, x if 0 <= to < cp.size else None, to, x if 0 <= frm < cp.size else None, frm)
+    return torch.zeros_like(x) if out is None else out
 
 class _FromPrevious(torch.autograd.Function):
     @staticmethod
@@ -367,6 +373,68 @@ def state_from_previous(last: torch.Tensor,   # this rank's end state, its part 
         h = torch.where(torch.tensor(r < cp.rank), parts[2 * r + 1] * h + parts[2 * r], h)
     return h
 
+def _earlier_parts(kv, cp):
+    "`(p, part p of kv)` for `p = rank, rank - 1, ..., 0`: each part is passed up the ranks after it, one step a part."
+    r, n = cp.rank, cp.size
+    yield r, kv
+    for s in range(1, min(r + 1, n - 1) + 1):   # step s: pass part r + 1 - s on, receive part r - s
+        got = _send_recv(cp, kv if r < n - 1 else None, r + 1, kv if s <= r else None, r - 1)
+        if got is not None:
+            kv = got
+            yield r - s, kv
+
+def _part_scores(q5, kv, i, p, mask):
+    "Scaled scores `(B, Hkv, g, l, l)` of grouped queries `q5` against part `p`'s keys, -inf where `mask` forbids."
+    l = kv.shape[-2]
+    s = q5 @ kv[0, :, :, None].to(q5.dtype).transpose(-2, -1) * q5.shape[-1] ** -0.5
+    return s.masked_fill(~mask(i, torch.arange(p * l, (p + 1) * l, device=s.device)), float('-inf'))
+
+class _Ring(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cp, mask):
+        kv, ctx.cp, ctx.mask = torch.stack([k, v]), cp, mask   # (2, B, Hkv, l, Dh): what is passed on and saved
+        with torch.autocast(q.device.type, enabled=False):
+            q5 = q.unflatten(1, (k.shape[1], -1)).to(torch.promote_types(q.dtype, torch.float32))  # (B, Hkv, g, l, Dh)
+            i, o, lse = cp.positions(q.shape[2], q.device)[:, None], 0, q5.new_full(q5.shape[:-1], float('-inf'))
+            for p, part in _earlier_parts(kv, cp):   # online softmax: partial outputs merged by their log-sum-exp
+                s = _part_scores(q5, part, i, p, mask)
+                new = torch.logaddexp(lse, s.logsumexp(-1))
+                o = o * (lse - new).exp()[..., None] + (s - new[..., None]).exp() @ part[1, :, :, None].to(s.dtype)
+                lse = new
+        out = o.flatten(1, 2).to(q.dtype).transpose(1, 2).contiguous().transpose(1, 2)   # stored (B, l, H, Dh)
+        ctx.save_for_backward(q, kv, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, do):
+        q, kv, out, lse = ctx.saved_tensors
+        cp, mask, r = ctx.cp, ctx.mask, ctx.cp.rank
+        with torch.autocast(q.device.type, enabled=False):
+            q5, do5, o5 = (t.unflatten(1, (kv.shape[2], -1)).to(lse.dtype) for t in (q, do, out))
+            i, dq, dkv = cp.positions(q.shape[2], q.device)[:, None], 0, [None] * (r + 1)
+            D = (do5 * o5).sum(-1, keepdim=True)
+            for p, part in _earlier_parts(kv, cp):   # the flash-attention backward, with the whole output's lse
+                pr = (_part_scores(q5, part, i, p, mask) - lse[..., None]).exp()
+                ds = pr * (do5 @ part[1, :, :, None].to(pr.dtype).transpose(-2, -1) - D) * q5.shape[-1] ** -0.5
+                dq = dq + ds @ part[0, :, :, None].to(ds.dtype)
+                dkv[p] = torch.stack([ds.transpose(-2, -1) @ q5, pr.transpose(-2, -1) @ do5]).sum(3)
+            dkv = torch.stack(dkv)   # (r + 1, 2, B, Hkv, l, Dh): this rank's share of parts 0..r's gradients
+            if r < cp.size - 1: dkv += _send_recv(cp, like=dkv, frm=r + 1)   # the later ranks' shares, summed
+            if r: _send_recv(cp, dkv[:r], r - 1)                              # passed down towards their owners
+        return dq.flatten(1, 2).to(q.dtype), *dkv[r].to(kv.dtype).unbind(0), None, None
+
+def ring_attention(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotated at their places in the sequence
+                   k: torch.Tensor,   # (B, Hkv, l, Dh) its keys, rotated alike; Hkv divides H
+                   v: torch.Tensor,   # (B, Hkv, l, Dh) its values
+                   cp: ContextGroup,  # the context group
+                   mask=None,         # mask(i, j) -> bool: query position i may attend key position j (None: j <= i)
+                  ) -> torch.Tensor:  # (B, H, l, Dh)
+    """Attention of this rank's queries over a sequence split over `cp`: the earlier parts' keys and values come up
+    the ranks one part at a time (later parts are skipped), and the partial outputs merge by their log-sum-exp. Only
+    this rank's q, k, v, the output and the log-sum-exp are saved; the backward fetches the parts again and passes
+    each part's key and value gradients down the ranks to its owner, summed on the way."""
+    return _Ring.apply(q, k, v, cp, mask or (lambda i, j: j <= i))
+
 def attend_parts(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotated at their places in the sequence
                  k: torch.Tensor,   # (B, H, l, Dh) its keys, rotated alike
                  v: torch.Tensor,   # (B, H, l, Dh) its values
@@ -376,15 +444,14 @@ def attend_parts(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotated
                  random_keys=None,  # a `RandomKeys` (BigBird's), which may name any earlier key
                 ) -> torch.Tensor:  # (B, H, l, Dh)
     """`local_attention` of this rank's queries in a sequence split over `cp`, masked by position in the whole sequence:
-    the previous part's last `window - 1` keys and the global tokens'; with `random_keys`, every part's."""
+    the previous part's last `window - 1` keys and the global tokens'; with `random_keys`, every earlier part's
+    (`ring_attention`)."""
     l, dev = q.shape[2], q.device
     i = cp.positions(l, dev)[:, None]
-    if random_keys is not None:
-        k, v, rk = gather_seq(k, cp, dim=2), gather_seq(v, cp, dim=2), random_keys
-        L = k.shape[2]
+    if random_keys is not None:   # every earlier part's keys, in the ring
+        rk, L = random_keys, l * cp.size
         tab = rk.table(-(-L // rk.q_block), -(-L // rk.k_block), dev)
-        mask = _allowed(i, torch.arange(L, device=dev), window, n_global, rk, tab, 'sliding')
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return ring_attention(q, k, v, cp, lambda i, j: may_attend(i, j, window, n_global, rk, tab, 'sliding'))
     h, G, ks, vs = window - 1, n_global, [k], [v]
     if h:   # the previous part's last h keys and values (zeros on the first rank, masked below)
         hk, hv = from_previous(torch.stack([k[:, :, l - h:], v[:, :, l - h:]]), cp).unbind(0)

@@ -11,7 +11,7 @@ from torch import nn
 from ..core import UsageError
 from ..flags import check_before_run, unread_rule
 from ..kernels.attention import flex_available, flex_width_why_not, _flex_module, _flex_compiled
-from .base import Mixer, Workload, register_block, patch_to, gather_seq
+from .base import Mixer, Workload, register_block, patch_to, ring_attention
 from .layers import ROPE_SETTINGS, RotaryEmbedding, apply_rotary, mark_residual_proj
 
 # %% auto #0
@@ -128,6 +128,16 @@ def _attention_check(cfg):
     check_kv_heads(cfg.model.n_heads, cfg.model.n_kv_heads or cfg.model.n_heads)
     rope_scaling_dict(cfg.model)
 
+@check_before_run
+def _split_dropout(cfg):
+    "Refuse attention dropout over a split sequence: each rank would draw its own mask, not one process's."
+    from longctx_nb.model import layer_blocks   # (the model module imports this one)
+    m, n = cfg.model, cfg.trainer.context_parallel
+    if m.dropout and n > 1 and 'vanilla' in layer_blocks(m):
+        raise UsageError(f"model.dropout={m.dropout} drops vanilla's attention weights, which attention over a "
+                         f"sequence split across ranks (trainer.context_parallel={n}) does not do; use "
+                         "--model.dropout=0, or --trainer.context_parallel=1.")
+
 @unread_rule
 def _unread_rope(cfg, key: str) -> str | None:
     "A `rope_*` scaling setting that the `rope_scaling` type chosen does not read."
@@ -144,22 +154,17 @@ def forward(self, x: torch.Tensor,               # (B, L, d_model)
             doc_ids: torch.Tensor | None = None, # (B, L) each token's document: attend within it (None: the window)
            ) -> torch.Tensor:                    # (B, L, d_model)
     q, k, v = self.qkv_rotated(x)
-    p, mask = self.dropout if self.training else 0.0, None
-    if self.cp is not None: k, v, mask = self._gather_parts(k, v, x.shape[1])   # a part of a sequence (below)
-    if k.shape[1] != q.shape[1] and (mask is not None or doc_ids is not None or q.shape[-1] > GQA_MAX_HEAD_DIM):
+    p = self.dropout if self.training else 0.0
+    if self.cp is not None and p:
+        raise UsageError(f"dropout={p}: attention dropout over a sequence split across ranks draws a mask per rank, "
+                         "not one process's; use dropout=0 under context_parallel, or whole sequences.")
+    if k.shape[1] != q.shape[1] and self.cp is None and (doc_ids is not None or q.shape[-1] > GQA_MAX_HEAD_DIM):
         k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
-    if doc_ids is None:
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, dropout_p=p,
-                                           enable_gqa=k.shape[1] != q.shape[1])
+    if self.cp is not None: y = ring_attention(q, k, v, self.cp)   # a part of a sequence (below)
+    elif doc_ids is None:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=k.shape[1] != q.shape[1])
     else: y = document_attention(q, k, v, doc_ids, dropout_p=p)
     return self.out_proj(y.transpose(1, 2).flatten(2))
-
-# %% ../../nbs/22_vanilla.ipynb #920b47d0
-@patch_to(CausalSelfAttention)
-def _gather_parts(self, k, v, L):
-    "Every part's rotated keys and values of a sequence split over `self.cp`, and the mask of this rank's `L` queries."
-    k, v = gather_seq(k, self.cp, dim=2), gather_seq(v, self.cp, dim=2)   # (B, Hkv, n L, Dh), every part in order
-    return k, v, torch.arange(k.shape[2], device=k.device) <= self.cp.positions(L, k.device)[:, None]   # (L, n L)
 
 # %% ../../nbs/22_vanilla.ipynb #a4894d24
 def document_mask(doc_ids: torch.Tensor,  # (B, L) the document of each token

@@ -16,8 +16,8 @@ from .dispatch import Impl, KernelImpls, _default_device, try_import
 
 # %% auto #0
 __all__ = ['WINDOW_KINDS', 'LOG2E', 'LN2', 'FLEX_MIN_HEAD_DIM', 'attention_impls', 'RandomKeys', 'bigbird_random_keys',
-           'local_attention_mask', 'flex_available', 'flex_block_mask', 'clear_pattern_caches', 'flex_width_why_not',
-           'local_attention', 'bench_attention']
+           'may_attend', 'local_attention_mask', 'flex_available', 'flex_block_mask', 'clear_pattern_caches',
+           'flex_width_why_not', 'local_attention', 'bench_attention']
 
 # %% ../../nbs/14_attention.ipynb #39a1d6e8
 @dataclass(frozen=True, eq=False)
@@ -91,8 +91,15 @@ def _local(i, j, w, kind):
     if kind == 'sliding': return i - j < w
     return torch.div(i, w, rounding_mode='floor') == torch.div(j, w, rounding_mode='floor')
 
-def _allowed(i, j, w, n_global, rk, tab, kind):
-    "Whether query `i` may attend to key `j` (broadcasting tensors); `tab`: the table of `rk`'s blocks, or None."
+def may_attend(i: torch.Tensor,  # query positions in the sequence (broadcasting against `j`)
+               j: torch.Tensor,  # key positions
+               w: int,           # the window (or chunk) length
+               n_global: int,    # the first positions, seen by every later query
+               rk,               # a `RandomKeys`, or None
+               tab,              # `rk`'s table of blocks (`RandomKeys.table`), or None
+               kind: str,        # 'sliding' or 'chunk'
+              ) -> torch.Tensor: # bool: query `i` may attend key `j`
+    "Whether query `i` may attend key `j`: causal, and in its window or chunk, a global token or a random block."
     m = _local(i, j, w, kind) | (j < n_global)
     if tab is not None: m = m | tab[i // rk.q_block, j // rk.k_block]
     return m & (j <= i)
@@ -108,7 +115,7 @@ def local_attention_mask(seq_len: int,                           # tokens per se
     L, rk = seq_len, random_keys
     i, j = torch.arange(L, device=device)[:, None], torch.arange(L, device=device)[None, :]
     tab = None if rk is None else rk.table(-(-L // rk.q_block), -(-L // rk.k_block), device)
-    return _allowed(i, j, window_size, n_global, rk, tab, window_kind)
+    return may_attend(i, j, window_size, n_global, rk, tab, window_kind)
 
 # %% ../../nbs/14_attention.ipynb #ed566246
 WINDOW_KINDS = ('sliding', 'chunk')
@@ -373,7 +380,7 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
     with torch.inference_mode(False):
         span = L + block_size
         tab = None if rk is None else rk.table(span // rk.q_block + 1, span // rk.k_block + 1, device)
-        mask_mod = lambda b, h, q_idx, kv_idx: _allowed(q_idx, kv_idx, window_size, n_global, rk, tab, window_kind)
+        mask_mod = lambda b, h, q_idx, kv_idx: may_attend(q_idx, kv_idx, window_size, n_global, rk, tab, window_kind)
         bm = fa.create_block_mask(mask_mod, None, None, L, L, device=device, BLOCK_SIZE=block_size,
                                   _compile=device.type == 'cuda')
     _BLOCK_MASKS[ck] = bm
