@@ -387,7 +387,34 @@ def _part_scores(q5, kv, i, p, mask):
     "Scaled scores `(B, Hkv, g, l, l)` of grouped queries `q5` against part `p`'s keys, -inf where `mask` forbids."
     l = kv.shape[-2]
     s = q5 @ kv[0, :, :, None].to(q5.dtype).transpose(-2, -1) * q5.shape[-1] ** -0.5
-    return s.masked_fill(~mask(i, torch.arange(p * l, (p + 1) * l, device=s.device)), float('-inf'))
+    j = torch.arange(p * l, (p + 1) * l, device=s.device)
+    return s.masked_fill(~(j <= i if mask is None else mask(i, j)), float('-inf'))
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu   # returns the lse
+_flash_back = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+def _repeated(part, q5):
+    "A part's keys and values `(B, H, l, Dh)` for the CPU flash kernel: each key/value head repeated for its group."
+    return (t.to(q5.dtype).repeat_interleave(q5.shape[2], 1) for t in part)
+
+def _part_forward(q5, part, i, p, mask, own):
+    "This rank's output `(B, Hkv, g, l, Dh)` over part `p` alone and its log-sum-exp `(B, Hkv, g, l)`."
+    if mask is None and q5.is_cpu:   # causal on its own part, whole on an earlier one: torch's CPU flash kernel
+        return (t.unflatten(1, q5.shape[1:3]) for t in _flash(q5.flatten(1, 2), *_repeated(part, q5), 0.0, own))
+    s = _part_scores(q5, part, i, p, mask)
+    lse = s.logsumexp(-1)   # -inf on a row the part hides whole (BigBird): its output is 0
+    return (s - lse.nan_to_num(neginf=0)[..., None]).exp() @ part[1, :, :, None].to(s.dtype), lse
+
+def _part_backward(q5, part, i, p, mask, own, do5, o5, lse, D):
+    "`dq` and part `p`'s `(2, B, Hkv, l, Dh)` key and value gradients, by the whole output `o5` and its `lse`."
+    if mask is None and q5.is_cpu:
+        f = lambda t: t.flatten(1, 2)   # (B, H, l, ...)
+        dq, dk, dv = _flash_back(f(do5), f(q5), *_repeated(part, q5), f(o5), f(lse), 0.0, own)
+        return dq.unflatten(1, q5.shape[1:3]), torch.stack([dk, dv]).unflatten(2, q5.shape[1:3]).sum(3)
+    pr = (_part_scores(q5, part, i, p, mask) - lse[..., None]).exp()   # P = exp(S - lse), dS = P (dO V^T - D)
+    ds = pr * (do5 @ part[1, :, :, None].to(pr.dtype).transpose(-2, -1) - D) * q5.shape[-1] ** -0.5
+    dkv = torch.stack([ds.transpose(-2, -1) @ q5, pr.transpose(-2, -1) @ do5]).sum(3)
+    return ds @ part[0, :, :, None].to(ds.dtype), dkv
 
 class _Ring(torch.autograd.Function):
     @staticmethod
@@ -397,10 +424,9 @@ class _Ring(torch.autograd.Function):
             q5 = q.unflatten(1, (k.shape[1], -1)).to(torch.promote_types(q.dtype, torch.float32))  # (B, Hkv, g, l, Dh)
             i, o, lse = cp.positions(q.shape[2], q.device)[:, None], 0, q5.new_full(q5.shape[:-1], float('-inf'))
             for p, part in _earlier_parts(kv, cp):   # online softmax: partial outputs merged by their log-sum-exp
-                s = _part_scores(q5, part, i, p, mask)
-                new = torch.logaddexp(lse, s.logsumexp(-1))
-                o = o * (lse - new).exp()[..., None] + (s - new[..., None]).exp() @ part[1, :, :, None].to(s.dtype)
-                lse = new
+                op, lp = _part_forward(q5, part, i, p, mask, p == cp.rank)
+                new = torch.logaddexp(lse, lp)
+                o, lse = o * (lse - new).exp()[..., None] + op * (lp - new).exp()[..., None], new
         out = o.flatten(1, 2).to(q.dtype).transpose(1, 2).contiguous().transpose(1, 2)   # stored (B, l, H, Dh)
         ctx.save_for_backward(q, kv, out, lse)
         return out
@@ -408,16 +434,14 @@ class _Ring(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, kv, out, lse = ctx.saved_tensors
-        cp, mask, r = ctx.cp, ctx.mask, ctx.cp.rank
+        cp, r = ctx.cp, ctx.cp.rank
         with torch.autocast(q.device.type, enabled=False):
             q5, do5, o5 = (t.unflatten(1, (kv.shape[2], -1)).to(lse.dtype) for t in (q, do, out))
             i, dq, dkv = cp.positions(q.shape[2], q.device)[:, None], 0, [None] * (r + 1)
             D = (do5 * o5).sum(-1, keepdim=True)
             for p, part in _earlier_parts(kv, cp):   # the flash-attention backward, with the whole output's lse
-                pr = (_part_scores(q5, part, i, p, mask) - lse[..., None]).exp()
-                ds = pr * (do5 @ part[1, :, :, None].to(pr.dtype).transpose(-2, -1) - D) * q5.shape[-1] ** -0.5
-                dq = dq + ds @ part[0, :, :, None].to(ds.dtype)
-                dkv[p] = torch.stack([ds.transpose(-2, -1) @ q5, pr.transpose(-2, -1) @ do5]).sum(3)
+                dqp, dkv[p] = _part_backward(q5, part, i, p, ctx.mask, p == r, do5, o5, lse, D)
+                dq = dq + dqp
             dkv = torch.stack(dkv)   # (r + 1, 2, B, Hkv, l, Dh): this rank's share of parts 0..r's gradients
             if r < cp.size - 1: dkv += _send_recv(cp, like=dkv, frm=r + 1)   # the later ranks' shares, summed
             if r: _send_recv(cp, dkv[:r], r - 1)                              # passed down towards their owners
@@ -432,8 +456,9 @@ def ring_attention(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotat
     """Attention of this rank's queries over a sequence split over `cp`: the earlier parts' keys and values come up
     the ranks one part at a time (later parts are skipped), and the partial outputs merge by their log-sum-exp. Only
     this rank's q, k, v, the output and the log-sum-exp are saved; the backward fetches the parts again and passes
-    each part's key and value gradients down the ranks to its owner, summed on the way."""
-    return _Ring.apply(q, k, v, cp, mask or (lambda i, j: j <= i))
+    each part's key and value gradients down the ranks to its owner, summed on the way. Causal (`mask` None) on the
+    CPU, each part runs torch's flash kernel; a masked part, or another device, runs matmuls (one part's scores)."""
+    return _Ring.apply(q, k, v, cp, mask)
 
 def attend_parts(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotated at their places in the sequence
                  k: torch.Tensor,   # (B, H, l, Dh) its keys, rotated alike
