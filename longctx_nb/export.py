@@ -15,10 +15,10 @@ from .checkpoint import export_model
 from .data import ByteTokenizer, BPETokenizer
 from .flags import make_parser, arg, main
 from .memory import check_positive
-from longctx_nb.hf import (
+from .hf import (
     HF_CLASSES, TOLERANCE, _SAMPLE, require_transformers, quiet_transformers, _hf_block, _hf_keys, _cpu_fp32, logit_gap,
-    byte_tokenizer_json, is_hf_checkpoint, load_source, run_tokenizer, _same_tokenizer, _no_source, default_length,
-    _fuse)
+    byte_tokenizer_json, is_hf_checkpoint, load_source, run_tokenizer, _same_tokenizer, _fuse,
+    _no_source, default_length)
 
 # %% auto #0
 __all__ = ['hf_config', 'hf_state_dict', 'to_hf', 'hf_tokenizer', 'save_pretrained', 'export_parser', 'export',
