@@ -621,9 +621,12 @@ def eval_parser() -> argparse.ArgumentParser:
             help='a folder of local task YAML files for --harness'),
         arg('--tokenizer', metavar='SPEC', group='lm-evaluation-harness (pip install longctx_nb[eval])',
             help="the model's tokenizer for --harness: byte, or a tokenizer.json or prepared folder (default: the "
-            "run's, or the folder's; an export may carry none)")])
+            "run's, or the folder's; an export may carry none)"),
+        arg('--apply_chat_template', action='store_true', default=None,
+            group='lm-evaluation-harness (pip install longctx_nb[eval])',
+            help="--harness prompts in the tokenizer's chat template (lm_eval's --apply_chat_template)")])
 
-HARNESS_ONLY = ('include_path', 'tokenizer')   # flags read only with --harness
+HARNESS_ONLY = ('include_path', 'tokenizer', 'apply_chat_template')   # flags read only with --harness
 HARNESS_READS = ('harness', *HARNESS_ONLY, 'checkpoint_path', 'batch_size', 'device', 'precision', 'output_dir',
                  'n_samples')
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/58_harness.ipynb #9d344328
 from __future__ import annotations
-import difflib, glob, json, os, socket, sys
+import difflib, glob, hashlib, json, os, socket, sys
 from pathlib import Path
 import torch
 from .core import UsageError, get_device, check_precision, autocast, check_writable_dir
@@ -12,8 +12,10 @@ from .core import UsageError, get_device, check_precision, autocast, check_writa
 from .tokenizer import ByteTokenizer
 from .model import LM, generate
 from .hf import load_source, trained_context, default_length
+from .export import hf_tokenizer
+from .flags import main
 try:   # an optional extra (pip install 'longctx_nb[eval]'): importing longctx_nb never needs it
-    import lm_eval.models  # noqa: F401  (lm_eval's own models first: a registry holding only ours would hide them)
+    import jinja2, lm_eval.models  # noqa: F401  (lm_eval's own models first: a registry holding only ours would hide them)
     from lm_eval import utils as lm_utils
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import model_registry
@@ -59,6 +61,8 @@ class HarnessLM(TemplateLM or object):
                              "export may carry none): harness tasks are text; give a model trained on text, or its "
                              "tokenizer (model_args tokenizer=byte or tokenizer=PATH).")
         self.model, self.tok = model.to(self._device).eval(), tokenizer
+        # a BPE tokenizer as transformers' (a copy): it encodes, decodes and applies the chat template as lm_eval's `hf`
+        self.tokenizer = None if isinstance(tokenizer, ByteTokenizer) else hf_tokenizer(tokenizer)
         self.batch_size, self._max_length, self._max_gen_toks = int(batch_size), int(max_length or default_length(
             cfg, path and trained_context(path))), int(max_gen_toks)
 
@@ -67,14 +71,45 @@ class HarnessLM(TemplateLM or object):
     max_gen_toks = property(lambda self: self._max_gen_toks)
     eot_token_id = property(lambda self: self.tok.eot_id)
     @property
-    def tokenizer_name(self) -> str: return repr(self.tok)
+    def tokenizer_name(self) -> str:
+        "lm_eval's key of cached requests: the tokenizer's kind and a digest of its vocabulary and chat template."
+        if self.tokenizer is None: return self.tok.name
+        digest = hashlib.sha256((self.tok.tok.to_str() + str(self.tok.chat_template)).encode()).hexdigest()
+        return f"{self.tok.name}-{digest[:16]}"
+
+    def chat_template(self, chat_template: bool | str = False,  # lm_eval's --apply_chat_template: True or a name
+                     ) -> str | None:                           # the template applied (None: not asked for)
+        "The tokenizer's chat template for `--apply_chat_template`; refused where it has none, and by name."
+        if chat_template is False or chat_template is None: return None
+        if self.tok.chat_template is None:
+            raise UsageError(f"--apply_chat_template: the model's tokenizer ({self.tok!r}) has no chat template (a "
+                             "transformers folder brings one in tokenizer_config.json or chat_template.jinja; the byte "
+                             "tokenizer has none); leave --apply_chat_template out, or give a tokenizer that has one "
+                             "(--tokenizer PATH, or model_args tokenizer=PATH).")
+        if chat_template is not True:
+            raise UsageError(f"--apply_chat_template {chat_template}: the tokenizer holds one chat template, not named "
+                             "ones; give --apply_chat_template without a name.")
+        return self.tok.chat_template
+
+    def apply_chat_template(self, chat_history: list[dict],    # the messages: {'role': ..., 'content': ...} each
+                            add_generation_prompt: bool = True,  # open the assistant's turn (False: continue the last)
+                           ) -> str:                             # the prompt text
+        "`chat_history` in the tokenizer's chat template, rendered by transformers (as lm_eval's `hf` renders it)."
+        self.chat_template(True)
+        go_on = not add_generation_prompt   # lm_eval's pairing: a prefilled assistant turn is continued
+        try: return self.tokenizer.apply_chat_template(chat_history, tokenize=False, continue_final_message=go_on,
+                                                       add_generation_prompt=add_generation_prompt)
+        except jinja2.TemplateError as e:
+            raise UsageError(f"the chat template refuses these messages ({e}); a template without a system turn takes "
+                             "no --system_instruction.") from None
 
     def tok_encode(self, string: str,            # any text
                    add_special_tokens=None,  # lm_eval's switch: our tokenizers add no special tokens either way
                    **kw,                     # lm_eval's other encoding options (none applies)
                   ) -> list[int]:            # the token ids
-        "Ids of `string`."
-        return [int(i) for i in self.tok.encode(string)]
+        "Ids of `string` (a chat template's special tokens as their ids, where the tokenizer reads them so)."
+        if self.tokenizer is None: return [int(i) for i in self.tok.encode(string)]
+        return self.tokenizer.encode(string, add_special_tokens=False)
 
     def tok_decode(self, ids,                         # token ids (or one id)
                    skip_special_tokens: bool = True,  # leave the end-of-text id out
@@ -82,8 +117,8 @@ class HarnessLM(TemplateLM or object):
         "Text of `ids`; the end-of-text id left out unless `skip_special_tokens` is False (as transformers decodes)."
         ids = [i for i in ([ids] if isinstance(ids, int) else list(ids))
                if not (skip_special_tokens and i == self.eot_token_id)]
-        if isinstance(self.tok, ByteTokenizer): return self.tok.decode(ids)
-        return self.tok.tok.decode(ids, skip_special_tokens=skip_special_tokens)
+        if self.tokenizer is None: return self.tok.decode(ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     @torch.no_grad()
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -151,14 +186,16 @@ MODEL_NAME = 'longctx'   # the name `lm_eval --model` knows HarnessLM by
 if TemplateLM is not None and MODEL_NAME not in model_registry:
     model_registry.register(MODEL_NAME, target='longctx_nb.harness:HarnessLM')
 
-def harness_main(argv=None,  # lm_eval's command-line arguments (None: sys.argv[1:])
-                ):
-    "lm_eval's command line with `HarnessLM` registered as `--model longctx` (`python -m longctx_nb.harness`)."
-    try: require_lm_eval()
-    except UsageError as e: print(f"error: {e}", file=sys.stderr); sys.exit(2)
+def _lm_eval(argv) -> int:
+    require_lm_eval()
     from lm_eval.__main__ import cli_evaluate
     if argv is not None: sys.argv[1:] = list(argv)
     cli_evaluate()
+
+def harness_main(argv=None,  # lm_eval's command-line arguments (None: sys.argv[1:])
+                ):
+    "lm_eval's command line with `HarnessLM` registered as `--model longctx` (`python -m longctx_nb.harness`)."
+    sys.exit(main(_lm_eval, 'python -m longctx_nb.harness', argv))
 
 # %% ../nbs/58_harness.ipynb #8323e7aa
 LOCAL_BUILDERS = ('json', 'csv', 'parquet', 'text', 'arrow', 'pandas')   # datasets' builders over local files
@@ -278,6 +315,7 @@ def run_harness(tasks: str,                       # task names or patterns, comm
                 device: str = 'auto',             # auto, cpu, cuda or cuda:N
                 precision: str = 'auto',          # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
                 limit: int | None = None,         # the first `limit` documents of each task (None: all)
+                apply_chat_template: bool = False,  # prompts in the tokenizer's chat template (lm_eval's flag)
                 output_dir=None,                  # writes {block}_harness.json here
                 verbose: bool = True,             # print the table
                ) -> dict:                         # lm_eval's results (without the samples)
@@ -293,11 +331,14 @@ def run_harness(tasks: str,                       # task names or patterns, comm
     from lm_eval.utils import make_table
     lm = HarnessLM(checkpoint_path, tokenizer=tokenizer or 'auto', batch_size=batch_size, device=device,
                    precision=precision)
-    r = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, verbosity='WARNING')
+    lm.chat_template(bool(apply_chat_template))   # refused here if the tokenizer has none
+    r = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, verbosity='WARNING',
+                        apply_chat_template=bool(apply_chat_template))
     r = {k: v for k, v in r.items() if k in ('results', 'groups', 'configs', 'versions', 'n-shot', 'higher_is_better',
                                              'n-samples')}
     r['model'] = dict(path=str(checkpoint_path), block=lm.model.cfg.block, max_length=lm.max_length,
-                      precision=lm.precision, device=str(lm.device), batch_size=batch_size)
+                      precision=lm.precision, device=str(lm.device), batch_size=batch_size,
+                      apply_chat_template=bool(apply_chat_template))
     if verbose: print(make_table(r) + (make_table(r, 'groups') if r.get('groups') else ''))
     if output_dir is not None:
         f = Path(output_dir).expanduser() / f"{lm.model.cfg.block}_harness.json"

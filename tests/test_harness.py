@@ -97,6 +97,7 @@ def test_bad_input_refused_before_the_model(bindir, runs, tasks, env):
              (['--include_path', tasks], '--include_path is read only with --harness TASKS'),
              (['--harness', 'example_mc', '--include_path', tasks / 'nope'], 'is not a folder'),
              (['--tokenizer', 'byte'], '--tokenizer is read only with --harness TASKS'),
+             (['--apply_chat_template'], '--apply_chat_template is read only with --harness TASKS'),
              (['--harness', 'example_mc', '--include_path', tasks, '--tokenizer', tasks / 'nope.json'],
               f"--tokenizer '{tasks / 'nope.json'}' does not exist; give byte, a tokenizer.json or a prepared folder")]
     for args, msg in cases:
@@ -114,3 +115,61 @@ def test_tokenizer_for_an_export_without_one(bindir, runs, tasks, env, tmp_path)
         run([bindir / 'longctx_eval'], *common, '--checkpoint_path', src, *tok, '--output_dir', tmp_path / name, env=env, check=0)
         res[name] = json.loads((tmp_path / name / 'vanilla_harness.json').read_text())['results']['example_mc']
     assert metrics(res['run']) and same(sorted(metrics(res['export']).items()), sorted(metrics(res['run']).items()))
+
+CHAT = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")   # Phi-3's shape
+
+@pytest.fixture(scope='module')
+def chat_folders(tmp_path_factory):
+    "A tiny random vanilla model exported for transformers with a BPE tokenizer whose chat template's turn markers are "
+    "special tokens (read as their ids, as in a transformers folder), and again with the byte tokenizer, which has no template."
+    import torch
+    from longctx_nb.config import ModelConfig
+    from longctx_nb.export import save_pretrained
+    from longctx_nb.model import LM
+    from longctx_nb.tokenizer import BPETokenizer, ByteTokenizer
+    t = BPETokenizer.train(['The sky is blue. Grass is green. Snow is white. The sun is yellow. ' * 20], vocab_size=300).tok
+    t.add_special_tokens(['<|user|>', '<|assistant|>', '<|end|>'])
+    torch.manual_seed(0)
+    model, d = LM(ModelConfig(vocab_size=320, d_model=64, n_layers=2, n_heads=4, d_ff=128)), tmp_path_factory.mktemp('chat')
+    save_pretrained(model, d / 'chat', BPETokenizer(t, chat_template=CHAT, split_special_tokens=False), say=None)
+    save_pretrained(model, d / 'byte', ByteTokenizer(), say=None)
+    return d / 'chat', d / 'byte'
+
+def test_chat_template_equals_lm_eval_hf(bindir, chat_folders, tasks, env, tmp_path):
+    "--apply_chat_template: our class through lm_eval's command line and through longctx_eval sends the requests of "
+    "`lm_eval --model hf` (the prompts in the template, its markers as special ids) and gets its numbers."
+    chat = chat_folders[0]
+    common = ['--tasks', TASKS, '--include_path', tasks, '--device', 'cpu', '--log_samples', '--apply_chat_template']
+    run([bindir / 'lm_eval'], '--model', 'hf', '--model_args', f'pretrained={chat}', *common, '--batch_size', 1,
+        '--output_path', tmp_path / 'ref', env=env, check=0)
+    run([sys.executable, '-m', 'longctx_nb.harness'], '--model', 'longctx', '--model_args', f'path={chat}', *common,
+        '--batch_size', 4, '--output_path', tmp_path / 'ours', env=env, check=0)
+    (ref, ref_s), (ours, ours_s) = lm_eval_out(tmp_path / 'ref'), lm_eval_out(tmp_path / 'ours')
+    assert set(ref) == set(ours) == set(TASKS.split(','))
+    assert ref_s['example_mc'][0]['arguments']['gen_args_0']['arg_0'].startswith('<|user|>\n')   # the template was applied
+    for t in ref:
+        assert metrics(ref[t]) and same(sorted(metrics(ours[t]).items()), sorted(metrics(ref[t]).items())), (t, ours[t], ref[t])
+        a, b = sorted(ours_s[t], key=lambda s: s['doc_id']), sorted(ref_s[t], key=lambda s: s['doc_id'])
+        assert [s['doc_id'] for s in a] == [s['doc_id'] for s in b] and len(a) > 2
+        for x, y in zip(a, b):
+            assert x['arguments'] == y['arguments'], (t, x['arguments'], y['arguments'])
+            assert same(x['resps'], y['resps'], t == 'example_gen'), (t, x['resps'], y['resps'])
+    run([bindir / 'longctx_eval'], '--harness', TASKS, '--include_path', tasks, f'--checkpoint_path={chat}', '--device', 'cpu',
+        '--apply_chat_template', '--output_dir', tmp_path / 'cli', env=env, check=0)
+    r = json.loads((tmp_path / 'cli' / 'vanilla_harness.json').read_text())
+    assert r['model']['apply_chat_template'] is True
+    for t in ref: assert same(sorted(metrics(r['results'][t]).items()), sorted(metrics(ref[t]).items())), t
+
+def test_chat_template_refused_where_there_is_none(bindir, chat_folders, tasks, env):
+    "A byte tokenizer has no chat template, and ours hold no named ones: exit 2 and one paragraph, from both command lines."
+    chat, byte = chat_folders
+    none = "--apply_chat_template: the model's tokenizer (ByteTokenizer(vocab_size=256)) has no chat template"
+    cli = lambda path: [sys.executable, '-m', 'longctx_nb.harness', '--model', 'longctx', '--model_args', f'path={path}',
+                        '--tasks', 'example_mc', '--include_path', tasks, '--device', 'cpu', '--apply_chat_template']
+    for cmd, msg in [([bindir / 'longctx_eval', '--harness', 'example_mc', '--include_path', tasks, '--checkpoint_path', byte,
+                       '--device', 'cpu', '--apply_chat_template'], none),
+                     (cli(byte), none),
+                     ([*cli(chat), 'chatml'], '--apply_chat_template chatml: the tokenizer holds one chat template, not named ones')]:
+        p = run(cmd, env=env, check=2)
+        assert msg in p.stderr and 'Traceback' not in p.stderr, (cmd, p.stderr[-3000:])

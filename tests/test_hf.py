@@ -290,6 +290,41 @@ def test_rope_context_where_transformers_reads_it(rope, tmp_path):
         with torch.no_grad(): a, b, w = hf(x[:, :n]).logits, ours.eval()(x[:, :n]), back(x[:, :n]).logits
         assert (a - b).norm() / a.norm() < 1e-5 and (a - w).norm() / a.norm() < 1e-5, n
 
+def test_phi3_both_ways(tmp_path, capsys):
+    "A tiny random Phi3ForCausalLM (fused q/k/v and gate/up, grouped-query attention, longrope) imports into ours and exports "
+    "back as Phi3ForCausalLM: logits equal to transformers' within and past the original context; what does not map is refused."
+    torch.manual_seed(0)
+    base = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=64, pad_token_id=None, rms_norm_eps=1e-5, rope_theta=500.0)
+    rope = dict(rope_type='longrope', short_factor=(1 + torch.rand(8)).tolist(), long_factor=(1 + 8 * torch.rand(8)).tolist())
+    hf = tf.Phi3ForCausalLM(tf.Phi3Config(**base, original_max_position_embeddings=16, rope_scaling=rope)).eval()
+    with torch.no_grad():
+        for q in hf.parameters(): q.add_(torch.randn_like(q) * 0.05)   # the norms too
+    hf.save_pretrained(tmp_path / 'phi3'); hf_tokenizer(ByteTokenizer()).save_pretrained(tmp_path / 'phi3')
+    assert export('--format', 'safetensors', tmp_path / 'phi3', tmp_path / 'ours') == 0   # imported, checked at load
+    assert "checked: the imported model's logits equal Phi3ForCausalLM's" in capsys.readouterr().out
+    ours = load_model(tmp_path / 'ours').eval()
+    assert (ours.cfg.n_kv_heads, ours.cfg.rope_scaling, ours.cfg.rope_factor, ours.cfg.rope_original_max_position_embeddings) == \
+        (2, 'longrope', 4.0, 16)
+    assert export(tmp_path / 'ours', tmp_path / 'back', '--tokenizer', 'byte') == 0
+    back = tf.AutoModelForCausalLM.from_pretrained(tmp_path / 'back').eval()
+    assert type(back) is tf.Phi3ForCausalLM and (back.config.max_position_embeddings, back.config.original_max_position_embeddings) == (64, 16)
+    assert {k: v.shape for k, v in back.state_dict().items()} == {k: v.shape for k, v in hf.state_dict().items()}
+    x = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
+    for n in (12, 40):   # short factors within the original 16 tokens, long ones past them
+        with torch.no_grad(): a, b, w = hf(x[:, :n]).logits, ours(x[:, :n]), back(x[:, :n]).logits
+        assert (a - b).abs().max() / a.abs().max() < 1e-5 and (a - w).abs().max() / a.abs().max() < 1e-5, n
+    cfg = json.loads((tmp_path / 'phi3' / 'config.json').read_text())
+    for name, change, says in [('a', {'sliding_window': 32}, 'sliding_window=32 shorter than max_position_embeddings=64'),
+                               ('b', {'partial_rotary_factor': 0.5, 'rope_scaling': None, 'rope_parameters': None}, 'partial_rotary_factor=0.5'),
+                               ('c', {'sliding_window': 64}, None)]:   # a window as long as the context: full attention there
+        src = tmp_path / f'src_{name}'; src.mkdir()
+        for f in (tmp_path / 'phi3').iterdir(): (src / f.name).write_bytes(f.read_bytes())
+        (src / 'config.json').write_text(json.dumps({**cfg, **change}))
+        capsys.readouterr()
+        assert export('--format', 'safetensors', src, tmp_path / name) == (0 if says is None else 2), name
+        assert says is None or says in capsys.readouterr().err, name
+
 @pytest.mark.parametrize('shape', [
     dict(hidden_size=72, num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True, rope_theta=1e5),  # SmolLM2
     dict(hidden_size=128, num_attention_heads=32, num_key_value_heads=4, tie_word_embeddings=False)])             # TinyLlama
