@@ -217,12 +217,10 @@ def find_checkpoint(run_dir,                     # the run directory
         except CheckpointError as e: skipped.append((p, str(e)))
     return None, skipped
 
-def latest_checkpoint(run_dir,             # the run directory
-                      map_location='cpu',  # device to load tensors onto
-                      accept=None,         # accept(ck) raises `CheckpointError` to skip a checkpoint
+def latest_checkpoint(run_dir,  # the run directory
                      ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
-    "The newest checkpoint of `run_dir` that verifies (and `accept`s), said on stderr per skipped file; None if none."
-    found, skipped = find_checkpoint(run_dir, map_location, accept)
+    "The newest checkpoint of `run_dir` that verifies, said on stderr per skipped file; None if none."
+    found, skipped = find_checkpoint(run_dir)
     for p, why in skipped: _warn(f"skipping checkpoint {p.name}: {why}")
     return found
 

@@ -96,10 +96,8 @@ HF_SHORT_NAMES = {   # names used by other trainers' scripts -> (Hugging Face da
 
 def hf_documents(name: str,                  # Hugging Face dataset name
                  config: str | None = None,  # its config name, if it has several
-                 split: str = 'train',       # the split to read
-                 text_field: str = 'text',   # the column holding the text
                 ) -> Iterator[tuple[str, str]]:
-    "(name/split/row, text) of the rows of a Hugging Face dataset, streamed."
+    "(name/train/row, text) of the rows of a Hugging Face dataset's train split (its 'text' column), streamed."
     try: import datasets
     except ImportError:
         raise UsageError(f"data.dataset_name={name!r} is a Hugging Face dataset, which needs the `datasets` package: "
@@ -108,17 +106,16 @@ def hf_documents(name: str,                  # Hugging Face dataset name
                          "--data.dataset_config=FOLDER) or on the default corpus, --data.dataset_name=stdlib, which "
                          "needs no download and no network.") from None
     what = f"{name!r}" + (f" (config {config!r})" if config else '')
-    try: ds = datasets.load_dataset(name, config, split=split, streaming=True)
+    try: ds = datasets.load_dataset(name, config, split='train', streaming=True)
     except Exception as e:
-        raise UsageError(f"could not load the Hugging Face dataset {what}, split {split!r}: {type(e).__name__}: "
+        raise UsageError(f"could not load the Hugging Face dataset {what}, split 'train': {type(e).__name__}: "
                          f"{str(e)[:300]}. Check the name, --data.dataset_config and the network, or use data that is "
                          "here: --data.dataset_name=stdlib (no network) or --data.dataset_name=local "
                          "--data.dataset_config=path/to/text.") from None
     cols = getattr(ds, 'column_names', None)
-    if cols is not None and text_field not in cols:
-        raise UsageError(f"the Hugging Face dataset {what} has no {text_field!r} column; "
-                         f"its columns: {', '.join(cols)}.")
-    return ((f'{name}/{split}/{i}', row[text_field]) for i, row in enumerate(ds))
+    if cols is not None and 'text' not in cols:
+        raise UsageError(f"the Hugging Face dataset {what} has no 'text' column; its columns: {', '.join(cols)}.")
+    return ((f'{name}/train/{i}', row['text']) for i, row in enumerate(ds))
 
 # %% ../nbs/04_corpus.ipynb #23e9cb3f
 FORMAT_VERSION = 2   # 2: document offsets beside the tokens (train.docs.npy, val.docs.npy)

@@ -22,8 +22,8 @@ from .corpus import (STDLIB_SKIP, FORMAT_VERSION, stdlib_root, stdlib_documents,
                                load_tokens, check_tokens, TokenFile, cache_root, corpus_cache_dir, cached_corpus)
 
 # %% auto #0
-__all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'load_synthetic', 'check_vocab', 'load_dataset', 'batch_offsets',
-           'get_batch', 'doc_ids', 'step_batch', 'val_batches', 'StepBatches', 'make_loader']
+__all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'check_vocab', 'load_dataset', 'batch_offsets', 'get_batch',
+           'doc_ids', 'step_batch', 'val_batches', 'StepBatches', 'make_loader']
 
 # %% ../nbs/06_data.ipynb #c3e68012
 MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
@@ -120,12 +120,6 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
     return _load_prepared(cached_corpus(cfg), vocab_size)
 
 # %% ../nbs/06_data.ipynb #a962195e
-def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', task and task knobs
-                   vocab_size: int | None = None,  # the model's vocabulary, to check against (None: no check)
-                  ) -> SyntheticData:
-    "The synthetic task `cfg.task` (dataset_name='synthetic'), checked against seq_len and the model's `vocab_size`."
-    sd = synthetic_from_config(cfg); check_vocab(sd, vocab_size); return sd
-
 def check_vocab(data: TokenData | SyntheticData,  # data loaded or handed in
                 vocab_size: int | None,           # the model's vocabulary (None: the data's)
                ):
@@ -154,7 +148,7 @@ def load_dataset(cfg: DataConfig,                # the data section
                 ) -> TokenData | SyntheticData:
     "The tokens `cfg` names (token files, a prepared folder, a text corpus in the cache, or a synthetic task), checked."
     if cfg.dataset_name == 'synthetic' and cfg.train_data is None and cfg.data_dir is None:
-        sd = load_synthetic(cfg, vocab_size); _check_doc_mask(sd, cfg); return sd
+        sd = synthetic_from_config(cfg); check_vocab(sd, vocab_size); _check_doc_mask(sd, cfg); return sd
     td = load_corpus(cfg, vocab_size)
     for name, a, more in (('training', td.train, ''), ('validation', td.val, ', a larger --data.val_fraction')):
         if a is not None and len(a) < cfg.seq_len + 1:
