@@ -52,11 +52,10 @@ def set_rng_state(s: dict,  # from `rng_state`
 
 # %% ../nbs/40_checkpoint.ipynb #a4ad69be
 def _fsync_dir(d: Path):
-    try:
+    with contextlib.suppress(OSError):   # not every platform can sync a directory
         fd = os.open(d, os.O_RDONLY)
         try: os.fsync(fd)
         finally: os.close(fd)
-    except OSError: pass  # not every platform can sync a directory
 
 class _Hashing(io.RawIOBase):
     "A write-only file that hashes what passes through it."
@@ -89,8 +88,7 @@ def _replacing(paths: list[Path]):
         for t, p in zip(tmps[::-1], paths[::-1]): os.replace(t, p)
     except BaseException as e:
         for t in tmps:
-            try: t.unlink(missing_ok=True)
-            except OSError: pass
+            with contextlib.suppress(OSError): t.unlink(missing_ok=True)
         if (err := os_error(e)) is not None: raise StorageError(paths[0], err) from None
         raise
     _fsync_dir(paths[0].parent)

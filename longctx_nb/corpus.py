@@ -48,12 +48,9 @@ _BINARY = {'.bin', '.npy', '.npz', '.pt', '.pth', '.ckpt', '.safetensors', '.pkl
            '.zst', '.tar', '.png', '.jpg', '.jpeg', '.gif', '.pdf', '.so', '.pyc', '.parquet', '.arrow'}
 def _text_files(p: Path) -> list[Path]:
     return [p] if p.is_file() else [f for f in _walk(p, {'__pycache__'}) if f.suffix.lower() not in _BINARY]
-def _read_text(p: Path) -> str | None:
-    try: b = p.read_bytes()
-    except OSError: return None
-    if b'\0' in b[:8192]: return None
-    try: return b.decode('utf-8-sig')
-    except UnicodeDecodeError: return None
+def _read_text(p: Path) -> str | None:   # None: unreadable, binary (a NUL byte early on) or not UTF-8
+    try: b = p.read_bytes(); return None if b'\0' in b[:8192] else b.decode('utf-8-sig')
+    except (OSError, UnicodeDecodeError): return None
 
 def _jsonl_docs(f: Path, name: str) -> Iterator[tuple[str, str]]:
     "(name:line, text) of each line of a JSON-lines file: one document per line, its `text` field, read line by line."

@@ -125,18 +125,16 @@ class MLP(nn.Module):
     def __init__(self, d_model: int,    # model width
                  d_ff: int,             # hidden width
                  bias: bool = False,    # biases in the linear layers
-                 dropout: float = 0.0,  # dropout probability on the output
                 ):
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias)
-        self.w2 = mark_residual_proj(nn.Linear(d_ff, d_model, bias=bias))
-        self.drop = nn.Dropout(dropout)
+        self.w2 = mark_residual_proj(nn.Linear(d_ff, d_model, bias=bias))   # `Block` drops out its output
 
     def forward(self,
                 x: torch.Tensor,  # (..., d_model)
                ) -> torch.Tensor:  # (..., d_model)
-        return self.w2(self.drop(F.silu(self.w1(x)) * self.w3(x)))
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 # %% ../../nbs/21_layers.ipynb #26978ccc
 class Block(nn.Module):
