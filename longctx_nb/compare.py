@@ -253,9 +253,7 @@ def sweep_lrs(lr_sweep,           # None: no sweep; []: lr/3, lr, 3 lr; or the l
     return lrs
 
 # %% ../nbs/63_compare.ipynb #51d3e266
-def _mean_sd(xs):
-    xs = np.asarray(xs, float)
-    return float(xs.mean()), (float(xs.std(ddof=1)) if len(xs) > 1 else None)
+def _mean_sd(xs): xs = np.asarray(xs, float); return float(xs.mean()), (float(xs.std(ddof=1)) if len(xs) > 1 else None)
 
 def summarize(runs: dict,                 # block -> learning rate -> the rows of its seeds
               lengths: list[int],         # the evaluation lengths

@@ -252,7 +252,6 @@ class DataConfig:
                                       'random per sequence', ge=0, le=1)
     copy_len: int = opt(16, 'synthetic copy and selective_copy: tokens to copy (needs 2 * copy_len <= seq_len)', gt=0)
 
-# %% ../nbs/01_config.ipynb #09938af0
 @dataclass
 class TrainerConfig:
     "The optimisation and the run: schedule, precision, logging, checkpoints."
@@ -590,7 +589,6 @@ def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None, bef
     m.d_ff = d_ff
     origin['model.d_ff'] = (d_ff, f"derived from {source}", 'derived')
 
-# %% ../nbs/01_config.ipynb #f15dd9ea
 def _where(spelled: str, where: str | None) -> str:
     "How a setting's source is named: the key as spelled, in its file; a flag (`--config small_32k`) as it is."
     return where if where and where.startswith('--') else f"{spelled} in {where}" if where else spelled

@@ -293,19 +293,17 @@ class StepBatches(Dataset):
 
 # %% ../nbs/06_data.ipynb #6f86a644
 class _StepLoader:
-    "Iterates (step, x, y[, documents]) over `steps`, in this process or in DataLoader workers."
-    def __init__(self, ds: StepBatches, steps: range, num_workers: int = 0, prefetch_factor: int | None = None,
-                 persistent_workers: bool = False, pin_memory: bool = False):
-        self.ds, self.steps, self.num_workers, self.prefetch_factor = ds, steps, num_workers, prefetch_factor
-        self.persistent_workers, self.pin = persistent_workers, pin_memory and torch.cuda.is_available()
+    "Iterates (step, x, y[, documents]) over `steps`, in this process or in the DataLoader workers `cfg` asks for."
+    def __init__(self, ds: StepBatches, steps: range, cfg: DataConfig, pin_memory: bool):
+        self.ds, self.steps, self.cfg, self.pin = ds, steps, cfg, pin_memory and torch.cuda.is_available()
     def __len__(self): return len(self.steps)
     def __iter__(self):
-        if self.num_workers == 0:
+        if (c := self.cfg).num_workers == 0:
             for step in self.steps: yield (step, *(t.pin_memory() if self.pin else t for t in self.ds[step]))
             return
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')  # silence tokenizers' warning in forked workers
-        dl = DataLoader(self.ds, batch_size=None, sampler=self.steps, num_workers=self.num_workers, pin_memory=self.pin,
-                        prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers)
+        dl = DataLoader(self.ds, batch_size=None, sampler=self.steps, num_workers=c.num_workers, pin_memory=self.pin,
+                        prefetch_factor=c.prefetch_factor, persistent_workers=c.persistent_workers)
         for step, item in zip(self.steps, dl): yield (step, *item)
 
 def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_dataset`
@@ -324,5 +322,4 @@ def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_datas
     ds = StepBatches(tokens if synthetic else tokens.train, cfg.seq_len, cfg.batch_size, accum, seed, rank, world_size,
                      None if synthetic else tokens.train_file,
                      None if synthetic or not cfg.doc_mask else tokens.train_docs)
-    return _StepLoader(ds, range(start_step, max_steps), cfg.num_workers, cfg.prefetch_factor, cfg.persistent_workers,
-                       pin_memory)
+    return _StepLoader(ds, range(start_step, max_steps), cfg, pin_memory)

@@ -330,7 +330,6 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
     if verbose: print((out / 'gpu_table.md').read_text()); print(f'wrote {out / "gpu_table.md"} and {path}')
     return [r for rs in rows.values() for r in rs]
 
-# %% ../nbs/51_gpu.ipynb #d91efe3b
 def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' table
               blocks=ALL_BLOCKS,           # block names
               size: str = 'small',         # size preset of each model

@@ -60,7 +60,6 @@ def rope_frequencies(head_dim: int,                # size of each head, even
     keep = 1 - ramp.to(device)
     return 1.0 / (f * base) * (1 - keep) + inv * keep, att
 
-# %% ../../nbs/21_layers.ipynb #c10625a7
 class RotaryEmbedding(nn.Module):
     "Rotary embedding tables for heads of size `head_dim`: `forward(L, device)` is fp32 `(cos, sin)`, `(L, head_dim)`."
     def __init__(self,
