@@ -111,7 +111,6 @@ def paired_ratio(ref: list[float],   # the reference's time in each round of `ti
     if not ref or len(ref) != len(this) or min(this) <= 0: return None
     return Timing([a / b for a, b in zip(ref, this)]).median
 
-# %% ../nbs/07_measure.ipynb #c4a1e7d3
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
 _STEADY = {}                                     # what steady_heap did, once per process
 
