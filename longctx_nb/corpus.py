@@ -172,9 +172,7 @@ def _byte_doc(text: str) -> str:
     return text if text.endswith('\n\n') else text + ('\n' if text.endswith('\n') else '\n\n')
 
 def _spool(documents, path: Path):
-    with open(path, 'w', encoding='utf-8') as f:
-        for name, text in documents:
-            if text: f.write(json.dumps([name, text]) + '\n')
+    with open(path, 'w', encoding='utf-8') as f: f.writelines(json.dumps([n, t]) + '\n' for n, t in documents if t)
 
 def _unspool(path: Path) -> Iterator[tuple[str, str]]:
     with open(path, encoding='utf-8') as f:
