@@ -52,11 +52,10 @@ def set_rng_state(s: dict,  # from `rng_state`
 
 # %% ../nbs/40_checkpoint.ipynb #a4ad69be
 def _fsync_dir(d: Path):
-    try:
+    with contextlib.suppress(OSError):   # not every platform can sync a directory
         fd = os.open(d, os.O_RDONLY)
         try: os.fsync(fd)
         finally: os.close(fd)
-    except OSError: pass  # not every platform can sync a directory
 
 class _Hashing(io.RawIOBase):
     "A write-only file that hashes what passes through it."
@@ -89,8 +88,7 @@ def _replacing(paths: list[Path]):
         for t, p in zip(tmps[::-1], paths[::-1]): os.replace(t, p)
     except BaseException as e:
         for t in tmps:
-            try: t.unlink(missing_ok=True)
-            except OSError: pass
+            with contextlib.suppress(OSError): t.unlink(missing_ok=True)
         if (err := os_error(e)) is not None: raise StorageError(paths[0], err) from None
         raise
     _fsync_dir(paths[0].parent)
@@ -217,12 +215,10 @@ def find_checkpoint(run_dir,                     # the run directory
         except CheckpointError as e: skipped.append((p, str(e)))
     return None, skipped
 
-def latest_checkpoint(run_dir,             # the run directory
-                      map_location='cpu',  # device to load tensors onto
-                      accept=None,         # accept(ck) raises `CheckpointError` to skip a checkpoint
+def latest_checkpoint(run_dir,  # the run directory
                      ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
-    "The newest checkpoint of `run_dir` that verifies (and `accept`s), said on stderr per skipped file; None if none."
-    found, skipped = find_checkpoint(run_dir, map_location, accept)
+    "The newest checkpoint of `run_dir` that verifies, said on stderr per skipped file; None if none."
+    found, skipped = find_checkpoint(run_dir)
     for p, why in skipped: _warn(f"skipping checkpoint {p.name}: {why}")
     return found
 

@@ -29,7 +29,7 @@ from . import __version__
 # %% auto #0
 __all__ = ['SPARSE_DEFAULTS', 'CURRICULUM_TASKS', 'DEFAULT_STEPS', 'COMPARE_FILE', 'RESULTS_DIR', 'ROW_KEYS', 'COMPARE_FLAGS',
            'match_depths', 'block_configs', 'check_sparse', 'default_curriculum', 'curriculum_overrides',
-           'join_stopped_windows', 'train_and_eval', 'sweep_lrs', 'summarize', 'write_row', 'read_row', 'machine',
+           'join_stopped_windows', 'train_and_eval', 'sweep_lrs', 'summarize', 'read_row', 'machine',
            'compare_settings', 'settings_differences', 'machine_differences', 'saved_comparison', 'run_comparison',
            'compare_blocks', 'compare_parser', 'compare_main']
 
@@ -199,11 +199,10 @@ def train_and_eval(cfg: Config,          # the training config
                    lengths: list[int],   # evaluation lengths
                    n_samples: int = 64,  # evaluation sequences per length
                    passkey_depths=None,  # depths of a passkey grid, for the passkey task (None: no grid)
-                   quiet: bool = True,   # no training log
                   ) -> dict:
     "Train `cfg`, then measure it: parameters, FLOPs/token, time, tokens/s, memory, val loss, the task at `lengths`."
     t0 = time.time()
-    res = train(cfg, quiet=quiet)   # its time and tokens/s cover every part of a run continued from its checkpoint
+    res = train(cfg, quiet=True)   # its time and tokens/s cover every part of a run continued from its checkpoint
     if res.stop_signal: signal.raise_signal(res.stop_signal)   # asked to stop while the run exported its model
     ev = load_for_eval(res.run_dir, get_device(cfg.trainer.accelerator))
     hold(f'{res.run_dir.name} evaluation')
@@ -254,9 +253,7 @@ def sweep_lrs(lr_sweep,           # None: no sweep; []: lr/3, lr, 3 lr; or the l
     return lrs
 
 # %% ../nbs/63_compare.ipynb #51d3e266
-def _mean_sd(xs):
-    xs = np.asarray(xs, float)
-    return float(xs.mean()), (float(xs.std(ddof=1)) if len(xs) > 1 else None)
+def _mean_sd(xs): xs = np.asarray(xs, float); return float(xs.mean()), (float(xs.std(ddof=1)) if len(xs) > 1 else None)
 
 def summarize(runs: dict,                 # block -> learning rate -> the rows of its seeds
               lengths: list[int],         # the evaluation lengths
@@ -283,13 +280,7 @@ COMPARE_FILE, RESULTS_DIR = 'compare.json', 'results'   # in --output_dir: the s
 ROW_KEYS = ('block', 'n_layers', 'params', 'flops_per_token', 'lr', 'seed', 'train_seconds', 'run_tokens_per_sec',
             'val_loss', 'train_loss', 'run_dir', 'curve', 'tokens_per_sec', 'peak_mib')   # in every row
 
-def write_row(path,      # results/NAME.json
-              row: dict, # a `train_and_eval` row
-             ) -> Path:
-    "`row` as JSON in `path`, written atomically (`checkpoint.atomic_write`): a reader finds the whole row or none."
-    return atomic_write(path, json.dumps(row, indent=1) + '\n')
-
-def read_row(path,                      # a result row written by `write_row`
+def read_row(path,                      # a result row, written atomically: a reader finds the whole row or none
              block: str | None = None,  # the run's block (None: not checked): a row of another run is refused
              lr: float | None = None,   # the run's learning rate
              seed: int | None = None,   # the run's seed
@@ -479,7 +470,7 @@ def run_comparison(cfgs: dict[str, Config],  # block -> its training config
             if verbose: print(f"{n}: training{' ' + how if how else ''} ..." if trains else
                               f"{n}: all its steps done, no training: evaluating it from {how} ...", flush=True)
             r = train_and_eval(c, lengths, n_samples, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0))
-            kept[n] = read_row(write_row(res_dir / f'{n}.json', r), b, lr, s)   # as a resumed comparison reads it
+            kept[n] = read_row(atomic_write(res_dir / f'{n}.json', json.dumps(r, indent=1) + '\n'), b, lr, s)
             if verbose:
                 print(f"{n}: {r['params']:,} params, val loss {r['val_loss']:.4f}, {r['seconds']:.0f} s", flush=True)
         runs[b][lr].append(kept[n])

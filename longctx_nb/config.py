@@ -115,7 +115,6 @@ class _SizeSettings:
     tie_embeddings: bool = opt(True, 'share the input embedding and the output head')
     init_std: float = opt(0.02, 'std of the normal init of linear and embedding weights', gt=0)
 
-# %% ../nbs/01_config.ipynb #cd36eab1
 @dataclass
 class _MambaSettings:
     "The selective state-space layers' settings (read by the mamba and mamba2 blocks)."
@@ -133,7 +132,6 @@ class _MambaSettings:
     conv_impl: str = opt('auto', 'causal-conv1d implementation', choices=['auto', 'ref', 'cuda', 'cpu'])
     ssd_impl: str = opt('auto', 'SSD-scan implementation (mamba2)', choices=['auto', 'ref', 'torch', 'cuda', 'cpu'])
 
-# %% ../nbs/01_config.ipynb #5e0c2f7a
 @dataclass
 class _AttentionSettings:
     "Vanilla attention as the pretrained models people start from have it (read by the vanilla block)."
@@ -153,7 +151,6 @@ class _AttentionSettings:
                                                 'the trained context, as 1.0,1.1,... or [1.0, 1.1, ...]', gt=0)
     rope_long_factor: list[float] | None = opt(None, 'longrope: head_dim / 2 numbers dividing them past it', gt=0)
 
-# %% ../nbs/01_config.ipynb #a2f912fb
 @dataclass
 class _SparseSettings:
     "The windowed, sparse and chunked attention blocks' settings (longformer, bigbird, blade, dpassm)."
@@ -252,7 +249,6 @@ class DataConfig:
                                       'random per sequence', ge=0, le=1)
     copy_len: int = opt(16, 'synthetic copy and selective_copy: tokens to copy (needs 2 * copy_len <= seq_len)', gt=0)
 
-# %% ../nbs/01_config.ipynb #09938af0
 @dataclass
 class TrainerConfig:
     "The optimisation and the run: schedule, precision, logging, checkpoints."
@@ -590,7 +586,6 @@ def _derive_d_ff(cfg: Config, canon: dict, origin: dict, notes: list | None, bef
     m.d_ff = d_ff
     origin['model.d_ff'] = (d_ff, f"derived from {source}", 'derived')
 
-# %% ../nbs/01_config.ipynb #f15dd9ea
 def _where(spelled: str, where: str | None) -> str:
     "How a setting's source is named: the key as spelled, in its file; a flag (`--config small_32k`) as it is."
     return where if where and where.startswith('--') else f"{spelled} in {where}" if where else spelled

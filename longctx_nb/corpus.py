@@ -48,12 +48,9 @@ _BINARY = {'.bin', '.npy', '.npz', '.pt', '.pth', '.ckpt', '.safetensors', '.pkl
            '.zst', '.tar', '.png', '.jpg', '.jpeg', '.gif', '.pdf', '.so', '.pyc', '.parquet', '.arrow'}
 def _text_files(p: Path) -> list[Path]:
     return [p] if p.is_file() else [f for f in _walk(p, {'__pycache__'}) if f.suffix.lower() not in _BINARY]
-def _read_text(p: Path) -> str | None:
-    try: b = p.read_bytes()
-    except OSError: return None
-    if b'\0' in b[:8192]: return None
-    try: return b.decode('utf-8-sig')
-    except UnicodeDecodeError: return None
+def _read_text(p: Path) -> str | None:   # None: unreadable, binary (a NUL byte early on) or not UTF-8
+    try: b = p.read_bytes(); return None if b'\0' in b[:8192] else b.decode('utf-8-sig')
+    except (OSError, UnicodeDecodeError): return None
 
 def _jsonl_docs(f: Path, name: str) -> Iterator[tuple[str, str]]:
     "(name:line, text) of each line of a JSON-lines file: one document per line, its `text` field, read line by line."
@@ -96,10 +93,8 @@ HF_SHORT_NAMES = {   # names used by other trainers' scripts -> (Hugging Face da
 
 def hf_documents(name: str,                  # Hugging Face dataset name
                  config: str | None = None,  # its config name, if it has several
-                 split: str = 'train',       # the split to read
-                 text_field: str = 'text',   # the column holding the text
                 ) -> Iterator[tuple[str, str]]:
-    "(name/split/row, text) of the rows of a Hugging Face dataset, streamed."
+    "(name/train/row, text) of the rows of a Hugging Face dataset's train split (its 'text' column), streamed."
     try: import datasets
     except ImportError:
         raise UsageError(f"data.dataset_name={name!r} is a Hugging Face dataset, which needs the `datasets` package: "
@@ -108,17 +103,16 @@ def hf_documents(name: str,                  # Hugging Face dataset name
                          "--data.dataset_config=FOLDER) or on the default corpus, --data.dataset_name=stdlib, which "
                          "needs no download and no network.") from None
     what = f"{name!r}" + (f" (config {config!r})" if config else '')
-    try: ds = datasets.load_dataset(name, config, split=split, streaming=True)
+    try: ds = datasets.load_dataset(name, config, split='train', streaming=True)
     except Exception as e:
-        raise UsageError(f"could not load the Hugging Face dataset {what}, split {split!r}: {type(e).__name__}: "
+        raise UsageError(f"could not load the Hugging Face dataset {what}, split 'train': {type(e).__name__}: "
                          f"{str(e)[:300]}. Check the name, --data.dataset_config and the network, or use data that is "
                          "here: --data.dataset_name=stdlib (no network) or --data.dataset_name=local "
                          "--data.dataset_config=path/to/text.") from None
     cols = getattr(ds, 'column_names', None)
-    if cols is not None and text_field not in cols:
-        raise UsageError(f"the Hugging Face dataset {what} has no {text_field!r} column; "
-                         f"its columns: {', '.join(cols)}.")
-    return ((f'{name}/{split}/{i}', row[text_field]) for i, row in enumerate(ds))
+    if cols is not None and 'text' not in cols:
+        raise UsageError(f"the Hugging Face dataset {what} has no 'text' column; its columns: {', '.join(cols)}.")
+    return ((f'{name}/train/{i}', row['text']) for i, row in enumerate(ds))
 
 # %% ../nbs/04_corpus.ipynb #23e9cb3f
 FORMAT_VERSION = 2   # 2: document offsets beside the tokens (train.docs.npy, val.docs.npy)
@@ -178,9 +172,7 @@ def _byte_doc(text: str) -> str:
     return text if text.endswith('\n\n') else text + ('\n' if text.endswith('\n') else '\n\n')
 
 def _spool(documents, path: Path):
-    with open(path, 'w', encoding='utf-8') as f:
-        for name, text in documents:
-            if text: f.write(json.dumps([name, text]) + '\n')
+    with open(path, 'w', encoding='utf-8') as f: f.writelines(json.dumps([n, t]) + '\n' for n, t in documents if t)
 
 def _unspool(path: Path) -> Iterator[tuple[str, str]]:
     with open(path, encoding='utf-8') as f:

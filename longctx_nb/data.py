@@ -22,8 +22,8 @@ from .corpus import (STDLIB_SKIP, FORMAT_VERSION, stdlib_root, stdlib_documents,
                                load_tokens, check_tokens, TokenFile, cache_root, corpus_cache_dir, cached_corpus)
 
 # %% auto #0
-__all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'load_synthetic', 'check_vocab', 'load_dataset', 'batch_offsets',
-           'get_batch', 'doc_ids', 'step_batch', 'val_batches', 'StepBatches', 'make_loader']
+__all__ = ['MAX_INFERRED_VOCAB', 'TokenData', 'load_corpus', 'check_vocab', 'load_dataset', 'batch_offsets', 'get_batch',
+           'doc_ids', 'step_batch', 'val_batches', 'StepBatches', 'make_loader']
 
 # %% ../nbs/06_data.ipynb #c3e68012
 MAX_INFERRED_VOCAB = 2**21   # the largest vocabulary read off the ids themselves; beyond it, give --model.vocab_size
@@ -120,12 +120,6 @@ def load_corpus(cfg: DataConfig,                # the data section: train_data, 
     return _load_prepared(cached_corpus(cfg), vocab_size)
 
 # %% ../nbs/06_data.ipynb #a962195e
-def load_synthetic(cfg: DataConfig,                # dataset_name='synthetic', task and task knobs
-                   vocab_size: int | None = None,  # the model's vocabulary, to check against (None: no check)
-                  ) -> SyntheticData:
-    "The synthetic task `cfg.task` (dataset_name='synthetic'), checked against seq_len and the model's `vocab_size`."
-    sd = synthetic_from_config(cfg); check_vocab(sd, vocab_size); return sd
-
 def check_vocab(data: TokenData | SyntheticData,  # data loaded or handed in
                 vocab_size: int | None,           # the model's vocabulary (None: the data's)
                ):
@@ -154,7 +148,7 @@ def load_dataset(cfg: DataConfig,                # the data section
                 ) -> TokenData | SyntheticData:
     "The tokens `cfg` names (token files, a prepared folder, a text corpus in the cache, or a synthetic task), checked."
     if cfg.dataset_name == 'synthetic' and cfg.train_data is None and cfg.data_dir is None:
-        sd = load_synthetic(cfg, vocab_size); _check_doc_mask(sd, cfg); return sd
+        sd = synthetic_from_config(cfg); check_vocab(sd, vocab_size); _check_doc_mask(sd, cfg); return sd
     td = load_corpus(cfg, vocab_size)
     for name, a, more in (('training', td.train, ''), ('validation', td.val, ', a larger --data.val_fraction')):
         if a is not None and len(a) < cfg.seq_len + 1:
@@ -299,19 +293,17 @@ class StepBatches(Dataset):
 
 # %% ../nbs/06_data.ipynb #6f86a644
 class _StepLoader:
-    "Iterates (step, x, y[, documents]) over `steps`, in this process or in DataLoader workers."
-    def __init__(self, ds: StepBatches, steps: range, num_workers: int = 0, prefetch_factor: int | None = None,
-                 persistent_workers: bool = False, pin_memory: bool = False):
-        self.ds, self.steps, self.num_workers, self.prefetch_factor = ds, steps, num_workers, prefetch_factor
-        self.persistent_workers, self.pin = persistent_workers, pin_memory and torch.cuda.is_available()
+    "Iterates (step, x, y[, documents]) over `steps`, in this process or in the DataLoader workers `cfg` asks for."
+    def __init__(self, ds: StepBatches, steps: range, cfg: DataConfig, pin_memory: bool):
+        self.ds, self.steps, self.cfg, self.pin = ds, steps, cfg, pin_memory and torch.cuda.is_available()
     def __len__(self): return len(self.steps)
     def __iter__(self):
-        if self.num_workers == 0:
+        if (c := self.cfg).num_workers == 0:
             for step in self.steps: yield (step, *(t.pin_memory() if self.pin else t for t in self.ds[step]))
             return
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')  # silence tokenizers' warning in forked workers
-        dl = DataLoader(self.ds, batch_size=None, sampler=self.steps, num_workers=self.num_workers, pin_memory=self.pin,
-                        prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers)
+        dl = DataLoader(self.ds, batch_size=None, sampler=self.steps, num_workers=c.num_workers, pin_memory=self.pin,
+                        prefetch_factor=c.prefetch_factor, persistent_workers=c.persistent_workers)
         for step, item in zip(self.steps, dl): yield (step, *item)
 
 def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_dataset`
@@ -330,5 +322,4 @@ def make_loader(tokens: TokenData | SyntheticData,  # the data, from `load_datas
     ds = StepBatches(tokens if synthetic else tokens.train, cfg.seq_len, cfg.batch_size, accum, seed, rank, world_size,
                      None if synthetic else tokens.train_file,
                      None if synthetic or not cfg.doc_mask else tokens.train_docs)
-    return _StepLoader(ds, range(start_step, max_steps), cfg.num_workers, cfg.prefetch_factor, cfg.persistent_workers,
-                       pin_memory)
+    return _StepLoader(ds, range(start_step, max_steps), cfg, pin_memory)

@@ -72,7 +72,6 @@ def _one_line(e: BaseException | str, n: int = 300) -> str:
 def compare_paths(device,                      # where they run
                   paths: dict = GPU_PATHS,     # kernel -> the path (or paths) compared with its 'ref'
                   L: int = 1024,               # sequence length
-                  tol: float = 1e-3,           # largest relative error accepted
                  ) -> list[dict]:              # one row per path: kernel, L, impl, ref, out_err, grad_err, ok, note
     """Each kernel's fast paths against its reference, values and gradients. A compiled kernel that is not installed
     is a row with `ok=None` saying what `'auto'` runs instead; a path that fails is a failed row saying why."""
@@ -85,14 +84,11 @@ def compare_paths(device,                      # where they run
                 rows.append(row | dict(ok=None, note=f"not installed ({_one_line(why, 160)}); 'auto' runs "
                                                      f"{KERNEL_IMPLS[name].auto(device)}"))
                 continue
-            try: rows.append(row | compare_impl(fn, leaves, impl, tol=tol) | dict(note=''))
+            try: rows.append(row | compare_impl(fn, leaves, impl) | dict(note=''))
             except Exception as e: rows.append(row | dict(ok=False, note=_one_line(e)))
     return rows
 
 # %% ../nbs/51_gpu.ipynb #72b45b64
-def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.OutOfMemoryError) or 'out of memory' in str(e).lower()
-
 def held_bytes(step,   # a `train_step_fn` step
               ) -> int:
     "Bytes a `train_step_fn` step holds between calls: weights, optimizer state and its input tokens (no gradients)."
@@ -138,7 +134,7 @@ def gpu_block_row(model,             # an `LM` on `device`
         t = time_reps(step, device, reps, warmup=1, timer=timer)   # the warm-up step creates the optimizer state
         total, above = step_memory(step, device)
     except Exception as e:
-        if not _is_oom(e): raise
+        if not (isinstance(e, torch.OutOfMemoryError) or 'out of memory' in str(e).lower()): raise
         t = None                   # out of memory
     step = None                    # the optimizer state goes with it
     if t is None:                  # outside the `except`: the exception and its traceback are gone
@@ -334,7 +330,6 @@ def _gpu_parts(device, paths, Ls, blocks, size, parts, batch, precision, reps, c
     if verbose: print((out / 'gpu_table.md').read_text()); print(f'wrote {out / "gpu_table.md"} and {path}')
     return [r for rs in rows.values() for r in rs]
 
-# %% ../nbs/51_gpu.ipynb #d91efe3b
 def bench_gpu(Ls=(2048, 8192, 32768),      # sequence lengths of the blocks' table
               blocks=ALL_BLOCKS,           # block names
               size: str = 'small',         # size preset of each model

@@ -40,7 +40,6 @@ MIN_SPREAD_REPS = 3      # fewer timed calls: the spread is not judged
 class Timing:
     "Seconds of each timed call of one measurement, with its min, median and whether its spread says it was disturbed."
     times: list[float]                       # seconds of each timed call, in order
-    max_spread: float = DISTURBED_SPREAD     # median / min above this: disturbed
     @property
     def min(self) -> float: return min(self.times)
     @property
@@ -49,11 +48,11 @@ class Timing:
     def spread(self) -> float: return self.median / self.min if self.min > 0 else float('inf')
     @property
     def disturbed(self) -> bool | None:
-        "True if `spread > max_spread`; None (not judged) with fewer than `MIN_SPREAD_REPS` calls."
-        return None if len(self.times) < MIN_SPREAD_REPS else self.spread > self.max_spread
+        "True if `spread > DISTURBED_SPREAD`; None (not judged) with fewer than `MIN_SPREAD_REPS` calls."
+        return None if len(self.times) < MIN_SPREAD_REPS else self.spread > DISTURBED_SPREAD
     def __str__(self):
         flag = {None: ' (too few calls to judge the spread)', False: '',
-                True: f' DISTURBED (median/min > {self.max_spread})'}
+                True: f' DISTURBED (median/min > {DISTURBED_SPREAD})'}
         return (f"min {1e3 * self.min:.3f} ms, median {1e3 * self.median:.3f} ms, median/min {self.spread:.2f} "
                 f"over {len(self.times)} calls{flag[self.disturbed]}")
 
@@ -75,7 +74,6 @@ def time_reps(fn,                              # called with no arguments
               reps: int = 5,                   # timed calls
               warmup: int = 1,                 # untimed calls first: caches, compilation, the allocator
               timer: Callable | None = None,   # the clock (seconds); None: the `bench_clock` in force
-              max_spread: float = DISTURBED_SPREAD,  # median / min above this: disturbed
              ) -> Timing:
     "Time `reps` calls of `fn()` after `warmup` untimed ones: each call's seconds, min, median, spread check."
     device = torch.device(device)
@@ -88,7 +86,7 @@ def time_reps(fn,                              # called with no arguments
     for _ in range(reps):
         sync(); t0 = timer(); fn(); sync()
         times.append(timer() - t0)
-    return Timing(times, max_spread)
+    return Timing(times)
 
 # %% ../nbs/07_measure.ipynb #d379bfe3
 def time_in_turn(fns: dict,                      # name -> a function of no arguments
@@ -113,7 +111,6 @@ def paired_ratio(ref: list[float],   # the reference's time in each round of `ti
     if not ref or len(ref) != len(this) or min(this) <= 0: return None
     return Timing([a / b for a, b in zip(ref, this)]).median
 
-# %% ../nbs/07_measure.ipynb #c4a1e7d3
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
 _STEADY = {}                                     # what steady_heap did, once per process
 
@@ -153,13 +150,12 @@ def busy_cores(n: int | None = None,  # busy processes; None: one per core this 
 def measure_peak_flops(device: torch.device,                # where the matmul runs
                        dtype: torch.dtype = torch.float32,  # the matmul's dtype
                        n: int | None = None,                # matrix size (default 8192 on CUDA, else 1024)
-                       reps: int = 10,                      # matmuls timed after 2 warm-up ones; the fastest counts
                       ) -> float:                           # FLOP/s
-    "Best observed FLOP/s of an `n` x `n` matmul on `device` in `dtype`."
+    "Best observed FLOP/s of an `n` x `n` matmul on `device` in `dtype`: the fastest of 10, after 2 warm-up ones."
     device = torch.device(device)
     n = n or (8192 if device.type == 'cuda' else 1024)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    return 2 * n**3 / time_reps(lambda: a @ b, device, reps, warmup=2).min
+    return 2 * n**3 / time_reps(lambda: a @ b, device, 10, warmup=2).min
 
 # %% ../nbs/07_measure.ipynb #9000cf07
 REMEASURE_ENV = 'LONGCTX_REMEASURE_PEAK'   # set to 1: measure the peak FLOP/s again and update the cache

@@ -4,7 +4,7 @@
 
 # %% ../nbs/43_metrics.ipynb #474156a6
 from __future__ import annotations
-import importlib.util, io, itertools, json, math, os, re, socket, sys, time
+import contextlib, importlib.util, io, itertools, json, math, os, re, socket, sys, time
 from pathlib import Path
 import torch
 from .core import UsageError, StorageError
@@ -29,8 +29,7 @@ def _append(path: Path, data: bytes):
     try:
         with open(path, 'ab') as f: f.write(data); f.flush()
     except OSError as e:
-        try: os.truncate(path, size)   # no half line or half record left behind
-        except OSError: pass
+        with contextlib.suppress(OSError): os.truncate(path, size)   # no half line or half record left behind
         raise StorageError(path, e) from None
 
 # %% ../nbs/43_metrics.ipynb #31850ca4

@@ -61,8 +61,7 @@ def layer_blocks(m: ModelConfig | str,         # a model's settings, or a layer 
 
 own_values('model.block', canonical_layers, block_names, readers=_readers)
 
-@check_before_run
-def _depth_check(cfg: Config): layer_blocks(cfg.model)
+check_before_run(lambda cfg: layer_blocks(cfg.model))   # a depth the layer pattern does not divide: exit 2
 
 
 # %% ../nbs/30_model.ipynb #1e08735c
@@ -138,9 +137,7 @@ def check_doc_mask(block: str):   # a block name, alias or layer pattern
                      f"model.block={name!r} cannot: {DOC_MASK_WHY_NOT.get(name, 'its mixer takes no doc_ids')}. Use "
                      f"--model.block={ok[0]}, or leave --data.doc_mask out.")
 
-@check_before_run
-def _doc_mask_check(cfg: Config):
-    if cfg.data.doc_mask: check_doc_mask(cfg.model.block)
+_doc_mask_check = check_before_run(lambda cfg: cfg.data.doc_mask and check_doc_mask(cfg.model.block))
 
 # %% ../nbs/30_model.ipynb #92de05f7
 def create_model(vocab_size: int,                   # ids in the vocabulary

@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_runs.ipynb #ac225965
 from __future__ import annotations
-import os, re, shlex, signal, sys, threading
+import itertools, os, re, shlex, signal, sys, threading
 import torch
 from pathlib import Path
 from .core import UsageError
@@ -45,9 +45,7 @@ def new_run_dir(root,                     # folder of run directories
             raise UsageError(f"run directory {str(d)!r} already holds a run. To continue it, run: {again(resume=d)}  "
                              "To start another run, choose another --trainer.run_name or --trainer.default_root_dir.")
         return d
-    n = 0
-    while (root / f'version_{n}').exists(): n += 1
-    return root / f'version_{n}'
+    return next(d for n in itertools.count() if not (d := root / f'version_{n}').exists())
 
 # %% ../nbs/42_runs.ipynb #7a9bcca4
 RESUME_LAST = ('last', 'true', 'latest')   # the --resume values that mean "the newest run"

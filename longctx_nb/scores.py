@@ -67,14 +67,13 @@ def load_for_eval(path,          # a checkpoint .pt, a run directory, an exporte
 
 def fresh_model(block: str = 'vanilla',  # a block name or layer pattern
                 vocab_size: int = 256,   # ids in the vocabulary
-                size: str = 'tiny',      # a size preset (model.num_params)
                 seed: int = 0,           # seed of the initial weights
                 device='cpu',            # the torch device (or its name) to run on
                ) -> Evaluated:
-    "A freshly initialised `size` model of `block`: the chance-level baseline."
-    cfg = apply_overrides(Config(), {'model.block': block, 'model.num_params': size, 'model.vocab_size': vocab_size})
+    "A freshly initialised tiny model of `block`: the chance-level baseline."
+    cfg = apply_overrides(Config(), {'model.block': block, 'model.vocab_size': vocab_size})
     seed_everything(seed)
-    return Evaluated(LM(cfg.model).to(device).eval(), cfg, f'untrained {cfg.model.block} ({size})', False)
+    return Evaluated(LM(cfg.model).to(device).eval(), cfg, f'untrained {cfg.model.block} (tiny)', False)
 
 def check_flags(ev: Evaluated,                  # the model to check the flags against
                 block: str | None = None,       # --block, if given

@@ -60,7 +60,6 @@ def rope_frequencies(head_dim: int,                # size of each head, even
     keep = 1 - ramp.to(device)
     return 1.0 / (f * base) * (1 - keep) + inv * keep, att
 
-# %% ../../nbs/21_layers.ipynb #c10625a7
 class RotaryEmbedding(nn.Module):
     "Rotary embedding tables for heads of size `head_dim`: `forward(L, device)` is fp32 `(cos, sin)`, `(L, head_dim)`."
     def __init__(self,
@@ -125,18 +124,16 @@ class MLP(nn.Module):
     def __init__(self, d_model: int,    # model width
                  d_ff: int,             # hidden width
                  bias: bool = False,    # biases in the linear layers
-                 dropout: float = 0.0,  # dropout probability on the output
                 ):
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias)
-        self.w2 = mark_residual_proj(nn.Linear(d_ff, d_model, bias=bias))
-        self.drop = nn.Dropout(dropout)
+        self.w2 = mark_residual_proj(nn.Linear(d_ff, d_model, bias=bias))   # `Block` drops out its output
 
     def forward(self,
                 x: torch.Tensor,  # (..., d_model)
                ) -> torch.Tensor:  # (..., d_model)
-        return self.w2(self.drop(F.silu(self.w1(x)) * self.w3(x)))
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 # %% ../../nbs/21_layers.ipynb #26978ccc
 class Block(nn.Module):
