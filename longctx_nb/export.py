@@ -34,9 +34,14 @@ def _hf_class(cfg: ModelConfig) -> str:
 def _hf_rope(cfg: ModelConfig, max_position_embeddings: int) -> tuple[dict | None, int]:
     """(a Llama-like config's rope_scaling, its max_position_embeddings): dynamic scales past max_position_embeddings,
     and transformers 4.x's yarn and longrope read their original context there too (5.x reads the key in rope_scaling,
-    kept for it); Phi-3 has a key of its own for it."""
+    kept for it). Phi-3 has a key of its own for it, and with max_position_embeddings = that x factor and the default
+    attention factor, the three keys transformers 4.x's Phi-3 reads, not more; otherwise ours, for 5.x alone."""
     rope = rope_scaling_dict(cfg)
-    if rope and rope['rope_type'] in ('dynamic', 'yarn', 'longrope') and _hf_class(cfg) != 'Phi3ForCausalLM':
+    if _hf_class(cfg) == 'Phi3ForCausalLM':
+        if cfg.rope_attention_factor is None and max_position_embeddings == cfg.rope_original_max_position_embeddings \
+                * cfg.rope_factor: rope = {'type': 'longrope', **{k: rope[k] for k in ('short_factor', 'long_factor')}}
+        return rope, max_position_embeddings
+    if rope and rope['rope_type'] in ('dynamic', 'yarn', 'longrope'):
         max_position_embeddings = rope['original_max_position_embeddings']
     if rope and rope['rope_type'] == 'dynamic': del rope['original_max_position_embeddings']
     return rope, max_position_embeddings
@@ -254,6 +259,11 @@ def export(source,                                      # a checkpoint .pt, run 
         say(f"max_position_embeddings={kept} in config.json: rope_original_max_position_embeddings, where transformers'"
             f" {m.rope_scaling} scaling reads the context it starts from"
             + (f" (not {n_pos})" * bool(max_position_embeddings)))
+    if block == 'vanilla' and _hf_class(m) == 'Phi3ForCausalLM' and 'rope_type' in _hf_rope(m, n_pos)[0]:
+        say("note: transformers 4.x loads this Phi-3 folder with another attention factor: it reads longrope's factor"
+            f" as max_position_embeddings / rope_original_max_position_embeddings ({n_pos} / "
+            f"{m.rope_original_max_position_embeddings}, not rope_factor {m.rope_factor:g}) and no "
+            "rope_attention_factor; transformers 5 reads it right")
     elif block == 'vanilla' and max_position_embeddings is None:
         say(f"max_position_embeddings={n_pos} in config.json: " + (
             f"rope_original_max_position_embeddings {m.rope_original_max_position_embeddings} x rope_factor "
