@@ -259,16 +259,18 @@ def export(source,                                      # a checkpoint .pt, run 
         say(f"max_position_embeddings={kept} in config.json: rope_original_max_position_embeddings, where transformers'"
             f" {m.rope_scaling} scaling reads the context it starts from"
             + (f" (not {n_pos})" * bool(max_position_embeddings)))
-    if block == 'vanilla' and _hf_class(m) == 'Phi3ForCausalLM' and 'rope_type' in _hf_rope(m, n_pos)[0]:
-        say("note: transformers 4.x loads this Phi-3 folder with another attention factor: it reads longrope's factor"
-            f" as max_position_embeddings / rope_original_max_position_embeddings ({n_pos} / "
-            f"{m.rope_original_max_position_embeddings}, not rope_factor {m.rope_factor:g}) and no "
-            "rope_attention_factor; transformers 5 reads it right")
     elif block == 'vanilla' and max_position_embeddings is None:
         say(f"max_position_embeddings={n_pos} in config.json: " + (
             f"rope_original_max_position_embeddings {m.rope_original_max_position_embeddings} x rope_factor "
             f"{m.rope_factor:g}" if stretched else "the run's seq_len" + (f" ({cfg.data.seq_len})" if cfg else '')
             + ", at least 2048") + " (--max_position_embeddings sets it)")
+    if block == 'vanilla' and m.rope_scaling == 'longrope' and 'rope_type' in _hf_rope(m, n_pos)[0]:
+        L0, cls = m.rope_original_max_position_embeddings, _hf_class(m).replace('ForCausalLM', '')
+        say("note: transformers 5 reads this folder as we compute it; 4.x " + (
+            f"differs on sequences of {L0} tokens or fewer: its {cls} takes longrope's long factors at any length"
+            if cls != 'Phi3' else "refuses it: its Phi-3 takes longrope's factor only as max_position_embeddings / "
+            f"rope_original_max_position_embeddings ({n_pos} / {L0}, not rope_factor {m.rope_factor:g}) and no "
+            "rope_attention_factor"))
     if no_check: say("not checked: --no_check skips comparing the logits with transformers'")
     return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite, say=say)
 

@@ -313,7 +313,7 @@ def test_phi3_both_ways(tmp_path, capsys):
         {'type': 'longrope', **{k: getattr(ours.cfg, f'rope_{k}') for k in ('short_factor', 'long_factor')}}   # all 4.x takes
     capsys.readouterr()
     assert export(tmp_path / 'ours', tmp_path / 'b48', '--max_position_embeddings', '48') == 0   # 48 / 16: not 4.x's factor
-    assert "note: transformers 4.x loads this Phi-3 folder with another attention factor" in capsys.readouterr().out
+    assert "4.x refuses it: its Phi-3 takes longrope's factor only as max_position_embeddings / " in capsys.readouterr().out
     assert json.loads((tmp_path / 'b48' / 'config.json').read_text())['rope_scaling']['factor'] == 4.0
     assert {k: v.shape for k, v in back.state_dict().items()} == {k: v.shape for k, v in hf.state_dict().items()}
     x = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
