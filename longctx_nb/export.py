@@ -34,9 +34,14 @@ def _hf_class(cfg: ModelConfig) -> str:
 def _hf_rope(cfg: ModelConfig, max_position_embeddings: int) -> tuple[dict | None, int]:
     """(a Llama-like config's rope_scaling, its max_position_embeddings): dynamic scales past max_position_embeddings,
     and transformers 4.x's yarn and longrope read their original context there too (5.x reads the key in rope_scaling,
-    kept for it); Phi-3 has a key of its own for it."""
+    kept for it). Phi-3 has a key of its own for it, and with max_position_embeddings = that x factor and the default
+    attention factor, the three keys transformers 4.x's Phi-3 reads, not more; otherwise ours, for 5.x alone."""
     rope = rope_scaling_dict(cfg)
-    if rope and rope['rope_type'] in ('dynamic', 'yarn', 'longrope') and _hf_class(cfg) != 'Phi3ForCausalLM':
+    if _hf_class(cfg) == 'Phi3ForCausalLM':
+        if cfg.rope_attention_factor is None and max_position_embeddings == cfg.rope_original_max_position_embeddings \
+                * cfg.rope_factor: rope = {'type': 'longrope', **{k: rope[k] for k in ('short_factor', 'long_factor')}}
+        return rope, max_position_embeddings
+    if rope and rope['rope_type'] in ('dynamic', 'yarn', 'longrope'):
         max_position_embeddings = rope['original_max_position_embeddings']
     if rope and rope['rope_type'] == 'dynamic': del rope['original_max_position_embeddings']
     return rope, max_position_embeddings
@@ -259,6 +264,13 @@ def export(source,                                      # a checkpoint .pt, run 
             f"rope_original_max_position_embeddings {m.rope_original_max_position_embeddings} x rope_factor "
             f"{m.rope_factor:g}" if stretched else "the run's seq_len" + (f" ({cfg.data.seq_len})" if cfg else '')
             + ", at least 2048") + " (--max_position_embeddings sets it)")
+    if block == 'vanilla' and m.rope_scaling == 'longrope' and 'rope_type' in _hf_rope(m, n_pos)[0]:
+        L0, cls = m.rope_original_max_position_embeddings, _hf_class(m).replace('ForCausalLM', '')
+        say("note: transformers 5 reads this folder as we compute it; 4.x " + (
+            f"differs on sequences of {L0} tokens or fewer: its {cls} takes longrope's long factors at any length"
+            if cls != 'Phi3' else "refuses it: its Phi-3 takes longrope's factor only as max_position_embeddings / "
+            f"rope_original_max_position_embeddings ({n_pos} / {L0}, not rope_factor {m.rope_factor:g}) and no "
+            "rope_attention_factor"))
     if no_check: say("not checked: --no_check skips comparing the logits with transformers'")
     return save_pretrained(model, out_dir, tok, n_pos, check=not no_check, overwrite=overwrite, say=say)
 

@@ -309,6 +309,12 @@ def test_phi3_both_ways(tmp_path, capsys):
     assert export(tmp_path / 'ours', tmp_path / 'back', '--tokenizer', 'byte') == 0
     back = tf.AutoModelForCausalLM.from_pretrained(tmp_path / 'back').eval()
     assert type(back) is tf.Phi3ForCausalLM and (back.config.max_position_embeddings, back.config.original_max_position_embeddings) == (64, 16)
+    assert json.loads((tmp_path / 'back' / 'config.json').read_text())['rope_scaling'] == \
+        {'type': 'longrope', **{k: getattr(ours.cfg, f'rope_{k}') for k in ('short_factor', 'long_factor')}}   # all 4.x takes
+    capsys.readouterr()
+    assert export(tmp_path / 'ours', tmp_path / 'b48', '--max_position_embeddings', '48') == 0   # 48 / 16: not 4.x's factor
+    assert "4.x refuses it: its Phi-3 takes longrope's factor only as max_position_embeddings / " in capsys.readouterr().out
+    assert json.loads((tmp_path / 'b48' / 'config.json').read_text())['rope_scaling']['factor'] == 4.0
     assert {k: v.shape for k, v in back.state_dict().items()} == {k: v.shape for k, v in hf.state_dict().items()}
     x = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
     for n in (12, 40):   # short factors within the original 16 tokens, long ones past them
