@@ -62,8 +62,8 @@ struct GNorm {
           tile(z, bi, g * H, H, t0, n, zt, true);
 #pragma omp simd
           for (int64_t k = 0; k < H * TP; ++k) h[k] = yt[k] * zt[k] * sigmoid_(zt[k]);
-        } else std::memcpy(h, yt, H * TP * sizeof(float));
-        f(bi, t0, n, g * H, yt, zt, h, r + (bi * G + g) * L + t0);
+        }
+        f(bi, t0, n, g * H, yt, zt, z.p ? h : yt, r + (bi * G + g) * L + t0);   // without z, h is y's tile
       }
   }
 };
