@@ -16,7 +16,7 @@ from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .vanilla import CausalSelfAttention, attention_saved_bytes
 from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm, check_ssm
 from ..kernels.attention import attention_impls, local_attention
-from ..kernels.scan import _merge_after
+from ..kernels.scan import merge_after
 
 # %% auto #0
 __all__ = ['PATHS', 'DPASSMCache', 'DPASSM', 'bench_dpassm']
@@ -118,7 +118,7 @@ def _ssm_path(self, x, scan_impl, conv_impl, want_last=False, merge=None, merge_
     xs = cf_mm(self.in_proj.weight, x.mT)               # W @ x^T: the matmul and the transpose at once
     if self.in_proj.bias is not None: xs = xs + self.in_proj.bias[:, None].to(xs.dtype)
     if self.cp is not None:   # a part of a sequence: Mamba's conv halo and entering state, then the merge
-        return _merge_after(self._scan_part(xs, None, self.cp), merge, merge_gate), xs, None
+        return merge_after(self._scan_part(xs, None, self.cp), merge, merge_gate), xs, None
     s = self._scan(xs, scan_impl, conv_impl, want_last, merge=merge, merge_gate=merge_gate)   # Mamba's, without z
     return (s[0], xs, s[1]) if want_last else (s, xs, None)
 

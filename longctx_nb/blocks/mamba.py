@@ -17,7 +17,7 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm']
+__all__ = ['add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm', 'conv_silu']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
@@ -124,6 +124,8 @@ class Mamba(SelectiveSSM, Mixer):
 
     @staticmethod
     def _ssm_dims(cfg): return int(cfg.expand * cfg.d_model), cfg.d_state   # the SSM's channels and state size
+    @property
+    def state_shape(self): return (self.d_inner, self.d_state)   # the scan's state per sequence
     @classmethod
     def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
 
@@ -189,10 +191,21 @@ def cf_mm(W: torch.Tensor,              # (O, K) weight
     return _CfMm.apply(W, x.to(W.dtype))   # under autocast, x cast as bmm would (in its own layout)
 
 # %% ../../nbs/23_mamba.ipynb #2cea7f04
+def conv_silu(x_in: torch.Tensor,  # (B, C, l) channel-first: a sequence, or this rank's part of one (with `cp`)
+              conv: nn.Conv1d,      # the depthwise conv, its weight and bias
+              impl: str,            # `causal_conv1d`'s impl
+              cp=None,              # the `ContextGroup` a part's sequence is split over (None: a whole sequence)
+             ) -> torch.Tensor:     # (B, C, l)
+    """`causal_conv1d` and silu over `x_in`; on a part, the previous part's last `K - 1` inputs (`from_previous`, the
+    conv's halo) go first and their outputs are dropped."""
+    k = conv.weight.shape[-1] - 1 if cp is not None else 0
+    if k: x_in = torch.cat([from_previous(x_in[..., -k:], cp), x_in], dim=-1)
+    return causal_conv1d(x_in, conv.weight, conv.bias, activation='silu', impl=impl)[..., k:]
+
 @patch_to(SelectiveSSM)
 def _scan(self, x_in, scan_impl, conv_impl, return_last_state=False, **kw):
     "The SSM on channel-first `x_in` `(B, C, L)`: causal conv and silu, `x_proj`, `dt_proj`, `selective_scan(**kw)`."
-    u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=conv_impl)
+    u = conv_silu(x_in, self.conv1d, conv_impl)
     N = self.A_log.shape[1]
     dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, N, N], dim=1)
     A, D, dt_bias = self._ssm_params()   # dt_proj's bias goes to the scan, in fp32
@@ -235,27 +248,34 @@ def _log_decay(delta, dt_bias):   # (B, C, l): the decay from the part's start t
 def _decay(delta, dt_bias, A):   # (B, C, N): a state entering the part leaves it times this
     return (_log_decay(delta, dt_bias)[..., -1, None] * A).exp()
 
-def _carried(delta, dt_bias, A, h, Cm):
-    "What the state `h` entering a part adds to its outputs: `C_t` times `h` decayed from the part's start to t."
-    return torch.einsum('bcln,bcn,bnl->bcl', (_log_decay(delta, dt_bias)[..., None] * A[:, None]).exp(), h,
-                        Cm.float())
+def _carried(delta, dt_bias, A, h, C):
+    """What the state `h` entering a part adds to its outputs: `C_t . h`, `h` decayed from the part's start to t by
+    `exp(_log_decay * A)`. Per channel and state (Mamba): `A` `(S, N)`, `h` `(B, S, N)`, `C` `(B, N, l)`, out
+    `(B, S, l)`; per head (Mamba-2): `A` `(S,)`, `h` `(B, S, P, N)`, `C` `(B, G, N, l)`, out `(B, S, P, l)`."""
+    ld, C = _log_decay(delta, dt_bias), C.float()
+    if A.dim() == 2: return torch.einsum('bcln,bcn,bnl->bcl', (ld[..., None] * A[:, None]).exp(), h, C)
+    b, S, P, N = h.shape   # a head's decay is one number: out of the sum over the state
+    return (h.view(b, C.shape[1], -1, P, N) @ C[:, :, None]).flatten(1, 2) * (ld * A[:, None]).exp()[:, :, None]
+
+def _carry_in(y, last, delta, dt_bias, A, C, cp):
+    "`y` of this rank's part, scanned from a zero state to `last`, plus what the state entering the part adds."
+    # the decays are recomputed in the backward from `delta`, which the scan keeps: kept, (B, C, l, N) of them would
+    # outweigh what the split saves
+    decay = checkpoint(_decay, delta, dt_bias, A if A.dim() == 2 else A[:, None], use_reentrant=False)
+    h = state_from_previous(last, decay.view(*decay.shape, *[1] * (last.dim() - decay.dim())).expand_as(last), cp)
+    return y + checkpoint(_carried, delta, dt_bias, A, h, C, use_reentrant=False).to(y.dtype)
 
 @patch_to(SelectiveSSM)
 def _scan_part(self, x_in, z, cp):
     "`_scan` on this rank's part of a sequence split over `cp`: the conv's halo, then the state entering the part."
-    k = self.conv1d.weight.shape[-1]
-    if k > 1: x_in = torch.cat([from_previous(x_in[..., -(k - 1):], cp), x_in], dim=-1)
-    u = causal_conv1d(x_in, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)[..., k - 1:]
+    u = conv_silu(x_in, self.conv1d, self.conv_impl, cp)
     N = self.A_log.shape[1]
     dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, N, N], dim=1)
     A, D, dt_bias = self._ssm_params()
     delta = cf_mm(self.dt_proj.weight, dt_low)
     y, last = selective_scan(u, delta, A, Bm, Cm, D, delta_bias=dt_bias, delta_softplus=True, return_last_state=True,
                              impl=self.scan_impl)                               # from a zero state
-    # the decays are recomputed in the backward from `delta`, which the scan keeps: kept, (B, C, l, N) of them would
-    # outweigh what the split saves
-    h = state_from_previous(last, checkpoint(_decay, delta, dt_bias, A, use_reentrant=False), cp)
-    y = y + checkpoint(_carried, delta, dt_bias, A, h, Cm, use_reentrant=False).to(y.dtype)
+    y = _carry_in(y, last, delta, dt_bias, A, Cm, cp)
     return y if z is None else y * F.silu(z)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
@@ -265,12 +285,11 @@ def allocate_inference_cache(self,
                              device=None,  # default: the module's
                              dtype=None,  # conv_state's dtype (default: the conv weight's)
                             ):
-    "Zero states for generation: `conv_state` `(B, d_inner, d_conv)`, `ssm_state` `(B, d_inner, d_state)` fp32."
-    device = self.out_proj.weight.device if device is None else device
-    dtype = dtype or self.conv1d.weight.dtype
-    conv_state = torch.zeros(batch_size, self.d_inner, self.d_conv, device=device, dtype=dtype)
-    ssm_state = torch.zeros(batch_size, self.d_inner, self.d_state, device=device, dtype=torch.float32)
-    return conv_state, ssm_state
+    """Zero states for generation: `conv_state` `(B, conv channels, d_conv)` and `ssm_state` fp32, `(B, d_inner,
+    d_state)` (Mamba-2: `(B, nheads, headdim, d_state)`)."""
+    device, w = self.out_proj.weight.device if device is None else device, self.conv1d.weight
+    conv = torch.zeros(batch_size, w.shape[0], self.d_conv, device=device, dtype=dtype or w.dtype)
+    return conv, torch.zeros(batch_size, *self.state_shape, device=device, dtype=torch.float32)
 
 @patch_to(SelectiveSSM)
 def _ssm_step(self, x_in, conv_state, ssm_state, z=None):

@@ -9,25 +9,156 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError
-from torch.utils.checkpoint import checkpoint
 from .base import Mixer, Workload, check_int, check_token, register_block, patch_to
-from .base import from_previous, state_from_previous
 from .layers import mark_residual_proj
-from .mamba import KeepFp32, Mamba, _decay, _log_decay, cf_mm
+from .mamba import KeepFp32, Mamba, _carry_in, cf_mm, conv_silu
 from ..kernels import conv as kconv
-from ..kernels.conv import causal_conv1d, causal_conv1d_update
+from ..kernels.conv import causal_conv1d_update
+from ..kernels.cpu import CpuExtension
 from ..kernels.scan import CPU_SCAN_CHUNK, cpu_scan_workspace_bytes
 from ..kernels.ssd import ssd_impls, ssd_scan, ssd_skip, ssd_state_update
 
 # %% auto #0
 __all__ = ['GatedRMSNorm', 'check_mamba2', 'Mamba2']
 
+# %% ../../nbs/28_mamba2.ipynb #a1c9e5f2
+# after the shared maths (`kernels.cpu.CPU_MATH`): its sigmoid
+_GNORM_SRC = r"""
+// Mamba-2's gated RMSNorm on (b, d, L) fp32 arrays of any strides: o = w h r within each group of H channels, with
+// h = y silu(z) (y without z) and r = 1 / sqrt(mean of h^2 over the group + eps), saved (b, G, L). A task is NB
+// steps of one sequence, taken TK at a time as tiles (channels x TK) read and written along each array's
+// contiguous dim: channel-first and token-major arrays are both read in order.
+struct A3 { float* p = nullptr; int64_t s[3] = {0, 0, 0}; };
+static A3 a3(const torch::Tensor& t) {
+  A3 v; v.p = t.data_ptr<float>(); for (int k = 0; k < 3; ++k) v.s[k] = t.stride(k);
+  return v;
+}
+static constexpr int64_t TK = 64, TP = TK + 16, NB = 256;   // a tile row TP long: a power of two would alias
+// the tile <-> steps [t0, t0 + n) of channels [c0, c0 + H) of v, for `in` into the tile, else out of it
+static void tile(const A3& v, int64_t bi, int64_t c0, int64_t H, int64_t t0, int64_t n, float* x, bool in) {
+  float* p = v.p + bi * v.s[0] + c0 * v.s[1] + t0 * v.s[2];
+  const int64_t sc = v.s[1], st = v.s[2];
+  if (st == 1)                                            // channel-first: a run of n steps per channel
+    for (int64_t c = 0; c < H; ++c) std::memcpy(in ? x + c * TP : p + c * sc, in ? p + c * sc : x + c * TP, n * 4);
+  else if (sc == 1 && in)                                 // token-major: a run of H channels per step
+    for (int64_t t = 0; t < n; ++t) for (int64_t c = 0; c < H; ++c) x[c * TP + t] = p[t * st + c];
+  else if (sc == 1) for (int64_t t = 0; t < n; ++t) for (int64_t c = 0; c < H; ++c) p[t * st + c] = x[c * TP + t];
+  else if (in) for (int64_t c = 0; c < H; ++c) for (int64_t t = 0; t < n; ++t) x[c * TP + t] = p[c * sc + t * st];
+  else for (int64_t c = 0; c < H; ++c) for (int64_t t = 0; t < n; ++t) p[c * sc + t * st] = x[c * TP + t];
+}
+struct GNorm {
+  A3 y, z; const float* w; int64_t b, d, L, G, H; float eps;
+  int64_t ntasks() const { return b * ((L + NB - 1) / NB); }
+  // f(bi, t0, n, c0, tiles of y and z, h = y silu(z), r of those steps) over the steps of task i, group by group
+  template <class F> void each(int64_t i, float* r, const F& f) const {
+    const int64_t nb = (L + NB - 1) / NB, bi = i / nb, e = std::min(L, (i % nb + 1) * NB);
+    std::vector<float> buf(3 * H * TP);
+    float *yt = buf.data(), *zt = yt + H * TP, *h = zt + H * TP;
+    for (int64_t t0 = (i % nb) * NB; t0 < e; t0 += TK)
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t n = std::min(TK, e - t0);
+        tile(y, bi, g * H, H, t0, n, yt, true);
+        if (z.p) {
+          tile(z, bi, g * H, H, t0, n, zt, true);
+#pragma omp simd
+          for (int64_t k = 0; k < H * TP; ++k) h[k] = yt[k] * zt[k] * sigmoid_(zt[k]);
+        }
+        f(bi, t0, n, g * H, yt, zt, z.p ? h : yt, r + (bi * G + g) * L + t0);   // without z, h is y's tile
+      }
+  }
+};
+
+static GNorm gnorm(const torch::Tensor& y, const std::optional<torch::Tensor>& z, const torch::Tensor& w, int64_t G,
+                   double eps) {
+  GNorm P; P.y = a3(y); if (z.has_value()) P.z = a3(*z);
+  P.w = w.data_ptr<float>(); P.b = y.size(0); P.d = y.size(1); P.L = y.size(2); P.G = G; P.H = P.d / G; P.eps = eps;
+  return P;
+}
+
+std::vector<torch::Tensor> gnorm_fwd(torch::Tensor y, std::optional<torch::Tensor> z, torch::Tensor w, int64_t G,
+                                     double eps) {
+  const GNorm P = gnorm(y, z, w, G, eps);
+  auto o = torch::empty_like(y), r = torch::empty({P.b, G, P.L}, y.options());
+  const A3 ov = a3(o);
+  at::parallel_for(0, P.ntasks(), 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> ot(P.H * TP);
+    for (int64_t i = i0; i < i1; ++i)
+      P.each(i, r.data_ptr<float>(), [&](int64_t bi, int64_t t0, int64_t n, int64_t c0, const float*, const float*,
+                                          const float* h, float* rg) {
+        float ss[TK] = {0};
+        for (int64_t c = 0; c < P.H; ++c)
+#pragma omp simd
+          for (int64_t t = 0; t < TK; ++t) ss[t] += h[c * TP + t] * h[c * TP + t];
+        for (int64_t t = 0; t < n; ++t) rg[t] = ss[t] = 1.0f / std::sqrt(ss[t] / P.H + P.eps);
+        for (int64_t c = 0; c < P.H; ++c)
+#pragma omp simd
+          for (int64_t t = 0; t < TK; ++t) ot[c * TP + t] = h[c * TP + t] * ss[t] * P.w[c0 + c];
+        tile(ov, bi, c0, P.H, t0, n, ot.data(), false);
+      });
+  });
+  return {o, r};
+}
+
+// with gn = go w: gh = r gn - h r^3 (sum over the group of gn h) / H; gy = gh silu(z), gz = gh y silu'(z)
+std::vector<torch::Tensor> gnorm_bwd(torch::Tensor go, torch::Tensor y, std::optional<torch::Tensor> z,
+                                     torch::Tensor w, torch::Tensor r) {
+  const GNorm P = gnorm(y, z, w, r.size(1), 0.0);
+  auto gy = torch::empty_like(y), gz = z.has_value() ? torch::empty_like(*z) : torch::empty({0}, y.options());
+  auto pw = torch::zeros({P.ntasks(), P.d}, y.options());   // dw per task, summed in a fixed order after
+  const A3 gov = a3(go), gyv = a3(gy), gzv = z.has_value() ? a3(gz) : A3();
+  at::parallel_for(0, P.ntasks(), 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> gt(P.H * TP);
+    for (int64_t i = i0; i < i1; ++i)
+      P.each(i, r.data_ptr<float>(), [&](int64_t bi, int64_t t0, int64_t n, int64_t c0, float* yt, float* zt,
+                                          const float* h, const float* rg) {
+        float s[TK] = {0}, rr[TK] = {0}; float* pwi = pw.data_ptr<float>() + i * P.d + c0;
+        for (int64_t t = 0; t < n; ++t) rr[t] = rg[t];
+        tile(gov, bi, c0, P.H, t0, n, gt.data(), true);
+        for (int64_t c = 0; c < P.H; ++c) {
+          const float wc = P.w[c0 + c]; float* gc = gt.data() + c * TP; const float* hc = h + c * TP;
+          float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t t = 0; t < TK; ++t) { acc += gc[t] * hc[t] * rr[t]; gc[t] *= wc; s[t] += gc[t] * hc[t]; }
+          pwi[c] += acc;
+        }
+        for (int64_t t = 0; t < TK; ++t) s[t] *= rr[t] * rr[t] * rr[t] / P.H;
+        for (int64_t c = 0; c < P.H; ++c) {   // gh into gt; gz into zt, then gy into yt
+          float *gc = gt.data() + c * TP, *yc = yt + c * TP, *zc = zt + c * TP; const float* hc = h + c * TP;
+#pragma omp simd
+          for (int64_t t = 0; t < TK; ++t) gc[t] = rr[t] * gc[t] - hc[t] * s[t];
+          if (!P.z.p) continue;
+#pragma omp simd
+          for (int64_t t = 0; t < TK; ++t) {
+            const float zv = zc[t], yv = yc[t], sg = sigmoid_(zv);
+            zc[t] = gc[t] * yv * sg * (1.0f + zv * (1.0f - sg)); yc[t] = gc[t] * zv * sg;
+          }
+        }
+        tile(gyv, bi, c0, P.H, t0, n, P.z.p ? yt : gt.data(), false);
+        if (P.z.p) tile(gzv, bi, c0, P.H, t0, n, zt, false);
+      });
+  });
+  return {gy, gz, pw.sum(0)};
+}
+"""
+
+_GNORM = CpuExtension('gated_rms_norm', 'longctx_gnorm', {'norm': _GNORM_SRC}, ['gnorm_fwd', 'gnorm_bwd'],
+                      "the norm runs in PyTorch instead")
+
 # %% ../../nbs/28_mamba2.ipynb #7282586b
+def _cf(t, dim):
+    "`t` (None stays None) in fp32 as the kernel's `(B, d, L)`: itself where `dim` is -2, transposed where it is -1."
+    return None if t is None else (t if dim == -2 else t.mT).float()
+
 class _GatedNorm(torch.autograd.Function):
     """`weight * RMSNorm(y * silu(z))` per group of channels along `dim` (-1, or -2 channel-first), in fp32 (no gate
-    without `z`), saving `y`, `z` and the inverse RMS only."""
+    without `z`), saving `y`, `z` and the inverse RMS only; on the compiled kernel (`_GNORM`) for 3-d CPU tensors."""
     @staticmethod
     def forward(ctx, y, z, weight, ngroups, eps, dim):
+        ctx.dim, ctx.ext = dim, y.dim() == 3 and _GNORM.why_not(y.device, build=True) is None and _GNORM.load()[0]
+        if ctx.ext:   # the kernel reads (B, d, L) at any strides: `dim` -1 as a transposed view
+            o, r = ctx.ext.gnorm_fwd(_cf(y, dim), _cf(z, dim), weight.float().contiguous(), ngroups, eps)
+            ctx.save_for_backward(y, z, weight, r)
+            return _cf(o, dim).to(torch.promote_types(y.dtype, weight.dtype))
         h = (y.float() if z is None else y.float() * F.silu(z.float().contiguous())).unflatten(dim, (ngroups, -1))
         r = torch.rsqrt(h.square().mean(dim, keepdim=True) + eps)                   # (..., ngroups, 1[, L])
         ctx.save_for_backward(y, z, weight, r)
@@ -38,6 +169,10 @@ class _GatedNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, go):
         y, z, weight, r = ctx.saved_tensors
+        if ctx.ext:
+            gy, gz, gw = ctx.ext.gnorm_bwd(*(_cf(t, ctx.dim) for t in (go, y, z)), weight.float().contiguous(), r)
+            gz = None if z is None else _cf(gz, ctx.dim).to(z.dtype)
+            return _cf(gy, ctx.dim).to(y.dtype), gz, gw.to(weight.dtype), None, None, None
         dim, yf, go = ctx.dim, y.float(), go.float().contiguous()                 # go in y's layout, as out_proj's
         if z is not None: zf = z.float().contiguous(); sig = torch.sigmoid(zf); sz = zf * sig   # silu(z)
         hn = (yf if z is None else yf * sz).unflatten(dim, (r.shape[dim - 1], -1)) * r   # the normalised product
@@ -107,6 +242,7 @@ class Mamba2(KeepFp32, Mixer):
     kernels = ('ssd_scan', 'causal_conv1d')       # the library's kernels it runs
     context_split = 'state'                       # split over ranks: the conv's halo, the heads' states
     repr_fields = ('d_model', 'd_inner', 'nheads', 'headdim', 'ngroups', 'd_state', 'chunk_size', 'ssd_impl')
+    state_shape = property(lambda self: (self.nheads, self.headdim, self.d_state))   # the heads' states per sequence
     fp32_params = ('A_log', 'D', 'dt_bias')       # kept fp32 when the module is cast to fp16 or bf16
 
     @classmethod
@@ -169,10 +305,10 @@ def _split(self, zxbcdt, dim=-1):
     return zxbcdt.split([self.d_inner, self.conv_dim, self.nheads], dim=dim)
 
 @patch_to(Mamba2)
-def _heads(self, xBC):
-    "The conv's output split into `x` `(..., nheads, headdim)` and `B`, `C` `(..., ngroups, d_state)`."
+def _heads(self, xBC, dim=-1):
+    "The conv's output split along `dim` into `x` `(..., nheads, headdim)`, `B` and `C` `(..., ngroups, d_state)`."
     gn = self.ngroups * self.d_state
-    x, B, C = xBC.split([self.d_inner, gn, gn], dim=-1)
+    x, B, C = (t.movedim(dim, -1) for t in xBC.split([self.d_inner, gn, gn], dim=dim))
     return (x.unflatten(-1, (self.nheads, self.headdim)),
             *(t.unflatten(-1, (self.ngroups, self.d_state)) for t in (B, C)))
 
@@ -190,17 +326,17 @@ def forward(self,
     if W.bias is not None: zxbcdt = zxbcdt + W.bias[:, None].to(zxbcdt.dtype)
     z, xBC_in, dt = self._split(zxbcdt, dim=1)
     part = self.cp is not None and not return_state   # a part of a sequence split over ranks
-    k = self.d_conv - 1 if part else 0                # the conv's halo: the previous part's last inputs
-    xc = torch.cat([from_previous(xBC_in[..., -k:], self.cp), xBC_in], -1) if k else xBC_in
-    xBC = causal_conv1d(xc, self.conv1d.weight, self.conv1d.bias, activation='silu', impl=self.conv_impl)[..., k:]
-    xs, B, C = self._heads(xBC.mT)                                           # token-major views
+    xBC = conv_silu(xBC_in, self.conv1d, self.conv_impl, self.cp if part else None)
+    xs, B, C = self._heads(xBC, dim=1)   # token-major views; their gradients meet channel-first, as the conv's
     impl = ssd_impls.resolve(impl or self.ssd_impl, x.device, prefix='mamba2: ', arg='x', skip=ssd_skip(self.d_state))
     cpu = impl == 'cpu' and not part   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the
     A = -torch.exp(self.A_log.float())   # norm reads; a part is gated by the norm, after its carried-in state
     y, last = ssd_scan(xs, dt.mT, A, B, C, self.chunk_size, D=self.D,
                        z=z.mT.unflatten(-1, (self.nheads, self.headdim)) if cpu else None, dt_bias=self.dt_bias,
                        dt_softplus=True, return_final_state=True, impl=impl)
-    if part: y = self._carry_in(y, last, dt, A, C)
+    if part:   # heads' outputs (B, H, P, l) plus what the state entering the part adds
+        y = _carry_in(y.permute(0, 2, 3, 1), last, dt, self.dt_bias, A, C.permute(0, 2, 3, 1), self.cp)
+        y = y.permute(0, 3, 1, 2)
     if not cpu: out = self.out_proj(self.norm(y.flatten(-2), z.mT))
     else:         # normed channel-first, then `out_proj` as Mamba's
         out = cf_mm(self.out_proj.weight, self.norm(y.flatten(-2).mT, None, dim=-2), token_major=True)
@@ -210,33 +346,9 @@ def forward(self,
     return out, conv_state.detach().contiguous(), last.detach()
 
 patch_to(Mamba2)(Mamba.prefill)   # Mamba's: the parallel forward, with the states `step` continues
-
-# %% ../../nbs/28_mamba2.ipynb #c0a5e1f3
-def _carried_heads(dt, dt_bias, A, h, C):
-    "What the state `h` `(B, H, P, N)` entering a part adds to its outputs `(B, l, H, P)`: `C_t h`, decayed to t."
-    b, H, P, N = h.shape
-    Ch = torch.einsum('blgn,bgkpn->blgkp', C.float(), h.view(b, C.shape[2], -1, P, N)).flatten(2, 3)
-    return Ch * (_log_decay(dt, dt_bias) * A[:, None]).exp().mT[..., None]
-
-@patch_to(Mamba2)
-def _carry_in(self, y, last, dt, A, C):
-    "The outputs `y` of this rank's part, scanned from a zero state to `last`, plus what the state entering it adds."
-    decay = checkpoint(_decay, dt, self.dt_bias, A[:, None], use_reentrant=False)[..., None]   # (B, H, 1, 1)
-    h = state_from_previous(last, decay.expand_as(last), self.cp)
-    return y + checkpoint(_carried_heads, dt, self.dt_bias, A, h, C, use_reentrant=False).to(y.dtype)
+patch_to(Mamba2)(Mamba.allocate_inference_cache)   # and its zero states, of `state_shape`
 
 # %% ../../nbs/28_mamba2.ipynb #fa4b7667
-@patch_to(Mamba2)
-def allocate_inference_cache(self,
-                             batch_size: int,  # sequences
-                             device=None,      # default: the module's
-                             dtype=None,       # conv_state's dtype (default: the conv weight's)
-                            ):
-    "Zero states: `conv_state` `(B, conv_dim, d_conv)`, `ssm_state` `(B, nheads, headdim, d_state)` fp32."
-    device = self.out_proj.weight.device if device is None else device
-    conv = torch.zeros(batch_size, self.conv_dim, self.d_conv, device=device, dtype=dtype or self.conv1d.weight.dtype)
-    return conv, torch.zeros(batch_size, self.nheads, self.headdim, self.d_state, device=device, dtype=torch.float32)
-
 @patch_to(Mamba2)
 def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
          conv_state: torch.Tensor,  # (B, conv_dim, d_conv), updated in place
@@ -244,7 +356,7 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
         ) -> torch.Tensor:          # the token's output, in x's shape
     "One generation step: the output for token `x`, in `x`'s shape; the same work and memory at every position."
     check_token('Mamba2', x, ssm_state.shape[0], self.d_model,
-                tuple(ssm_state.shape[1:]) == (self.nheads, self.headdim, self.d_state))
+                tuple(ssm_state.shape[1:]) == self.state_shape)
     one = x.dim() == 3
     z, xBC, dt = self._split(self.in_proj(x[:, 0] if one else x))
     xBC = causal_conv1d_update(xBC, conv_state, self.conv1d.weight, self.conv1d.bias, 'silu', impl=self.conv_impl)
@@ -259,10 +371,12 @@ def step(self, x: torch.Tensor,     # (B, D) or (B, 1, D): one token
 def flops_per_token(cls, cfg,      # a `ModelConfig`
                     seq_len: int,  # tokens per sequence
                    ) -> float:     # FLOPs per token
-    "Training FLOPs per token outside `nn.Linear`: the SSD scan's matmuls and the conv."
+    "Training FLOPs per token outside `nn.Linear`: the scan that runs by default (`ssd_impls.pick`) and the conv."
     di = int(cfg.expand * cfg.d_model)
     h, g, N, P, Q = di // cfg.headdim, cfg.ngroups, cfg.d_state, cfg.headdim, min(cfg.chunk_size, seq_len)
-    return 3.0 * (2 * g * Q * N + h * (2 * Q * P + 4 * P * N) + 2 * cfg.d_conv * (di + 2 * g * N))
+    if ssd_impls.pick(cfg.ssd_impl, None, ssd_skip(N)) == 'cpu': scan = 9 * di * N   # Mamba's: 9 per channel and state
+    else: scan = 2 * g * Q * N + h * (2 * Q * P + 4 * P * N)                         # the chunked form's matmuls
+    return 3.0 * (scan + 2 * cfg.d_conv * (di + 2 * g * N))
 
 # %% ../../nbs/28_mamba2.ipynb #1c7a1efa
 @patch_to(Mamba2)

@@ -14,8 +14,9 @@ from .cpu import SCAN_CPP, CpuExtension
 
 # %% auto #0
 __all__ = ['scan_impls', 'TORCH_SCAN_CHUNK', 'TORCH_SCAN_BLOCK_ELEMS', 'TORCH_SCAN_PARALLEL_ELEMS', 'CPU_SCAN_CHUNK',
-           'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'kernel_arg', 'resolved_scan_impl', 'selective_scan', 'scan_inputs',
-           'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes', 'selective_state_update', 'bench_scan']
+           'CPU_SCAN_CHANNELS', 'BENCH_SCAN_IMPLS', 'kernel_arg', 'resolved_scan_impl', 'merge_after', 'selective_scan',
+           'scan_inputs', 'cpu_scan_workspace_bytes', 'scan_backward_workspace_bytes', 'selective_state_update',
+           'bench_scan']
 
 # %% ../../nbs/12_scan.ipynb #fd09d8b5
 _BUILD_HINT = ("Build it for this GPU with `bash examples/build_cuda_kernels.sh` from the repository root (it compiles "
@@ -331,7 +332,10 @@ def resolved_scan_impl(impl: str,  # an `impl=` value of `selective_scan`
 
 def _too_big(N): return ('cuda', 'cpu') if N > 256 else ()   # the kernels that cannot take a state size N
 
-def _merge_after(y, merge, gate):
+def merge_after(y: torch.Tensor,     # the scan's output
+                merge: torch.Tensor,  # what it is merged with, in the layout the result takes
+                gate: torch.Tensor,   # the merge's gate logits
+               ) -> torch.Tensor:    # the merged output
     "`lerp(y, merge, sigmoid(gate))` in `y`'s dtype, laid out as `merge` (`y` copied into that layout first)."
     m = merge.to(y.dtype)
     if y.stride() != m.stride(): y = torch.empty_like(m).copy_(y)
@@ -363,7 +367,7 @@ def selective_scan(u: torch.Tensor,                         # (batch, dim, L) in
     fused = impl == 'cpu' and merge is not None and z is None and merge.dtype == merge_gate.dtype == torch.float32
     fn = _scan_cpu if impl == 'cpu' else {'ref': _scan_ref, 'torch': _scan_torch, 'cuda': _scan_cuda}[impl]
     out, last = fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, *((merge, merge_gate) if fused else ()))
-    if merge is not None and not fused: out = _merge_after(out, merge, merge_gate)
+    if merge is not None and not fused: out = merge_after(out, merge, merge_gate)
     return (out, last) if return_last_state else out
 
 # %% ../../nbs/12_scan.ipynb #9f761a13
