@@ -114,6 +114,11 @@ def test_bad_input(bindir, tmp_path, extra, nproc, message):
     assert 'longctx_nb/' not in p.stdout + p.stderr  # no traceback of ours (torchrun adds its own report)
     assert not (tmp_path / 'version_0').exists()
 
+def test_a_block_note_is_printed_once(bindir, tmp_path):
+    "BigBird's note on its random-key blocks (every rank builds the same model) comes from rank 0 alone."
+    p = run(bindir, 2, tmp_path, '--model.block=bigbird', '--model.window_size=32', '--trainer.max_steps=1')
+    assert (p.stdout + p.stderr).count('baseline_bigbird: at seq_len 64 no query block of attn_block_size=64') == 1, p.stdout
+
 def test_fsdp_keeps_no_decay_parameters(bindir, tmp_path):
     "Mamba's A_log and D take no weight decay; FSDP2's sharded parameters must keep that flag (weights match 1 rank)."
     args = ['--model.block=mamba', '--trainer.max_steps=4', '--trainer.checkpoint_interval=0']
