@@ -11,8 +11,8 @@ from .core import UsageError, get_device, check_writable_dir
 from .config import RULER_TASKS, parse_curriculum
 from .memory import check_fits, check_positive
 from .model import count_params
-from .scores import load_for_eval, passkey_generator, text_data
-from .evals import run_eval, format_result, fit_passkey, eval_lengths, meaningless
+from .scores import load_for_eval, passkey_generator
+from .evals import run_eval, format_result, fit_passkey, eval_lengths, meaningless, _text_tok
 from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, main
 
@@ -240,8 +240,7 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     for t in tasks:
         lengths = eval_lengths(L0, max_len)
         if t == 'passkey' and not ev.synthetic_task:   # the text passkey needs room for its sentences
-            tok = text_data(ev).tokenizer if ev.config is not None and ev.config.data.tokenizer == 'bpe' else None
-            gen = passkey_generator(ev, tokenizer=tok)[0]
+            gen = passkey_generator(ev, tokenizer=_text_tok(ev, None, 'passkey'))[0]   # in run_eval's tokens
             asked, (lengths, _, note) = lengths, fit_passkey(gen, lengths, max_len, L0)   # as longctx_eval picks them
             if note: left.append((f"passkey at {', '.join(str(L) for L in asked if L < gen.min_len())} tokens",
                                   f"shorter than the {gen.min_len()} tokens the passkey in words needs" +
@@ -252,7 +251,9 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     d = ev.config.data if ev.config else None
     data = ev.synthetic_task or (d and (d.data_dir or d.dataset_name)) or 'unknown data'   # a prepared folder: its path
     md = [f"# Evaluation of {ev.source}", '',
-          f"{ev.block}, {count_params(ev.model):,} parameters, trained at seq_len {L0} on {data}.", '']
+          f"{ev.block}, {count_params(ev.model):,} parameters, trained "
+          + (f"at seq_len {L0}" if ev.train_len else f"at a length not recorded (evaluated from {L0} tokens)")
+          + f" on {data}.", '']
     for k, r in enumerate(results, 1):
         name, cap = f"{r['block']}_{r['task']}", EVAL_CAPTIONS[r['task']]
         md += [f"## {r['task']}", '', '```', format_result(r), '```', '', f'![{cap}]({name}.png)', '',

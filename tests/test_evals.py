@@ -244,6 +244,17 @@ def test_a_bpe_folder_is_scored_in_its_own_tokens(bindir, bpe_llama, tmp_path):
         '--n_samples', 1, '--device', 'cpu', '--output_dir', tmp_path / 'pk', check=0)
     assert json.loads((tmp_path / 'pk' / 'vanilla_passkey.json').read_text())['mode'] == 'text'   # in its BPE, not in ids
 
+def test_report_of_a_bpe_folder(bindir, bpe_llama, tmp_path):
+    "longctx_report on a BPE transformers folder: the passkey in its words, the text tasks left out saying why."
+    d, bpe = bpe_llama
+    run([bindir / 'longctx_report'], '--checkpoint_path', d, '--output_dir', tmp_path, '--max_len', 256, '--n_samples', 1,
+        '--device', 'cpu', check=0)
+    md = (tmp_path / 'report.md').read_text()
+    assert 'parameters, trained at a length not recorded (evaluated from 128 tokens) on unknown data.' in md, md
+    assert f"* perplexity: the model reads {bpe!r}, and no run config.json names its corpus" in md, md
+    r = json.loads((tmp_path / 'vanilla_passkey.json').read_text())
+    assert (r['mode'], r['lengths'], r['train_seq_len']) == ('text', [128, 256], None)
+
 def test_a_bpe_folder_scored_on_a_folder_prepared_with_its_tokenizer(bindir, bpe_llama, tmp_path):
     "--data_dir gives a BPE folder its text: prepared with its tokenizer it is scored; prepared with bytes it is refused."
     from longctx_nb.corpus import prepare
