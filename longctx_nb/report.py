@@ -208,6 +208,8 @@ def write_report(rows: list[dict],  # one `summarize` row per block
 EVAL_CAPTIONS = {   # what each evaluation's figure shows
     'copy_recall': 'Answer accuracy of each recall task by sequence length; dashed: the training length, '
                    'dotted: chance.',
+    'induction_heads': 'Accuracy of the token after the repeated special token by sequence length; dashed: the '
+                       'training length, dotted: chance.',
     'passkey': 'Passkey accuracy by sequence length (across) and depth of the key (down, 0% at the start); '
                '* marks the training length.',
     'perplexity': 'Validation loss by evaluation length; dashed: the training length.',
@@ -234,8 +236,9 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     max_len = max_len or 4 * L0
     if max_len < L0: raise UsageError(f"--max_len={max_len} is below the training length {L0}.")
     check_fits(ev.model.cfg, 8, max_len, '32', dev, training=False, hint='--max_len', override=None)
-    tasks = [t for t in ('perplexity', 'drift_curve', 'copy_recall', 'passkey') if not meaningless(ev, t)]
-    left = [(t, why) for t in ('perplexity', 'drift_curve', 'copy_recall') if (why := meaningless(ev, t))]
+    every = ('perplexity', 'drift_curve', 'copy_recall', 'induction_heads', 'passkey')
+    left = [(t, why) for t in every if (why := meaningless(ev, t))]
+    tasks = [t for t in every if t not in dict(left)]
     results = []
     for t in tasks:
         lengths = eval_lengths(L0, max_len)

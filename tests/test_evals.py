@@ -111,10 +111,10 @@ BAD = {  # args -> phrase the error must contain
                                'passkey_len=20 digits does not fit'),
     'no_run_matches': (['--checkpoint_path', 'logs/*/checkpoints/*.ckpt'], "matches no model (it matches nothing); give run directories"),
     'one_of_many_missing': (['--checkpoint_path', '{run}', 'nowhere/run'], 'does not exist'),
-    'unknown_task': (['--task', 'retrieval'], "unknown --task 'retrieval'; valid choices: passkey, copy_recall, drift_curve, perplexity"),
+    'unknown_task': (['--task', 'retrieval'], "unknown --task 'retrieval'; valid choices: passkey, copy_recall, induction_heads, drift_curve, perplexity"),
     'missing_checkpoint': (['--checkpoint_path', 'nowhere/run'], 'does not exist'),
     'unknown_ruler_task': (['--task', 'niah_single_1,niah'], "unknown --task 'niah'; valid choices: passkey, copy_recall, "
-                           'drift_curve, perplexity, ruler (every RULER task), or RULER task names separated by commas: '
+                           'induction_heads, drift_curve, perplexity, ruler (every RULER task), or RULER task names separated by commas: '
                            'niah_single_1, niah_single_2'),
     'ruler_does_not_fit': (['--task', 'ruler', '--lengths', '300'], "RULER task 'niah_single_1' does not fit in 300 tokens "
                            'with this tokenizer: its fixed parts (instructions, needles or shortest list, question) take '),
@@ -133,9 +133,9 @@ BAD = {  # args -> phrase the error must contain
     'n_buckets_for_passkey': (['--task', 'passkey', '--n_buckets', '3'],
                               '--n_buckets is read only by --task drift_curve, not by --task passkey; leave it out.'),
     'task_vocab_size_for_perplexity': (['--task', 'perplexity', '--task_vocab_size', '3'], '--task_vocab_size is read only by '
-                                       '--task passkey or copy_recall, not by --task perplexity; leave it out.'),
+                                       '--task passkey, copy_recall or induction_heads, not by --task perplexity; leave it out.'),
     'seed_for_perplexity_of_a_checkpoint': (['--task', 'perplexity', '--checkpoint_path={run}', '--seed', '3'], '--seed is read by '
-                                            '--task passkey, copy_recall or ruler (the generated sequences) and by an untrained model (its '
+                                            '--task passkey, copy_recall, induction_heads or ruler (the generated sequences) and by an untrained model (its '
                                             'weights); --task perplexity of a checkpoint scores fixed windows of text and reads neither'),
     'data_dir_for_the_passkey_in_ids': (['--task', 'passkey', '--checkpoint_path={run}', '--data_dir', 'X'], '--data_dir is read by '
                                         'the passkey only for a model that reads BPE text (it gives the tokenizer)'),
