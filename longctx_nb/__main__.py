@@ -12,7 +12,8 @@ import longctx_nb
 COMMANDS = {  # command -> what it does
     'longctx_train': 'train a model: config files, presets, dotted and flat flags; several GPUs with torchrun',
     'longctx_prepare': 'tokenize a corpus once into train.bin / val.bin / meta.json for longctx_train --data_dir',
-    'longctx_eval': 'evaluate a model: perplexity, passkey, recall and copy, loss beyond the training length',
+    'longctx_eval': 'evaluate a model: perplexity, passkey, recall and copy, induction heads, loss beyond the '
+                    'training length',
     'longctx_compare': 'train every block alike on one task, evaluate each, write one comparison report',
     'longctx_report': 'every evaluation that fits one checkpoint, as one report',
     'longctx_bench': 'time and peak memory of the kernels and blocks against sequence length',

@@ -14,8 +14,9 @@ from .model import layer_blocks
 from .flags import check_before_run
 
 # %% auto #0
-__all__ = ['STRATEGIES', 'STOP_CODES', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state', 'init_distributed',
-           'grad_accumulation', 'global_batch', 'check_context_split', 'context_group', 'context_fits', 'launch']
+__all__ = ['STRATEGIES', 'STOP_CODES', 'Dist', 'clip_grad_norm', 'full_state', 'load_full_state', 'gpus_fit', 'init_distributed',
+           'grad_accumulation', 'ranks_fit', 'global_batch', 'check_context_split', 'context_group', 'context_fits',
+           'launch']
 
 # %% ../nbs/41_distributed.ipynb #c9657bb1
 STRATEGIES = {'auto': 'ddp', 'ddp': 'ddp', 'fsdp': 'fsdp', 'deepspeed_stage_2': 'fsdp', 'deepspeed_stage_3': 'fsdp'}
@@ -136,11 +137,21 @@ def load_full_state(model: torch.nn.Module,  # plain, DDP or FSDP2
     else: set_state_dict(model, opt, model_state_dict=model_state, optim_state_dict=opt_state, options=_opts())
 
 # %% ../nbs/41_distributed.ipynb #1a401551
+def gpus_fit(t: TrainerConfig,  # accelerator
+             per_node: int,     # processes on this node
+            ) -> torch.device:  # the run's device (`get_device` of trainer.accelerator)
+    "Refuse more processes on this node than it has GPUs, when they run on CUDA: every rank says the same."
+    device = get_device(t.accelerator)
+    if device.type == 'cuda' and per_node > (n := torch.cuda.device_count()):
+        raise UsageError(f"{per_node} processes on this node need a GPU each, and it has {n}; start at most {n} "
+                         "(--trainer.devices, or torchrun's --nproc_per_node).")
+    return device
+
 def init_distributed(t: TrainerConfig,  # accelerator, devices, strategy, dist_backend, dist_timeout
                     ) -> Dist:
     "A `Dist` for this process: one process unless started by torchrun, else the opened process group."
     env, strategy = launcher_env(), STRATEGIES[t.strategy]
-    device = get_device(t.accelerator)
+    device = gpus_fit(t, env['LOCAL_WORLD_SIZE'] if env else 1)
     if env is None or env['WORLD_SIZE'] == 1:
         if t.devices > 1:
             raise UsageError(f"trainer.devices={t.devices} needs several processes: run longctx_train (it starts "
@@ -151,11 +162,7 @@ def init_distributed(t: TrainerConfig,  # accelerator, devices, strategy, dist_b
     if t.devices > 1 and t.devices != env['LOCAL_WORLD_SIZE']:
         raise UsageError(f"trainer.devices={t.devices} but torchrun started {env['LOCAL_WORLD_SIZE']} processes on "
                          "this node; leave --trainer.devices at 1 under torchrun, or make them agree.")
-    if device.type == 'cuda':
-        if local >= torch.cuda.device_count():
-            raise UsageError(f"local rank {local} has no GPU: this node has {torch.cuda.device_count()}; start at most "
-                             "that many processes per node (--nproc_per_node).")
-        device = torch.device('cuda', local); torch.cuda.set_device(device)
+    if device.type == 'cuda': device = torch.device('cuda', local); torch.cuda.set_device(device)
     elif device.type != 'cpu':
         raise UsageError(f"distributed training runs on CUDA GPUs (nccl) or CPUs (gloo), not on {device.type}; "
                          "use --trainer.accelerator=cuda or cpu.")
@@ -184,6 +191,16 @@ def grad_accumulation(d: DataConfig,  # batch_size and global_batch_size
         raise UsageError(f"data.global_batch_size={G} on {world_size} rank(s) is {G // world_size} sequences per rank, "
                          f"which data.batch_size={b} does not divide; use a data.batch_size in {ok}.")
     return G // (world_size * b)
+
+@check_before_run
+def ranks_fit(cfg,  # a training `Config` straight from the command line
+             ):
+    ("Before torchrun starts (`--trainer.devices`) and in every worker: refuse a global batch the data ranks cannot "
+     "share, or more processes on a node than its GPUs.")
+    t = cfg.trainer
+    world, here = (int(os.environ.get(k, t.devices)) for k in ('WORLD_SIZE', 'LOCAL_WORLD_SIZE'))
+    if world % t.context_parallel == 0: grad_accumulation(cfg.data, world // t.context_parallel)  # else: context_fits
+    if here > 1: gpus_fit(t, here)
 
 def global_batch(d: DataConfig,  # batch_size and seq_len
                  a: int,  # trainer.accumulate_grad_batches

@@ -23,13 +23,14 @@ from .hf import is_hf_checkpoint
 from .harness import run_harness
 
 # %% auto #0
-__all__ = ['EVAL_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS', 'HARNESS_ONLY',
-           'HARNESS_READS', 'eval_lengths', 'fit_passkey', 'ruler_spec', 'ruler_score', 'effective_length',
-           'ruler_grid', 'meaningless', 'run_eval', 'format_result', 'plot_result', 'expand_checkpoints', 'short_names',
-           'format_table', 'run_evals', 'ruler_args', 'eval_parser', 'eval_main']
+__all__ = ['EVAL_TASKS', 'ACCURACY_TASKS', 'DEPTHS', 'EVAL_HINT', 'TASK_FLAGS', 'N_BUCKETS', 'RULER_THRESHOLD', 'EVAL_FLAGS',
+           'HARNESS_ONLY', 'HARNESS_READS', 'eval_lengths', 'fit_passkey', 'ruler_spec', 'ruler_score',
+           'effective_length', 'ruler_grid', 'meaningless', 'run_eval', 'format_result', 'plot_result',
+           'expand_checkpoints', 'short_names', 'format_table', 'run_evals', 'ruler_args', 'eval_parser', 'eval_main']
 
 # %% ../nbs/61_evals.ipynb #d607b094
-EVAL_TASKS = ('passkey', 'copy_recall', 'drift_curve', 'perplexity')
+EVAL_TASKS = ('passkey', 'copy_recall', 'induction_heads', 'drift_curve', 'perplexity')
+ACCURACY_TASKS = {'copy_recall': RECALL_TASKS, 'induction_heads': ('induction_heads',)}   # -> the tasks it scores
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 def eval_lengths(seq_len: int,  # the first length
@@ -45,7 +46,7 @@ def _check(ok: bool, msg: str):
 
 EVAL_HINT = "--max_len (or --lengths) or --batch_size"
 # each task's own setting: the tasks that read it
-TASK_FLAGS = {'depths': ('passkey',), 'passkey_len': ('passkey',), 'task_vocab_size': ('passkey', 'copy_recall'),
+TASK_FLAGS = {'depths': ('passkey',), 'passkey_len': ('passkey',), 'task_vocab_size': ('passkey', *ACCURACY_TASKS),
               'num_pairs': ('copy_recall',), 'copy_len': ('copy_recall',), 'n_buckets': ('drift_curve',),
               'data_dir': ('passkey', 'drift_curve', 'perplexity', 'ruler'), 'threshold': ('ruler',),
               'qa_file': ('ruler',), 'gen_tokens': ('ruler',), 'num_chains': ('ruler',), 'num_hops': ('ruler',)}
@@ -75,9 +76,9 @@ def _check_args(task, output_dir, untrained, vocab_size, seq_len, max_len, lengt
         _check(v is None or v > 0, f"--{name}={v} must be > 0.")
     check_positive(lengths=lengths, vocab_size=vocab_size, **own)
     if seed is not None: check_seed(seed)
-    _check(seed is None or untrained or task in ('passkey', 'copy_recall', 'ruler'),
+    _check(seed is None or untrained or task in ('passkey', *ACCURACY_TASKS, 'ruler'),
            "--seed is read by --task passkey, "
-           "copy_recall or ruler (the generated sequences) and by an untrained model (its weights); "
+           "copy_recall, induction_heads or ruler (the generated sequences) and by an untrained model (its weights); "
            f"--task {task} of a checkpoint scores fixed windows of text and reads neither; leave it out.")
     _check(passkey_len is None or passkey_len <= 1000, f"--passkey_len={passkey_len}: at most 1000 digits.")
     if output_dir is not None:
@@ -201,7 +202,7 @@ def meaningless(ev: Evaluated,             # the model
                 data_dir: str | None = None, # the text given to score it on (None: its own)
                ) -> str | None:              # why not (None: it can)
     "Why `task` cannot mean what it measures for model `ev`: longctx_eval refuses it, longctx_report leaves it out."
-    if task == 'copy_recall' and ev.trained and ev.synthetic_task is None:
+    if task in ACCURACY_TASKS and ev.trained and ev.synthetic_task is None:
         return ('a text model has no synthetic vocabulary to recall from; it is run for models trained on a synthetic '
                 'task')
     if task in ('perplexity', 'drift_curve') and ev.synthetic_task and data_dir is None:
@@ -218,14 +219,14 @@ def _reads_bpe(ev: Evaluated) -> bool:
     if ev.synthetic_task is not None: return False
     return ev.config.data.tokenizer == 'bpe' if ev.config is not None else getattr(ev.tokenizer, 'name', '') == 'bpe'
 
-def _recall_work(ev: Evaluated, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw):
-    "Check the recall and copy tasks at every length; the work, as a function."
-    own = lambda t: {'num_pairs': num_pairs} if t == 'associative_recall' else {'copy_len': copy_len}
-    params = {t: recall_params(ev, t, vocab_size=task_vocab_size, **own(t)) for t in RECALL_TASKS}
-    for t in RECALL_TASKS:
+def _recall_work(ev: Evaluated, tasks, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw):
+    "Check synthetic `tasks` at every length; the work (their answer-token accuracy), as a function."
+    own = {'associative_recall': {'num_pairs': num_pairs}, 'copy': {'copy_len': copy_len}}
+    params = {t: recall_params(ev, t, vocab_size=task_vocab_size, **own.get(t, {})) for t in tasks}
+    for t in tasks:
         for L in lengths: synthetic_data(t, L, **params[t])
     return lambda: dict(lengths=lengths, tasks={t: task_accuracy(ev.model, t, lengths, n_samples, seed=seed, **kw,
-                                                                 **params[t]) for t in RECALL_TASKS})
+                                                                 **params[t]) for t in tasks})
 
 def _ruler_work(ev: Evaluated, tasks, lengths, n_samples, seed, data_dir, qa_file, threshold, gen_tokens, kw, note,
                 **settings):
@@ -288,7 +289,7 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len,
         ok = [t for t in (*EVAL_TASKS, 'ruler') if not meaningless(ev, t)]
         raise UsageError(f"--task {task} cannot score {ev.source}: {why}. Evaluate it with --task "
                          f"{', '.join(ok[:-1])} or {ok[-1]}"
-                         + (', or give --data_dir with text in its vocabulary.' if task != 'copy_recall' else '.'))
+                         + (', or give --data_dir with text in its vocabulary.' if task not in ACCURACY_TASKS else '.'))
     seq_len, max_len, lengths = _lengths(ev, task, seq_len, max_len, lengths, note)
     n_buckets = N_BUCKETS if n_buckets is None else n_buckets
     _check(task != 'drift_curve' or n_buckets <= max_len,
@@ -317,8 +318,8 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len,
     elif task == 'ruler':
         work = _ruler_work(ev, ruler_tasks, lengths, n_samples, seed, data_dir, qa_file, threshold, gen_tokens, kw,
                            note, num_chains=num_chains, num_hops=num_hops)
-    elif task == 'copy_recall':
-        work = _recall_work(ev, lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw)
+    elif task in ACCURACY_TASKS:
+        work = _recall_work(ev, ACCURACY_TASKS[task], lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw)
     else: work = _text_work(ev, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw, note)
     trained_on = ev.synthetic_task or (ev.config.data.dataset_name if ev.config is not None and ev.trained else None)
     out = dict(task=task, block=ev.block, n_params=count_params(ev.model),
@@ -414,7 +415,7 @@ def format_result(r: dict,  # a `run_eval` result
         lines += [f"{'average':>16}" + cols(r['average'], '.1f'),
                   f"effective length (average >= {r['threshold']} there and at every shorter length): "
                   f"{r['effective_length'] or 'none of the lengths'}"]
-    elif r['task'] == 'copy_recall':
+    elif r['task'] in ACCURACY_TASKS:
         lines += [f"answer-token accuracy over {r['n_samples']} sequences per length",
                   f"{'task':>20}" + cols(r['lengths']) + f"{'chance':>9}  parameters"]
         lines += [f'{t:>20}' + cols(v['accuracy'], '.1%') + f"{v['chance']:>9.1%}  {v['params']}"
@@ -447,7 +448,7 @@ def plot_result(r: dict,    # a `run_eval` result
         eff = f"effective length {r['effective_length'] or 'none'} at {r['threshold']}"
         return plot_heatmaps({'': rows}, r['lengths'], r['tasks'] + ['average'], f"{t} ({eff})", path, L0, 'RULER task',
                              'RULER score')
-    if r['task'] == 'copy_recall':
+    if r['task'] in ACCURACY_TASKS:
         return plot_lengths({k: v['accuracy'] for k, v in r['tasks'].items()}, r['lengths'], L0, title=t + ' (dotted: '
                             "chance)", path=path, chance={k: v['chance'] for k, v in r['tasks'].items()})
     if r['task'] == 'perplexity':
@@ -495,12 +496,12 @@ def _row_values(r: dict) -> list[tuple[str, dict]]:
     if r['task'] == 'ruler':
         rows = [*r['scores'].items(), ('average', r['average'])]
         return [(t, dict(zip(r['lengths'], np.array(v) / 100))) for t, v in rows]
-    if r['task'] == 'copy_recall': return [(t, dict(zip(r['lengths'], v['accuracy']))) for t, v in r['tasks'].items()]
+    if r['task'] in ACCURACY_TASKS: return [(t, dict(zip(r['lengths'], v['accuracy']))) for t, v in r['tasks'].items()]
     if r['task'] == 'perplexity': return [('', {x['seq_len']: x['loss'] for x in r['rows']})]
     return [('', {'within': r['loss_within'], 'beyond': r['loss_beyond']})]
 
 _TABLE_WHAT = {'passkey': 'exact-match accuracy (mean over depths) by length',
-               'copy_recall': 'answer-token accuracy by length', 'perplexity': 'validation loss (nats/token) by length',
+               **dict.fromkeys(ACCURACY_TASKS, 'answer-token accuracy by length'), 'perplexity': 'validation loss (nats/token) by length',
                'drift_curve': 'mean loss within and beyond the training length',
                'ruler': 'RULER score by length (average: the mean over its tasks)'}
 
@@ -512,7 +513,7 @@ def format_table(results: list[dict],  # `run_eval` results of one task
     rows = [(n, r, label, vals) for n, r in zip(names, results) for label, vals in _row_values(r)]
     cols = list(dict.fromkeys(c for *_, v in rows for c in v))
     if all(isinstance(c, int) for c in cols): cols = sorted(cols)
-    pct = task in ('passkey', 'copy_recall', 'ruler')
+    pct = task in ('passkey', *ACCURACY_TASKS, 'ruler')
     w = max(len(n) + (len(l) + 1 if l else 0) for n, _, l, _ in rows)
     head = f"{'model':<{w}} {'block':>20} {'params':>11} {'step':>7} {'train_len':>9}"
     lines = [f"{task}: {_TABLE_WHAT[task]}", head + ''.join(f'{c:>9}' for c in cols)]
@@ -581,8 +582,8 @@ def eval_parser() -> argparse.ArgumentParser:
     "The `longctx_eval` argument parser."
     task = "task parameters (default: the training task's, else the task's defaults)"
     return make_parser('longctx_eval', 'Evaluate a trained model (or, without --checkpoint_path, an untrained one: '
-                       'chance level) on passkey retrieval, associative recall and copying, the loss-by-position drift '
-                       'curve, or perplexity.', [
+                       'chance level) on passkey retrieval, associative recall and copying, induction heads, the '
+                       'loss-by-position drift curve, or perplexity.', [
         arg('--task', default='passkey', metavar='NAME', help=f"one of {', '.join(EVAL_TASKS)}; ruler (RULER's "
             "tasks), or RULER task names separated by commas (niah_single_1,vt)"),
         arg('--checkpoint_path', '--pretrained_model', nargs='+', metavar='PATH', help='a checkpoint .pt, a run '
@@ -600,11 +601,11 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--batch_size', type=int, default=8, help='sequences per forward pass'),
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
         arg('--precision', default='auto', help='32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere'),
-        arg('--seed', type=int, help='seed of the generated sequences (passkey, copy_recall) and of an untrained '
+        arg('--seed', type=int, help='seed of the generated sequences (passkey, copy_recall, induction_heads) and of an untrained '
             'model (default: 0)'),
         arg('--output_dir', help='write {block}_{task}.json and .png here'),
         arg('--passkey_len', type=int, group=task, help='digits of the passkey (default 5)'),
-        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks (copy_recall; passkey '
+        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks (copy_recall, induction_heads; passkey '
             'in ids)'),
         arg('--num_pairs', type=int, group=task, help='key-value pairs of associative recall'),
         arg('--copy_len', type=int, group=task, help='tokens to copy'),

@@ -302,8 +302,9 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None,   # the command-line arguments (default: sys.argv[1:])
                          namespace=None,    # argparse's namespace to fill
                         ):
-        "argparse's, with a note on stderr for a flag given twice with different values: the later one is used."
-        args, seen = list(sys.argv[1:] if args is None else args), {}
+        ("argparse's, with a note on stderr for a flag given twice with different values (the later one is used); a "
+         "flag taking several numbers takes them comma-separated too (`--lengths 512,1024`).")
+        args, seen = self._commas(list(sys.argv[1:] if args is None else args)), {}
         self.order = {}   # dest -> the position of its last flag, for `parse_config`
         for i, tok in enumerate(args):
             if tok == '--': break
@@ -318,6 +319,19 @@ class Parser(argparse.ArgumentParser):
                 print(f"{self.prog}: note: " + set_twice(flag, first, f"{flag} {val!r}"), file=sys.stderr)
             seen[a.dest] = (flag, val)
         return super().parse_known_args(args, namespace)
+
+    def _commas(self, args: list[str],  # the command-line arguments
+               ) -> list[str]:
+        "`args` with the comma-separated values of a flag that takes several non-strings (numbers) as separate ones."
+        out, many, split = [], False, lambda s: [v for v in s.split(',') if v]
+        for tok in args:
+            if tok.startswith('--'):
+                flag, eq, val = tok.partition('=')
+                a = self._option_string_actions.get(flag)
+                many = a is not None and a.nargs in ('+', '*') and getattr(a.type, '__name__', 'str') != 'str'
+                out += [flag, *split(val)] if many and eq else [tok]
+            else: out += split(tok) if many else [tok]
+        return out
 
     def error(self, message: str,  # argparse's message
              ):

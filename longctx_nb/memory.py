@@ -347,14 +347,15 @@ def fit_lengths(cfg,                   # a training `Config`
     dev = get_device(t.accelerator)
     avail, p, cfg = available_memory(dev), pick_precision(t, dev)[0], _with_vocab(cfg)
     if avail is None: return f"longest sequence that fits: unknown ({dev.type} does not say its free memory)"
-    splits = all(get_block(b).splits() for b in layer_blocks(cfg.model))   # every layer's block
+    whole = [b for b in dict.fromkeys(layer_blocks(cfg.model)) if not get_block(b).splits()]   # a registered block's
+    splits = not whole
     got = [f"{L:,} tokens" if (L := longest_fitting(cfg.model, cfg.data.batch_size, p, avail[0], dev.type, k))
            else 'none' for k in counts if k == 1 or splits]
     got = [f"{g} on " + (f"{k} devices (--trainer.context_parallel={k})" if k > 1 else "one device")
            for g, k in zip(got, counts)]
     return (f"longest sequence whose training step fits (estimated; batch {cfg.data.batch_size}, precision {p}; "
             f"{avail[1]}): {', '.join(got)}"
-            + ('' if splits else f"; model.block={cfg.model.block} cannot split a sequence over devices"))
+            + ('' if splits else f"; model.block={', '.join(whole)} cannot split a sequence over devices"))
 
 # %% ../nbs/31_memory.ipynb #a9f3c1d1
 @check_before_run

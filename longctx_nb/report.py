@@ -11,8 +11,8 @@ from .core import UsageError, get_device, check_writable_dir
 from .config import RULER_TASKS, parse_curriculum
 from .memory import check_fits, check_positive
 from .model import count_params
-from .scores import load_for_eval, passkey_generator, text_data
-from .evals import run_eval, format_result, fit_passkey, eval_lengths, meaningless
+from .scores import load_for_eval, passkey_generator
+from .evals import run_eval, format_result, fit_passkey, eval_lengths, meaningless, _text_tok
 from .plots import plot_lengths, plot_drift, plot_curves, plot_heatmaps
 from .flags import arg, make_parser, main
 
@@ -208,6 +208,8 @@ def write_report(rows: list[dict],  # one `summarize` row per block
 EVAL_CAPTIONS = {   # what each evaluation's figure shows
     'copy_recall': 'Answer accuracy of each recall task by sequence length; dashed: the training length, '
                    'dotted: chance.',
+    'induction_heads': 'Accuracy of the token after the repeated special token by sequence length; dashed: the '
+                       'training length, dotted: chance.',
     'passkey': 'Passkey accuracy by sequence length (across) and depth of the key (down, 0% at the start); '
                '* marks the training length.',
     'perplexity': 'Validation loss by evaluation length; dashed: the training length.',
@@ -234,14 +236,14 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     max_len = max_len or 4 * L0
     if max_len < L0: raise UsageError(f"--max_len={max_len} is below the training length {L0}.")
     check_fits(ev.model.cfg, 8, max_len, '32', dev, training=False, hint='--max_len', override=None)
-    tasks = [t for t in ('perplexity', 'drift_curve', 'copy_recall', 'passkey') if not meaningless(ev, t)]
-    left = [(t, why) for t in ('perplexity', 'drift_curve', 'copy_recall') if (why := meaningless(ev, t))]
+    every = ('perplexity', 'drift_curve', 'copy_recall', 'induction_heads', 'passkey')
+    left = [(t, why) for t in every if (why := meaningless(ev, t))]
+    tasks = [t for t in every if t not in dict(left)]
     results = []
     for t in tasks:
         lengths = eval_lengths(L0, max_len)
         if t == 'passkey' and not ev.synthetic_task:   # the text passkey needs room for its sentences
-            tok = text_data(ev).tokenizer if ev.config is not None and ev.config.data.tokenizer == 'bpe' else None
-            gen = passkey_generator(ev, tokenizer=tok)[0]
+            gen = passkey_generator(ev, tokenizer=_text_tok(ev, None, 'passkey'))[0]   # in run_eval's tokens
             asked, (lengths, _, note) = lengths, fit_passkey(gen, lengths, max_len, L0)   # as longctx_eval picks them
             if note: left.append((f"passkey at {', '.join(str(L) for L in asked if L < gen.min_len())} tokens",
                                   f"shorter than the {gen.min_len()} tokens the passkey in words needs" +
@@ -252,7 +254,9 @@ def generate_report(checkpoint_path,             # a checkpoint .pt, a run direc
     d = ev.config.data if ev.config else None
     data = ev.synthetic_task or (d and (d.data_dir or d.dataset_name)) or 'unknown data'   # a prepared folder: its path
     md = [f"# Evaluation of {ev.source}", '',
-          f"{ev.block}, {count_params(ev.model):,} parameters, trained at seq_len {L0} on {data}.", '']
+          f"{ev.block}, {count_params(ev.model):,} parameters, trained "
+          + (f"at seq_len {L0}" if ev.train_len else f"at a length not recorded (evaluated from {L0} tokens)")
+          + f" on {data}.", '']
     for k, r in enumerate(results, 1):
         name, cap = f"{r['block']}_{r['task']}", EVAL_CAPTIONS[r['task']]
         md += [f"## {r['task']}", '', '```', format_result(r), '```', '', f'![{cap}]({name}.png)', '',

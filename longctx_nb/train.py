@@ -628,7 +628,9 @@ def train(cfg: Config,                      # the run's config
     "Train as `cfg` says. `tokens` replaces the configured data, `model` the configured model; `quiet`: no output."
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
     old = {s: signal.getsignal(s) for s in STOP_CODES} if threading.current_thread() is threading.main_thread() else {}
-    try: return _train(cfg, tokens, quiet, model, dist)
+    try:
+        with quiet_notes() if quiet or not dist.main else contextlib.nullcontext():   # a block's notes: rank 0's
+            return _train(cfg, tokens, quiet, model, dist)
     except BaseException as e:
         if dist.world_size > 1: _let_go(e)
         restore_signals(old, signal.SIG_IGN)   # torchrun's SIGTERM after another rank failed: not an unheard end

@@ -108,10 +108,17 @@ def test_a_dead_rank_stops_the_run_cleanly(bindir, tmp_path, held):
 ])
 def test_bad_input(bindir, tmp_path, extra, nproc, message):
     p = run(bindir, nproc, tmp_path, *extra, ok=False)
-    assert p.returncode != 0
+    # our launcher (nproc 1: devices=2 starts torchrun after the checks) exits 2; torchrun exits 1 whatever its workers'
+    # codes (its main re-raises ChildFailedError), and reports the first worker's 2 as the root cause
+    assert p.returncode == (2 if nproc == 1 else 1) and ('exitcode  : 2 (pid' in p.stderr) == (nproc > 1), p.stderr
     assert (p.stdout + p.stderr).count(message) == 1, p.stderr[:3000]  # said once, by rank 0
     assert 'longctx_nb/' not in p.stdout + p.stderr  # no traceback of ours (torchrun adds its own report)
     assert not (tmp_path / 'version_0').exists()
+
+def test_a_block_note_is_printed_once(bindir, tmp_path):
+    "BigBird's note on its random-key blocks (every rank builds the same model) comes from rank 0 alone."
+    p = run(bindir, 2, tmp_path, '--model.block=bigbird', '--model.window_size=32', '--trainer.max_steps=1')
+    assert (p.stdout + p.stderr).count('baseline_bigbird: at seq_len 64 no query block of attn_block_size=64') == 1, p.stdout
 
 def test_fsdp_keeps_no_decay_parameters(bindir, tmp_path):
     "Mamba's A_log and D take no weight decay; FSDP2's sharded parameters must keep that flag (weights match 1 rank)."

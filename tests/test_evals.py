@@ -61,7 +61,7 @@ def test_every_run_in_one_table(bindir, copy_run, tmp_path):
     runs = tmp_path / 'runs'; runs.mkdir()
     for name in ('a', 'b'): (runs / name).symlink_to(copy_run, target_is_directory=True)
     (runs / 'notes.txt').write_text('not a run')
-    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--checkpoint_path', 'runs/*', '--lengths', 32, 64,
+    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--checkpoint_path', 'runs/*', '--lengths', '32,64',
             '--n_samples', 4, '--device', 'cpu', '--output_dir', 'out', cwd=tmp_path, check=0)
     table = p.stdout[p.stdout.index('copy_recall: answer-token accuracy by length'):].splitlines()
     assert table[1].split() == ['model', 'block', 'params', 'step', 'train_len', '32', '64']
@@ -111,10 +111,10 @@ BAD = {  # args -> phrase the error must contain
                                'passkey_len=20 digits does not fit'),
     'no_run_matches': (['--checkpoint_path', 'logs/*/checkpoints/*.ckpt'], "matches no model (it matches nothing); give run directories"),
     'one_of_many_missing': (['--checkpoint_path', '{run}', 'nowhere/run'], 'does not exist'),
-    'unknown_task': (['--task', 'retrieval'], "unknown --task 'retrieval'; valid choices: passkey, copy_recall, drift_curve, perplexity"),
+    'unknown_task': (['--task', 'retrieval'], "unknown --task 'retrieval'; valid choices: passkey, copy_recall, induction_heads, drift_curve, perplexity"),
     'missing_checkpoint': (['--checkpoint_path', 'nowhere/run'], 'does not exist'),
     'unknown_ruler_task': (['--task', 'niah_single_1,niah'], "unknown --task 'niah'; valid choices: passkey, copy_recall, "
-                           'drift_curve, perplexity, ruler (every RULER task), or RULER task names separated by commas: '
+                           'induction_heads, drift_curve, perplexity, ruler (every RULER task), or RULER task names separated by commas: '
                            'niah_single_1, niah_single_2'),
     'ruler_does_not_fit': (['--task', 'ruler', '--lengths', '300'], "RULER task 'niah_single_1' does not fit in 300 tokens "
                            'with this tokenizer: its fixed parts (instructions, needles or shortest list, question) take '),
@@ -133,9 +133,9 @@ BAD = {  # args -> phrase the error must contain
     'n_buckets_for_passkey': (['--task', 'passkey', '--n_buckets', '3'],
                               '--n_buckets is read only by --task drift_curve, not by --task passkey; leave it out.'),
     'task_vocab_size_for_perplexity': (['--task', 'perplexity', '--task_vocab_size', '3'], '--task_vocab_size is read only by '
-                                       '--task passkey or copy_recall, not by --task perplexity; leave it out.'),
+                                       '--task passkey, copy_recall or induction_heads, not by --task perplexity; leave it out.'),
     'seed_for_perplexity_of_a_checkpoint': (['--task', 'perplexity', '--checkpoint_path={run}', '--seed', '3'], '--seed is read by '
-                                            '--task passkey, copy_recall or ruler (the generated sequences) and by an untrained model (its '
+                                            '--task passkey, copy_recall, induction_heads or ruler (the generated sequences) and by an untrained model (its '
                                             'weights); --task perplexity of a checkpoint scores fixed windows of text and reads neither'),
     'data_dir_for_the_passkey_in_ids': (['--task', 'passkey', '--checkpoint_path={run}', '--data_dir', 'X'], '--data_dir is read by '
                                         'the passkey only for a model that reads BPE text (it gives the tokenizer)'),
@@ -243,6 +243,17 @@ def test_a_bpe_folder_is_scored_in_its_own_tokens(bindir, bpe_llama, tmp_path):
     run([bindir / 'longctx_eval'], '--task', 'passkey', '--checkpoint_path', d, '--lengths', 256, '--depths', 0.5,
         '--n_samples', 1, '--device', 'cpu', '--output_dir', tmp_path / 'pk', check=0)
     assert json.loads((tmp_path / 'pk' / 'vanilla_passkey.json').read_text())['mode'] == 'text'   # in its BPE, not in ids
+
+def test_report_of_a_bpe_folder(bindir, bpe_llama, tmp_path):
+    "longctx_report on a BPE transformers folder: the passkey in its words, the text tasks left out saying why."
+    d, bpe = bpe_llama
+    run([bindir / 'longctx_report'], '--checkpoint_path', d, '--output_dir', tmp_path, '--max_len', 256, '--n_samples', 1,
+        '--device', 'cpu', check=0)
+    md = (tmp_path / 'report.md').read_text()
+    assert 'parameters, trained at a length not recorded (evaluated from 128 tokens) on unknown data.' in md, md
+    assert f"* perplexity: the model reads {bpe!r}, and no run config.json names its corpus" in md, md
+    r = json.loads((tmp_path / 'vanilla_passkey.json').read_text())
+    assert (r['mode'], r['lengths'], r['train_seq_len']) == ('text', [128, 256], None)
 
 def test_a_bpe_folder_scored_on_a_folder_prepared_with_its_tokenizer(bindir, bpe_llama, tmp_path):
     "--data_dir gives a BPE folder its text: prepared with its tokenizer it is scored; prepared with bytes it is refused."
