@@ -272,12 +272,13 @@ def _pad(tok, ids: np.ndarray, n: int) -> np.ndarray:
 
 def _fill(tok, units, n: int, inserts: list[str], depths) -> np.ndarray:
     "Exactly `n` ids: text `units` (endless) cut at the start, each insert at the unit start nearest its depth."
-    ins = [tok.encode(s) for s in inserts]
+    enc = lambda s: tok.encode(' ' + s[:-1] if s.endswith(' ') else s)   # ' The sky is blue.', as BPE splits text
+    ins = [enc(s) for s in inserts]
     n_fill = n - sum(map(len, ins))
     if n_fill < 0: raise _Short(n - n_fill)
     parts, starts, total = [], [0], 0
     while total < n_fill:
-        parts.append(tok.encode(next(units))); total += len(parts[-1]); starts.append(total)
+        parts.append(enc(next(units))); total += len(parts[-1]); starts.append(total)
     cut = total - n_fill
     fill = np.concatenate(parts)[cut:] if parts else np.zeros(0, np.int64)
     starts = np.array(sorted({0, *(s - cut for s in starts if s >= cut)}))
