@@ -4,7 +4,7 @@
 
 # %% ../nbs/60_scores.ipynb #9670902b
 from __future__ import annotations
-import bisect, dataclasses, functools, math
+import bisect, dataclasses, functools, itertools, math
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -13,7 +13,7 @@ from .core import UsageError, autocast, seed_everything
 from .config import Config, DataConfig, apply_overrides
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
 from .synthetic import (IGNORE, NOISE, passkey as passkey_ids, synthetic_data, task_params,
-                                  from_config as task_from_config)
+                                  from_config as task_from_config, _fill)
 from .model import LM, canonical_layers
 from .checkpoint import CheckpointError
 from .hf import load_source, _same_tokenizer
@@ -125,16 +125,6 @@ def perplexity(model,                           # the language model, in eval mo
     return out
 
 # %% ../nbs/60_scores.ipynb #44ff3144
-def _filler(sentences: list, n_fill: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    "(`n_fill` ids of `sentences` in a shuffled cycle, cut at the start to end on a whole sentence; sentence starts)."
-    order = rng.permutation(len(sentences))
-    filler, starts = [], [0]
-    while starts[-1] < n_fill:
-        for i in order: filler.append(sentences[i]); starts.append(starts[-1] + len(sentences[i]))
-    cut = starts[-1] - n_fill
-    filler = np.concatenate(filler)[cut:] if filler else np.zeros(0, np.int64)
-    return filler, np.array([0] + [s - cut for s in starts if s > cut])
-
 class TextPasskey:
     "The passkey test in words through `tokenizer`: filler, the key line at a depth, the question, the answer."
     def __init__(self, tokenizer,       # encodes the words (byte or BPE)
@@ -142,19 +132,17 @@ class TextPasskey:
                 ):
         self.tok, self.passkey_len = tokenizer, passkey_len
         self.start = np.asarray(tokenizer.start_ids, dtype=np.int64)   # what the tokenizer puts first (a bos, or none)
-        self.sentences = [tokenizer.encode(s) for s in NOISE]
-        self.question = tokenizer.encode('What is the pass key? The pass key is')
+        self.question = tokenizer.encode(' What is the pass key? The pass key is')
 
     def parts(self, key: str,  # the passkey digits
-             ) -> tuple[np.ndarray, np.ndarray]:  # (key line ids, answer ids)
-        "The key line's ids and the answer's ids for passkey `key`."
-        line = self.tok.encode(f'The pass key is {key}. Remember it. {key} is the pass key. ')
-        return line, self.tok.encode(f' {key}')
+             ) -> tuple[str, np.ndarray]:  # (key line, answer ids)
+        "The key line (its separating space first, as BPE splits text) and the answer's ids for passkey `key`."
+        return f' The pass key is {key}. Remember it. {key} is the pass key.', self.tok.encode(f' {key}')
 
     def min_len(self) -> int:
         "The shortest sequence that holds the key line, the question and the answer with no filler."
         line, ans = self.parts('9' * self.passkey_len)
-        return len(self.start) + len(line) + len(self.question) + len(ans) - 1
+        return len(self.start) + len(self.tok.encode(line)) + len(self.question) + len(ans) - 1
 
     def __call__(self, batch: int, seq_len: int, rng: np.random.Generator, depth: float | None = None):
         if seq_len < self.min_len():
@@ -165,11 +153,10 @@ class TextPasskey:
         for _ in range(batch):
             key = ''.join(map(str, rng.integers(0, 10, self.passkey_len)))
             line, ans = self.parts(key)
-            n_fill = seq_len + 1 - len(self.start) - len(line) - len(self.question) - len(ans)
-            filler, starts = _filler(self.sentences, n_fill, rng)
+            filler = itertools.cycle([NOISE[i] for i in rng.permutation(len(NOISE))])   # sentences, shuffled
             d = rng.random() if depth is None else depth
-            p = starts[np.abs(starts - d * n_fill).argmin()]   # the sentence start nearest the depth
-            s = np.concatenate([self.start, filler[:p], line, filler[p:], self.question, ans])
+            n = seq_len + 1 - len(self.start) - len(self.question) - len(ans)   # filler and the key line at `d`
+            s = np.concatenate([self.start, _fill(self.tok, filler, n, [line], [d]), self.question, ans])
             y = s[1:].copy(); y[:-len(ans)] = IGNORE
             xs.append(s[:-1]); ys.append(y)
         return np.stack(xs).astype(np.int64), np.stack(ys).astype(np.int64)

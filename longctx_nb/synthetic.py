@@ -266,9 +266,9 @@ class _Short(Exception):
     def __init__(self, need): self.need = need
 
 def _and(xs: list) -> str: return xs[0] if len(xs) == 1 else ', '.join(xs[:-1]) + ' and ' + xs[-1]
-def _pad(tok, ids: np.ndarray, n: int) -> np.ndarray:
-    "`ids` left-padded with newlines to exactly `n` tokens."
-    return np.concatenate([np.full(n - len(ids), tok.encode('\n')[-1], np.int64), ids])
+def _pad(tok, text: str, n: int) -> np.ndarray:
+    "Exactly `n` ids: `text` (its separating space first) after the repeated haystack `NOISE`, cut at the start."
+    return _fill(tok, _cycle(NOISE, 0), n, [text], [1.0])
 
 def _fill(tok, units, n: int, inserts: list[str], depths) -> np.ndarray:
     "Exactly `n` ids: text `units` (endless) cut at the start, each insert at the unit start nearest its depth."
@@ -288,15 +288,15 @@ def _fill(tok, units, n: int, inserts: list[str], depths) -> np.ndarray:
         out += [fill[prev:p], ins[i]]; prev = p
     return np.concatenate(out + [fill[prev:]]).astype(np.int64)
 
-def _grow(build, n: int, hi: int) -> tuple[int, np.ndarray]:
-    "(k, ids) of the largest k <= `hi` whose `build(k)` (ids, longer with k) fits in `n` tokens."
+def _grow(tok, build, n: int, hi: int) -> tuple[int, str]:
+    "(k, text) of the largest k <= `hi` whose text `build(k)` (longer with k) fits in `n` tokens."
     lo, best = 0, None
     while lo <= hi:   # binary search, as RULER sizes its haystacks
         k = (lo + hi) // 2
-        ids = build(k)
-        if len(ids) <= n: best, lo = (k, ids), k + 1
+        text = build(k)
+        if len(tok.encode(text)) <= n: best, lo = (k, text), k + 1
         else: hi = k - 1
-    if best is None: raise _Short(len(build(0)))
+    if best is None: raise _Short(len(tok.encode(build(0))))
     return best
 
 def _value(kind: str, rng) -> str:
@@ -367,15 +367,15 @@ def _cwe(tok, rng, depth, freq_cw=30, freq_ucw=3, num_cw=10):
     "Common-words extraction: a numbered list where `num_cw` words come `freq_cw` times and the rest `freq_ucw`."
     words = list(rng.permutation(_essay_words()))
     common, rest = [str(w) for w in words[:num_cw]], [str(w) for w in words[num_cw:]]
-    head = tok.encode('Below is a numbered list of words. Some of them appear much more often than the others.\n')
-    tail = tok.encode(f'\nQuestion: What are the {num_cw} most common words in the list above? '
-                      f'Answer: The {num_cw} most common words in the list are:')
+    head = ' Below is a numbered list of words. Some of them appear much more often than the others.\n'
+    tail = (f'\nQuestion: What are the {num_cw} most common words in the list above? '
+            f'Answer: The {num_cw} most common words in the list are:')
     seed = int(rng.integers(2**31))
     def items(k):
         ws = common * freq_cw + rest[:k] * freq_ucw
         ws = [ws[i] for i in np.random.default_rng(seed).permutation(len(ws))]
-        return np.concatenate([head, tok.encode(' '.join(f'{i + 1}. {w}' for i, w in enumerate(ws))), tail])
-    return common, ' ' + ', '.join(common) + '.', lambda n: _pad(tok, _grow(items, n, len(rest))[1], n)
+        return head + ' '.join(f'{i + 1}. {w}' for i, w in enumerate(ws)) + tail
+    return common, ' ' + ', '.join(common) + '.', lambda n: _pad(tok, _grow(tok, items, n, len(rest))[1], n)
 
 def _fwe(tok, rng, depth, alpha=2.0):
     "Frequent-words extraction: coded words with Zipf counts (rank r: N / r^alpha); the three most frequent."
@@ -383,20 +383,20 @@ def _fwe(tok, rng, depth, alpha=2.0):
     while len(coded) < 200:
         w = ''.join(rng.choice(list(string.ascii_lowercase), int(rng.integers(3, 7))))
         if w not in coded: coded.append(w)
-    head = tok.encode('Read the coded text below and keep track of how often each coded word appears.\n')
-    tail = tok.encode('\nQuestion: What are the three most frequently appearing coded words in the text above? '
-                      'Answer: According to the coded text above, the three most frequent coded words are:')
+    head = ' Read the coded text below and keep track of how often each coded word appears.\n'
+    tail = ('\nQuestion: What are the three most frequently appearing coded words in the text above? '
+            'Answer: According to the coded text above, the three most frequent coded words are:')
     seed = int(rng.integers(2**31))
     counts = lambda N: (N / np.arange(1, len(coded) + 1) ** alpha).astype(int)
     def words(N):
         ws = [w for w, c in zip(coded, counts(N)) for _ in range(c)]
         ws = [ws[i] for i in np.random.default_rng(seed).permutation(len(ws))]
-        return np.concatenate([head, tok.encode(' '.join(ws)), tail])
+        return head + ' '.join(ws) + tail
     def build(n):
-        N, ids = _grow(words, n, n)
+        N, text = _grow(tok, words, n, n)
         if len(set(counts(N)[:4])) < 4:   # the top three must stand apart from each other and from the fourth
-            raise _Short(len(words(next(N for N in itertools.count(N) if len(set(counts(N)[:4])) == 4))))
-        return _pad(tok, ids, n)
+            raise _Short(len(tok.encode(words(next(N for N in itertools.count(N) if len(set(counts(N)[:4])) == 4)))))
+        return _pad(tok, text, n)
     return coded[:3], ' ' + ', '.join(coded[:3]) + '.', build
 
 # %% ../nbs/05_synthetic.ipynb #bcfd8710
@@ -441,14 +441,13 @@ def _qa(tok, rng, depth, qa_file=None):
     q, answers, gold = rows[i]
     others = [p for j in rng.permutation(len(rows)) if j != i for p in rows[j][2] if p not in gold]
     ask = 'Answer the question from the documents. Give only the answer, no other words.'
-    head, tail = tok.encode(f'{ask}\n\nThe documents:\n\n'), tok.encode(f'{ask}\n\nQuestion: {q} Answer:')
+    head, tail = f' {ask}\n\nThe documents:\n\n', f'{ask}\n\nQuestion: {q} Answer:'
     seed = int(rng.integers(2**31))
     def docs(k):
         ps = gold + others[:k]
         ps = [ps[j] for j in np.random.default_rng(seed).permutation(len(ps))]
-        return np.concatenate([head, tok.encode(''.join(f'Document {j + 1}:\n{p}\n\n' for j, p in enumerate(ps))),
-                               tail])
-    return answers, ' ' + answers[0], lambda n: _pad(tok, _grow(docs, n, len(others))[1], n)
+        return head + ''.join(f'Document {j + 1}:\n{p}\n\n' for j, p in enumerate(ps)) + tail
+    return answers, ' ' + answers[0], lambda n: _pad(tok, _grow(tok, docs, n, len(others))[1], n)
 
 # %% ../nbs/05_synthetic.ipynb #00939cad
 _FAMILIES = {'niah': _niah, 'vt': _vt, 'cwe': _cwe, 'fwe': _fwe, 'qa': _qa}
