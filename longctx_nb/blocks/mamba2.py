@@ -398,8 +398,8 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     else: per += a * cd
     if scan == 'cuda': per += a * di + 4 * h
     elif scan == 'ref': per += 4 * (h * P * N + di + 2 * h * N + 5 * h)
-    elif scan == 'cpu':   # the step sizes per channel, B and C as the kernel reads them, the states entering its chunks
-        per += 4 * (di + 2 * g * N)
+    elif scan == 'cpu':   # B and C as the kernel reads them, the step sizes (fp32 copies under autocast), the states
+        per += 4 * (2 * g * N + (h if a < 4 else 0))   # entering its chunks
         const += 4 * (w.batch_size * di * -(-L // CPU_SCAN_CHUNK) * N + di * (N + 2) - h)
     else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
     return int(w.batch_size * L * per + const)
@@ -413,7 +413,7 @@ def backward_workspace_bytes(w: Workload,  # the model config, batch, length, pr
     c = w.cfg
     scan = ssd_impls.pick(c.ssd_impl, w.device, ssd_skip(c.d_state))
     di = int(c.expand * c.d_model)
-    if scan == 'cpu': return cpu_scan_workspace_bytes(w.batch_size, di, w.seq_len, c.d_state, c.ngroups)
+    if scan == 'cpu': return cpu_scan_workspace_bytes(w.batch_size, di, w.seq_len, c.d_state, c.ngroups, c.headdim)
     if scan != 'torch': return 0
     h, Q = di // c.headdim, min(c.chunk_size, w.seq_len)
     per = 3 * h * Q + c.ngroups * Q + 10 * h * c.headdim + 4 * c.ngroups * c.d_state   # bytes / 4 per token

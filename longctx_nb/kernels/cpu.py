@@ -131,15 +131,16 @@ struct V3 {
   float* at(int64_t bi, int64_t ch, int64_t t) const { return p + bi * s[0] + ch * s[1] + t * s[2]; }
 };
 struct Scan {
-  // H = d / G channels per group; nblk = channel blocks per (batch, group)
-  int64_t b, d, L, N, G, H, T, nc, cb, nblk;
-  V3 u, delta, z;                                       // (b, d, L), time contiguous (z.p null without)
+  // H = d / G channels per group; nblk = channel blocks per (batch, group); hd channels share a step size series
+  int64_t b, d, L, N, G, H, T, nc, cb, nblk, hd;
+  V3 u, delta, z;                                       // (b, d, L) (delta (b, d / hd, L)), time contiguous
   const float *A, *B, *C, *D, *bias;                    // A: (d, N); B, C: (b, G, L, N)
   // the merge (p null without): out = lerp(y + D u, ma, sigmoid(mw)); mo: that out (backward)
   V3 ma, mw, mo;
   bool softplus;
   const float* U(int64_t bi, int64_t ch) const { return u.at(bi, ch, 0); }       // a channel's series
-  const float* De(int64_t bi, int64_t ch) const { return delta.at(bi, ch, 0); }
+  const float* De(int64_t bi, int64_t ch) const { return delta.at(bi, ch / hd, 0); }
+  int64_t Drow(int64_t bi, int64_t ch) const { return (bi * (d / hd) + ch / hd) * L; }   // its gradient's row
   const float* Z(int64_t bi, int64_t ch) const { return z.p ? z.at(bi, ch, 0) : nullptr; }
   int64_t ntasks() const { return b * G * nblk; }
   void task(int64_t i, int64_t& bi, int64_t& g, int64_t& c0, int64_t& c1) const {
@@ -473,7 +474,7 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
           const int64_t nrow = (bi * P.d + nch) * L, nn = std::min(T, L - ns);
           prefetch_seg({P.De(bi, nch), P.U(bi, nch), P.Z(bi, nch), dout.s[2] == 1 ? dout.at(bi, nch, 0) : nullptr},
               ns, nn);
-          prefetch_seg({du + nrow, ddelta + nrow, dz ? dz + nrow : nullptr}, ns, nn, true);
+          prefetch_seg({du + nrow, ddelta + P.Drow(bi, nch), dz ? dz + nrow : nullptr}, ns, nn, true);
         }
       }
       // a share of the previous chunk's rows, a few steps per channel
@@ -517,11 +518,13 @@ static void bwd_task(const Scan& P, int64_t i, const V3& dout, const float* dlas
       Chunk<NS>::backward(N, n_t, P.A + ch * N, h0, Bk, Ck, dt, dtu, dy, aT, hT, gs.data() + (ch - c0) * N,
                           dA.data() + (ch - c0) * N, pBk, pCk, gB, gA, SB, SA);
       float sD = 0.0f, sb = 0.0f;
+      // a head's channels (one task's, in turn) sum into its step size's gradient
+      float* dd_ = ddelta + P.Drow(bi, ch) + s; const bool add = ch % P.hd;
 #pragma omp simd reduction(+ : sD, sb)
       for (int64_t t = 0; t < n_t; ++t) {
         du[row + s + t] = gB[t] * dt[t] + dy[t] * Dc;
         float dd = (gA[t] + gB[t] * u[t]) * sig[t];
-        ddelta[row + s + t] = dd;
+        dd_[t] = add ? dd_[t] + dd : dd;
         sb += dd; sD += dy[t] * u[t];
       }
       dD[ch - c0] += sD; dbias[ch - c0] += sb;
@@ -569,6 +572,9 @@ static Scan make(const Tensor& u, const Tensor& delta, const Tensor& A, const Te
         "scan: fp32 u, delta, z, time contiguous");
   Scan P;
   P.b = u.size(0); P.d = u.size(1); P.L = u.size(2); P.N = A.size(1); P.G = B.size(1); P.H = P.d / P.G;
+  P.hd = P.d / delta.size(1);   // a task holds whole heads: their step sizes' gradients are summed in it
+  TORCH_CHECK(delta.size(1) * P.hd == P.d && P.H % P.hd == 0 && cb % P.hd == 0,
+      "scan: delta (b, d / hd, L) with hd dividing the channels per group and per task");
   TORCH_CHECK(P.N <= 256, "scan: N <= 256");
   P.T = T; P.nc = (P.L + T - 1) / T; P.cb = std::min(cb, P.H); P.nblk = (P.H + P.cb - 1) / P.cb;
   P.u = v3(u); P.delta = v3(delta); if (z.has_value()) P.z = v3(*z);
@@ -610,7 +616,7 @@ Tensors scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, OptT D, O
   TORCH_CHECK(dout.sizes() == u.sizes(), "scan: dout has u's shape");
   const int64_t nt = P.ntasks();
   auto E = [&](at::IntArrayRef size) { return torch::empty(size, u.options()); };
-  auto du = E({P.b, P.d, P.L}), ddelta = E({P.b, P.d, P.L}), dz = E(z.has_value() ? du.sizes() : at::IntArrayRef{0});
+  auto du = E({P.b, P.d, P.L}), ddelta = E(delta.sizes()), dz = E(z.has_value() ? du.sizes() : at::IntArrayRef{0});
   auto pB = E({nt, P.L, P.N}), pC = E({nt, P.L, P.N});   // partial sums: per task,
   auto pA = E({P.b, P.d, P.N}), pD = E({P.b, P.d}), pbias = E({P.b, P.d});   // per batch row
   auto dma = ma.has_value() ? like(*ma) : E({0}), dmw = mw.has_value() ? like(*mw) : E({0});   // inputs' layouts

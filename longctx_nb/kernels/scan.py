@@ -395,17 +395,18 @@ def scan_inputs(batch: int = 2,              # batch size
 # %% ../../nbs/12_scan.ipynb #f67bf6ff
 CPU_SCAN_CHUNK = 64       # steps per chunk: forward saves the state entering each chunk, backward recomputes the rest
 CPU_SCAN_CHANNELS = 32    # channels per task; dB, dC are summed per task, then over tasks in a fixed order
+_task_channels = lambda hd: max(CPU_SCAN_CHANNELS // hd, 1) * hd   # whole heads of hd channels sharing a step size
 _CPU_SCAN = CpuExtension('selective_scan', 'longctx_scan', SCAN_CPP, ['scan_fwd', 'scan_bwd'],
                          "impl='auto' runs the pure-PyTorch scan ('torch') instead, several times slower")
 _load_cpu_scan_ext, _cpu_scan_why_not, _cpu_ext_spec = _CPU_SCAN.load, _CPU_SCAN.why_not, _CPU_SCAN.spec
 
 # %% ../../nbs/12_scan.ipynb #dacecd5b
 class _CpuScan(torch.autograd.Function):
-    """The compiled scan on fp32 `u, delta (b, d, L)` (time contiguous), `A (d, N)`, `B, C (b, G, L, N)` and optional
-    `D, z, delta_bias` and merge."""
+    """The compiled scan on fp32 `u (b, d, L)` and `delta (b, d / hd, L)` (time contiguous; `hd` channels, a head, share
+    a step size), `A (d, N)`, `B, C (b, G, L, N)` and optional `D, z, delta_bias` and merge."""
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, softplus):
-        T, cb = CPU_SCAN_CHUNK, CPU_SCAN_CHANNELS
+        T, cb = CPU_SCAN_CHUNK, _task_channels(u.shape[1] // delta.shape[1])
         out, last, starts = _load_cpu_scan_ext()[0].scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, T, cb,
                                                              merge, merge_gate)
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, merge, merge_gate, starts,
@@ -426,8 +427,8 @@ class _CpuScan(torch.autograd.Function):
                 given(dmg, merge_gate), None)
 
 def _scan_cpu(u, delta, A, B, C, D, z, delta_bias, delta_softplus, merge=None, merge_gate=None):
-    """The compiled CPU kernel (`scan_impls.resolve` built it): output and last state. B, C are `(batch, G, N, L)`; a
-    merge (fp32, without `z`) is fused into its output stage."""
+    """The compiled CPU kernel (`scan_impls.resolve` built it): output and last state. B, C are `(batch, G, N, L)`;
+    `delta` may be per head, `(batch, dim / headdim, L)`; a merge (fp32, without `z`) is fused into its output stage."""
     dtype = u.dtype
     u, delta, z = (kernel_arg(t) for t in (u, delta, z))                                    # fp32, time contiguous
     A, B, C, D, delta_bias = (kernel_arg(t, whole=True) for t in (A, B.mT, C.mT, D, delta_bias))   # B, C: (b, G, L, N)
@@ -441,10 +442,11 @@ def cpu_scan_workspace_bytes(batch: int,       # sequences
                              seq_len: int,     # L
                              N: int,           # state size per channel
                              groups: int = 1,  # groups of B and C
+                             headdim: int = 1, # channels sharing a step size
                             ) -> int:          # bytes
     "Bytes the CPU kernel's backward holds beyond its inputs and gradients: the per-task `dB`, `dC` partial sums."
     per_group = dim // groups
-    tasks = batch * groups * -(-per_group // min(CPU_SCAN_CHANNELS, per_group))
+    tasks = batch * groups * -(-per_group // min(_task_channels(headdim), per_group))
     return 2 * tasks * seq_len * N * 4
 
 def scan_backward_workspace_bytes(impl: str,     # `selective_scan`'s impl= value

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from ..core import UsageError
 from .dispatch import Impl, KernelImpls, check_tensors, try_import
-from .scan import scan_impls, selective_scan
+from .scan import _scan_cpu, scan_impls
 
 # %% auto #0
 __all__ = ['ssd_impls', 'ssd_skip', 'segsum', 'ssd_scan', 'ssd_state_update']
@@ -200,13 +200,13 @@ def _ssd_torch(x, dt, A, B, C, D, dt_bias, dt_softplus, h0, Q):
 
 def _ssd_cpu(x, dt, A, B, C, D, z, dt_bias, dt_softplus):
     """Mamba's compiled CPU scan (`12_scan`): a head is `headdim` channels sharing its decay, step size, skip and
-    bias; it reads `x`, `z` and `dt` time-contiguous `(batch, channels, L)` (views where they come channel-first)."""
+    bias; it reads `x`, `z` `(batch, channels, L)` and `dt` per head `(batch, heads, L)`, time-contiguous (views where
+    they come channel-first)."""
     b, L, h, p = x.shape
     per = lambda t: None if t is None else t.repeat_interleave(p, dim=-1)   # per head -> per channel
     cf = lambda t: None if t is None else t.flatten(2).mT                   # (b, L, h, p) -> (b, h p, L)
-    y, s = selective_scan(cf(x), dt.mT.repeat_interleave(p, dim=1), per(A.float())[:, None].expand(-1, B.shape[-1]),
-                          B.permute(0, 2, 3, 1), C.permute(0, 2, 3, 1), per(D), cf(z), per(dt_bias), dt_softplus,
-                          return_last_state=True, impl='cpu')
+    y, s = _scan_cpu(cf(x), dt.mT, per(A.float())[:, None].expand(-1, B.shape[-1]), B.permute(0, 2, 3, 1),
+                     C.permute(0, 2, 3, 1), per(D), cf(z), per(dt_bias), dt_softplus)
     return y.mT.unflatten(-1, (h, p)), s.unflatten(1, (h, p))
 
 def _ssd_cuda(x, dt, A, B, C, D, dt_bias, dt_softplus, h0, Q, z):
