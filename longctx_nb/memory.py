@@ -159,7 +159,8 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
 
     guessed = [b for b in per if get_block(b).activation_bytes(w) is None]
     note = f"no activation count for block {', '.join(guessed)}: estimated as vanilla attention" if guessed else ''
-    if cp > 1 and (state := [b for b in per if get_block(b).splits() == 'state']):
+    if cp > 1 and (state := [b for b in per if get_block(b).splits() == 'state'   # a state mixer without its own
+                             and 'split_bytes' not in vars(get_block(b))]):   # count of what the split saves
         note += (f"{'; ' if note else ''}block {', '.join(state)} split over ranks: counted as on {l} tokens, without "
                  "what passing the state between ranks saves")
     desc = (f"{cfg.block} (d_model {D}, {cfg.n_layers} layers, {n / 1e6:,.1f}M params), "

@@ -364,7 +364,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
 
 def carry_bytes(w: Workload,    # a part of each sequence: `w.seq_len` is L / n
                 n: int,         # ranks each sequence is split over
-                channels: int,  # the conv's channels
+                channels: int,  # the conv's channels (0: none)
                 state: int,     # numbers in one sequence's state (fp32)
                ) -> int:        # bytes
     """What `conv_silu` and `state_from_previous` save on a part beyond a whole sequence of its length: the conv's input
