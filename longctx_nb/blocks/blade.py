@@ -307,5 +307,5 @@ def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L /
     `state_from_previous` folds (`carry_bytes` without a conv)."""
     cfg, a = w.cfg, w.act
     D, H, C, S, r = cfg.d_model, cfg.n_heads, cfg.chunk_size, cfg.state_dim, cfg.n_mem_tokens
-    write = (H * r * C + C * D + r * D) * a + 4 * S * 3          # its memory, keys, values; its state, the carry's two
+    write = (H * r * C + 2 * C * D + r * D) * a + 4 * S * 3      # its memory, keys, values; its state, the carry's two
     return w.batch_size * (write + 4 * S * (-(-w.seq_len // C) + 1)) + carry_bytes(w, n, 0, S)
