@@ -74,12 +74,12 @@ def block_activation_bytes(w: Workload,            # the model config, batch, le
         h = mixer.context_halo(cfg)   # BigBird without random keys takes Longformer's halo
         halo = h if mixer.splits() == 'halo' or h else None
         return block_shell_bytes(w) + split_attention_bytes(w, n, halo)
-    n = mixer.activation_bytes(w)
+    split, n = mixer.split_bytes(w, n) if n > 1 else 0, mixer.activation_bytes(w)
     if n is None:
         warnings.warn(f"block {mixer.name!r} declares no activation_bytes: its activations are estimated as "
                       "vanilla attention's.")
         n = get_block('vanilla').activation_bytes(w)
-    return block_shell_bytes(w) + n
+    return block_shell_bytes(w) + n + split
 
 def block_workspace_bytes(w: Workload,            # the model config, batch, length, precision and device measured
                           block: str | None = None,  # the layer's block (default: `w.cfg.block`, a single block)
@@ -159,7 +159,8 @@ def estimate_memory(mcfg: ModelConfig | LM,                      # the model, or
 
     guessed = [b for b in per if get_block(b).activation_bytes(w) is None]
     note = f"no activation count for block {', '.join(guessed)}: estimated as vanilla attention" if guessed else ''
-    if cp > 1 and (state := [b for b in per if get_block(b).splits() == 'state']):
+    if cp > 1 and (state := [b for b in per if get_block(b).splits() == 'state'   # a state mixer without its own
+                             and 'split_bytes' not in vars(get_block(b))]):   # count of what the split saves
         note += (f"{'; ' if note else ''}block {', '.join(state)} split over ranks: counted as on {l} tokens, without "
                  "what passing the state between ranks saves")
     desc = (f"{cfg.block} (d_model {D}, {cfg.n_layers} layers, {n / 1e6:,.1f}M params), "

@@ -99,6 +99,13 @@ class Mixer(nn.Module):
         return 0
 
     @classmethod
+    def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
+                    n: int,            # ranks each sequence is split over
+                   ) -> int:           # bytes
+        "Bytes a 'state' mixer saves on a part of a split sequence beyond `activation_bytes(w)`: what the split costs."
+        return 0
+
+    @classmethod
     def splits(cls) -> str | None:
         "The class's own `context_split` (None: it cannot split); a subclass mixes differently, so none is inherited."
         return vars(cls).get('context_split')

@@ -13,6 +13,7 @@ from ..core import UsageError
 from .base import Mixer, StreamCache, Workload, register_block, rmsnorm_bytes, patch_to, block_note
 from .base import check_int, check_token, state_from_previous
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
+from .mamba import carry_bytes
 
 # %% auto #0
 __all__ = ['chunk_states', 'BladeCache', 'Blade']
@@ -296,3 +297,15 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         total += B * N * (rmsnorm_bytes(S, dev) + S * a)                                           # read
     else: total += B * (4 * S + S * a)          # one chunk: the zero state's norm saves only its output
     return total
+
+@patch_to(Blade)
+@classmethod
+def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
+                n: int,            # ranks each sequence is split over
+               ) -> int:           # bytes
+    """The last chunk's summary, which the next part reads, and its state; the decays from the part's start; the states
+    `state_from_previous` folds (`carry_bytes` without a conv)."""
+    cfg, a = w.cfg, w.act
+    D, H, C, S, r = cfg.d_model, cfg.n_heads, cfg.chunk_size, cfg.state_dim, cfg.n_mem_tokens
+    write = (H * r * C + 2 * C * D + r * D) * a + 4 * S * 3      # its memory, keys, values; its state, the carry's two
+    return w.batch_size * (write + 4 * S * (-(-w.seq_len // C) + 1)) + carry_bytes(w, n, 0, S)

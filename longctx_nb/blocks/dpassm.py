@@ -14,7 +14,7 @@ from .base import Mixer, StreamCache, Workload, check_int, register_block, patch
 from .base import attend_parts
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .vanilla import CausalSelfAttention, attention_saved_bytes
-from .mamba import SelectiveSSM, add_selective_ssm_, cf_mm, check_ssm
+from .mamba import SelectiveSSM, add_selective_ssm_, carry_bytes, cf_mm, check_ssm
 from ..kernels.attention import attention_impls, local_attention
 from ..kernels.scan import merge_after
 
@@ -228,6 +228,18 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     else:                    # the sequential reference: per step the decay and input terms and the state (approximate)
         per += 4 * D * 4 + 2 * D * N * 4 + (R + 2 * N) * 4
     return w.tokens * per + const
+
+@patch_to(DPASSM)
+@classmethod
+def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
+                n: int,            # ranks each sequence is split over
+               ) -> int:           # bytes
+    """The SSM path's `carry_bytes`; the attention path's halo split (`split_attention_bytes`, its input left out) for
+    the whole-sequence kernel's; in_proj's output, which the conv no longer keeps (it keeps its copy with the halo)."""
+    from longctx_nb.memory import split_attention_bytes   # the memory module imports the blocks
+    D, N = w.cfg.d_model, cls._ssm_dims(w.cfg)[1]
+    attn = split_attention_bytes(w, n, cls.context_halo(w.cfg)) - attention_saved_bytes(w, w.cfg.attn_impl)
+    return carry_bytes(w, n, D, D * N) + attn - 2 * w.tokens * D * w.act
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _print_dpassm_bench(rows, device, D, H, N, w, B):

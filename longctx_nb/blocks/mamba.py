@@ -17,7 +17,7 @@ from ..kernels.scan import selective_scan, selective_state_update
 from ..kernels.conv import causal_conv1d, causal_conv1d_update, kernel_backends
 
 # %% auto #0
-__all__ = ['add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm', 'conv_silu']
+__all__ = ['add_selective_ssm_', 'KeepFp32', 'SelectiveSSM', 'check_ssm', 'Mamba', 'cf_mm', 'conv_silu', 'carry_bytes']
 
 # %% ../../nbs/23_mamba.ipynb #1735d49c
 def add_selective_ssm_(m: nn.Module,  # gets `conv1d`, `x_proj`, `dt_proj`, `A_log` and `D`
@@ -361,6 +361,26 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         if a < 4: per += 4 * 2 * N + 4 * di * 2                   # fp32 copies of B, C, u, z (in fp32, views)
         if scan == 'ref': per, states = per + 4 * di * (2 * N + 1), 4 * di * N   # every decay and state, dt u, h_0
     return int(w.batch_size * (L * per + states) + const)
+
+def carry_bytes(w: Workload,    # a part of each sequence: `w.seq_len` is L / n
+                n: int,         # ranks each sequence is split over
+                channels: int,  # the conv's channels (0: none)
+                state: int,     # numbers in one sequence's state (fp32)
+               ) -> int:        # bytes
+    """What `conv_silu` and `state_from_previous` save on a part beyond a whole sequence of its length: the conv's input
+    copied after its halo, and the halo's outputs; `n` states (the zero one folded into and one per fold) and, beyond
+    two ranks, every rank's gathered end state and decay."""
+    k = w.cfg.d_conv - 1
+    return w.batch_size * (channels * w.act * (w.seq_len + 2 * k) + 4 * state * (3 * n if n > 2 else n))
+
+@patch_to(Mamba)
+@classmethod
+def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
+                n: int,            # ranks each sequence is split over
+               ) -> int:           # bytes
+    "`carry_bytes`, and the gate, applied after the carried-in state instead of in the scan: its output and `silu(z)`."
+    di, N = cls._ssm_dims(w.cfg)
+    return carry_bytes(w, n, di, di * N) + 2 * w.tokens * di * w.act
 
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
 @patch_to(SelectiveSSM)
