@@ -4,10 +4,10 @@
 
 # %% ../nbs/70_cli.ipynb #62a778ea
 from __future__ import annotations
-import argparse, dataclasses, json, os, sys
+import argparse, dataclasses, json, sys
 import torch
 from pathlib import Path
-from .core import UsageError, check_writable_dir
+from .core import UsageError, check_writable_dir, first_rank
 from .config import Config, SECTIONS, ALIASES, apply_overrides
 from .flags import (Parser, arg, make_parser, parse_config, main, read_config_file, check_read,
                               explicit_keys, run_checks)
@@ -234,7 +234,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
         if p.is_dir() and not list_checkpoints(p) and not config_only:
             raise UsageError(f"{flag}={src!r}: that folder holds no run (no checkpoints/step_N.pt"
                              + (" and no config.json" if flag == '--trainer.resume' else '') + ").")
-    if not resume and t.run_name and not t.fast_dev_run and int(os.environ.get('RANK', 0)) == 0:   # rank 0 makes it
+    if not resume and t.run_name and not t.fast_dev_run and first_rank():   # rank 0 makes it
         new_run_dir(t.default_root_dir, t.run_name)   # refuses a used one
 
 # %% ../nbs/70_cli.ipynb #6b63386f
@@ -244,7 +244,7 @@ def _train(argv=None) -> int:
     from longctx_nb.distributed import launcher_env, launch
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, ns = parse_cli(argv, 'longctx_train')
-    say = print if int(os.environ.get('RANK', 0)) == 0 else (lambda *a: None)
+    say = print if first_rank() else (lambda *a: None)
     parsed = cfg
     cfg = run_config(cfg, _given(ns), say=say)
     if not ns.print_config: check_sources(cfg, ns.init_from)
@@ -265,9 +265,9 @@ def _train(argv=None) -> int:
         return launch(argv, cfg.trainer.devices)
     try: res = train(cfg, model=model)
     except Stopped as e:   # a stop signal: checkpoint written; 143 SIGTERM, 130 SIGINT, 75 SIGUSR1 (requeue)
-        if int(os.environ.get('RANK', 0)) == 0: print(f"longctx_train: {e}", file=sys.stderr, flush=True)
+        if first_rank(): print(f"longctx_train: {e}", file=sys.stderr, flush=True)
         return e.code
-    if int(os.environ.get('RANK', 0)) == 0:
+    if first_rank():
         print('\n' + '=' * 72 + '\nTraining finished\n' + res.summary() + '\n' + '=' * 72)
     return 0
 

@@ -11,8 +11,8 @@ import torch
 
 # %% auto #0
 __all__ = ['DEVICE_CHOICES', 'HOLD_ENV', 'PRECISIONS', 'UsageError', 'TrainingError', 'StorageError', 'os_error',
-           'check_writable_dir', 'get_device', 'launcher_env', 'hold', 'parse_precision', 'autocast_dtype',
-           'check_precision', 'autocast', 'pick_precision', 'seed_everything']
+           'check_writable_dir', 'get_device', 'launcher_env', 'first_rank', 'hold', 'parse_precision',
+           'autocast_dtype', 'check_precision', 'autocast', 'pick_precision', 'seed_everything']
 
 # %% ../nbs/00_core.ipynb #abbe4cc0
 class UsageError(ValueError):
@@ -120,6 +120,10 @@ def launcher_env() -> dict | None:
     e = {k: int(os.environ.get(k, d)) for k, d in keys}
     e['LOCAL_WORLD_SIZE'] = e['LOCAL_WORLD_SIZE'] or e['WORLD_SIZE']
     return e
+
+def first_rank() -> bool:
+    "Whether this process speaks for the run: rank 0 under a launcher, or the only process."
+    return int(os.environ.get('RANK', 0)) == 0
 
 # %% ../nbs/00_core.ipynb #9e4391e5
 HOLD_ENV = 'LONGCTX_HOLD'   # 'POINT=FILE;...': `hold(POINT)` creates FILE and waits there for a stop signal (tests)

@@ -8,7 +8,7 @@ import argparse, copy, dataclasses, difflib, importlib, itertools, inspect, io, 
 from dataclasses import fields
 from pathlib import Path
 import longctx_nb
-from .core import UsageError, TrainingError
+from .core import UsageError, TrainingError, first_rank
 from typing import Callable
 from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key,
                                merge_settings, set_twice, _value, _convert, _truth, _field_of, _hints, _OWNED, _choices,
@@ -314,7 +314,7 @@ class Parser(argparse.ArgumentParser):
             if a is None or a.nargs == 0: continue
             rest = list(itertools.takewhile(lambda t: not t.startswith('--'), args[i + 1:]))
             val = tok.split('=', 1)[1] if '=' in tok else ' '.join(rest if a.nargs in ('+', '*') else rest[:1])
-            if a.dest in seen and seen[a.dest][1] != val and int(os.environ.get('RANK', 0)) == 0:
+            if a.dest in seen and seen[a.dest][1] != val and first_rank():
                 first = f"{seen[a.dest][0]} {seen[a.dest][1]!r}"
                 print(f"{self.prog}: note: " + set_twice(flag, first, f"{flag} {val!r}"), file=sys.stderr)
             seen[a.dest] = (flag, val)
@@ -624,7 +624,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
         notes.append(f"trainer.strategy={cfg.trainer.strategy} runs as fsdp (FSDP2, every block sharded over the "
                      "ranks, as DeepSpeed's ZeRO stages 2 and 3 shard); DeepSpeed itself is not used. Say "
                      "--trainer.strategy=fsdp.")
-    if int(os.environ.get('RANK', 0)) == 0:
+    if first_rank():
         for n in notes: print(f"{parser.prog}: note: {n}", file=sys.stderr)
     training = {'--model.d_model', '--trainer.max_steps'} <= set(parser._option_string_actions)
     if training and not getattr(ns, 'print_config', False) and not getattr(ns, 'init_from', None):

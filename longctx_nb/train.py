@@ -11,7 +11,7 @@ from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import (TrainingError, get_device, check_precision, pick_precision, autocast, autocast_dtype,
-                             seed_everything, hold)
+                             seed_everything, hold, first_rank)
 from .measure import reset_peak_memory, peak_memory_mb, device_peak_flops, recheck_peak, mfu, format_mfu
 from .config import (Config, DataConfig, TrainerConfig, apply_overrides, parse_curriculum)
 from .data import TokenData, load_dataset, check_vocab, make_loader, val_batches
@@ -144,7 +144,7 @@ def resolve_precision(t: TrainerConfig,      # precision and use_fp16
     "The precision to run (`core.pick_precision`), checked; its note said by `say` (default: stderr, rank 0)."
     p, note = pick_precision(t, device)
     if note and say is not None: say(note)
-    elif note and int(os.environ.get('RANK', 0)) == 0: print(f"note: {note}", file=sys.stderr, flush=True)
+    elif note and first_rank(): print(f"note: {note}", file=sys.stderr, flush=True)
     return check_precision(device, p)
 
 ALLOC_ENVS = ('PYTORCH_ALLOC_CONF', 'PYTORCH_CUDA_ALLOC_CONF')   # torch's allocator settings (the first is newer)
@@ -629,7 +629,7 @@ def train(cfg: Config,                      # the run's config
     dist = init_distributed(cfg.trainer)   # one process, or this process's rank under torchrun
     old = {s: signal.getsignal(s) for s in STOP_CODES} if threading.current_thread() is threading.main_thread() else {}
     try:
-        with quiet_notes() if quiet or not dist.main else contextlib.nullcontext():   # a block's notes: rank 0's
+        with quiet_notes() if quiet else contextlib.nullcontext():
             return _train(cfg, tokens, quiet, model, dist)
     except BaseException as e:
         if dist.world_size > 1: _let_go(e)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import torch, torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from ..core import UsageError, autocast, parse_precision
+from ..core import UsageError, autocast, first_rank, parse_precision
 from ..measure import saved_tensor_bytes
 from ..kernels.attention import may_attend
 
@@ -261,8 +261,8 @@ def quiet_notes():
 
 def block_note(msg: str,  # what the block changed, and why
               ) -> bool:  # whether it was printed
-    "Print `msg` unless inside `quiet_notes()`."
-    if _QUIET: return False
+    "Print `msg` on the run's first rank, unless inside `quiet_notes()`."
+    if _QUIET or not first_rank(): return False
     print(msg, flush=True)
     return True
 
