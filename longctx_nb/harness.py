@@ -112,20 +112,15 @@ class HarnessLM(TemplateLM or object):
             raise UsageError(f"the chat template refuses these messages ({e}); a template without a system turn takes "
                              "no --system_instruction.") from None
 
-    def _specials(self, text: str,  # a context
-                  lead: str | None,  # the text whose lead means the bos is in `text` already
-                 ) -> bool:
-        "Whether lm_eval's `hf` lets the tokenizer add its start ids (a bos) to `text`: by default, unless it has them."
-        return self.add_bos_token is not False and not has_bos_prefix(text, lead)
-
     def tok_encode(self, string: str,            # any text
                    add_special_tokens=None,  # lm_eval's switch (None: as `hf`, the start ids unless there already)
                    **kw,                     # lm_eval's other encoding options (none applies)
                   ) -> list[int]:            # the token ids
         "Ids of `string` as `hf` has them: start ids (a bos), a chat template's special tokens as their ids."
         if self.tokenizer is None: return [int(i) for i in self.tok.encode(string)]   # the byte tokenizer has none
-        if add_special_tokens is None:
-            add_special_tokens = self._specials(string, self.tokenizer.decode(self.prefix_token_id))
+        if add_special_tokens is None:   # as `hf`: not where the text starts with the prefix token's text
+            lead = self.tokenizer.decode(self.prefix_token_id)
+            add_special_tokens = self.add_bos_token is not False and not has_bos_prefix(string, lead)
         return self.tokenizer.encode(string, add_special_tokens=add_special_tokens)
 
     def tok_decode(self, ids,                         # token ids (or one id)
@@ -187,8 +182,9 @@ class HarnessLM(TemplateLM or object):
             until, n = handle_stop_sequences(kw.pop('until', None), eos=eos), kw.pop('max_gen_toks')
             if n >= self.max_length:
                 raise UsageError(f"max_gen_toks={n} leaves no room for a context in max_length={self.max_length}.")
-            bos = self.tokenizer is not None and self._specials(context, self.tokenizer.bos_token)   # as `hf` batches
-            ids = torch.tensor([self.tok_encode(context, bos)[-(self.max_length - n):]], device=self.device)
+            bos = self.tokenizer and not has_bos_prefix(context, self.tokenizer.bos_token)   # as `hf` batches prompts
+            ids = torch.tensor([self.tok_encode(context, bos and self.add_bos_token is not False)[-(self.max_length - n):]],
+                               device=self.device)
             with autocast(self.device, self.precision):   # the tokenizer's stop ids (eos) end it, as do the strings
                 new = generate(self.model, ids, n, temperature=0, stop_ids=self.tok.stop_ids, stop_text=until,
                                decode=self.tok_decode)
