@@ -182,9 +182,9 @@ class HarnessLM(TemplateLM or object):
             until, n = handle_stop_sequences(kw.pop('until', None), eos=eos), kw.pop('max_gen_toks')
             if n >= self.max_length:
                 raise UsageError(f"max_gen_toks={n} leaves no room for a context in max_length={self.max_length}.")
-            bos = self.tokenizer and not has_bos_prefix(context, self.tokenizer.bos_token)   # as `hf` batches prompts
-            ids = torch.tensor([self.tok_encode(context, bos and self.add_bos_token is not False)[-(self.max_length - n):]],
-                               device=self.device)
+            lead = getattr(self.tokenizer, 'bos_token', None)   # as `hf` encodes a batch of prompts
+            bos = self.add_bos_token is not False and not has_bos_prefix(context, lead)
+            ids = torch.tensor([self.tok_encode(context, bos)[-(self.max_length - n):]], device=self.device)
             with autocast(self.device, self.precision):   # the tokenizer's stop ids (eos) end it, as do the strings
                 new = generate(self.model, ids, n, temperature=0, stop_ids=self.tok.stop_ids, stop_text=until,
                                decode=self.tok_decode)
