@@ -19,7 +19,8 @@ try:   # an optional extra (pip install 'longctx_nb[eval]'): importing longctx_n
     from lm_eval import utils as lm_utils
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import model_registry
-    from lm_eval.models.utils import Collator, handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+    from lm_eval.models.utils import (Collator, handle_stop_sequences, has_bos_prefix, normalize_gen_kwargs,
+                                     postprocess_generated_text)
 except ImportError: TemplateLM = None
 
 # %% auto #0
@@ -45,6 +46,8 @@ class HarnessLM(TemplateLM or object):
                  precision: str = 'auto',  # 32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere
                  max_length=None,          # longest input (None: `hf.default_length`, 2048 with `model`)
                  max_gen_toks=256,         # tokens generated when a task does not say
+                 add_bos_token: bool | None = None,  # lm_eval's: a bos first (None: as the tokenizer's post-processor)
+                 prefix_token_id: int | None = None,  # lm_eval's: the context of an empty one (None: the bos, else eos)
                 ):
         require_lm_eval(); super().__init__()
         if (path is None) == (model is None): raise UsageError("HarnessLM: give path=PATH, or model= and tokenizer=.")
@@ -63,6 +66,8 @@ class HarnessLM(TemplateLM or object):
         self.model, self.tok = model.to(self._device).eval(), tokenizer
         # a BPE tokenizer as transformers' (a copy): it encodes, decodes and applies the chat template as lm_eval's `hf`
         self.tokenizer = None if isinstance(tokenizer, ByteTokenizer) else hf_tokenizer(tokenizer)
+        if self.tokenizer is not None and add_bos_token is not None: self.tokenizer.add_bos_token = add_bos_token
+        self.add_bos_token, self.custom_prefix_id = add_bos_token, prefix_token_id
         self.batch_size, self._max_length, self._max_gen_toks = int(batch_size), int(max_length or default_length(
             cfg, path and trained_context(path))), int(max_gen_toks)
 
@@ -70,6 +75,10 @@ class HarnessLM(TemplateLM or object):
     max_length = property(lambda self: self._max_length)
     max_gen_toks = property(lambda self: self._max_gen_toks)
     eot_token_id = property(lambda self: self.tok.eot_id)
+    @property
+    def prefix_token_id(self) -> int:
+        "The context of a request that has none: `prefix_token_id` if given, else the bos, else the eos (as `hf`)."
+        return next(i for i in (self.custom_prefix_id, self.tok.bos_id, self.eot_token_id) if i is not None)
     @property
     def tokenizer_name(self) -> str:
         "lm_eval's key of cached requests: the tokenizer's kind and a digest of its vocabulary and chat template."
@@ -104,12 +113,15 @@ class HarnessLM(TemplateLM or object):
                              "no --system_instruction.") from None
 
     def tok_encode(self, string: str,            # any text
-                   add_special_tokens=None,  # lm_eval's switch: our tokenizers add no special tokens either way
+                   add_special_tokens=None,  # lm_eval's switch (None: as `hf`, the start ids unless there already)
                    **kw,                     # lm_eval's other encoding options (none applies)
                   ) -> list[int]:            # the token ids
-        "Ids of `string` (a chat template's special tokens as their ids, where the tokenizer reads them so)."
-        if self.tokenizer is None: return [int(i) for i in self.tok.encode(string)]
-        return self.tokenizer.encode(string, add_special_tokens=False)
+        "Ids of `string` as `hf` has them: start ids (a bos), a chat template's special tokens as their ids."
+        if self.tokenizer is None: return [int(i) for i in self.tok.encode(string)]   # the byte tokenizer has none
+        if add_special_tokens is None:   # as `hf`: not where the text starts with the prefix token's text
+            lead = self.tokenizer.decode(self.prefix_token_id)
+            add_special_tokens = self.add_bos_token is not False and not has_bos_prefix(string, lead)
+        return self.tokenizer.encode(string, add_special_tokens=add_special_tokens)
 
     def tok_decode(self, ids,                         # token ids (or one id)
                    skip_special_tokens: bool = True,  # leave the end-of-text id out
@@ -170,7 +182,9 @@ class HarnessLM(TemplateLM or object):
             until, n = handle_stop_sequences(kw.pop('until', None), eos=eos), kw.pop('max_gen_toks')
             if n >= self.max_length:
                 raise UsageError(f"max_gen_toks={n} leaves no room for a context in max_length={self.max_length}.")
-            ids = torch.tensor([self.tok_encode(context)[-(self.max_length - n):]], device=self.device)
+            lead = getattr(self.tokenizer, 'bos_token', None)   # as `hf` encodes a batch of prompts
+            bos = self.add_bos_token is not False and not has_bos_prefix(context, lead)
+            ids = torch.tensor([self.tok_encode(context, bos)[-(self.max_length - n):]], device=self.device)
             with autocast(self.device, self.precision):   # the tokenizer's stop ids (eos) end it, as do the strings
                 new = generate(self.model, ids, n, temperature=0, stop_ids=self.tok.stop_ids, stop_text=until,
                                decode=self.tok_decode)

@@ -136,18 +136,16 @@ def chat_folders(tmp_path_factory):
     save_pretrained(model, d / 'byte', ByteTokenizer(), say=None)
     return d / 'chat', d / 'byte'
 
-def test_chat_template_equals_lm_eval_hf(bindir, chat_folders, tasks, env, tmp_path):
-    "--apply_chat_template: our class through lm_eval's command line and through longctx_eval sends the requests of "
-    "`lm_eval --model hf` (the prompts in the template, its markers as special ids) and gets its numbers."
-    chat = chat_folders[0]
-    common = ['--tasks', TASKS, '--include_path', tasks, '--device', 'cpu', '--log_samples', '--apply_chat_template']
-    run([bindir / 'lm_eval'], '--model', 'hf', '--model_args', f'pretrained={chat}', *common, '--batch_size', 1,
-        '--output_path', tmp_path / 'ref', env=env, check=0)
-    run([sys.executable, '-m', 'longctx_nb.harness'], '--model', 'longctx', '--model_args', f'path={chat}', *common,
-        '--batch_size', 4, '--output_path', tmp_path / 'ours', env=env, check=0)
-    (ref, ref_s), (ours, ours_s) = lm_eval_out(tmp_path / 'ref'), lm_eval_out(tmp_path / 'ours')
+def hf_parity(bindir, folder, tasks, env, out, *flags, model_args=''):
+    "Our class through lm_eval's command line on the transformers `folder` sends the requests of `lm_eval --model hf` and "
+    "gets its responses and metrics; lm_eval's (results, samples) of `hf`."
+    common = ['--tasks', TASKS, '--include_path', tasks, '--device', 'cpu', '--log_samples', *flags]
+    run([bindir / 'lm_eval'], '--model', 'hf', '--model_args', f'pretrained={folder}{model_args}', *common, '--batch_size', 1,
+        '--output_path', out / 'ref', env=env, check=0)
+    run([sys.executable, '-m', 'longctx_nb.harness'], '--model', 'longctx', '--model_args', f'path={folder}{model_args}',
+        *common, '--batch_size', 4, '--output_path', out / 'ours', env=env, check=0)
+    (ref, ref_s), (ours, ours_s) = lm_eval_out(out / 'ref'), lm_eval_out(out / 'ours')
     assert set(ref) == set(ours) == set(TASKS.split(','))
-    assert ref_s['example_mc'][0]['arguments']['gen_args_0']['arg_0'].startswith('<|user|>\n')   # the template was applied
     for t in ref:
         assert metrics(ref[t]) and same(sorted(metrics(ours[t]).items()), sorted(metrics(ref[t]).items())), (t, ours[t], ref[t])
         a, b = sorted(ours_s[t], key=lambda s: s['doc_id']), sorted(ref_s[t], key=lambda s: s['doc_id'])
@@ -155,11 +153,47 @@ def test_chat_template_equals_lm_eval_hf(bindir, chat_folders, tasks, env, tmp_p
         for x, y in zip(a, b):
             assert x['arguments'] == y['arguments'], (t, x['arguments'], y['arguments'])
             assert same(x['resps'], y['resps'], t == 'example_gen'), (t, x['resps'], y['resps'])
+    return ref, ref_s
+
+def test_chat_template_equals_lm_eval_hf(bindir, chat_folders, tasks, env, tmp_path):
+    "--apply_chat_template: our class through lm_eval's command line and through longctx_eval sends the requests of "
+    "`lm_eval --model hf` (the prompts in the template, its markers as special ids) and gets its numbers."
+    chat = chat_folders[0]
+    ref, ref_s = hf_parity(bindir, chat, tasks, env, tmp_path, '--apply_chat_template')
+    assert ref_s['example_mc'][0]['arguments']['gen_args_0']['arg_0'].startswith('<|user|>\n')   # the template was applied
     run([bindir / 'longctx_eval'], '--harness', TASKS, '--include_path', tasks, f'--checkpoint_path={chat}', '--device', 'cpu',
         '--apply_chat_template', '--output_dir', tmp_path / 'cli', env=env, check=0)
     r = json.loads((tmp_path / 'cli' / 'vanilla_harness.json').read_text())
     assert r['model']['apply_chat_template'] is True
     for t in ref: assert same(sorted(metrics(r['results'][t]).items()), sorted(metrics(ref[t]).items())), t
+
+@pytest.fixture(scope='module')
+def bos_folder(tmp_path_factory):
+    "A tiny random vanilla model exported for transformers with a BPE tokenizer that puts a bos first, as Llama's does, "
+    "and a chat template that writes the bos itself."
+    import torch
+    from tokenizers import processors
+    from longctx_nb.config import ModelConfig
+    from longctx_nb.export import save_pretrained
+    from longctx_nb.model import LM
+    from longctx_nb.tokenizer import BPETokenizer
+    t = BPETokenizer.train(['The sky is blue. Grass is green. Snow is white. The sun is yellow. ' * 20], vocab_size=300).tok
+    t.add_special_tokens(['<s>'])
+    t.post_processor = processors.TemplateProcessing(single='<s> $A', special_tokens=[('<s>', t.token_to_id('<s>'))])
+    torch.manual_seed(0)
+    model, d = LM(ModelConfig(vocab_size=320, d_model=64, n_layers=2, n_heads=4, d_ff=128)), tmp_path_factory.mktemp('bos')
+    tok = BPETokenizer(t, bos='<s>', chat_template='{{ bos_token }}' + CHAT, split_special_tokens=False)
+    assert tok.start_ids == [tok.bos_id]
+    save_pretrained(model, d, tok, say=None)
+    return d
+
+@pytest.mark.parametrize('flags,model_args', [((), ''), (('--apply_chat_template',), ',add_bos_token=True,prefix_token_id=0')])
+def test_bos_first_equals_lm_eval_hf(bindir, bos_folder, tasks, env, tmp_path, flags, model_args):
+    "A tokenizer that puts a bos first: our class encodes as `lm_eval --model hf` (a bos before each context, none added "
+    "where the text starts with it, the bos as an empty context's; lm_eval's add_bos_token and prefix_token_id honoured)."
+    ref, ref_s = hf_parity(bindir, bos_folder, tasks, env, tmp_path, *flags, model_args=model_args)
+    prompt = ref_s['example_gen'][0]['arguments']['gen_args_0']['arg_0']
+    assert prompt.startswith('<s>') == bool(flags) and (flags or any(s['resps'][0][0] for s in ref_s['example_gen']))
 
 def test_chat_template_refused_where_there_is_none(bindir, chat_folders, tasks, env):
     "A byte tokenizer has no chat template, and ours hold no named ones: exit 2 and one paragraph, from both command lines."
