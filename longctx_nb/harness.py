@@ -67,6 +67,10 @@ class HarnessLM(TemplateLM or object):
         # a BPE tokenizer as transformers' (a copy): it encodes, decodes and applies the chat template as lm_eval's `hf`
         self.tokenizer = None if isinstance(tokenizer, ByteTokenizer) else hf_tokenizer(tokenizer)
         if self.tokenizer is not None and add_bos_token is not None: self.tokenizer.add_bos_token = add_bos_token
+        V = tokenizer.vocab_size
+        if prefix_token_id is not None and not (isinstance(prefix_token_id, int) and 0 <= prefix_token_id < V):
+            raise UsageError(f"prefix_token_id={prefix_token_id!r} is not a token id of the model's tokenizer: give a "
+                             f"whole number from 0 to {V - 1}, or leave it out (the bos, else the eos).")
         self.add_bos_token, self.custom_prefix_id = add_bos_token, prefix_token_id
         self.batch_size, self._max_length, self._max_gen_toks = int(batch_size), int(max_length or default_length(
             cfg, path and trained_context(path))), int(max_gen_toks)
