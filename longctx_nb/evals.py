@@ -319,7 +319,8 @@ def _plan(ev: Evaluated, task, dev, precision, checkpoint_path, say, *, seq_len,
         work = _ruler_work(ev, ruler_tasks, lengths, n_samples, seed, data_dir, qa_file, threshold, gen_tokens, kw,
                            note, num_chains=num_chains, num_hops=num_hops)
     elif task in ACCURACY_TASKS:
-        work = _recall_work(ev, ACCURACY_TASKS[task], lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len, kw)
+        work = _recall_work(ev, ACCURACY_TASKS[task], lengths, n_samples, seed, task_vocab_size, num_pairs, copy_len,
+                            kw)
     else: work = _text_work(ev, task, lengths, seq_len, max_len, n_samples, n_buckets, data_dir, kw, note)
     trained_on = ev.synthetic_task or (ev.config.data.dataset_name if ev.config is not None and ev.trained else None)
     out = dict(task=task, block=ev.block, n_params=count_params(ev.model),
@@ -501,7 +502,8 @@ def _row_values(r: dict) -> list[tuple[str, dict]]:
     return [('', {'within': r['loss_within'], 'beyond': r['loss_beyond']})]
 
 _TABLE_WHAT = {'passkey': 'exact-match accuracy (mean over depths) by length',
-               **dict.fromkeys(ACCURACY_TASKS, 'answer-token accuracy by length'), 'perplexity': 'validation loss (nats/token) by length',
+               **dict.fromkeys(ACCURACY_TASKS, 'answer-token accuracy by length'),
+               'perplexity': 'validation loss (nats/token) by length',
                'drift_curve': 'mean loss within and beyond the training length',
                'ruler': 'RULER score by length (average: the mean over its tasks)'}
 
@@ -601,12 +603,12 @@ def eval_parser() -> argparse.ArgumentParser:
         arg('--batch_size', type=int, default=8, help='sequences per forward pass'),
         arg('--device', default='auto', help='auto, cpu, cuda or cuda:N'),
         arg('--precision', default='auto', help='32, bf16 or 16; auto: bf16 on CUDA, 32 elsewhere'),
-        arg('--seed', type=int, help='seed of the generated sequences (passkey, copy_recall, induction_heads) and of an untrained '
-            'model (default: 0)'),
+        arg('--seed', type=int, help='seed of the generated sequences (passkey, copy_recall, induction_heads) and of '
+            'an untrained model (default: 0)'),
         arg('--output_dir', help='write {block}_{task}.json and .png here'),
         arg('--passkey_len', type=int, group=task, help='digits of the passkey (default 5)'),
-        arg('--task_vocab_size', type=int, group=task, help='vocabulary of the synthetic tasks (copy_recall, induction_heads; passkey '
-            'in ids)'),
+        arg('--task_vocab_size', type=int, group=task,
+            help='vocabulary of the synthetic tasks (copy_recall, induction_heads; passkey in ids)'),
         arg('--num_pairs', type=int, group=task, help='key-value pairs of associative recall'),
         arg('--copy_len', type=int, group=task, help='tokens to copy'),
         arg('--n_buckets', type=int, group=task, help=f'points of the drift curve (default: {N_BUCKETS})'),

@@ -335,8 +335,8 @@ def text_data(ev: Evaluated,                # the model to evaluate
     "The validation text for `ev`: `data_dir`, else its training corpus, else the default corpus (fresh models)."
     if data_dir is None and ev.synthetic_task is not None:
         raise UsageError(f"the model in {ev.source} was trained on the synthetic task {ev.synthetic_task!r} and has "
-                         f"no text for {what}; evaluate it with --task passkey, copy_recall or induction_heads, or give --data_dir with "
-                         "text in its vocabulary.")
+                         f"no text for {what}; evaluate it with --task passkey, copy_recall or "
+                         "induction_heads, or give --data_dir with text in its vocabulary.")
     base = ev.config.data if ev.config is not None and ev.synthetic_task is None else DataConfig()
     if (unknown := unknown_corpus(ev)) and (data_dir is None or not is_prepared(data_dir)):
         raise UsageError(f"{what} cannot score {ev.source}: {unknown}. Give --data_dir with a folder prepared "
