@@ -41,9 +41,12 @@ def test_nx_resolves_records_and_exports(bindir, base, scaling):
     if scaling == 'longrope': assert {k: cfg['model'][f'rope_{k}'] for k in LONGROPE} == LONGROPE
     p = run(bindir, 'longctx_export', f'runs/{scaling}', f'hf_{scaling}', cwd=base, check=0)
     n_pos = json.loads((base / f'hf_{scaling}' / 'config.json').read_text())['max_position_embeddings']
-    # where transformers reads the context the scaling starts from (yarn: 4.x there, 5.x in rope_scaling as well)
-    assert n_pos == 32 and ("max_position_embeddings=32 in config.json: rope_original_max_position_embeddings, where "
-                            f"transformers' {scaling} scaling reads the context it starts from") in p.stdout, p.stdout
+    if scaling == 'longrope':   # a Phi-3: the context stretched, its factor max_position_embeddings / the original's
+        assert n_pos == 128 and ("max_position_embeddings=128 in config.json: rope_original_max_position_embeddings 32 x "
+                                 "rope_factor 4") in p.stdout and 'Phi3ForCausalLM' in p.stdout, p.stdout
+    else:   # where transformers reads the context the scaling starts from (yarn: 4.x there, 5.x in rope_scaling as well)
+        assert n_pos == 32 and ("max_position_embeddings=32 in config.json: rope_original_max_position_embeddings, where "
+                                f"transformers' {scaling} scaling reads the context it starts from") in p.stdout, p.stdout
     transformers = pytest.importorskip('transformers')
     from longctx_nb.checkpoint import load_model
     hf = transformers.AutoModelForCausalLM.from_pretrained(base / f'hf_{scaling}').eval()
