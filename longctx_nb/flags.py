@@ -4,7 +4,8 @@
 
 # %% ../nbs/02_flags.ipynb #04433236
 from __future__ import annotations
-import argparse, copy, dataclasses, difflib, importlib, itertools, inspect, io, json, os, shutil, sys, tokenize, typing
+import argparse, copy, dataclasses, difflib, importlib, itertools, inspect, io, json, os, shutil, sys, time, tokenize
+import typing
 from dataclasses import fields
 from pathlib import Path
 import longctx_nb
@@ -665,6 +666,7 @@ def main(fn,                       # fn(argv) -> exit code
         msg = ' '.join(str(e).split())   # one paragraph
         for a, b in (names or {}).items(): msg = msg.replace(a, b)
         if rank == 0: print(f"{tag}: error: {msg}\n(see {prog} --help)", file=sys.stderr)
+        elif tag != prog: time.sleep(60)   # torchrun ends every worker once one exits: rank 0's paragraph first
         return 2
     except TrainingError as e:
         print(f"{tag}: stopped: {e}", file=sys.stderr)
