@@ -267,6 +267,10 @@ def context_fits(cfg,  # a training `Config` straight from the command line
                          f"use a multiple of {n}, e.g. {max(n, L - L % n)} or {L - L % n + n}.")
     for name in dict.fromkeys(layer_blocks(cfg.model.block)):   # each block of the layer pattern, once
         _part_fits(name, cfg, n, L)
+    if (m := cfg.model).dropout and 'vanilla' in layer_blocks(m):   # each rank would draw its own mask
+        raise UsageError(f"model.dropout={m.dropout} drops vanilla's attention weights, which attention over a "
+                         f"sequence split across ranks (trainer.context_parallel={n}) does not do; use "
+                         "--model.dropout=0, or --trainer.context_parallel=1.")
     if d.doc_mask:
         raise UsageError("data.doc_mask=true masks attention by document, which the context split does not carry "
                          "yet; use --data.doc_mask=false with --trainer.context_parallel above 1.")

@@ -15,13 +15,14 @@ from .config import ModelConfig
 from .flags import check_before_run
 from .synthetic import CONFIG_KNOBS, TASKS, get_task, task_params
 from .blocks.base import Workload, get_block, act_bytes, rmsnorm_bytes
+from .blocks.vanilla import split_attention_bytes
 from .model import LM, build_layer, count_params, layer_blocks
 
 # %% auto #0
-__all__ = ['TRAIN_HINT', 'FIT_COUNTS', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'split_attention_bytes',
-           'block_activation_bytes', 'block_workspace_bytes', 'MemoryEstimate', 'estimate_memory', 'param_count',
-           'available_memory', 'check_fits', 'check_config_fits', 'task_vocab', 'fits_when_parsed', 'longest_fitting',
-           'fit_lengths', 'task_settings_read', 'check_positive', 'check_seed', 'check_lengths']
+__all__ = ['TRAIN_HINT', 'FIT_COUNTS', 'MAX_COUNTS', 'MAX_SEED', 'format_bytes', 'block_shell_bytes', 'block_activation_bytes',
+           'block_workspace_bytes', 'MemoryEstimate', 'estimate_memory', 'param_count', 'available_memory',
+           'check_fits', 'check_config_fits', 'task_vocab', 'fits_when_parsed', 'longest_fitting', 'fit_lengths',
+           'task_settings_read', 'check_positive', 'check_seed', 'check_lengths']
 
 # %% ../nbs/31_memory.ipynb #7fc8621a
 def format_bytes(n: float,  # bytes
@@ -48,19 +49,6 @@ def block_shell_bytes(w: Workload,  # the model config, batch, length, precision
         per += 4 * Ff * a                                # w1 x, silu(w1 x), w3 x, their product (w2's input)
         if cfg.dropout: per += D * mask(a)               # dropout after the MLP
     return w.tokens * per
-
-def split_attention_bytes(w: Workload,            # a part of each sequence: `w.seq_len` is L / n
-                          n: int,                 # ranks the sequence is split over
-                          halo: int | None = None,  # keys received before its own ('halo'); None: the ring's
-                         ) -> int:                # bytes
-    """Bytes an attention mixer saves on its part of a split sequence: `ring_attention`'s own keys and values, or SDPA
-    over copies of its keys and the `halo` before them, masked."""
-    D, H, l, a = w.cfg.d_model, w.cfg.n_heads, w.seq_len, w.act
-    own = (w.tokens * (3 * D * a + 4 * H)              # qkv's input, the rotated queries, the output; the logsumexp
-           + 2 * n * l * (D // H) * 4)                 # RoPE's cos and sin tables of the whole sequence
-    if halo is None: return own + w.tokens * 2 * (D // H) * (w.cfg.n_kv_heads or H) * a   # its keys and values
-    return (own + 2 * w.batch_size * (l + halo) * D * a          # the keys and values, the halo's with its own
-            + l * (l + halo) * (a if w.dev == 'cuda' else 4))    # the position mask, as SDPA's additive bias
 
 def block_activation_bytes(w: Workload,            # the model config, batch, length, precision and device measured
                            block: str | None = None,  # the layer's block (default: `w.cfg.block`, a single block)

@@ -13,7 +13,7 @@ from ..measure import bench_impls, paired_ratio, timing_table
 from .base import Mixer, StreamCache, Workload, check_int, register_block, patch_to, check_token
 from .base import attend_parts
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
-from .vanilla import CausalSelfAttention, attention_saved_bytes
+from .vanilla import CausalSelfAttention, attention_saved_bytes, split_attention_bytes
 from .mamba import SelectiveSSM, add_selective_ssm_, carry_bytes, cf_mm, check_ssm
 from ..kernels.attention import attention_impls, local_attention
 from ..kernels.scan import merge_after
@@ -236,7 +236,6 @@ def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L /
                ) -> int:           # bytes
     """The SSM path's `carry_bytes`; the attention path's halo split (`split_attention_bytes`, its input left out) for
     the whole-sequence kernel's; in_proj's output, which the conv no longer keeps (it keeps its copy with the halo)."""
-    from longctx_nb.memory import split_attention_bytes   # the memory module imports the blocks
     D, N = w.cfg.d_model, cls._ssm_dims(w.cfg)[1]
     attn = split_attention_bytes(w, n, cls.context_halo(w.cfg)) - attention_saved_bytes(w, w.cfg.attn_impl)
     return carry_bytes(w, n, D, D * N) + attn - 2 * w.tokens * D * w.act

@@ -16,7 +16,7 @@ from .layers import ROPE_SETTINGS, RotaryEmbedding, apply_rotary, mark_residual_
 
 # %% auto #0
 __all__ = ['ROPE_FIELDS', 'GQA_MAX_HEAD_DIM', 'attention_ref', 'check_kv_heads', 'rope_scaling_dict', 'CausalSelfAttention',
-           'qkv_rows', 'document_mask', 'document_attention', 'attention_saved_bytes']
+           'qkv_rows', 'document_mask', 'document_attention', 'attention_saved_bytes', 'split_attention_bytes']
 
 # %% ../../nbs/22_vanilla.ipynb #d356a476
 def attention_ref(q: torch.Tensor,   # (B, H, L, Dh) queries
@@ -128,16 +128,6 @@ def _attention_check(cfg):
     check_kv_heads(cfg.model.n_heads, cfg.model.n_kv_heads or cfg.model.n_heads)
     rope_scaling_dict(cfg.model)
 
-@check_before_run
-def _split_dropout(cfg):
-    "Refuse attention dropout over a split sequence: each rank would draw its own mask, not one process's."
-    from longctx_nb.model import layer_blocks   # (the model module imports this one)
-    m, n = cfg.model, cfg.trainer.context_parallel
-    if m.dropout and n > 1 and 'vanilla' in layer_blocks(m):
-        raise UsageError(f"model.dropout={m.dropout} drops vanilla's attention weights, which attention over a "
-                         f"sequence split across ranks (trainer.context_parallel={n}) does not do; use "
-                         "--model.dropout=0, or --trainer.context_parallel=1.")
-
 @unread_rule
 def _unread_rope(cfg, key: str) -> str | None:
     "A `rope_*` scaling setting that the `rope_scaling` type chosen does not read."
@@ -226,3 +216,16 @@ def attention_saved_bytes(w: Workload,         # the model config, batch, length
     # the reference: q, k, v and the L x L probabilities in autocast's dtype (CUDA's autocast softmax adds an fp32 copy)
     probs = a + 4 if a < 4 and w.dev == 'cuda' else a
     return w.tokens * (D + 2 * K) * a + tables + L * L + w.batch_size * H * L * L * probs
+
+def split_attention_bytes(w: Workload,            # a part of each sequence: `w.seq_len` is L / n
+                          n: int,                 # ranks the sequence is split over
+                          halo: int | None = None,  # keys received before its own ('halo'); None: the ring's
+                         ) -> int:                # bytes
+    """Bytes an attention mixer saves on its part of a split sequence: `ring_attention`'s own keys and values, or SDPA
+    over copies of its keys and the `halo` before them, masked."""
+    D, H, l, a = w.cfg.d_model, w.cfg.n_heads, w.seq_len, w.act
+    own = (w.tokens * (3 * D * a + 4 * H)              # qkv's input, the rotated queries, the output; the logsumexp
+           + 2 * n * l * (D // H) * 4)                 # RoPE's cos and sin tables of the whole sequence
+    if halo is None: return own + w.tokens * 2 * (D // H) * (w.cfg.n_kv_heads or H) * a   # its keys and values
+    return (own + 2 * w.batch_size * (l + halo) * D * a          # the keys and values, the halo's with its own
+            + l * (l + halo) * (a if w.dev == 'cuda' else 4))    # the position mask, as SDPA's additive bias
