@@ -127,17 +127,17 @@ def _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_k
         if not isinstance(t, torch.Tensor) or t.ndim != 4:
             raise UsageError(f"{name} must be a 4-d tensor (batch, heads, seq_len, head_dim), got "
                              f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}.")
-    if q.shape != k.shape:
-        raise UsageError(f"q and k must have the same shape (batch, heads, seq_len, head_dim): q is {tuple(q.shape)}, "
-                         f"k is {tuple(k.shape)}.")
+    if q.shape[:2] + q.shape[3:] != k.shape[:2] + k.shape[3:] or q.shape[2] > k.shape[2]:
+        raise UsageError(f"q and k must share batch, heads and head_dim, and k hold at least q's seq_len (the queries "
+                         f"are the last positions): q is {tuple(q.shape)}, k is {tuple(k.shape)}.")
     if v.shape[:3] != k.shape[:3]:
         raise UsageError("v must be (batch, heads, seq_len, v_dim) with k's batch, heads and seq_len: k is "
                          f"{tuple(k.shape)}, v is {tuple(v.shape)}.")
     if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
         raise UsageError(f"q, k and v must share dtype and device, got {q.dtype}/{k.dtype}/{v.dtype} on "
                          f"{q.device}/{k.device}/{v.device}.")
-    L = q.shape[2]
-    if L < 1: raise UsageError("q, k and v have seq_len 0; local attention needs at least one position.")
+    L = k.shape[2]
+    if q.shape[2] < 1: raise UsageError("q, k and v have seq_len 0; local attention needs at least one position.")
     if not _is_int(window_size) or window_size < 1:
         raise UsageError(f"window_size={window_size!r} is not valid: it is the number of most recent positions (the "
                          "query's own included) each query attends to, an integer >= 1.")
@@ -159,7 +159,8 @@ def _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_k
                              f"key blocks of k_block={rk.k_block} (ids 0..{nk - 1}, -1 for none).")
 
 def _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse):
-    mask = local_attention_mask(q.shape[2], window_size, n_global, rk, window_kind, q.device)
+    L = k.shape[2]
+    mask = local_attention_mask(L, window_size, n_global, rk, window_kind, q.device)[L - q.shape[2]:]
     ct = torch.promote_types(q.dtype, torch.float32)                     # fp32 at least
     s = (q.to(ct) @ k.to(ct).transpose(-2, -1)) * scale
     s = s.masked_fill(~mask, float('-inf'))
@@ -167,11 +168,11 @@ def _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, retur
     return (o, s.logsumexp(-1)) if return_lse else o
 
 # %% ../../nbs/14_attention.ipynb #5ef9f124
-def _random_columns(rk: RandomKeys, nb: int, bs: int, L: int, device):
-    """For `nb` kernel blocks of `bs` queries: the random key positions each gathers `(nb, R)`, the random query block
-    each serves, and which are real."""
+def _random_columns(rk: RandomKeys, nb: int, bs: int, L: int, device, off: int = 0):
+    """For `nb` kernel blocks of `bs` queries from position `off`: the random key positions each gathers `(nb, R)`, the
+    random query block each serves, and which are real."""
     rb, kb = rk.q_block, rk.k_block
-    starts = torch.arange(nb) * bs
+    starts = off + torch.arange(nb) * bs
     first, last = starts // rb, ((starts + bs).clamp(max=L) - 1) // rb   # random query blocks overlapping each block
     m = int((last - first).max()) + 1
     src = first[:, None] + torch.arange(m)                                 # (nb, m)
@@ -192,25 +193,25 @@ LOG2E, LN2 = 1 / math.log(2), math.log(2)   # the kernel works in base 2: torch'
 _CHUNK_ELEMS = {'cpu': 1 << 19}     # score elements per chunk of query blocks: 2 MB of fp32 on the CPU
 _CHUNK_ELEMS_DEFAULT = 1 << 26     # GPUs: large chunks, few kernel launches
 
-def _blocked_layout(L, window_size, n_global, rk, window_kind, block_size, device) -> dict:
-    """What the blocked path gathers for a pattern: sizes, random key positions, and the `(nb, bs, n_keys)` additive
-    mask, 0 on kept columns and -inf on excluded ones (cached)."""
-    ck = (L, window_size, n_global, rk.key if rk is not None else None, window_kind, block_size, str(device))
+def _blocked_layout(L, window_size, n_global, rk, window_kind, block_size, device, off=0) -> dict:
+    """What the blocked path gathers for a pattern of `L` keys and the queries from position `off`: sizes, random key
+    positions, and the `(nb, bs, n_keys)` additive mask, 0 on kept columns and -inf on excluded ones (cached)."""
+    ck = (L, off, window_size, n_global, rk.key if rk is not None else None, window_kind, block_size, str(device))
     if ck in _BLOCKED_LAYOUTS:
         _BLOCKED_LAYOUTS.move_to_end(ck); return _BLOCKED_LAYOUTS[ck]
     G, dev = n_global, device
-    w, bs = min(window_size, L), min(block_size, L)        # a window longer than the sequence is the whole sequence
-    nb = -(-L // bs)
+    w, bs = min(window_size, L), min(block_size, L - off)  # a window longer than the sequence is the whole sequence
+    nb = -(-(L - off) // bs)
     p = -(-(w - 1) // bs)                                                  # preceding key blocks a window reaches
     with torch.inference_mode(False):
-        start = torch.arange(nb, device=dev)[:, None, None] * bs
+        start = off + torch.arange(nb, device=dev)[:, None, None] * bs
         i = start + torch.arange(bs, device=dev)[:, None]                  # (nb, bs, 1) query positions
         jw = start - p * bs + torch.arange((p + 1) * bs, device=dev)       # (nb, 1, (p+1)*bs) window key positions
         masks = [(jw >= G) & (jw <= i) & _local(i, jw, w, window_kind)]   # the globals have their own columns
         if G: masks.insert(0, torch.arange(G, device=dev) <= i)           # (nb, bs, G)
         pos = None
         if rk is not None:
-            pos, src, ok = _random_columns(rk, nb, bs, L, dev)
+            pos, src, ok = _random_columns(rk, nb, bs, L, dev, off)
             if ok.any():
                 jr = pos[:, None, :]                                       # (nb, 1, R)
                 masks.append(ok[:, None] & (src[:, None] == i // rk.q_block) & (jr <= i) & (jr >= G)
@@ -220,7 +221,7 @@ def _blocked_layout(L, window_size, n_global, rk, window_kind, block_size, devic
         # added to the scores: 0 where kept, -inf where not (bf16 holds both exactly); adding is several times faster
         # than masked_fill_ with a mask broadcast over batch and heads
         bias = torch.zeros(kept.shape, dtype=torch.bfloat16, device=dev).masked_fill_(~kept, float('-inf'))
-    lay = dict(G=G, bs=bs, nb=nb, p=p, pos=pos, bias=bias)
+    lay = dict(G=G, bs=bs, nb=nb, p=p, off=off, pos=pos, bias=bias)
     _BLOCKED_LAYOUTS[ck] = lay
     while len(_BLOCKED_LAYOUTS) > 64: _BLOCKED_LAYOUTS.popitem(last=False)
     return lay
@@ -233,10 +234,10 @@ def _blocks(x, lay):
     return (x if nb * bs == L else F.pad(x, (0, 0, 0, nb * bs - L))).view(B, H, nb, bs, D)
 
 def _window_blocks(x, lay, c0, c1):
-    "The key blocks `c0 - p .. c1 - 1` of `x` (B, H, L, D), zeros outside the sequence: (B, H, c1 - c0 + p, bs, D)."
+    "Key blocks `c0 - p .. c1 - 1` of `x` (B, H, L, D) from `off`, zeros outside the sequence: (B, H, c1 - c0 + p, bs, D)."
     B, H, L, D = x.shape
     bs, p = lay['bs'], lay['p']
-    a, b = (c0 - p) * bs, c1 * bs
+    a, b = (c0 - p) * bs + lay['off'], c1 * bs + lay['off']
     xs = x[:, :, max(a, 0):min(b, L)]
     if a < 0 or b > L: xs = F.pad(xs, (0, 0, max(-a, 0), max(b - L, 0)))   # only the chunk is copied
     return xs.view(B, H, c1 - c0 + p, bs, D)
@@ -280,46 +281,47 @@ def _blocked_forward(q, k, v, lay, scale):
     return o.view(B, H, nb * bs, Dv)[:, :, :L].contiguous(), lse.view(B, H, nb * bs)[:, :, :L].contiguous()
 
 # %% ../../nbs/14_attention.ipynb #45447fc9
-def _scatter_keys(dX, dxb, lay, c0, c1):
-    """Add the gradients `dX (B, H, c, n_keys, D)` of query blocks c0..c1's columns to `dxb` (B, H, nb, bs, D), the key
-    blocks."""
-    G, p, bs, pos = lay['G'], lay['p'], lay['bs'], lay['pos']
-    nw, flat = (p + 1) * bs, dxb.flatten(2, 3)                            # window columns; (B, H, nb * bs, D)
-    dX = dX.to(dxb.dtype)
-    if G: flat[:, :, :G] += dX[:, :, :, :G].sum(2)
+def _scatter_keys(dX, dx, lay, c0, c1):
+    """Add the gradients `dX (B, H, c, n_keys, D)` of query blocks c0..c1's columns to `dx` (B, H, (p + nb) * bs + off,
+    D), the keys after `p` blocks of padding."""
+    G, p, bs, pos, c = lay['G'], lay['p'], lay['bs'], lay['pos'], c1 - c0
+    nw, keys = (p + 1) * bs, dx[:, :, p * bs:]                            # window columns; the keys
+    dX = dX.to(dx.dtype)
+    if G: keys[:, :, :G] += dX[:, :, :, :G].sum(2)
     win = dX[:, :, :, G:G + nw].unflatten(3, (p + 1, bs))                 # (B, H, c, p+1, bs, D)
     for d in range(p + 1):                                                # query block b, slot d: key block b - p + d
-        lo = c0 - p + d; s = max(0, -lo)                                  # blocks before the sequence are dropped
-        if lo + s < c1 - p + d: dxb[:, :, lo + s:c1 - p + d] += win[:, :, s:, d]
-    if pos is not None: flat.index_add_(2, pos[c0:c1].flatten(), dX[:, :, :, G + nw:].flatten(2, 3))
+        lo = lay['off'] + (c0 + d) * bs                                   # where it starts in `dx`
+        dx[:, :, lo:lo + c * bs].unflatten(2, (c, bs)).add_(win[:, :, :, d])
+    if pos is not None: keys.index_add_(2, pos[c0:c1].flatten(), dX[:, :, :, G + nw:].flatten(2, 3))
 
 def _blocked_backward(q, k, v, o, lse, do, dlse, lay, scale):
     """Gradients of `q, k, v` from those of the output and of the lse (`None`: zero), recomputing the probabilities
     chunk by chunk."""
     B, H, L, Dh = q.shape
-    Dv, nb, bs = v.shape[-1], lay['nb'], lay['bs']
+    Dv, nb, bs, n = v.shape[-1], lay['nb'], lay['bs'], (lay['p'] + lay['nb']) * lay['bs'] + lay['off']
     ct, cb = lse.dtype, _chunk_blocks(q, lay)
     qb, ob, dob = _blocks(q, lay), _blocks(o, lay), _blocks(do, lay)
     lseb = _blocks(lse[..., None] * LOG2E, lay)[..., 0]                    # in base 2, as the scores below
     dlseb = _blocks(dlse[..., None].to(ct), lay)[..., 0] if dlse is not None else None
     dq = torch.empty(B, H, nb, bs, Dh, dtype=ct, device=q.device)        # in fp32 these are the gradients themselves
-    dkb = torch.zeros(B, H, nb, bs, Dh, dtype=ct, device=q.device)
-    dvb = torch.zeros(B, H, nb, bs, Dv, dtype=ct, device=q.device)
+    dk = torch.zeros(B, H, n, Dh, dtype=ct, device=q.device)            # the keys after p blocks of padding
+    dv = torch.zeros(B, H, n, Dv, dtype=ct, device=q.device)
     for c0 in range(0, nb, cb):
         c1 = min(nb, c0 + cb)
         K, V = _gather(k, lay, c0, c1), _gather(v, lay, c0, c1)
         qs, do_c = qb[:, :, c0:c1] * scale, dob[:, :, c0:c1]
         s = ((qs * LOG2E) @ K.transpose(-2, -1)).to(ct).add_(lay['bias'][c0:c1])
         pr = s.sub_(lseb[:, :, c0:c1, :, None]).exp2_()                  # the probabilities, recomputed
-        _scatter_keys(pr.to(v.dtype).transpose(-2, -1) @ do_c, dvb, lay, c0, c1)   # dV
+        _scatter_keys(pr.to(v.dtype).transpose(-2, -1) @ do_c, dv, lay, c0, c1)    # dV
         delta = (do_c.to(ct) * ob[:, :, c0:c1].to(ct)).sum(-1)           # (B, H, c, bs)
         if dlseb is not None: delta -= dlseb[:, :, c0:c1]
         dS = pr.mul_((do_c @ V.transpose(-2, -1)).to(ct).sub_(delta[..., None])).to(q.dtype)
         del s, pr, V
         dq[:, :, c0:c1] = (dS @ K).to(ct).mul_(scale)
-        _scatter_keys(dS.transpose(-2, -1) @ qs, dkb, lay, c0, c1)        # dK (B, H, c, n_keys, Dh)
+        _scatter_keys(dS.transpose(-2, -1) @ qs, dk, lay, c0, c1)         # dK (B, H, c, n_keys, Dh)
         del K, dS, qs, delta
-    dq, dk, dv = (x.flatten(2, 3)[:, :, :L] for x in (dq, dkb, dvb))
+    dk, dv = (x[:, :, lay['p'] * bs:][:, :, :k.shape[2]] for x in (dk, dv))
+    dq = dq.flatten(2, 3)[:, :, :L]
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 # %% ../../nbs/14_attention.ipynb #f1624411
@@ -366,6 +368,7 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
                     window_kind: str = 'sliding',           # 'sliding' or 'chunk'
                     device='cpu',                           # where the mask goes
                     block_size: int = 128,                  # FlexAttention's block size
+                    n_queries: int | None = None,           # queries, the sequence's last (None: seq_len)
                    ):
     "FlexAttention `BlockMask` of the pattern (cached)."
     fa, device = _flex_module(), torch.device(device)
@@ -373,15 +376,15 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
         raise UsageError(f"impl='flex' needs torch.nn.attention.flex_attention (torch >= 2.5); this is torch "
                          f"{torch.__version__}. Use impl='blocked'.")
     rk = random_keys
-    ck = (seq_len, window_size, n_global, rk.key if rk is not None else None, window_kind, str(device), block_size)
+    L, Lq = seq_len, seq_len if n_queries is None else n_queries
+    ck = (L, Lq, window_size, n_global, rk.key if rk is not None else None, window_kind, str(device), block_size)
     if ck in _BLOCK_MASKS:
         _BLOCK_MASKS.move_to_end(ck); return _BLOCK_MASKS[ck]
-    L = seq_len
     with torch.inference_mode(False):
         span = L + block_size
         tab = None if rk is None else rk.table(span // rk.q_block + 1, span // rk.k_block + 1, device)
-        mask_mod = lambda b, h, q_idx, kv_idx: may_attend(q_idx, kv_idx, window_size, n_global, rk, tab, window_kind)
-        bm = fa.create_block_mask(mask_mod, None, None, L, L, device=device, BLOCK_SIZE=block_size,
+        mask_mod = lambda b, h, q_idx, kv_idx: may_attend(q_idx + L - Lq, kv_idx, window_size, n_global, rk, tab, window_kind)
+        bm = fa.create_block_mask(mask_mod, None, None, Lq, L, device=device, BLOCK_SIZE=block_size,
                                   _compile=device.type == 'cuda')
     _BLOCK_MASKS[ck] = bm
     while len(_BLOCK_MASKS) > 256: _BLOCK_MASKS.popitem(last=False)
@@ -413,7 +416,8 @@ def _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, retu
     attention_impls.require('flex', dev)
     if why := flex_width_why_not(q.shape[-1], v.shape[-1], dev):
         raise UsageError(f"impl='flex': {why}. Use impl='blocked'.")
-    kw = dict(block_mask=flex_block_mask(q.shape[2], window_size, n_global, rk, window_kind, dev), scale=scale)
+    kw = dict(block_mask=flex_block_mask(k.shape[2], window_size, n_global, rk, window_kind, dev,
+                                           n_queries=q.shape[2]), scale=scale)
     if return_lse:
         if hasattr(fa, 'AuxRequest'): kw['return_aux'] = fa.AuxRequest(lse=True)
         else: kw['return_lse'] = True
@@ -458,9 +462,9 @@ def _as_random_keys(random_keys, block_size):
     raise UsageError("random_keys must be None, a RandomKeys or an integer tensor (n_query_blocks, r) of key-block "
                      f"ids, got {type(random_keys).__name__}.")
 
-def local_attention(q: torch.Tensor,                                       # (B, H, L, Dh) queries
-                    k: torch.Tensor,                                       # (B, H, L, Dh) keys
-                    v: torch.Tensor,                                       # (B, H, L, Dv) values
+def local_attention(q: torch.Tensor,                                       # (B, H, L, Dh) queries: the last L
+                    k: torch.Tensor,                                       # (B, H, Lk, Dh) keys, Lk >= L
+                    v: torch.Tensor,                                       # (B, H, Lk, Dv) values
                     window_size: int,                                      # query i sees keys i - window_size < j <= i
                     n_global: int = 0,                                     # the first n_global positions, seen by all
                     random_keys: RandomKeys | torch.Tensor | None = None,  # extra keys per query block (BigBird)
@@ -470,8 +474,8 @@ def local_attention(q: torch.Tensor,                                       # (B,
                     scale: float | None = None,                            # score scale; default 1/sqrt(Dh)
                     return_lse: bool = False,                              # also return the log-sum-exp, (B, H, L) fp32
                    ):
-    """Causal local/sparse softmax attention: sliding window, global tokens, random keys. Returns `(B, H, L, Dv)` (and
-    the lse)."""
+    """Causal local/sparse softmax attention: sliding window, global tokens, random keys, for queries at the last `L` of
+    the keys' positions. Returns `(B, H, L, Dv)` (and the lse)."""
     rk = _as_random_keys(random_keys, block_size)
     _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_kind)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -480,7 +484,8 @@ def local_attention(q: torch.Tensor,                                       # (B,
         impl = attention_impls.auto(q.device, skip=('flex',) if narrow else ())
     if impl == 'ref': return _attention_ref(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
     if impl == 'blocked':
-        lay = _blocked_layout(q.shape[2], window_size, n_global, rk, window_kind, block_size, q.device)
+        lay = _blocked_layout(k.shape[2], window_size, n_global, rk, window_kind, block_size, q.device,
+                              k.shape[2] - q.shape[2])
         o, lse = _BlockedAttention.apply(q, k, v, lay, scale)
         return (o, lse) if return_lse else o
     return _attention_flex(q, k, v, window_size, n_global, rk, window_kind, scale, return_lse)
