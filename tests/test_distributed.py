@@ -152,7 +152,7 @@ def test_sigterm_two_ranks_checkpoints_and_resumes_exactly(bindir, tmp_path, ref
     assert all(torch.equal(w[k], wr[k]) for k in wr)
 
 
-BLOCK_ARGS = {'longformer': ['--model.window_size=8', '--model.n_global_tokens=2'],   # a window a part of 16 holds
+BLOCK_ARGS = {'longformer': ['--model.window_size=12', '--model.n_global_tokens=8'],   # in 4 parts, part 1's halo: globals
               'bigbird': ['--model.window_size=8', '--model.n_random_tokens=2', '--model.attn_block_size=8'],
               'blade': ['--model.chunk_size=8', '--model.state_dim=16'],   # whole chunks in a part of 16
               'dpassm': ['--model.window_size=8', '--model.ssm_state_dim=16'],

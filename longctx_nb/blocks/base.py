@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from ..core import UsageError, autocast, first_rank, parse_precision
 from ..measure import saved_tensor_bytes
-from ..kernels.attention import may_attend
+from ..kernels.attention import local_attention, may_attend
 
 # %% auto #0
 __all__ = ['Workload', 'act_bytes', 'Mixer', 'StreamCache', 'check_token', 'check_int', 'patch_to', 'register_block',
@@ -470,30 +470,26 @@ def ring_attention(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotat
 def attend_parts(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotated at their places in the sequence
                  k: torch.Tensor,   # (B, H, l, Dh) its keys, rotated alike
                  v: torch.Tensor,   # (B, H, l, Dh) its values
-                 cp: ContextGroup,  # the context group
+                 cp: ContextGroup | None,  # the context group (None: whole sequences)
                  window: int,       # keys per query in the sliding window, the query's own included
                  n_global: int = 0, # the sequence's first tokens, seen by every later query
                  random_keys=None,  # a `RandomKeys` (BigBird's), which may name any earlier key
+                 **kw,              # `local_attention`'s `block_size` and `impl`
                 ) -> torch.Tensor:  # (B, H, l, Dh)
-    """`local_attention` of this rank's queries in a sequence split over `cp`, masked by position in the whole sequence:
-    the previous part's last `window - 1` keys and the global tokens'; with `random_keys`, every earlier part's
-    (`ring_attention`)."""
-    l, dev = q.shape[2], q.device
-    i = cp.positions(l, dev)[:, None]
+    """`local_attention` of this rank's queries in a sequence split over `cp`: the queries last, after the global tokens'
+    keys and the previous part's last `window - 1`; with `random_keys`, every earlier part's (`ring_attention`)."""
+    if cp is None: return local_attention(q, k, v, window, n_global, random_keys, **kw)
     if random_keys is not None:   # every earlier part's keys, in the ring
-        rk, L = random_keys, l * cp.size
-        tab = rk.table(-(-L // rk.q_block), -(-L // rk.k_block), dev)
+        rk, L = random_keys, q.shape[2] * cp.size
+        tab = rk.table(-(-L // rk.q_block), -(-L // rk.k_block), q.device)
         return ring_attention(q, k, v, cp, lambda i, j: may_attend(i, j, window, n_global, rk, tab, 'sliding'))
-    h, G, ks, vs = window - 1, n_global, [k], [v]
-    if h:   # the previous part's last h keys and values (zeros on the first rank, masked below)
-        hk, hv = from_previous(torch.stack([k[:, :, l - h:], v[:, :, l - h:]]), cp).unbind(0)
-        ks[:0], vs[:0] = [hk], [hv]
-    if G:   # the global tokens': the first part's
-        gk, gv = gather_seq(torch.stack([k[:, :, :G], v[:, :, :G]]), cp, dim=3)[:, :, :, :G].unbind(0)
-        ks[:0], vs[:0] = [gk], [gv]
-    jw, jg = torch.arange(cp.rank * l - h, (cp.rank + 1) * l, device=dev), torch.arange(G, device=dev)
-    mask = torch.cat([(jg <= i) & (jg <= i - window), (jw <= i) & (jw > i - window) & (jw >= 0)], dim=1)  # each once
-    return F.scaled_dot_product_attention(q, torch.cat(ks, 2), torch.cat(vs, 2), attn_mask=mask)
+    l, h, G, kv = q.shape[2], window - 1, n_global, torch.stack([k, v])
+    skip = lambda n: max(0, n - cp.rank * l)   # of the tokens before position n, those this rank does not hold
+    parts = [kv[..., skip(G):, :]]             # keys by position, each once: the globals, the halo, the own part
+    if h: parts[:0] = [from_previous(kv[..., l - h:, :], cp)[..., skip(G + h):, :]]   # the previous part's last h
+    if G: parts[:0] = [gather_seq(kv[..., :G, :], cp, dim=3)[..., :G, :]]              # the first part's first G
+    k, v = torch.cat(parts, 3).unbind(0)
+    return local_attention(q, k, v, window, G, **kw)
 
 @contextlib.contextmanager
 def context_parallel(model: nn.Module,          # a model (or mixer)

@@ -15,7 +15,7 @@ from .base import attend_parts
 from .layers import RotaryEmbedding, apply_rotary, mark_residual_proj
 from .vanilla import CausalSelfAttention, attention_saved_bytes, split_attention_bytes
 from .mamba import SelectiveSSM, add_selective_ssm_, carry_bytes, cf_mm, check_ssm
-from ..kernels.attention import attention_impls, local_attention
+from ..kernels.attention import attention_impls
 from ..kernels.scan import merge_after
 
 # %% auto #0
@@ -108,8 +108,7 @@ def _impls(self, impl):
 def _attn_path(self, x, attn_impl):
     "RoPE, then causal attention over the last `window_size` positions: `a` `(B, L, D)`, rotated `k`, and `v`."
     q, k, v = CausalSelfAttention.qkv_rotated(self, x)   # vanilla's heads and RoPE, on this module's `qkv` and `rope`
-    if self.cp is not None: a = attend_parts(q, k, v, self.cp, self.window_size)   # a part of a sequence
-    else: a = local_attention(q, k, v, self.window_size, block_size=self.block_size, impl=attn_impl)
+    a = attend_parts(q, k, v, self.cp, self.window_size, block_size=self.block_size, impl=attn_impl)
     return a.transpose(1, 2).flatten(2), k, v
 
 @patch_to(DPASSM)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from .base import Workload, check_int, register_block, patch_to, attend_parts
 from .vanilla import CausalSelfAttention, attention_saved_bytes
-from ..kernels.attention import attention_impls, local_attention
+from ..kernels.attention import attention_impls
 
 # %% auto #0
 __all__ = ['LongformerAttention']
@@ -62,8 +62,7 @@ def forward(self,
     L = x.shape[1] * (1 if self.cp is None else self.cp.size)   # the whole sequence's length
     q, k, v = self.qkv_rotated(x)
     G, rk = min(self.n_global_tokens, L), self.random_keys(L)
-    if self.cp is not None: y = attend_parts(q, k, v, self.cp, self.window_size, G, rk)   # a part of a sequence
-    else: y = local_attention(q, k, v, self.window_size, G, rk, block_size=self.block_size, impl=impl or self.impl)
+    y = attend_parts(q, k, v, self.cp, self.window_size, G, rk, block_size=self.block_size, impl=impl or self.impl)
     y = y.transpose(1, 2).flatten(2)
     if self.dropout and self.training: y = F.dropout(y, self.dropout)
     return self.out_proj(y)

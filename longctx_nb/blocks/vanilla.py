@@ -221,11 +221,10 @@ def split_attention_bytes(w: Workload,            # a part of each sequence: `w.
                           n: int,                 # ranks the sequence is split over
                           halo: int | None = None,  # keys received before its own ('halo'); None: the ring's
                          ) -> int:                # bytes
-    """Bytes an attention mixer saves on its part of a split sequence: `ring_attention`'s own keys and values, or SDPA
-    over copies of its keys and the `halo` before them, masked."""
+    """Bytes an attention mixer saves on its part of a split sequence: `ring_attention`'s own keys and values, or
+    `local_attention`'s copies of its keys and the `halo` before them."""
     D, H, l, a = w.cfg.d_model, w.cfg.n_heads, w.seq_len, w.act
     own = (w.tokens * (3 * D * a + 4 * H)              # qkv's input, the rotated queries, the output; the logsumexp
            + 2 * n * l * (D // H) * 4)                 # RoPE's cos and sin tables of the whole sequence
     if halo is None: return own + w.tokens * 2 * (D // H) * (w.cfg.n_kv_heads or H) * a   # its keys and values
-    return (own + 2 * w.batch_size * (l + halo) * D * a          # the keys and values, the halo's with its own
-            + l * (l + halo) * (a if w.dev == 'cuda' else 4))    # the position mask, as SDPA's additive bias
+    return own + w.tokens * D * a + 2 * w.batch_size * (l + halo) * D * a   # out_proj's copy; keys, values, the halo's
