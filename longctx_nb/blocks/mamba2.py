@@ -26,44 +26,50 @@ __all__ = ['GatedRMSNorm', 'check_mamba2', 'Mamba2']
 _GNORM_SRC = r"""
 // Mamba-2's gated RMSNorm on (b, d, L) fp32 arrays of any strides: o = w h r within each group of H channels, with
 // h = y silu(z) (y without z) and r = 1 / sqrt(mean of h^2 over the group + eps), saved (b, G, L). A task is NB
-// steps of one sequence, taken TK at a time as tiles (channels x TK) read and written along each array's
-// contiguous dim: channel-first and token-major arrays are both read in order.
+// steps of one sequence, taken TK at a time as blocks (channels x TK): a channel-first array's rows are read and
+// written in place, another layout's through a tile, copied along its contiguous dim.
 struct A3 { float* p = nullptr; int64_t s[3] = {0, 0, 0}; };
 static A3 a3(const torch::Tensor& t) {
   A3 v; v.p = t.data_ptr<float>(); for (int k = 0; k < 3; ++k) v.s[k] = t.stride(k);
   return v;
 }
 static constexpr int64_t TK = 64, TP = TK + 16, NB = 256;   // a tile row TP long: a power of two would alias
-// the tile <-> steps [t0, t0 + n) of channels [c0, c0 + H) of v, for `in` into the tile, else out of it
+struct Rows { float* p; int64_t s; float* operator[](int64_t c) const { return p + c * s; } };   // row c: n steps
+// the tile x <-> steps [t0, t0 + n) of channels [c0, c0 + H) of v, for `in` into the tile, else out of it
 static void tile(const A3& v, int64_t bi, int64_t c0, int64_t H, int64_t t0, int64_t n, float* x, bool in) {
   float* p = v.p + bi * v.s[0] + c0 * v.s[1] + t0 * v.s[2];
-  const int64_t sc = v.s[1], st = v.s[2];
-  if (st == 1)                                            // channel-first: a run of n steps per channel
-    for (int64_t c = 0; c < H; ++c) std::memcpy(in ? x + c * TP : p + c * sc, in ? p + c * sc : x + c * TP, n * 4);
-  else if (sc == 1 && in)                                 // token-major: a run of H channels per step
-    for (int64_t t = 0; t < n; ++t) for (int64_t c = 0; c < H; ++c) x[c * TP + t] = p[t * st + c];
-  else if (sc == 1) for (int64_t t = 0; t < n; ++t) for (int64_t c = 0; c < H; ++c) p[t * st + c] = x[c * TP + t];
-  else if (in) for (int64_t c = 0; c < H; ++c) for (int64_t t = 0; t < n; ++t) x[c * TP + t] = p[c * sc + t * st];
-  else for (int64_t c = 0; c < H; ++c) for (int64_t t = 0; t < n; ++t) p[c * sc + t * st] = x[c * TP + t];
+  for (int64_t t = 0; t < n; ++t)                         // a token-major array's runs of H channels in order
+    for (int64_t c = 0; c < H; ++c) {
+      float &a = x[c * TP + t], &b = p[c * v.s[1] + t * v.s[2]];
+      if (in) a = b; else b = a;
+    }
+}
+// those steps of v as rows: v's own where it is channel-first, else the tile x (filled from v for `in`)
+static Rows rows(const A3& v, int64_t bi, int64_t c0, int64_t H, int64_t t0, int64_t n, float* x, bool in) {
+  if (v.s[2] == 1) return {v.p + bi * v.s[0] + c0 * v.s[1] + t0, v.s[1]};
+  if (in) tile(v, bi, c0, H, t0, n, x, true);
+  return {x, TP};
 }
 struct GNorm {
   A3 y, z; const float* w; int64_t b, d, L, G, H; float eps;
   int64_t ntasks() const { return b * ((L + NB - 1) / NB); }
-  // f(bi, t0, n, c0, tiles of y and z, h = y silu(z), r of those steps) over the steps of task i, group by group
-  template <class F> void each(int64_t i, float* r, const F& f) const {
+  // f(bi, t0, n, c0, rows of y and z, of h = y silu(z), r of those steps) over the steps of task i, group by group;
+  // buf: 3 tiles
+  template <class F> void each(int64_t i, float* buf, float* r, const F& f) const {
     const int64_t nb = (L + NB - 1) / NB, bi = i / nb, e = std::min(L, (i % nb + 1) * NB);
-    std::vector<float> buf(3 * H * TP);
-    float *yt = buf.data(), *zt = yt + H * TP, *h = zt + H * TP;
+    float *yt = buf, *zt = yt + H * TP, *ht = zt + H * TP;
     for (int64_t t0 = (i % nb) * NB; t0 < e; t0 += TK)
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = std::min(TK, e - t0);
-        tile(y, bi, g * H, H, t0, n, yt, true);
+        const Rows Y = rows(y, bi, g * H, H, t0, n, yt, true);
+        Rows Z{nullptr, 0}, Hr = Y;                          // without z, h is y
         if (z.p) {
-          tile(z, bi, g * H, H, t0, n, zt, true);
+          Z = rows(z, bi, g * H, H, t0, n, zt, true); Hr = {ht, TP};
+          for (int64_t c = 0; c < H; ++c)
 #pragma omp simd
-          for (int64_t k = 0; k < H * TP; ++k) h[k] = yt[k] * zt[k] * sigmoid_(zt[k]);
+            for (int64_t t = 0; t < n; ++t) Hr[c][t] = Y[c][t] * Z[c][t] * sigmoid_(Z[c][t]);
         }
-        f(bi, t0, n, g * H, yt, zt, z.p ? h : yt, r + (bi * G + g) * L + t0);   // without z, h is y's tile
+        f(bi, t0, n, g * H, Y, Z, Hr, r + (bi * G + g) * L + t0);
       }
   }
 };
@@ -81,19 +87,21 @@ std::vector<torch::Tensor> gnorm_fwd(torch::Tensor y, std::optional<torch::Tenso
   auto o = torch::empty_like(y), r = torch::empty({P.b, G, P.L}, y.options());
   const A3 ov = a3(o);
   at::parallel_for(0, P.ntasks(), 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> ot(P.H * TP);
+    std::vector<float> buf(4 * P.H * TP);                   // y, z, h and the output's tiles
+    float* ot = buf.data() + 3 * P.H * TP;
     for (int64_t i = i0; i < i1; ++i)
-      P.each(i, r.data_ptr<float>(), [&](int64_t bi, int64_t t0, int64_t n, int64_t c0, const float*, const float*,
-                                          const float* h, float* rg) {
+      P.each(i, buf.data(), r.data_ptr<float>(), [&](int64_t bi, int64_t t0, int64_t n, int64_t c0, const Rows&,
+                                                     const Rows&, const Rows& h, float* rg) {
         float ss[TK] = {0};
         for (int64_t c = 0; c < P.H; ++c)
 #pragma omp simd
-          for (int64_t t = 0; t < TK; ++t) ss[t] += h[c * TP + t] * h[c * TP + t];
+          for (int64_t t = 0; t < n; ++t) ss[t] += h[c][t] * h[c][t];
         for (int64_t t = 0; t < n; ++t) rg[t] = ss[t] = 1.0f / std::sqrt(ss[t] / P.H + P.eps);
+        const Rows O = rows(ov, bi, c0, P.H, t0, n, ot, false);
         for (int64_t c = 0; c < P.H; ++c)
 #pragma omp simd
-          for (int64_t t = 0; t < TK; ++t) ot[c * TP + t] = h[c * TP + t] * ss[t] * P.w[c0 + c];
-        tile(ov, bi, c0, P.H, t0, n, ot.data(), false);
+          for (int64_t t = 0; t < n; ++t) O[c][t] = h[c][t] * ss[t] * P.w[c0 + c];
+        if (ov.s[2] != 1) tile(ov, bi, c0, P.H, t0, n, ot, false);
       });
   });
   return {o, r};
@@ -107,34 +115,39 @@ std::vector<torch::Tensor> gnorm_bwd(torch::Tensor go, torch::Tensor y, std::opt
   auto pw = torch::zeros({P.ntasks(), P.d}, y.options());   // dw per task, summed in a fixed order after
   const A3 gov = a3(go), gyv = a3(gy), gzv = z.has_value() ? a3(gz) : A3();
   at::parallel_for(0, P.ntasks(), 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> gt(P.H * TP);
+    std::vector<float> buf(6 * P.H * TP);                   // y, z, h, go, gy and gz tiles
+    float *gt = buf.data() + 3 * P.H * TP, *yo = gt + P.H * TP, *zo = yo + P.H * TP;
     for (int64_t i = i0; i < i1; ++i)
-      P.each(i, r.data_ptr<float>(), [&](int64_t bi, int64_t t0, int64_t n, int64_t c0, float* yt, float* zt,
-                                          const float* h, const float* rg) {
-        float s[TK] = {0}, rr[TK] = {0}; float* pwi = pw.data_ptr<float>() + i * P.d + c0;
-        for (int64_t t = 0; t < n; ++t) rr[t] = rg[t];
-        tile(gov, bi, c0, P.H, t0, n, gt.data(), true);
+      P.each(i, buf.data(), r.data_ptr<float>(), [&](int64_t bi, int64_t t0, int64_t n, int64_t c0, const Rows& Y,
+                                                     const Rows& Z, const Rows& h, const float* rg) {
+        float s[TK] = {0}; float* pwi = pw.data_ptr<float>() + i * P.d + c0;
+        const Rows g = rows(gov, bi, c0, P.H, t0, n, gt, true);
         for (int64_t c = 0; c < P.H; ++c) {
-          const float wc = P.w[c0 + c]; float* gc = gt.data() + c * TP; const float* hc = h + c * TP;
+          const float wc = P.w[c0 + c]; const float *gc = g[c], *hc = h[c];
           float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-          for (int64_t t = 0; t < TK; ++t) { acc += gc[t] * hc[t] * rr[t]; gc[t] *= wc; s[t] += gc[t] * hc[t]; }
+          for (int64_t t = 0; t < n; ++t) { acc += gc[t] * hc[t] * rg[t]; s[t] += gc[t] * wc * hc[t]; }
           pwi[c] += acc;
         }
-        for (int64_t t = 0; t < TK; ++t) s[t] *= rr[t] * rr[t] * rr[t] / P.H;
-        for (int64_t c = 0; c < P.H; ++c) {   // gh into gt; gz into zt, then gy into yt
-          float *gc = gt.data() + c * TP, *yc = yt + c * TP, *zc = zt + c * TP; const float* hc = h + c * TP;
+        for (int64_t t = 0; t < n; ++t) s[t] *= rg[t] * rg[t] * rg[t] / P.H;
+        const Rows GY = rows(gyv, bi, c0, P.H, t0, n, yo, false);
+        const Rows GZ = P.z.p ? rows(gzv, bi, c0, P.H, t0, n, zo, false) : Rows{nullptr, 0};
+        for (int64_t c = 0; c < P.H; ++c) {   // gh, then through the gate
+          const float wc = P.w[c0 + c]; const float *gc = g[c], *hc = h[c]; float* gyc = GY[c];
+          if (!P.z.p) {
 #pragma omp simd
-          for (int64_t t = 0; t < TK; ++t) gc[t] = rr[t] * gc[t] - hc[t] * s[t];
-          if (!P.z.p) continue;
+            for (int64_t t = 0; t < n; ++t) gyc[t] = rg[t] * gc[t] * wc - hc[t] * s[t];
+            continue;
+          }
+          const float *yc = Y[c], *zc = Z[c]; float* gzc = GZ[c];
 #pragma omp simd
-          for (int64_t t = 0; t < TK; ++t) {
-            const float zv = zc[t], yv = yc[t], sg = sigmoid_(zv);
-            zc[t] = gc[t] * yv * sg * (1.0f + zv * (1.0f - sg)); yc[t] = gc[t] * zv * sg;
+          for (int64_t t = 0; t < n; ++t) {
+            const float gh = rg[t] * gc[t] * wc - hc[t] * s[t], zv = zc[t], sg = sigmoid_(zv);
+            gzc[t] = gh * yc[t] * sg * (1.0f + zv * (1.0f - sg)); gyc[t] = gh * zv * sg;
           }
         }
-        tile(gyv, bi, c0, P.H, t0, n, P.z.p ? yt : gt.data(), false);
-        if (P.z.p) tile(gzv, bi, c0, P.H, t0, n, zt, false);
+        if (gyv.s[2] != 1) tile(gyv, bi, c0, P.H, t0, n, yo, false);
+        if (P.z.p && gzv.s[2] != 1) tile(gzv, bi, c0, P.H, t0, n, zo, false);
       });
   });
   return {gy, gz, pw.sum(0)};
