@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch, torch.nn.functional as F
+from tokenizers import decoders
 from .core import UsageError, autocast, seed_everything
 from .config import Config, DataConfig, apply_overrides
 from .data import ByteTokenizer, TokenData, is_prepared, load_dataset, val_batches
@@ -90,10 +91,11 @@ def check_flags(ev: Evaluated,                  # the model to check the flags a
 # %% ../nbs/60_scores.ipynb #a819eb94
 def token_bytes(tokenizer,  # the corpus tokenizer (byte or BPE), or None
                ) -> np.ndarray | None:  # indexed by token id
-    "UTF-8 bytes of the text each token id stands for (special tokens: 0); None without a tokenizer."
+    "UTF-8 bytes of the text each token id stands for (special tokens: 0); None without a byte-level tokenizer."
     if tokenizer is None: return None
     if tokenizer.name == 'byte': return np.ones(256, np.int64)
     tok = tokenizer.tok   # byte-level BPE: each character of a vocabulary entry is one byte
+    if not isinstance(tok.decoder, decoders.ByteLevel): return None   # e.g. SentencePiece's '▁' and '<0xE6>'
     special = {t.content for t in tok.get_added_tokens_decoder().values()}
     return np.array([0 if (s := tok.id_to_token(i)) in special else len(s) for i in range(tok.get_vocab_size())],
                     np.int64)
@@ -140,9 +142,10 @@ class TextPasskey:
         return f' The pass key is {key}. Remember it. {key} is the pass key.', self.tok.encode(f' {key}')
 
     def min_len(self) -> int:
-        "The shortest sequence that holds the key line, the question and the answer with no filler."
-        line, ans = self.parts('9' * self.passkey_len)
-        return len(self.start) + len(self.tok.encode(line)) + len(self.question) + len(ans) - 1
+        "The shortest sequence that holds the key line, the question and the answer of every key, with no filler."
+        line, ans = self.parts('9' * self.passkey_len)   # the key, written 3 times, takes at most its bytes in ids
+        worst = 3 * (self.passkey_len + 1 - len(ans))     # more than the merged 9s of a BPE: ' 9999' can be one id
+        return len(self.start) + len(self.tok.encode(line)) + len(self.question) + len(ans) - 1 + worst
 
     def __call__(self, batch: int, seq_len: int, rng: np.random.Generator, depth: float | None = None):
         if seq_len < self.min_len():

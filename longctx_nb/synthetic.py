@@ -289,7 +289,7 @@ def _fill(tok, units, n: int, inserts: list[str], depths) -> np.ndarray:
     return np.concatenate(out + [fill[prev:]]).astype(np.int64)
 
 def _grow(tok, build, n: int, hi: int) -> tuple[int, str]:
-    "(k, text) of the largest k <= `hi` whose text `build(k)` (longer with k) fits in `n` tokens."
+    "(k, text): the largest k <= `hi` whose `build(k)` fits in `n` tokens (one that fits, if ids do not grow with k)."
     lo, best = 0, None
     while lo <= hi:   # binary search, as RULER sizes its haystacks
         k = (lo + hi) // 2
