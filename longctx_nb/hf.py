@@ -20,9 +20,9 @@ from .flags import flatten_sections
 
 # %% auto #0
 __all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'quiet_transformers', 'hf_name', 'logit_gap',
-           'byte_tokenizer_json', 'is_byte_tokenizer', 'tokenizer_from_json', 'model_config_from_hf', 'read_hf_weights',
-           'state_dict_from_hf', 'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source',
-           'trained_context', 'default_length', 'run_tokenizer', 'init_data', 'init_from']
+           'byte_tokenizer_json', 'is_byte_tokenizer', 'model_config_from_hf', 'read_hf_weights', 'state_dict_from_hf',
+           'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source', 'trained_context',
+           'default_length', 'run_tokenizer', 'init_data', 'init_from']
 
 # %% ../nbs/46_hf.ipynb #7a0ab927
 HF_INSTALL = "pip install 'longctx_nb[hf]'  (or: pip install 'transformers>=4.46')"
@@ -148,11 +148,6 @@ def is_byte_tokenizer(tok,  # a `tokenizers.Tokenizer`
     "Whether the `tokenizers.Tokenizer` `tok` encodes exactly as `ByteTokenizer` does (as `byte_tokenizer_json`'s)."
     return (tok.get_vocab(with_added_tokens=True) == _byte_vocab()
             and json.loads(tok.to_str())['model'].get('merges') in ([], None))
-
-def tokenizer_from_json(tok,  # a `tokenizers.Tokenizer` (from a tokenizer.json)
-                       ) -> ByteTokenizer | BPETokenizer:
-    "Ours for a `tokenizers.Tokenizer`: `ByteTokenizer` if `tok` is the byte tokenizer, else `BPETokenizer(tok)`."
-    return ByteTokenizer() if is_byte_tokenizer(tok) else BPETokenizer(tok)
 
 # %% ../nbs/46_hf.ipynb #ce5b2e72
 TOLERANCE = 1e-4  # largest relative logit difference accepted when a model crosses over (measured: about 1e-7)
