@@ -555,9 +555,9 @@ def require_cuda():
     "Refuse (`UsageError`, exit 2) when torch sees no CUDA GPU, saying what the command needs."
     if torch.cuda.is_available(): return
     raise UsageError(
-        f"longctx_bench gpu needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is False; "
-        f"torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an NVIDIA "
-        "GPU, its driver and a CUDA build of torch (examples/gpu_check.sh runs it there from a copy of the "
+        f"longctx_bench gpu needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is "
+        f"False; torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an "
+        "NVIDIA GPU, its driver and a CUDA build of torch (examples/gpu_check.sh runs it there from a copy of the "
         "repository); mamba-ssm and causal-conv1d are used where installed, else the PyTorch paths. On a CPU, "
         "longctx_bench scan, attention and blocks measure the CPU paths.")
 

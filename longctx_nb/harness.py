@@ -289,8 +289,8 @@ def check_harness(tasks: str,               # task names or patterns, comma-sepa
     for t in out:
         for leaf, cfg in _leaves(tm, t):
             if why := _data_problem(leaf, cfg, online):
-                raise UsageError(f"--harness {t}: {why}. Run it where the data can be had, or write a local task (a YAML "
-                                 "file with dataset_path: json over a JSONL file) and give its folder with "
+                raise UsageError(f"--harness {t}: {why}. Run it where the data can be had, or write a local task (a "
+                                 "YAML file with dataset_path: json over a JSONL file) and give its folder with "
                                  "--include_path.")
     return out, tm
 
