@@ -283,10 +283,9 @@ def train_step_timing(model,          # an `LM` on `device`
                       seq_len: int,   # tokens per sequence
                       device,         # where `model` is
                       reps: int = 5,  # timed steps
-                      precision: str = '32',  # the forward pass's precision ('bf16': autocast)
                      ) -> tuple[Timing, int]:  # (the steps' timing, peak bytes of one step)
     "One AdamW training step of `model` on random tokens, timed `reps` times after a warm-up step, and its peak memory."
-    step = train_step_fn(model, batch, seq_len, device, precision)
+    step = train_step_fn(model, batch, seq_len, device)
     t = time_reps(step, device, reps, warmup=1)  # the warm-up creates the optimizer state before memory is measured
     return t, peak_memory_bytes(step, device)
 
@@ -552,14 +551,13 @@ def bench_context(blocks=CONTEXT_BLOCKS,       # blocks that split a sequence ov
     return rows
 
 # %% ../nbs/50_bench.ipynb #f7c91a95
-def require_cuda(what: str = 'longctx_bench gpu',  # the command, for the message
-                ):
+def require_cuda():
     "Refuse (`UsageError`, exit 2) when torch sees no CUDA GPU, saying what the command needs."
     if torch.cuda.is_available(): return
     raise UsageError(
-        f"{what} needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is False; "
-        f"torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an NVIDIA "
-        "GPU, its driver and a CUDA build of torch (examples/gpu_check.sh runs it there from a copy of the "
+        f"longctx_bench gpu needs a CUDA GPU, and torch {torch.__version__} sees none (torch.cuda.is_available() is "
+        f"False; torch's CUDA build: {torch.version.cuda or 'none, a CPU-only build'}). Run it on a machine with an "
+        "NVIDIA GPU, its driver and a CUDA build of torch (examples/gpu_check.sh runs it there from a copy of the "
         "repository); mamba-ssm and causal-conv1d are used where installed, else the PyTorch paths. On a CPU, "
         "longctx_bench scan, attention and blocks measure the CPU paths.")
 
@@ -567,16 +565,14 @@ def require_cuda(what: str = 'longctx_bench gpu',  # the command, for the messag
 def compare_impl(fn,                 # fn(impl) -> output tensor, computed from `leaves`
                  leaves,             # input tensors whose gradients are compared
                  impl: str,          # the path checked
-                 ref: str = 'ref',   # the reference path
-                 tol: float = 1e-3,  # largest relative error accepted (outputs and gradients)
-                ) -> dict:           # impl, ref, out_err, grad_err (worst leaf), ok
-    "Outputs and input gradients of `fn(impl)` against `fn(ref)`, with one random output gradient for both."
+                ) -> dict:           # out_err, grad_err (worst leaf), ok (both at most 1e-3)
+    "Outputs and input gradients of `fn(impl)` against `fn('ref')`, with one random output gradient for both."
     res = {}
-    for which in (ref, impl):
+    for which in ('ref', impl):
         for t in leaves: t.grad = None
         out = fn(which)
         out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out))
         res[which] = out.detach(), [None if t.grad is None else t.grad.clone() for t in leaves]
-    (o, g), (o0, g0) = res[impl], res[ref]
+    (o, g), (o0, g0) = res[impl], res['ref']
     oe, ge = rel_err(o, o0), max((rel_err(a, b) for a, b in zip(g, g0)), default=0.0)
-    return dict(impl=impl, ref=ref, out_err=oe, grad_err=ge, ok=oe <= tol and ge <= tol)
+    return dict(out_err=oe, grad_err=ge, ok=oe <= 1e-3 and ge <= 1e-3)

@@ -338,9 +338,8 @@ def note_split(meta: dict,  # a prepared folder's meta.json
                f"{'is' if k == 1 else 'are'} held out for validation, not data.val_fraction={f}: each document goes to "
                "one split whole, and this corpus has too few documents to come closer")
 
-def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str,
-                  chunk_size: int | None = None, workers: int = 1, progress: bool = False,
-                  total_bytes: int | None = None, resume_every: int = 1 << 26) -> dict:
+def _prepare_into(d: Path, documents, tokenizer, bpe_vocab_size: int, val_fraction: float, source: str, chunk_size,
+                  workers: int, progress: bool, total_bytes: int | None, resume_every: int) -> dict:
     "Tokenize `documents` into folder `d` (continuing an interrupted run with the same settings); returns the meta."
     settings = (dict(version=FORMAT_VERSION, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size,
                      val_fraction=val_fraction, source=source, chunk_size=chunk_size)
@@ -567,8 +566,7 @@ def cached_corpus(cfg: DataConfig,  # names the text corpus and the tokenizer
     return out
 
 # %% ../nbs/04_corpus.ipynb #c353fe56
-def _load_npy(p: Path) -> np.ndarray:
-    bad = lambda why: UsageError(f"token file {str(p)!r} {why}")
+def _load_npy(p: Path, bad) -> np.ndarray:
     try: a = np.load(p, mmap_mode='r', allow_pickle=False)
     except ValueError as e:
         low = str(e).lower()
@@ -607,7 +605,7 @@ def load_tokens(path,            # a .npy array or raw .bin ids
     bad = lambda why: UsageError(f"token file {str(p)!r} {why}")
     if p.is_dir(): raise bad("is a folder; give a .bin or .npy file (a prepared folder goes in --data.data_dir).")
     if not p.is_file(): raise bad("does not exist.")
-    if p.suffix == '.npy': a = _load_npy(p); dt = a.dtype
+    if p.suffix == '.npy': a = _load_npy(p, bad); dt = a.dtype
     elif p.suffix == '.bin':
         dt, size = _bin_dtype(p, dtype), p.stat().st_size
         if dt.kind in 'iu' and size % dt.itemsize:

@@ -272,13 +272,10 @@ class StepBatches(Dataset):
                  file: TokenFile | None = None,  # where `data` lives: workers reopen it instead of copying
                  docs=None,                      # document offsets of `data`: items also hold each token's document
                 ):
-        if not 0 <= rank < world_size: raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
-        self.data, self.seq_len, self.batch_size, self.accum = data, seq_len, batch_size, accum
-        self.seed, self.rank, self.world_size, self.file, self.docs = seed, rank, world_size, file, docs
+        self.data, self.file, self.docs = data, file, docs
+        self.args = seq_len, batch_size, accum, seed, rank, world_size   # `step_batch`'s (it checks the rank)
 
-    def __getitem__(self, step: int):
-        return step_batch(self.data, int(step), self.seq_len, self.batch_size, self.accum, self.seed, self.rank,
-                          self.world_size, self.docs)
+    def __getitem__(self, step: int): return step_batch(self.data, int(step), *self.args, self.docs)
     def __getstate__(self):
         state = self.__dict__.copy()
         if self.file is not None: state['data'] = None  # re-opened from the file, not copied

@@ -265,7 +265,6 @@ def _data_problem(task: str, cfg: dict, online) -> str | None:
 
 def check_harness(tasks: str,               # task names or patterns, comma-separated (lm_eval's --tasks)
                   include_path=None,        # a folder of local task YAML files (lm_eval's --include_path)
-                  flag: str = '--harness',  # the flag that gave `tasks`, for the messages
                  ) -> tuple[list[str], object]:  # (task names, lm_eval's TaskManager that knows them)
     "The task names `tasks` means, each checked to run here (known, its data local or reachable), and the TaskManager."
     require_lm_eval()
@@ -274,12 +273,12 @@ def check_harness(tasks: str,               # task names or patterns, comma-sepa
         raise UsageError(f"--include_path {include_path!r} is not a folder; give the folder that holds the task YAML "
                          "files.")
     names = [t.strip() for t in str(tasks).split(',') if t.strip()]
-    if not names: raise UsageError(f"{flag} is empty; give lm-evaluation-harness task names, comma-separated.")
+    if not names: raise UsageError("--harness is empty; give lm-evaluation-harness task names, comma-separated.")
     tm, out = TaskManager(include_path=str(Path(include_path).expanduser()) if include_path else None), []
     for t in names:
         if not (hits := tm.match_tasks([t])):
             close = difflib.get_close_matches(t, tm.all_tasks, n=5)
-            raise UsageError(f"{flag}: lm-evaluation-harness has no task {t!r}"
+            raise UsageError(f"--harness: lm-evaluation-harness has no task {t!r}"
                              + (f"; close matches: {', '.join(close)}" if close else '')
                              + ". `lm-eval ls tasks` lists them" + (" (add --include_path DIR for local task files)"
                                                                      if include_path is None else
@@ -290,8 +289,8 @@ def check_harness(tasks: str,               # task names or patterns, comma-sepa
     for t in out:
         for leaf, cfg in _leaves(tm, t):
             if why := _data_problem(leaf, cfg, online):
-                raise UsageError(f"{flag} {t}: {why}. Run it where the data can be had, or write a local task (a YAML "
-                                 "file with dataset_path: json over a JSONL file) and give its folder with "
+                raise UsageError(f"--harness {t}: {why}. Run it where the data can be had, or write a local task (a "
+                                 "YAML file with dataset_path: json over a JSONL file) and give its folder with "
                                  "--include_path.")
     return out, tm
 

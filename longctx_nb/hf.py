@@ -20,9 +20,9 @@ from .flags import flatten_sections
 
 # %% auto #0
 __all__ = ['HF_INSTALL', 'HF_CLASSES', 'TOLERANCE', 'require_transformers', 'quiet_transformers', 'hf_name', 'logit_gap',
-           'byte_tokenizer_json', 'is_byte_tokenizer', 'tokenizer_from_json', 'model_config_from_hf', 'read_hf_weights',
-           'state_dict_from_hf', 'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source',
-           'trained_context', 'default_length', 'run_tokenizer', 'init_data', 'init_from']
+           'byte_tokenizer_json', 'is_byte_tokenizer', 'model_config_from_hf', 'read_hf_weights', 'state_dict_from_hf',
+           'is_hf_checkpoint', 'hf_folder_tokenizer', 'create_model_from_hf', 'load_source', 'trained_context',
+           'default_length', 'run_tokenizer', 'init_data', 'init_from']
 
 # %% ../nbs/46_hf.ipynb #7a0ab927
 HF_INSTALL = "pip install 'longctx_nb[hf]'  (or: pip install 'transformers>=4.46')"
@@ -118,10 +118,9 @@ def _cpu_fp32(model: LM) -> LM:
 def logit_gap(model: LM,          # ours
               hf,                 # a transformers causal LM, fp32 on the CPU
               seq_len: int = 24,  # tokens in each sample sequence
-              seed: int = 0,      # seed of the random token ids
              ) -> float:          # max |ours - theirs| / max |ours|
     "max |ours - theirs| / max |ours|: the fp32 logits of `model` and transformers' `hf` on 2 random sequences (CPU)."
-    x = torch.randint(0, model.cfg.vocab_size, (2, seq_len), generator=torch.Generator().manual_seed(seed))
+    x = torch.randint(0, model.cfg.vocab_size, (2, seq_len), generator=torch.Generator().manual_seed(0))
     ours = _cpu_fp32(model); was = ours.training; ours.eval()
     try:
         with quiet_transformers(): a, b = ours(x).float(), hf(x).logits.float()
@@ -148,11 +147,6 @@ def is_byte_tokenizer(tok,  # a `tokenizers.Tokenizer`
     "Whether the `tokenizers.Tokenizer` `tok` encodes exactly as `ByteTokenizer` does (as `byte_tokenizer_json`'s)."
     return (tok.get_vocab(with_added_tokens=True) == _byte_vocab()
             and json.loads(tok.to_str())['model'].get('merges') in ([], None))
-
-def tokenizer_from_json(tok,  # a `tokenizers.Tokenizer` (from a tokenizer.json)
-                       ) -> ByteTokenizer | BPETokenizer:
-    "Ours for a `tokenizers.Tokenizer`: `ByteTokenizer` if `tok` is the byte tokenizer, else `BPETokenizer(tok)`."
-    return ByteTokenizer() if is_byte_tokenizer(tok) else BPETokenizer(tok)
 
 # %% ../nbs/46_hf.ipynb #ce5b2e72
 TOLERANCE = 1e-4  # largest relative logit difference accepted when a model crosses over (measured: about 1e-7)
