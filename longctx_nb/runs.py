@@ -10,7 +10,7 @@ from pathlib import Path
 from .core import UsageError
 from .config import ModelConfig, TrainerConfig
 from .checkpoint import (read_checkpoint, load_weights, list_checkpoints, check_same_model, set_rng_state,
-                                   find_checkpoint)
+                                   find_checkpoint, _warn)
 from .distributed import load_full_state, STOP_CODES
 
 # %% auto #0
@@ -83,9 +83,8 @@ def resume_point(t: TrainerConfig,              # resume, default_root_dir and r
     elif Path(r).is_dir(): run_dir = Path(r)
     else: raise UsageError(f"--resume={r!r}: no such run directory or checkpoint file; use --resume for the newest "
                            "run.")
-    found, skipped = find_checkpoint(run_dir, accept=same)
-    skipped = [f"skipping checkpoint {p.name}: {why}" for p, why in skipped]
-    for why in skipped: (warn or (lambda m: print(m, file=sys.stderr)))(f"warning: {why}")
+    skipped = []   # 'skipping checkpoint NAME: why', each said to `warn`
+    found, _ = find_checkpoint(run_dir, accept=same, warn=lambda s: (skipped.append(s), (warn or _warn)(s)))
     if found is None and (run_dir / 'config.json').is_file() and not list_checkpoints(run_dir):
         return run_dir, None, None
     if found is None: raise UsageError(f"nothing to resume in {str(run_dir)!r}: it holds no checkpoint that is intact "
