@@ -13,7 +13,7 @@ from .core import UsageError, TrainingError, first_rank
 from typing import Callable
 from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key,
                                merge_settings, set_twice, _value, _convert, _truth, _field_of, _hints, _OWNED, _choices,
-                               _RAW_CHECKS)
+                               _AS_GIVEN)
 
 # %% auto #0
 __all__ = ['VRAM_PRESET_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'VRAM_PRESET_ALIASES', 'GPU_NATIVE',
@@ -588,7 +588,7 @@ def _seq_len_alone(key, v, bad):
             "needs --init_from on the command line (a run, a checkpoint, an export or a transformers folder); "
             "without one, give the length in tokens, e.g. --data.seq_len=1024")
 
-_RAW_CHECKS['data.seq_len'] = _seq_len_alone
+_AS_GIVEN['data.seq_len'] = _seq_len_alone
 
 # %% ../nbs/02_flags.ipynb #c36ba6b5
 def explicit_keys(levels: list,  # `build_config` levels: [(where or None, {key: value}), ...]
