@@ -59,6 +59,8 @@ def parse_cli(argv: list[str] | None = None,  # command-line arguments (default:
     return parse_config(parser or build_parser(prog), argv)
 
 # %% ../nbs/70_cli.ipynb #83a2224a
+_INIT_OR_RESUME = "--init_from starts a new run from other weights, --resume continues a run: give one of them."
+
 def init_model(cfg: Config,  # the run's config, as parsed
                path,         # what `hf.init_from` reads: a transformers folder, an export, a checkpoint or a run
                say=print,    # where the notes go
@@ -68,8 +70,7 @@ def init_model(cfg: Config,  # the run's config, as parsed
     "The config and model of a run that starts from the weights at `path`; each setting it replaces is printed."
     from longctx_nb.hf import init_from, trained_context
     from longctx_nb.model import LM
-    if cfg.trainer.resume:
-        raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
+    if cfg.trainer.resume: raise UsageError(_INIT_OR_RESUME)
     cfg = stretch(cfg, path, trained_context(path), seq_len_times, say)
     ov, state, tok = init_from(path, cfg, say=say, given=given)   # the model's settings; the text tokenized with PATH's
     before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
@@ -209,9 +210,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
     from longctx_nb.runs import RESUME_LAST, new_run_dir, resume_pick
     t = cfg.trainer
     if init_from is not None:
-        if t.resume:
-            raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of "
-                             "them.")
+        if t.resume: raise UsageError(_INIT_OR_RESUME)
         if not str(init_from).strip():
             raise UsageError("--init_from is empty; give a checkpoint (.pt), a run directory, an exported folder or a "
                              "transformers folder.")
