@@ -31,8 +31,7 @@ def again(resume=None,  # the run directory or checkpoint to continue from
          ) -> str:      # a shell command line
     "This process's command line with `--resume=resume` instead of any --resume it had: how to continue the run."
     prog, args = Path(sys.argv[0]).name or 'longctx_train', sys.argv[1:]
-    if prog in ('__main__.py', 'cli.py', '-c', 'ipykernel_launcher.py') or prog.endswith('.py'):
-        prog, args = 'longctx_train', []
+    if prog == '-c' or prog.endswith('.py'): prog, args = 'longctx_train', []   # python -m, a notebook, a script
     ws = int(os.environ.get('WORLD_SIZE', 1))   # under torchrun: the launcher's command, one node's share of the ranks
     nproc = os.environ.get('LOCAL_WORLD_SIZE', ws)
     launcher = ['torchrun', f"--nproc_per_node={nproc}", '--no-python'] if ws > 1 else []
