@@ -201,7 +201,6 @@ def list_checkpoints(run_dir,  # the run directory
     return [p for _, p in sorted(found)]
 
 def find_checkpoint(run_dir,                     # the run directory
-                    map_location='cpu',          # device to load tensors onto
                     accept=None,                 # accept(ck) raises `CheckpointError` to skip a checkpoint
                     required: tuple = REQUIRED,  # keys it must hold
                     warn=None,                   # told 'skipping checkpoint NAME: why' for each one skipped
@@ -210,7 +209,7 @@ def find_checkpoint(run_dir,                     # the run directory
     skipped = []
     for p in reversed(list_checkpoints(run_dir)):
         try:
-            ck = read_checkpoint(p, map_location, required)
+            ck = read_checkpoint(p, required=required)
             if accept: accept(ck)
             return (p, ck), skipped
         except CheckpointError as e:

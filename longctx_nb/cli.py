@@ -33,20 +33,17 @@ EXAMPLES = """examples:
 """
 
 def build_parser(prog: str = 'longctx_train',  # the program's name in messages
-                 sections=tuple(SECTIONS),     # config sections to offer flags for
-                 extra: bool = True,           # also --config, --print_config and the presets
                 ) -> Parser:
-    "The argument parser: one flag per setting of `sections`, their aliases, and (`extra`) presets and config files."
+    "The argument parser: one flag per setting, their aliases, the presets and config files."
     own = [arg('--print_config', action='store_true', group='config files and presets',
                help='print the resolved config as JSON (stdout) and where each value came from (stderr), and exit'),
            arg('--init_from', metavar='PATH', group='config files and presets',
                help='start from the weights (and model settings) of a transformers folder (Llama, Mistral, '
-                    'Qwen2, Mamba, Mamba-2), an export, a checkpoint or a run directory')] if extra else []
+                    'Qwen2, Mamba, Mamba-2), an export, a checkpoint or a run directory')]
     return make_parser(prog, 'Train a long-context language model. Settings come from the defaults, then --config (a '
                        'JSON file or a size preset), then the command line; within each, presets first, then explicit '
-                       'settings. --print_config shows where each value came from.' if extra else None, own, sections,
-                       presets=extra, usage=f'{prog} [--config FILE] [--SECTION.KEY VALUE ...]',
-                       epilog=EXAMPLES if extra else None)
+                       'settings. --print_config shows where each value came from.', own, SECTIONS, presets=True,
+                       usage=f'{prog} [--config FILE] [--SECTION.KEY VALUE ...]', epilog=EXAMPLES)
 
 # %% ../nbs/70_cli.ipynb #1d083a92
 def parse_cli(argv: list[str] | None = None,  # command-line arguments (default: sys.argv[1:])

@@ -420,13 +420,12 @@ def _reader(default):
 
 def args_from(fn,                          # the function
               rename: dict | None = None,  # argument name -> flag name
-              skip=('verbose',),           # arguments that get no flag
              ) -> list[dict]:              # one `arg` spec per argument with a default
     "Specs of one flag per argument of `fn` that has a default: its type from the default, its help from its comment."
     notes, rename, out = arg_comments(fn), rename or {}, []
     for name, par in inspect.signature(fn).parameters.items():
         d = par.default
-        if name in skip or d is inspect.Parameter.empty: continue
+        if name == 'verbose' or d is inspect.Parameter.empty: continue   # `verbose`: no flag
         many = isinstance(d, (tuple, list))
         one = d[0] if many and d else d
         out.append(arg(f'--{rename.get(name, name)}', dest=name, help=notes.get(name, name.replace('_', ' ')),
