@@ -8,9 +8,9 @@ import argparse, dataclasses, json, sys
 import torch
 from pathlib import Path
 from .core import UsageError, check_writable_dir, first_rank
-from .config import Config, SECTIONS, ALIASES, apply_overrides
+from .config import Config, SECTIONS, apply_overrides
 from .flags import (Parser, arg, make_parser, parse_config, main, read_config_file, check_read,
-                              explicit_keys, run_checks)
+                              explicit_keys, run_checks, build_config, setting_sources)
 from .model import LM, count_params   # and registers the block zoo: --model.block is checked, --help lists it
 
 # %% auto #0
@@ -165,13 +165,7 @@ def run_config(cfg: Config,  # the config the flags describe on their own
     return new
 
 # %% ../nbs/70_cli.ipynb #a1b2c3d4
-from .flags import build_config, config_settings, setting_sources
 from .memory import fit_lengths
-
-def _given(ns: argparse.Namespace) -> list:
-    "The settings a command line gave, as `build_config` levels: its --config file's, then its flags."
-    flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
-    return ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
 
 # %% ../nbs/70_cli.ipynb #00888d7b
 def print_config(cfg: Config,     # the config the run would use
@@ -242,11 +236,11 @@ def _train(argv=None) -> int:
     cfg, ns = parse_cli(argv, 'longctx_train')
     say = print if first_rank() else (lambda *a: None)
     parsed = cfg
-    cfg = run_config(cfg, _given(ns), say=say)
+    cfg = run_config(cfg, ns.levels, say=say)
     if not ns.print_config: check_sources(cfg, ns.init_from)
     model = None
     if ns.init_from:
-        cfg, model = init_model(cfg, ns.init_from, say=say, given=explicit_keys(_given(ns)),
+        cfg, model = init_model(cfg, ns.init_from, say=say, given=explicit_keys(ns.levels),
                                 seq_len_times=ns.seq_len_times)
         if not ns.print_config: run_checks(cfg)   # those `parse_config` leaves to here: the source's settings are in
     if ns.print_config:

@@ -606,7 +606,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
                  argv: list[str], # the command-line arguments
                 ) -> tuple[Config, argparse.Namespace]:  # (config, parsed namespace)
     ("The `Config` that `argv` describes (defaults, config file, command line), and the namespace (`ns.origins`: "
-     "where each value came from); notes go to stderr.")
+     "where each value came from; `ns.levels`: the settings given, `build_config`'s levels); notes go to stderr.")
     ns, unknown = parser.parse_known_args(argv)
     if unknown: _unknown(unknown, parser.prog)
     notes = []
@@ -617,7 +617,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     ns.seq_len_times = times if getattr(ns, 'init_from', None) else None
     flags = {where: v for where, v in merged.values()}
     levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
-    ns.origins = {}
+    ns.origins, ns.levels = {}, levels
     cfg = build_config(levels, notes, ns.origins)
     check_read(cfg, explicit_keys(levels), notes)
     if cfg.trainer.strategy.startswith('deepspeed'):
