@@ -201,26 +201,26 @@ def list_checkpoints(run_dir,  # the run directory
     return [p for _, p in sorted(found)]
 
 def find_checkpoint(run_dir,                     # the run directory
-                    map_location='cpu',          # device to load tensors onto
                     accept=None,                 # accept(ck) raises `CheckpointError` to skip a checkpoint
                     required: tuple = REQUIRED,  # keys it must hold
+                    warn=None,                   # told 'skipping checkpoint NAME: why' for each one skipped
                    ) -> tuple[tuple[Path, dict] | None, list[tuple[Path, str]]]:  # (path, checkpoint) or None; skipped
     "The newest checkpoint of `run_dir` that verifies and `accept`s; the `(path, reason)` of each newer one skipped."
     skipped = []
     for p in reversed(list_checkpoints(run_dir)):
         try:
-            ck = read_checkpoint(p, map_location, required)
+            ck = read_checkpoint(p, required=required)
             if accept: accept(ck)
             return (p, ck), skipped
-        except CheckpointError as e: skipped.append((p, str(e)))
+        except CheckpointError as e:
+            skipped.append((p, str(e)))
+            if warn: warn(f"skipping checkpoint {p.name}: {e}")
     return None, skipped
 
 def latest_checkpoint(run_dir,  # the run directory
                      ) -> tuple[Path, dict] | None:  # (path, checkpoint), or None
     "The newest checkpoint of `run_dir` that verifies, said on stderr per skipped file; None if none."
-    found, skipped = find_checkpoint(run_dir)
-    for p, why in skipped: _warn(f"skipping checkpoint {p.name}: {why}")
-    return found
+    return find_checkpoint(run_dir, warn=_warn)[0]
 
 def prune_checkpoints(run_dir,         # the run directory
                       keep_last: int,  # checkpoints to keep; 0: all
@@ -360,8 +360,7 @@ def load_weights(path,          # a checkpoint file, a run directory, or an expo
     folder. Each newer file skipped is said on stderr, with why."""
     p = Path(path).expanduser(); d = p if p.is_dir() else p.parent; st = d / 'model.safetensors'
     found, skipped = (((p, read_checkpoint(p, required=WEIGHTS)), []) if p.suffix == '.pt' else
-                      find_checkpoint(p, required=WEIGHTS) if p.is_dir() else (None, []))
-    for f, why in skipped: _warn(f"skipping checkpoint {f.name}: {why}")
+                      find_checkpoint(p, required=WEIGHTS, warn=_warn) if p.is_dir() else (None, []))
     step = _export_step(st) if p.suffix != '.pt' and st.is_file() else None
     if p.suffix != '.pt' and st.is_file() and (found is None or (step or -1) > (found[1].get('step') or 0)):
         try: model, run = load_model(d, device), d / 'config.json'

@@ -8,9 +8,9 @@ import argparse, dataclasses, json, sys
 import torch
 from pathlib import Path
 from .core import UsageError, check_writable_dir, first_rank
-from .config import Config, SECTIONS, ALIASES, apply_overrides
+from .config import Config, SECTIONS, apply_overrides
 from .flags import (Parser, arg, make_parser, parse_config, main, read_config_file, check_read,
-                              explicit_keys, run_checks)
+                              explicit_keys, run_checks, build_config, setting_sources)
 from .model import LM, count_params   # and registers the block zoo: --model.block is checked, --help lists it
 
 # %% auto #0
@@ -33,20 +33,17 @@ EXAMPLES = """examples:
 """
 
 def build_parser(prog: str = 'longctx_train',  # the program's name in messages
-                 sections=tuple(SECTIONS),     # config sections to offer flags for
-                 extra: bool = True,           # also --config, --print_config and the presets
                 ) -> Parser:
-    "The argument parser: one flag per setting of `sections`, their aliases, and (`extra`) presets and config files."
+    "The argument parser: one flag per setting, their aliases, the presets and config files."
     own = [arg('--print_config', action='store_true', group='config files and presets',
                help='print the resolved config as JSON (stdout) and where each value came from (stderr), and exit'),
            arg('--init_from', metavar='PATH', group='config files and presets',
                help='start from the weights (and model settings) of a transformers folder (Llama, Mistral, '
-                    'Qwen2, Mamba, Mamba-2), an export, a checkpoint or a run directory')] if extra else []
+                    'Qwen2, Mamba, Mamba-2), an export, a checkpoint or a run directory')]
     return make_parser(prog, 'Train a long-context language model. Settings come from the defaults, then --config (a '
                        'JSON file or a size preset), then the command line; within each, presets first, then explicit '
-                       'settings. --print_config shows where each value came from.' if extra else None, own, sections,
-                       presets=extra, usage=f'{prog} [--config FILE] [--SECTION.KEY VALUE ...]',
-                       epilog=EXAMPLES if extra else None)
+                       'settings. --print_config shows where each value came from.', own, SECTIONS, presets=True,
+                       usage=f'{prog} [--config FILE] [--SECTION.KEY VALUE ...]', epilog=EXAMPLES)
 
 # %% ../nbs/70_cli.ipynb #1d083a92
 def parse_cli(argv: list[str] | None = None,  # command-line arguments (default: sys.argv[1:])
@@ -59,6 +56,8 @@ def parse_cli(argv: list[str] | None = None,  # command-line arguments (default:
     return parse_config(parser or build_parser(prog), argv)
 
 # %% ../nbs/70_cli.ipynb #83a2224a
+_INIT_OR_RESUME = "--init_from starts a new run from other weights, --resume continues a run: give one of them."
+
 def init_model(cfg: Config,  # the run's config, as parsed
                path,         # what `hf.init_from` reads: a transformers folder, an export, a checkpoint or a run
                say=print,    # where the notes go
@@ -68,8 +67,7 @@ def init_model(cfg: Config,  # the run's config, as parsed
     "The config and model of a run that starts from the weights at `path`; each setting it replaces is printed."
     from longctx_nb.hf import init_from, trained_context
     from longctx_nb.model import LM
-    if cfg.trainer.resume:
-        raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of them.")
+    if cfg.trainer.resume: raise UsageError(_INIT_OR_RESUME)
     cfg = stretch(cfg, path, trained_context(path), seq_len_times, say)
     ov, state, tok = init_from(path, cfg, say=say, given=given)   # the model's settings; the text tokenized with PATH's
     before = {**{f'data.{k}': v for k, v in cfg.to_dict()['data'].items()},
@@ -167,13 +165,7 @@ def run_config(cfg: Config,  # the config the flags describe on their own
     return new
 
 # %% ../nbs/70_cli.ipynb #a1b2c3d4
-from .flags import build_config, config_settings, setting_sources
 from .memory import fit_lengths
-
-def _given(ns: argparse.Namespace) -> list:
-    "The settings a command line gave, as `build_config` levels: its --config file's, then its flags."
-    flags = {k: v for k, v in vars(ns).items() if '.' in k or k in ALIASES or k in ('vram', 'training_preset')}
-    return ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
 
 # %% ../nbs/70_cli.ipynb #00888d7b
 def print_config(cfg: Config,     # the config the run would use
@@ -209,9 +201,7 @@ def check_sources(cfg: Config,    # the run's config, after `run_config`
     from longctx_nb.runs import RESUME_LAST, new_run_dir, resume_pick
     t = cfg.trainer
     if init_from is not None:
-        if t.resume:
-            raise UsageError("--init_from starts a new run from other weights, --resume continues a run: give one of "
-                             "them.")
+        if t.resume: raise UsageError(_INIT_OR_RESUME)
         if not str(init_from).strip():
             raise UsageError("--init_from is empty; give a checkpoint (.pt), a run directory, an exported folder or a "
                              "transformers folder.")
@@ -246,11 +236,11 @@ def _train(argv=None) -> int:
     cfg, ns = parse_cli(argv, 'longctx_train')
     say = print if first_rank() else (lambda *a: None)
     parsed = cfg
-    cfg = run_config(cfg, _given(ns), say=say)
+    cfg = run_config(cfg, ns.levels, say=say)
     if not ns.print_config: check_sources(cfg, ns.init_from)
     model = None
     if ns.init_from:
-        cfg, model = init_model(cfg, ns.init_from, say=say, given=explicit_keys(_given(ns)),
+        cfg, model = init_model(cfg, ns.init_from, say=say, given=explicit_keys(ns.levels),
                                 seq_len_times=ns.seq_len_times)
         if not ns.print_config: run_checks(cfg)   # those `parse_config` leaves to here: the source's settings are in
     if ns.print_config:

@@ -14,7 +14,7 @@ from .memory import check_fits, check_config_fits, check_positive, check_lengths
 from .model import LM, canonical_layers, count_params, flops_per_token, dense_settings, layer_blocks
 from .synthetic import from_config as task_from_config
 from .train import train, Stopped, kernel_report
-from .runs import RESUME_LAST, Terminated, restore_signals
+from .runs import RESUME_LAST, Terminated, restore_signals, without_flags
 from .distributed import STOP_CODES
 from .checkpoint import atomic_write, find_checkpoint, list_checkpoints
 from .evals import ruler_grid
@@ -607,13 +607,8 @@ def _resume_dir(ns, argv: list) -> str:
 
 def _resume_command(argv: list, out) -> str:
     "`argv` as the command that continues the comparison in `out`: its --resume forms made --output_dir OUT --resume."
-    args, skip = [], False
-    for i, a in enumerate(map(str, argv)):
-        if skip: skip = False; continue
-        if a in ('--resume', '--output_dir'):
-            skip = a == '--output_dir' or (i + 1 < len(argv) and not str(argv[i + 1]).startswith('-')); continue
-        if not a.startswith(('--resume=', '--output_dir=')): args.append(a)
-    return shlex.join(['longctx_compare', *args, '--output_dir', str(out), '--resume'])
+    return shlex.join(['longctx_compare', *without_flags(argv, ('--resume', '--output_dir')), '--output_dir', str(out),
+                       '--resume'])
 
 # %% ../nbs/63_compare.ipynb #c6d2e3f4
 def _compare(argv=None) -> int:

@@ -398,8 +398,7 @@ def coerce(key: str,    # canonical dotted key, for messages
     if isinstance(value, str) and not value.strip():
         bad('the value is empty; give one, or leave the setting out for its default'
             + ('' if type(None) not in args else ' (none: no value)'))
-    if key in _RAW_CHECKS: _RAW_CHECKS[key](key, value, bad)          # other tools' spellings, refused as given
-    if key in _RAW_FORMS: value = _RAW_FORMS[key](key, value, bad)   # other tools' forms (a list curriculum), as ours
+    if key in _AS_GIVEN and (w := _AS_GIVEN[key](key, value, bad)) is not None: value = w   # other tools' forms
     if type(None) in args:  # Optional[X]
         if value is None or (isinstance(value, str) and value.strip().lower() in ('none', 'null', 'auto')): return None
         tp = next(a for a in args if a is not type(None))
@@ -421,8 +420,7 @@ def coerce(key: str,    # canonical dotted key, for messages
         v = [_number(x, bad, 'a list of numbers') for x in (items.split(',') if isinstance(items, str) else items)]
     elif isinstance(value, (dict, list, tuple)): bad('expected a text value, not a JSON list or object')
     else: v = str(value)
-    if key in _FORMS: v = _FORMS[key](key, v, bad)
-    if key in _CHECKS: _CHECKS[key](key, v, bad)
+    if key in _CONVERTED and (w := _CONVERTED[key](key, v, bad)) is not None: v = w
     if (choices := _choices(meta)) is not None:
         if key in _OWNED: v = _OWNED[key][0](v)
         elif key == 'trainer.precision': v = 'auto' if v.strip().lower() == 'auto' else parse_precision(v)
@@ -444,10 +442,12 @@ def _run_name(key, v: str, bad):
 
 def _accelerator(key, s: str, bad):
     "auto, cpu, gpu, cuda, cuda:N or mps, in lower case (whether the device exists is checked when the run starts)."
+    s = s.strip().lower()
     if s in ('tpu', 'hpu', 'ipu', 'xla', 'mlu', 'npu', 'xpu'):
         bad(f"Lightning's {s!r} accelerator is not supported here: longctx_nb runs on CPUs, CUDA GPUs and Apple MPS; "
             "use auto (the default), cpu, cuda (gpu), cuda:N or mps")
     if not re.fullmatch(r'auto|cpu|gpu|cuda|cuda:\d+|mps', s): bad("valid choices: auto, cpu, cuda (gpu), cuda:N, mps")
+    return s
 
 def _no_nul(key, v: str, bad):
     if '\0' in v: bad('a path cannot hold a NUL character')
@@ -470,13 +470,11 @@ def _curriculum_list(key, value, bad):
 
 def _curriculum(key, v: str, bad): parse_curriculum(v)   # positive SEQ_LEN:STEPS pairs, or its message
 
-_RAW_CHECKS: dict[str, Callable] = {'trainer.devices': _devices}            # the value as given: raise, return nothing
-_RAW_FORMS: dict[str, Callable] = {'trainer.curriculum': _curriculum_list}   # the value as given: return the one to use
-_FORMS: dict[str, Callable] = {'trainer.accelerator': lambda k, v, bad: v.strip().lower()}   # converted: the one to use
+_AS_GIVEN: dict[str, Callable] = {'trainer.devices': _devices, 'trainer.curriculum': _curriculum_list}
 _PATHS = ('trainer.default_root_dir', 'data.cache_dir', 'data.data_dir', 'data.train_data', 'data.val_data',
           'data.dataset_config', 'trainer.resume')
-_CHECKS: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelerator': _accelerator,
-                                'trainer.curriculum': _curriculum, **dict.fromkeys(_PATHS, _no_nul)}
+_CONVERTED: dict[str, Callable] = {'trainer.run_name': _run_name, 'trainer.accelerator': _accelerator,
+                                   'trainer.curriculum': _curriculum, **dict.fromkeys(_PATHS, _no_nul)}
 
 # %% ../nbs/01_config.ipynb #05d0eaa1
 def parse_curriculum(s: str,  # 'SEQ_LEN:STEPS,...'

@@ -26,7 +26,6 @@ STRATEGIES = {'auto': 'ddp', 'ddp': 'ddp', 'fsdp': 'fsdp', 'deepspeed_stage_2': 
 class Dist:
     "This process's place in the run; with `world_size=1` every method is a no-op."
     rank: int = 0                 # this process's global rank
-    local_rank: int = 0           # its rank on this node
     world_size: int = 1           # processes in the run
     device: torch.device = field(default_factory=lambda: torch.device('cpu'))  # this process's device
     strategy: str = 'none'        # none (one process), ddp or fsdp
@@ -173,7 +172,7 @@ def init_distributed(t: TrainerConfig,  # accelerator, devices, strategy, dist_b
     n = check_context_split(t.context_parallel, world)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=t.dist_timeout),
                             **({'device_id': device} if device.type == 'cuda' else {}))
-    return Dist(rank, local, world, device, strategy, reshard=t.strategy != 'deepspeed_stage_2',
+    return Dist(rank, world, device, strategy, reshard=t.strategy != 'deepspeed_stage_2',
                 context=context_group(device, world, n))
 
 # %% ../nbs/41_distributed.ipynb #f8729928

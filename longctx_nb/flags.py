@@ -13,7 +13,7 @@ from .core import UsageError, TrainingError, first_rank
 from typing import Callable
 from .config import (Config, ALIASES, SECTIONS, SIZE_PRESETS, all_keys, apply_overrides, canonical_key,
                                merge_settings, set_twice, _value, _convert, _truth, _field_of, _hints, _OWNED, _choices,
-                               _RAW_CHECKS)
+                               _AS_GIVEN)
 
 # %% auto #0
 __all__ = ['VRAM_PRESET_KEYS', 'SYNTHETIC_KEYS', 'FAST_DEV_RUN_OVERRIDES', 'VRAM_PRESET_ALIASES', 'GPU_NATIVE',
@@ -420,13 +420,12 @@ def _reader(default):
 
 def args_from(fn,                          # the function
               rename: dict | None = None,  # argument name -> flag name
-              skip=('verbose',),           # arguments that get no flag
              ) -> list[dict]:              # one `arg` spec per argument with a default
     "Specs of one flag per argument of `fn` that has a default: its type from the default, its help from its comment."
     notes, rename, out = arg_comments(fn), rename or {}, []
     for name, par in inspect.signature(fn).parameters.items():
         d = par.default
-        if name in skip or d is inspect.Parameter.empty: continue
+        if name == 'verbose' or d is inspect.Parameter.empty: continue   # `verbose`: no flag
         many = isinstance(d, (tuple, list))
         one = d[0] if many and d else d
         out.append(arg(f'--{rename.get(name, name)}', dest=name, help=notes.get(name, name.replace('_', ' ')),
@@ -588,7 +587,7 @@ def _seq_len_alone(key, v, bad):
             "needs --init_from on the command line (a run, a checkpoint, an export or a transformers folder); "
             "without one, give the length in tokens, e.g. --data.seq_len=1024")
 
-_RAW_CHECKS['data.seq_len'] = _seq_len_alone
+_AS_GIVEN['data.seq_len'] = _seq_len_alone
 
 # %% ../nbs/02_flags.ipynb #c36ba6b5
 def explicit_keys(levels: list,  # `build_config` levels: [(where or None, {key: value}), ...]
@@ -607,7 +606,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
                  argv: list[str], # the command-line arguments
                 ) -> tuple[Config, argparse.Namespace]:  # (config, parsed namespace)
     ("The `Config` that `argv` describes (defaults, config file, command line), and the namespace (`ns.origins`: "
-     "where each value came from); notes go to stderr.")
+     "where each value came from; `ns.levels`: the settings given, `build_config`'s levels); notes go to stderr.")
     ns, unknown = parser.parse_known_args(argv)
     if unknown: _unknown(unknown, parser.prog)
     notes = []
@@ -618,7 +617,7 @@ def parse_config(parser: Parser,  # from `make_parser`, with settings
     ns.seq_len_times = times if getattr(ns, 'init_from', None) else None
     flags = {where: v for where, v in merged.values()}
     levels = ([config_settings(ns.config)] if getattr(ns, 'config', None) is not None else []) + [(None, flags)]
-    ns.origins = {}
+    ns.origins, ns.levels = {}, levels
     cfg = build_config(levels, notes, ns.origins)
     check_read(cfg, explicit_keys(levels), notes)
     if cfg.trainer.strategy.startswith('deepspeed'):

@@ -10,7 +10,7 @@ import torch
 from .core import UsageError, StorageError
 from .measure import pyplot
 from .flags import check_before_run
-from .checkpoint import atomic_write
+from .checkpoint import atomic_write, _replacing
 
 # %% auto #0
 __all__ = ['TB_NAMES', 'strict_json', 'EventFile', 'MetricsLog', 'plot_losses', 'profile_range', 'StepProfiler']
@@ -158,9 +158,7 @@ class StepProfiler:
         prof, self.prof = self.prof, None
         prof.stop()
         if not write: return
-        tmp = self.trace.with_name('.' + self.trace.name + '.tmp')
-        try: self.trace.parent.mkdir(exist_ok=True); prof.export_chrome_trace(str(tmp)); os.replace(tmp, self.trace)
-        except OSError as e: tmp.unlink(missing_ok=True); raise StorageError(self.trace, e) from None
+        with _replacing([self.trace]) as (tmp,): prof.export_chrome_trace(str(tmp))   # StorageError if refused
         from torch.autograd.profiler_util import EventList
         key = 'self_device_time_total' if self.r.device.type == 'cuda' else 'self_cpu_time_total'
         ops = EventList([e for e in prof.key_averages() if not re.search(r'\.py\(\d+\)|^<built-in|^step \d+$', e.key)],

@@ -10,29 +10,32 @@ from pathlib import Path
 from .core import UsageError
 from .config import ModelConfig, TrainerConfig
 from .checkpoint import (read_checkpoint, load_weights, list_checkpoints, check_same_model, set_rng_state,
-                                   find_checkpoint)
+                                   find_checkpoint, _warn)
 from .distributed import load_full_state, STOP_CODES
 
 # %% auto #0
-__all__ = ['RESUME_LAST', 'again', 'new_run_dir', 'resume_pick', 'resume_point', 'fork', 'restore', 'Terminated', 'Stopped',
-           'catch_signals', 'second_signal', 'restore_signals', 'stop_requested', 'stopped_at', 'lost_peer',
+__all__ = ['RESUME_LAST', 'without_flags', 'again', 'new_run_dir', 'resume_pick', 'resume_point', 'fork', 'restore', 'Terminated',
+           'Stopped', 'catch_signals', 'second_signal', 'restore_signals', 'stop_requested', 'stopped_at', 'lost_peer',
            'lost_message']
 
 # %% ../nbs/42_runs.ipynb #faa675e1
+def without_flags(args,         # command-line words
+                  flags: tuple,  # options to drop: `--flag=V`, `--flag V` (V not an option) or a bare `--flag`
+                 ) -> list[str]:
+    "`args` without the options `flags` and their values."
+    args, eq = list(map(str, args)), tuple(f + '=' for f in flags)
+    return [a for i, a in enumerate(args) if not (a in flags or a.startswith(eq)
+                                                  or i and args[i - 1] in flags and not a.startswith('-'))]
+
 def again(resume=None,  # the run directory or checkpoint to continue from
          ) -> str:      # a shell command line
     "This process's command line with `--resume=resume` instead of any --resume it had: how to continue the run."
-    prog, args, out, skip = Path(sys.argv[0]).name or 'longctx_train', sys.argv[1:], [], False
-    if prog in ('__main__.py', 'cli.py', '-c', 'ipykernel_launcher.py') or prog.endswith('.py'):
-        prog, args = 'longctx_train', []
-    for i, a in enumerate(args):
-        if skip: skip = False; continue
-        if a == '--resume': skip = i + 1 < len(args) and not args[i + 1].startswith('-'); continue
-        if not a.startswith('--resume='): out.append(a)
+    prog, args = Path(sys.argv[0]).name or 'longctx_train', sys.argv[1:]
+    if prog == '-c' or prog.endswith('.py'): prog, args = 'longctx_train', []   # python -m, a notebook, a script
     ws = int(os.environ.get('WORLD_SIZE', 1))   # under torchrun: the launcher's command, one node's share of the ranks
     nproc = os.environ.get('LOCAL_WORLD_SIZE', ws)
     launcher = ['torchrun', f"--nproc_per_node={nproc}", '--no-python'] if ws > 1 else []
-    return ' '.join(shlex.quote(a) for a in [*launcher, prog, *out, f'--resume={resume}'])
+    return shlex.join([*launcher, prog, *without_flags(args, ('--resume',)), f'--resume={resume}'])
 
 def new_run_dir(root,                     # folder of run directories
                 name: str | None = None,  # run name (None: the next free version_N)
@@ -79,9 +82,8 @@ def resume_point(t: TrainerConfig,              # resume, default_root_dir and r
     elif Path(r).is_dir(): run_dir = Path(r)
     else: raise UsageError(f"--resume={r!r}: no such run directory or checkpoint file; use --resume for the newest "
                            "run.")
-    found, skipped = find_checkpoint(run_dir, accept=same)
-    skipped = [f"skipping checkpoint {p.name}: {why}" for p, why in skipped]
-    for why in skipped: (warn or (lambda m: print(m, file=sys.stderr)))(f"warning: {why}")
+    skipped = []   # 'skipping checkpoint NAME: why', each said to `warn`
+    found, _ = find_checkpoint(run_dir, accept=same, warn=lambda s: (skipped.append(s), (warn or _warn)(s)))
     if found is None and (run_dir / 'config.json').is_file() and not list_checkpoints(run_dir):
         return run_dir, None, None
     if found is None: raise UsageError(f"nothing to resume in {str(run_dir)!r}: it holds no checkpoint that is intact "
