@@ -234,7 +234,7 @@ def _blocks(x, lay):
     return (x if nb * bs == L else F.pad(x, (0, 0, 0, nb * bs - L))).view(B, H, nb, bs, D)
 
 def _window_blocks(x, lay, c0, c1):
-    "Key blocks `c0 - p .. c1 - 1` of `x` (B, H, L, D) from `off`, zeros outside the sequence: (B, H, c1 - c0 + p, bs, D)."
+    "Key blocks `c0 - p .. c1 - 1` of `x` (B, H, L, D) from `off`, zeros outside: (B, H, c1 - c0 + p, bs, D)."
     B, H, L, D = x.shape
     bs, p = lay['bs'], lay['p']
     a, b = (c0 - p) * bs + lay['off'], c1 * bs + lay['off']
@@ -383,7 +383,7 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
     with torch.inference_mode(False):
         span = L + block_size
         tab = None if rk is None else rk.table(span // rk.q_block + 1, span // rk.k_block + 1, device)
-        mask_mod = lambda b, h, q_idx, kv_idx: may_attend(q_idx + L - Lq, kv_idx, window_size, n_global, rk, tab, window_kind)
+        mask_mod = lambda b, h, qi, ki: may_attend(qi + L - Lq, ki, window_size, n_global, rk, tab, window_kind)
         bm = fa.create_block_mask(mask_mod, None, None, Lq, L, device=device, BLOCK_SIZE=block_size,
                                   _compile=device.type == 'cuda')
     _BLOCK_MASKS[ck] = bm
