@@ -476,8 +476,9 @@ def attend_parts(q: torch.Tensor,   # (B, H, l, Dh) this rank's queries, rotated
                  random_keys=None,  # a `RandomKeys` (BigBird's), which may name any earlier key
                  **kw,              # `local_attention`'s `block_size` and `impl`
                 ) -> torch.Tensor:  # (B, H, l, Dh)
-    """`local_attention` of this rank's queries in a sequence split over `cp`: the queries last, after the global tokens'
-    keys and the previous part's last `window - 1`; with `random_keys`, every earlier part's (`ring_attention`)."""
+    """`local_attention` of this rank's queries in a sequence split over `cp`: the queries last, after the global
+    tokens' keys and the previous part's last `window - 1`; with `random_keys`, every earlier part's keys
+    (`ring_attention`)."""
     if cp is None: return local_attention(q, k, v, window, n_global, random_keys, **kw)
     if random_keys is not None:   # every earlier part's keys, in the ring
         rk, L = random_keys, q.shape[2] * cp.size

@@ -205,9 +205,10 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     _, N, R, K, scan, conv = DPASSM._ssm_shape(w)      # what 'auto' resolves to, as for Mamba
     # shared: the input (one fp32 tensor, or autocast's copy for each of qkv, in_proj and gate), the merge (SSM output,
     # attention output, gate; the CPU kernel merging in fp32 keeps its output instead, which is out_proj's input unless
-    # dropout comes between) and out_proj's input; dropout's mask
+    # dropout comes between; the attention output is the kernel's, counted with it, but for 'ref') and out_proj's
+    # input; dropout's mask
     fused = scan == 'cpu' and f32
-    per = (D * 4 if f32 else 3 * D * a) + (2 if fused else 3) * D * a + D * a
+    per = (D * 4 if f32 else 3 * D * a) + ((2 if fused else 3) - (cfg.attn_impl != 'ref')) * D * a + D * a
     if cfg.dropout: per += D * (1 if dev == 'cuda' else a) + (D * 4 if fused else 0)
     const = 2 * D * N * 4 + attention_saved_bytes(w, cfg.attn_impl)   # A = -exp(A_log), twice; the attention path
     const += batch_size * DPASSM._scan_states(w, scan)            # the scan's chunk-start states
@@ -234,10 +235,11 @@ def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L /
                 n: int,            # ranks each sequence is split over
                ) -> int:           # bytes
     """The SSM path's `carry_bytes`; the attention path's halo split (`split_attention_bytes`, its input left out) for
-    the whole-sequence kernel's; in_proj's output, which the conv no longer keeps (it keeps its copy with the halo)."""
+    the whole-sequence kernel's; in_proj's output, which the conv no longer keeps (it keeps its copy with the halo),
+    less the one tensor more that `merge_after` keeps than the whole sequence's merge."""
     D, N = w.cfg.d_model, cls._ssm_dims(w.cfg)[1]
     attn = split_attention_bytes(w, n, cls.context_halo(w.cfg)) - attention_saved_bytes(w, w.cfg.attn_impl)
-    return carry_bytes(w, n, D, D * N) + attn - 2 * w.tokens * D * w.act
+    return carry_bytes(w, n, D, D * N) + attn - w.tokens * D * w.act
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _print_dpassm_bench(rows, device, D, H, N, w, B):

@@ -74,6 +74,7 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
                     ) -> int:  # bytes
     "Bytes a `LongformerAttention` (or `BigBirdAttention`) mixer saves for backward, its input included."
     cfg, a = w.cfg, w.act
-    per = 2 * cfg.d_model * a                                        # qkv's input (autocast's copy), out_proj's input
+    per = cfg.d_model * a                                   # qkv's input (autocast's copy)
+    if cfg.dropout or cfg.attn_impl == 'ref': per += cfg.d_model * a   # out_proj's input, if not the kernel's output
     if cfg.dropout: per += cfg.d_model * (1 if w.dev == 'cuda' else a)   # dropout's mask
     return w.tokens * per + attention_saved_bytes(w, cfg.attn_impl)       # 'auto', 'blocked', 'flex' count alike

@@ -227,4 +227,4 @@ def split_attention_bytes(w: Workload,            # a part of each sequence: `w.
     own = (w.tokens * (3 * D * a + 4 * H)              # qkv's input, the rotated queries, the output; the logsumexp
            + 2 * n * l * (D // H) * 4)                 # RoPE's cos and sin tables of the whole sequence
     if halo is None: return own + w.tokens * 2 * (D // H) * (w.cfg.n_kv_heads or H) * a   # its keys and values
-    return own + w.tokens * D * a + 2 * w.batch_size * (l + halo) * D * a   # out_proj's copy; keys, values, the halo's
+    return own + 2 * w.batch_size * (l + halo) * D * a   # keys and values, the halo's included

@@ -234,7 +234,7 @@ def _blocks(x, lay):
     return (x if nb * bs == L else F.pad(x, (0, 0, 0, nb * bs - L))).view(B, H, nb, bs, D)
 
 def _window_blocks(x, lay, c0, c1):
-    "Key blocks `c0 - p .. c1 - 1` of `x` (B, H, L, D) from `off`, zeros outside the sequence: (B, H, c1 - c0 + p, bs, D)."
+    "Key blocks `c0 - p .. c1 - 1` of `x` (B, H, L, D) from `off`, zeros outside: (B, H, c1 - c0 + p, bs, D)."
     B, H, L, D = x.shape
     bs, p = lay['bs'], lay['p']
     a, b = (c0 - p) * bs + lay['off'], c1 * bs + lay['off']
@@ -259,13 +259,14 @@ def _chunk_blocks(q, lay):
     return max(1, _CHUNK_ELEMS.get(q.device.type, _CHUNK_ELEMS_DEFAULT) // (B * H * lay['bs'] * lay['bias'].shape[-1]))
 
 def _blocked_forward(q, k, v, lay, scale):
-    """Blocked attention in the inputs' dtype (softmax in fp32 at least): the output `(B, H, L, Dv)` and the fp32 lse
-    `(B, H, L)`."""
+    """Blocked attention in the inputs' dtype (softmax in fp32 at least): the output `(B, H, L, Dv)`, stored as SDPA's
+    `(B, L, H, Dv)`, and the fp32 lse `(B, H, L)`."""
     B, H, L, Dh = q.shape
     Dv, nb, bs = v.shape[-1], lay['nb'], lay['bs']
     ct = torch.promote_types(q.dtype, torch.float32)
     qb, cb = _blocks(q, lay), _chunk_blocks(q, lay)
-    o = q.new_empty(B, H, nb, bs, Dv)
+    o = q.new_empty(B, nb * bs, H, Dv)                  # heads last: the blocks' `transpose(1, 2).flatten(2)` is a view
+    ob = o.view(B, nb, bs, H, Dv).permute(0, 3, 1, 2, 4)                  # (B, H, nb, bs, Dv)
     lse = torch.empty(B, H, nb, bs, dtype=ct, device=q.device)
     for c0 in range(0, nb, cb):
         c1 = min(nb, c0 + cb)
@@ -274,11 +275,10 @@ def _blocked_forward(q, k, v, lay, scale):
         m = s.amax(-1, keepdim=True)
         pr = s.sub_(m).exp2_()                                            # in place, one pass each
         l = pr.sum(-1, keepdim=True)
-        torch.matmul(pr.to(v.dtype), _gather(v, lay, c0, c1), out=o[:, :, c0:c1])
-        o[:, :, c0:c1].div_(l)
+        ob[:, :, c0:c1] = (pr.to(v.dtype) @ _gather(v, lay, c0, c1)).div_(l)
         lse[:, :, c0:c1] = ((m + l.log2()) * LN2)[..., 0]                # the natural log-sum-exp
         del s, pr, m, l                                                   # free this chunk before the next
-    return o.view(B, H, nb * bs, Dv)[:, :, :L].contiguous(), lse.view(B, H, nb * bs)[:, :, :L].contiguous()
+    return o[:, :L].contiguous().transpose(1, 2), lse.view(B, H, nb * bs)[:, :, :L].contiguous()
 
 # %% ../../nbs/14_attention.ipynb #45447fc9
 def _scatter_keys(dX, dx, lay, c0, c1):
@@ -383,7 +383,7 @@ def flex_block_mask(seq_len: int,                           # tokens per sequenc
     with torch.inference_mode(False):
         span = L + block_size
         tab = None if rk is None else rk.table(span // rk.q_block + 1, span // rk.k_block + 1, device)
-        mask_mod = lambda b, h, q_idx, kv_idx: may_attend(q_idx + L - Lq, kv_idx, window_size, n_global, rk, tab, window_kind)
+        mask_mod = lambda b, h, qi, ki: may_attend(qi + L - Lq, ki, window_size, n_global, rk, tab, window_kind)
         bm = fa.create_block_mask(mask_mod, None, None, Lq, L, device=device, BLOCK_SIZE=block_size,
                                   _compile=device.type == 'cuda')
     _BLOCK_MASKS[ck] = bm
@@ -475,7 +475,7 @@ def local_attention(q: torch.Tensor,                                       # (B,
                     return_lse: bool = False,                              # also return the log-sum-exp, (B, H, L) fp32
                    ):
     """Causal local/sparse softmax attention: sliding window, global tokens, random keys, for queries at the last `L` of
-    the keys' positions. Returns `(B, H, L, Dv)` (and the lse)."""
+    the keys' positions. Returns `(B, H, L, Dv)` (and the lse), blocked stored as SDPA's `(B, L, H, Dv)`."""
     rk = _as_random_keys(random_keys, block_size)
     _check_inputs(q, k, v, window_size, n_global, rk, block_size, impl, window_kind)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
