@@ -124,8 +124,6 @@ class Mamba(SelectiveSSM, Mixer):
 
     @staticmethod
     def _ssm_dims(cfg): return int(cfg.expand * cfg.d_model), cfg.d_state   # the SSM's channels and state size
-    @classmethod
-    def _conv_dim(cls, cfg): return cls._ssm_dims(cfg)[0]   # the conv's channels
     @property
     def state_shape(self): return (self.d_inner, self.d_state)   # the scan's state per sequence
     @classmethod
@@ -383,9 +381,10 @@ def carry_bytes(w: Workload,    # a part of each sequence: `w.seq_len` is L / n
 def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
                 n: int,            # ranks each sequence is split over
                ) -> int:           # bytes
-    "`carry_bytes` over the conv's channels and the scan's states (Mamba's and Mamba-2's)."
-    di, N = cls._ssm_dims(w.cfg)
-    return carry_bytes(w, n, cls._conv_dim(w.cfg), di * N)
+    """`carry_bytes`; under autocast, `z` (so `xz`) and `delta`, which the correction's checkpoint keeps while the PyTorch
+    and CPU scans keep fp32 copies."""
+    di, N, _, _, scan, _ = cls._ssm_shape(w)
+    return carry_bytes(w, n, di, di * N) + (3 * w.tokens * di * w.act if w.act < 4 and scan != 'cuda' else 0)
 
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
 @patch_to(SelectiveSSM)

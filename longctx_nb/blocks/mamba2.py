@@ -11,7 +11,7 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, Workload, check_int, check_token, register_block, patch_to
 from .layers import mark_residual_proj
-from .mamba import KeepFp32, Mamba, _carry_in, cf_mm, conv_silu
+from .mamba import KeepFp32, Mamba, _carry_in, carry_bytes, cf_mm, conv_silu
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d_update
 from ..kernels.cpu import CpuExtension
@@ -247,9 +247,6 @@ class Mamba2(KeepFp32, Mixer):
 
     @classmethod
     def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
-    _ssm_dims, split_bytes = vars(Mamba)['_ssm_dims'], vars(Mamba)['split_bytes']   # Mamba's (a state per head)
-    @classmethod
-    def _conv_dim(cls, cfg): return int(cfg.expand * cfg.d_model) + 2 * cfg.ngroups * cfg.d_state   # x, B and C
 
     def __init__(self, d_model: int,             # model width
                  d_state: int = 128,             # state size per head
@@ -332,12 +329,13 @@ def forward(self,
     xBC = conv_silu(xBC_in, self.conv1d, self.conv_impl, self.cp if part else None)
     xs, B, C = self._heads(xBC, dim=1)   # token-major views; their gradients meet channel-first, as the conv's
     impl = ssd_impls.resolve(impl or self.ssd_impl, x.device, prefix='mamba2: ', arg='x', skip=ssd_skip(self.d_state))
-    cpu = impl == 'cpu'   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the norm reads
-    A, zh = -torch.exp(self.A_log.float()), z.unflatten(1, (self.nheads, self.headdim)) if cpu else None
-    y, last = ssd_scan(xs, dt.mT, A, B, C, self.chunk_size, D=self.D, z=None if zh is None else zh.permute(0, 3, 1, 2),
-                       dt_bias=self.dt_bias, dt_softplus=True, return_final_state=True, impl=impl)
-    if part:   # heads' outputs (B, H, P, l) plus what the state entering the part adds, gated as they are
-        y = _carry_in(y.permute(0, 2, 3, 1), last, dt, self.dt_bias, A, C.permute(0, 2, 3, 1), self.cp, zh)
+    cpu = impl == 'cpu' and not part   # Mamba's compiled scan: it gates in its pass and writes channel-first, as the
+    A = -torch.exp(self.A_log.float())   # norm reads; a part is gated by the norm, after its carried-in state
+    y, last = ssd_scan(xs, dt.mT, A, B, C, self.chunk_size, D=self.D,
+                       z=z.mT.unflatten(-1, (self.nheads, self.headdim)) if cpu else None, dt_bias=self.dt_bias,
+                       dt_softplus=True, return_final_state=True, impl=impl)
+    if part:   # heads' outputs (B, H, P, l) plus what the state entering the part adds
+        y = _carry_in(y.permute(0, 2, 3, 1), last, dt, self.dt_bias, A, C.permute(0, 2, 3, 1), self.cp)
         y = y.permute(0, 3, 1, 2)
     if not cpu: out = self.out_proj(self.norm(y.flatten(-2), z.mT))
     else:         # normed channel-first, then `out_proj` as Mamba's
@@ -405,6 +403,16 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         const += 4 * (w.batch_size * di * -(-L // CPU_SCAN_CHUNK) * N + di * (N + 2) - h)
     else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
     return int(w.batch_size * L * per + const)
+
+@patch_to(Mamba2)
+@classmethod
+def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
+                n: int,            # ranks each sequence is split over
+               ) -> int:           # bytes
+    "`carry_bytes` over the conv's x, B and C, and the heads' states (the gate follows the scan already: the norm's)."
+    c = w.cfg
+    di = int(c.expand * c.d_model)
+    return carry_bytes(w, n, di + 2 * c.ngroups * c.d_state, di * c.d_state)
 
 # %% ../../nbs/28_mamba2.ipynb #87f33f9a
 @patch_to(Mamba2)
