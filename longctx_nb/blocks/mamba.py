@@ -124,6 +124,8 @@ class Mamba(SelectiveSSM, Mixer):
 
     @staticmethod
     def _ssm_dims(cfg): return int(cfg.expand * cfg.d_model), cfg.d_state   # the SSM's channels and state size
+    @classmethod
+    def _conv_dim(cls, cfg): return cls._ssm_dims(cfg)[0]   # the conv's channels
     @property
     def state_shape(self): return (self.d_inner, self.d_state)   # the scan's state per sequence
     @classmethod
@@ -278,6 +280,8 @@ def _scan_part(self, x_in, z, cp):
     dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, N, N], dim=1)
     A, D, dt_bias = self._ssm_params()
     delta = cf_mm(self.dt_proj.weight, dt_low)
+    if kscan.resolved_scan_impl(self.scan_impl, u.device, N) != 'cuda':   # the scan reads fp32 copies: made here, the
+        delta, z = delta.float(), None if z is None else z.float()       # correction's checkpoint keeps the same ones
     y, last = selective_scan(u, delta, A, Bm, Cm, D, z, delta_bias=dt_bias, delta_softplus=True,
                              return_last_state=True, impl=self.scan_impl)      # from a zero state, gated in the scan
     return _carry_in(y, last, delta, dt_bias, A, Cm, cp, z)
@@ -381,10 +385,9 @@ def carry_bytes(w: Workload,    # a part of each sequence: `w.seq_len` is L / n
 def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
                 n: int,            # ranks each sequence is split over
                ) -> int:           # bytes
-    """`carry_bytes`; under autocast, `z` (so `xz`) and `delta`, which the correction's checkpoint keeps while the PyTorch
-    and CPU scans keep fp32 copies."""
-    di, N, _, _, scan, _ = cls._ssm_shape(w)
-    return carry_bytes(w, n, di, di * N) + (3 * w.tokens * di * w.act if w.act < 4 and scan != 'cuda' else 0)
+    "`carry_bytes` over the conv's channels and the scan's states (Mamba's and Mamba-2's)."
+    di, N = cls._ssm_dims(w.cfg)
+    return carry_bytes(w, n, cls._conv_dim(w.cfg), di * N)
 
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
 @patch_to(SelectiveSSM)
