@@ -235,11 +235,10 @@ def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L /
                 n: int,            # ranks each sequence is split over
                ) -> int:           # bytes
     """The SSM path's `carry_bytes`; the attention path's halo split (`split_attention_bytes`, its input left out) for
-    the whole-sequence kernel's; in_proj's output, which the conv no longer keeps (it keeps its copy with the halo),
-    less the one tensor more that `merge_after` keeps than the whole sequence's merge."""
+    the whole-sequence kernel's."""
     D, N = w.cfg.d_model, cls._ssm_dims(w.cfg)[1]
     attn = split_attention_bytes(w, n, cls.context_halo(w.cfg)) - attention_saved_bytes(w, w.cfg.attn_impl)
-    return carry_bytes(w, n, D, D * N) + attn - w.tokens * D * w.act
+    return carry_bytes(w, n, D, D * N) + attn
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _print_dpassm_bench(rows, device, D, H, N, w, B):

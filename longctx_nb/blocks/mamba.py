@@ -124,6 +124,8 @@ class Mamba(SelectiveSSM, Mixer):
 
     @staticmethod
     def _ssm_dims(cfg): return int(cfg.expand * cfg.d_model), cfg.d_state   # the SSM's channels and state size
+    @classmethod
+    def _conv_dim(cls, cfg): return cls._ssm_dims(cfg)[0]   # the conv's channels
     @property
     def state_shape(self): return (self.d_inner, self.d_state)   # the scan's state per sequence
     @classmethod
@@ -196,11 +198,13 @@ def conv_silu(x_in: torch.Tensor,  # (B, C, l) channel-first: a sequence, or thi
               impl: str,            # `causal_conv1d`'s impl
               cp=None,              # the `ContextGroup` a part's sequence is split over (None: a whole sequence)
              ) -> torch.Tensor:     # (B, C, l)
-    """`causal_conv1d` and silu over `x_in`; on a part, the previous part's last `K - 1` inputs (`from_previous`, the
-    conv's halo) go first and their outputs are dropped."""
-    k = conv.weight.shape[-1] - 1 if cp is not None else 0
-    if k: x_in = torch.cat([from_previous(x_in[..., -k:], cp), x_in], dim=-1)
-    return causal_conv1d(x_in, conv.weight, conv.bias, activation='silu', impl=impl)[..., k:]
+    """`causal_conv1d` and silu over `x_in`; on a part, its first `K - 1` outputs again, after the previous part's last
+    `K - 1` inputs (`from_previous`, the conv's halo): no copy of `x_in` is kept."""
+    y, k = causal_conv1d(x_in, conv.weight, conv.bias, activation='silu', impl=impl), conv.weight.shape[-1] - 1
+    if cp is None or not k: return y
+    head = torch.cat([from_previous(x_in[..., -k:], cp), x_in[..., :k]], dim=-1)
+    head = causal_conv1d(head, conv.weight, conv.bias, activation='silu', impl=impl)[..., k:]
+    return torch.cat([head, y[..., k:]], dim=-1)
 
 @patch_to(SelectiveSSM)
 def _scan(self, x_in, scan_impl, conv_impl, return_last_state=False, **kw):
@@ -248,22 +252,25 @@ def _log_decay(delta, dt_bias):   # (B, C, l): the decay from the part's start t
 def _decay(delta, dt_bias, A):   # (B, C, N): a state entering the part leaves it times this
     return (_log_decay(delta, dt_bias)[..., -1, None] * A).exp()
 
-def _carried(delta, dt_bias, A, h, C):
+def _carried(delta, dt_bias, A, h, C, z=None):
     """What the state `h` entering a part adds to its outputs: `C_t . h`, `h` decayed from the part's start to t by
-    `exp(_log_decay * A)`. Per channel and state (Mamba): `A` `(S, N)`, `h` `(B, S, N)`, `C` `(B, N, l)`, out
-    `(B, S, l)`; per head (Mamba-2): `A` `(S,)`, `h` `(B, S, P, N)`, `C` `(B, G, N, l)`, out `(B, S, P, l)`."""
+    `exp(_log_decay * A)`, times `silu(z)` if given. Per channel and state (Mamba): `A` `(S, N)`, `h` `(B, S, N)`, `C`
+    `(B, N, l)`, out `(B, S, l)`; per head (Mamba-2): `A` `(S,)`, `h` `(B, S, P, N)`, `C` `(B, G, N, l)`, out
+    `(B, S, P, l)`."""
     ld, C = _log_decay(delta, dt_bias), C.float()
-    if A.dim() == 2: return torch.einsum('bcln,bcn,bnl->bcl', (ld[..., None] * A[:, None]).exp(), h, C)
-    b, S, P, N = h.shape   # a head's decay is one number: out of the sum over the state
-    return (h.view(b, C.shape[1], -1, P, N) @ C[:, :, None]).flatten(1, 2) * (ld * A[:, None]).exp()[:, :, None]
+    if A.dim() == 2: y = torch.einsum('bcln,bcn,bnl->bcl', (ld[..., None] * A[:, None]).exp(), h, C)
+    else:   # a head's decay is one number: out of the sum over the state
+        b, S, P, N = h.shape
+        y = (h.view(b, C.shape[1], -1, P, N) @ C[:, :, None]).flatten(1, 2) * (ld * A[:, None]).exp()[:, :, None]
+    return y if z is None else y * F.silu(z)
 
-def _carry_in(y, last, delta, dt_bias, A, C, cp):
-    "`y` of this rank's part, scanned from a zero state to `last`, plus what the state entering the part adds."
+def _carry_in(y, last, delta, dt_bias, A, C, cp, z=None):
+    "`y` of this part, scanned from a zero state to `last` (and gated by `silu(z)`), plus what the entering state adds."
     # the decays are recomputed in the backward from `delta`, which the scan keeps: kept, (B, C, l, N) of them would
     # outweigh what the split saves
     decay = checkpoint(_decay, delta, dt_bias, A if A.dim() == 2 else A[:, None], use_reentrant=False)
     h = state_from_previous(last, decay.view(*decay.shape, *[1] * (last.dim() - decay.dim())).expand_as(last), cp)
-    return y + checkpoint(_carried, delta, dt_bias, A, h, C, use_reentrant=False).to(y.dtype)
+    return y + checkpoint(_carried, delta, dt_bias, A, h, C, z, use_reentrant=False).to(y.dtype)
 
 @patch_to(SelectiveSSM)
 def _scan_part(self, x_in, z, cp):
@@ -273,10 +280,11 @@ def _scan_part(self, x_in, z, cp):
     dt_low, Bm, Cm = cf_mm(self.x_proj.weight, u).split([self.dt_rank, N, N], dim=1)
     A, D, dt_bias = self._ssm_params()
     delta = cf_mm(self.dt_proj.weight, dt_low)
-    y, last = selective_scan(u, delta, A, Bm, Cm, D, delta_bias=dt_bias, delta_softplus=True, return_last_state=True,
-                             impl=self.scan_impl)                               # from a zero state
-    y = _carry_in(y, last, delta, dt_bias, A, Cm, cp)
-    return y if z is None else y * F.silu(z)
+    if kscan.resolved_scan_impl(self.scan_impl, u.device, N) != 'cuda':   # the scan reads fp32 copies: made here, the
+        delta, z = delta.float(), None if z is None else z.float()       # correction's checkpoint keeps the same ones
+    y, last = selective_scan(u, delta, A, Bm, Cm, D, z, delta_bias=dt_bias, delta_softplus=True,
+                             return_last_state=True, impl=self.scan_impl)      # from a zero state, gated in the scan
+    return _carry_in(y, last, delta, dt_bias, A, Cm, cp, z)
 
 # %% ../../nbs/23_mamba.ipynb #6dbee266
 @patch_to(Mamba)
@@ -367,20 +375,19 @@ def carry_bytes(w: Workload,    # a part of each sequence: `w.seq_len` is L / n
                 channels: int,  # the conv's channels (0: none)
                 state: int,     # numbers in one sequence's state (fp32)
                ) -> int:        # bytes
-    """What `conv_silu` and `state_from_previous` save on a part beyond a whole sequence of its length: the conv's input
-    copied after its halo, and the halo's outputs; `n` states (the zero one folded into and one per fold) and, beyond
+    """What `conv_silu` and `state_from_previous` save on a part beyond a whole sequence of its length: the conv's halo
+    and the part's first inputs, convolved again; `n` states (the zero one folded into and one per fold) and, beyond
     two ranks, every rank's gathered end state and decay."""
-    k = w.cfg.d_conv - 1
-    return w.batch_size * (channels * w.act * (w.seq_len + 2 * k) + 4 * state * (3 * n if n > 2 else n))
+    return w.batch_size * (channels * w.act * 2 * (w.cfg.d_conv - 1) + 4 * state * (3 * n if n > 2 else n))
 
 @patch_to(Mamba)
 @classmethod
 def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
                 n: int,            # ranks each sequence is split over
                ) -> int:           # bytes
-    "`carry_bytes`, and the gate, applied after the carried-in state instead of in the scan: its output and `silu(z)`."
+    "`carry_bytes` over the conv's channels and the scan's states (Mamba's and Mamba-2's)."
     di, N = cls._ssm_dims(w.cfg)
-    return carry_bytes(w, n, di, di * N) + 2 * w.tokens * di * w.act
+    return carry_bytes(w, n, cls._conv_dim(w.cfg), di * N)
 
 # %% ../../nbs/23_mamba.ipynb #a4092b3f
 @patch_to(SelectiveSSM)

@@ -11,7 +11,7 @@ from torch import nn
 from ..core import UsageError
 from .base import Mixer, Workload, check_int, check_token, register_block, patch_to
 from .layers import mark_residual_proj
-from .mamba import KeepFp32, Mamba, _carry_in, carry_bytes, cf_mm, conv_silu
+from .mamba import KeepFp32, Mamba, _carry_in, cf_mm, conv_silu
 from ..kernels import conv as kconv
 from ..kernels.conv import causal_conv1d_update
 from ..kernels.cpu import CpuExtension
@@ -260,6 +260,9 @@ class Mamba2(KeepFp32, Mixer):
 
     @classmethod
     def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
+    _ssm_dims, split_bytes = vars(Mamba)['_ssm_dims'], vars(Mamba)['split_bytes']   # Mamba's (a state per head)
+    @classmethod
+    def _conv_dim(cls, cfg): return int(cfg.expand * cfg.d_model) + 2 * cfg.ngroups * cfg.d_state   # x, B and C
 
     def __init__(self, d_model: int,             # model width
                  d_state: int = 128,             # state size per head
@@ -416,16 +419,6 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
         const += 4 * (w.batch_size * di * -(-L // CPU_SCAN_CHUNK) * N + di * (N + 2) - h)
     else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
     return int(w.batch_size * L * per + const)
-
-@patch_to(Mamba2)
-@classmethod
-def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
-                n: int,            # ranks each sequence is split over
-               ) -> int:           # bytes
-    "`carry_bytes` over the conv's x, B and C, and the heads' states (the gate follows the scan already: the norm's)."
-    c = w.cfg
-    di = int(c.expand * c.d_model)
-    return carry_bytes(w, n, di + 2 * c.ngroups * c.d_state, di * c.d_state)
 
 # %% ../../nbs/28_mamba2.ipynb #87f33f9a
 @patch_to(Mamba2)
