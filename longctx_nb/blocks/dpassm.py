@@ -234,11 +234,13 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
 def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
                 n: int,            # ranks each sequence is split over
                ) -> int:           # bytes
-    """The SSM path's `carry_bytes`; the attention path's halo split (`split_attention_bytes`, its input left out) for
-    the whole-sequence kernel's."""
-    D, N = w.cfg.d_model, cls._ssm_dims(w.cfg)[1]
+    """The SSM path's `carry_bytes`; the attention path's halo split (`split_attention_bytes`) for the whole-sequence
+    kernel's, its input left out but in fp32 on the CPU scan, where a part keeps out_proj's input as well (its merge
+    is not the scan's fused one)."""
+    D, N, a = w.cfg.d_model, cls._ssm_dims(w.cfg)[1], w.act
     attn = split_attention_bytes(w, n, cls.context_halo(w.cfg)) - attention_saved_bytes(w, w.cfg.attn_impl)
-    return carry_bytes(w, n, D, D * N) + attn
+    fused = a == 4 and cls._ssm_shape(w)[4] == 'cpu'
+    return carry_bytes(w, n, D, D * N) + attn - (0 if fused else w.tokens * D * a)
 
 # %% ../../nbs/27_dpassm.ipynb #01b629ba
 def _print_dpassm_bench(rows, device, D, H, N, w, B):

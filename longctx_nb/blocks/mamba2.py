@@ -260,7 +260,7 @@ class Mamba2(KeepFp32, Mixer):
 
     @classmethod
     def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
-    _ssm_dims, split_bytes = vars(Mamba)['_ssm_dims'], vars(Mamba)['split_bytes']   # Mamba's (a state per head)
+    _ssm_dims = vars(Mamba)['_ssm_dims']   # Mamba's (a state per head)
     @classmethod
     def _conv_dim(cls, cfg): return int(cfg.expand * cfg.d_model) + 2 * cfg.ngroups * cfg.d_state   # x, B and C
 
@@ -415,10 +415,23 @@ def activation_bytes(w: Workload,  # the model config, batch, length, precision 
     if scan == 'cuda': per += a * di + 4 * h
     elif scan == 'ref': per += 4 * (h * P * N + di + 2 * h * N + 5 * h)
     elif scan == 'cpu':   # B and C as the kernel reads them, the step sizes (fp32 copies under autocast), the states
-        per += 4 * (2 * g * N + (h if a < 4 else 0))   # entering its chunks
+        per += 4 * (2 * g * N + (h if a < 4 else 0))   # entering its chunks; under autocast, fp32 copies of x and z
+        if a < 4: per += 4 * 2 * di - a * (di + 2 * cd + h)   # instead of in_proj's and the conv's outputs
         const += 4 * (w.batch_size * di * -(-L // CPU_SCAN_CHUNK) * N + di * (N + 2) - h)
     else: const += 4 * w.batch_size * (-(-L // min(c.chunk_size, L)) + 1) * h * P * N   # 'torch': chunk states
     return int(w.batch_size * L * per + const)
+
+@patch_to(Mamba2)
+@classmethod
+def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L / n
+                n: int,            # ranks each sequence is split over
+               ) -> int:           # bytes
+    """Mamba's `split_bytes`; under autocast with the CPU scan, a part (gated by the norm, not in the scan) keeps
+    in_proj's and the conv's outputs rather than the scan's fp32 copy of z."""
+    c, a, di = w.cfg, w.act, int(w.cfg.expand * w.cfg.d_model)
+    cpu = a < 4 and ssd_impls.pick(c.ssd_impl, w.device, ssd_skip(c.d_state)) == 'cpu'
+    kept = a * (di + 2 * cls._conv_dim(c) + di // c.headdim) - 4 * di
+    return Mamba.split_bytes.__func__(cls, w, n) + (w.tokens * kept if cpu else 0)
 
 # %% ../../nbs/28_mamba2.ipynb #87f33f9a
 @patch_to(Mamba2)
