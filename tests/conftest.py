@@ -115,7 +115,7 @@ def one_interpreter(*cmds, env=None, cwd=None, timeout=900) -> list[subprocess.C
     """Several command lines run one after the other in one fresh interpreter, each as it would run on its own (a console
     script `[bindir / NAME, *args]`, or `[sys.executable, '-m', MODULE, *args]`): their finished processes (exit code,
     stdout, stderr). A test of a command's results pays for the imports of torch, transformers and lm_eval once, not per
-    command; each command line is also run as a process of its own by some test."""
+    command. Each command (script or module) is also run in a process of its own by some test."""
     import json, tempfile
     with tempfile.NamedTemporaryFile(suffix='.json') as f:
         cmds = [[str(c) for c in cmd] for cmd in cmds]

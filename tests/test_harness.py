@@ -1,6 +1,7 @@
 """lm-evaluation-harness end to end, offline: `lm_eval --model hf` on an exported folder against our `HarnessLM` through
 lm_eval's own command line (`python -m longctx_nb.harness --model longctx`) and `longctx_eval --harness`, on local tasks.
-The command lines of one test run in one interpreter (`one_interpreter`), each of them also in a process of its own."""
+The command lines of one test run in one interpreter (`one_interpreter`); each command also runs in a process of its
+own (here or in tests/test_hf.py)."""
 import json, math, os, subprocess, sys
 from pathlib import Path
 import pytest
