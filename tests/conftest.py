@@ -91,7 +91,7 @@ def fill(d, leave: int = 0):
 ONE_INTERPRETER = r'''
 import json, os, runpy, sys, tempfile, traceback, warnings
 cmds, cwd, out, base = json.loads(sys.argv[1]), os.getcwd(), [], warnings.filters[:]
-for cmd in cmds:   # each command warns as on its own: a filter added bumps the filters' version, which empties the registries
+for cmd in cmds:   # each warns as on its own: a filter added bumps the filters' version, which empties the registries
     warnings.filterwarnings('ignore', message='\\x00'); warnings.filters[:] = base; warnings.onceregistry.clear()
     fds = [tempfile.TemporaryFile('w+', encoding='utf-8', errors='replace') for _ in (1, 2)]
     sys.stdout.flush(); sys.stderr.flush(); saved = [os.dup(1), os.dup(2)]
@@ -112,9 +112,9 @@ with open(os.environ['ONE_INTERPRETER_OUT'], 'w') as f: json.dump(out, f)
 '''
 
 def one_interpreter(*cmds, env=None, cwd=None, timeout=900) -> list[subprocess.CompletedProcess]:
-    """Several command lines run one after the other in one fresh interpreter, each as it would run on its own (a console
-    script `[bindir / NAME, *args]`, or `[sys.executable, '-m', MODULE, *args]`): their finished processes (exit code,
-    stdout, stderr). A test of a command's results pays for the imports of torch, transformers and lm_eval once, not per
+    """Several command lines run one after the other in one fresh interpreter, each as it would run on its own (a
+    console script `[bindir / NAME, *args]`, or `[sys.executable, '-m', MODULE, *args]`): their finished processes
+    (exit code, stdout, stderr). A test of a command's results pays for the imports of torch, transformers and lm_eval once, not per
     command. Each command (script or module) is also run in a process of its own by some test."""
     import json, tempfile
     with tempfile.NamedTemporaryFile(suffix='.json') as f:
@@ -122,5 +122,6 @@ def one_interpreter(*cmds, env=None, cwd=None, timeout=900) -> list[subprocess.C
         cmds = [[sys.executable, *cmd] if cmd[0] != sys.executable else cmd for cmd in cmds]
         p = subprocess.run([sys.executable, '-c', ONE_INTERPRETER, json.dumps(cmds)], capture_output=True, text=True,
                            timeout=timeout, cwd=cwd, env={**(env or os.environ), 'ONE_INTERPRETER_OUT': f.name})
-        assert p.returncode == 0, f'the interpreter running {cmds} died: {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}'
-        return [subprocess.CompletedProcess(cmd, code, o, e) for cmd, (code, o, e) in zip(cmds, json.loads(Path(f.name).read_text()))]
+        assert p.returncode == 0, f'the interpreter of {cmds} died: {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}'
+        got = json.loads(Path(f.name).read_text())
+    return [subprocess.CompletedProcess(cmd, code, o, e) for cmd, (code, o, e) in zip(cmds, got)]

@@ -119,9 +119,9 @@ def test_tokenizer_for_an_export_without_one(bindir, runs, tasks, env, tmp_path)
     run([bindir / 'longctx_export'], runs / 'vanilla', tmp_path / 'ours', '--format', 'safetensors', env=env, check=0)
     common = ['--harness', 'example_mc', '--include_path', tasks, '--device', 'cpu', '--n_samples', 2]
     srcs = {'run': (runs / 'vanilla', []), 'export': (tmp_path / 'ours', ['--tokenizer', 'byte'])}
-    p, *ran = one_interpreter([bindir / 'longctx_eval', *common, '--checkpoint_path', tmp_path / 'ours'],
-                              *[[bindir / 'longctx_eval', *common, '--checkpoint_path', src, *tok, '--output_dir', tmp_path / name]
-                                for name, (src, tok) in srcs.items()], env=env)
+    ev = [bindir / 'longctx_eval', *common, '--checkpoint_path']
+    p, *ran = one_interpreter([*ev, tmp_path / 'ours'],
+                              *[[*ev, src, *tok, '--output_dir', tmp_path / name] for name, (src, tok) in srcs.items()], env=env)
     assert done(p, 2) and 'has no known tokenizer' in p.stderr and 'Traceback' not in p.stderr, p.stderr
     for q in ran: done(q)
     res = {}
