@@ -23,8 +23,9 @@ setup: venv
 train: $(STAMP)
 	$(BIN)/longctx_train $(ARGS)
 
+# two pytest-xdist workers (the machines have 2 cores) share the test files and the notebooks' runs (tests/conftest.py)
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=15 tests $(ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=15 -n 2 tests $(ARGS)
 
 # notebooks -> package, README; then strip notebook metadata
 export: $(STAMP)

@@ -3,6 +3,7 @@ import json, os, re, subprocess, sys
 from pathlib import Path
 import numpy as np
 import pytest
+from conftest import one_interpreter
 
 SMALL = ['--data.seq_len=64', '--data.batch_size=4', '--model.n_layers=2', '--trainer.enable_progress_bar=false',
          '--trainer.limit_val_batches=2']
@@ -120,12 +121,15 @@ def test_help_and_version(bindir):
 COMMANDS = ('longctx_train', 'longctx_prepare', 'longctx_eval', 'longctx_compare', 'longctx_report', 'longctx_bench', 'longctx_export')
 
 def test_every_command_has_version_and_help(bindir):
-    "--version and --help on every console script; python -m longctx_nb lists them, as settings.ini declares them."
+    "--version and --help on every console script (its own file, as its process runs it, all in one interpreter); "
+    "python -m longctx_nb lists them, as settings.ini declares them."
     import longctx_nb
-    for cmd in COMMANDS:
-        assert run(bindir, cmd, '--version', check=0).stdout.strip() == f'{cmd} {longctx_nb.__version__}', cmd
-        assert run(bindir, cmd, '--help', check=0).stdout.startswith('usage: ' + cmd), cmd
-    p = subprocess.run([sys.executable, '-m', 'longctx_nb'], capture_output=True, text=True, check=True)
+    *procs, p = one_interpreter(*[[bindir / cmd, flag] for cmd in COMMANDS for flag in ('--version', '--help')],
+                                [sys.executable, '-m', 'longctx_nb'])
+    assert all(q.returncode == 0 for q in [*procs, p]), [(q.args, q.returncode, q.stderr[-2000:]) for q in [*procs, p]]
+    for cmd, version, help_ in zip(COMMANDS, procs[::2], procs[1::2]):
+        assert version.stdout.strip() == f'{cmd} {longctx_nb.__version__}', (cmd, version.stdout)
+        assert help_.stdout.startswith('usage: ' + cmd), (cmd, help_.stdout[:300])
     listed = [l.split()[0] for l in p.stdout.splitlines()[1:]]
     assert listed == list(COMMANDS), p.stdout
     ini = (Path(__file__).resolve().parents[1] / 'settings.ini').read_text()

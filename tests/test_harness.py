@@ -1,8 +1,11 @@
 """lm-evaluation-harness end to end, offline: `lm_eval --model hf` on an exported folder against our `HarnessLM` through
-lm_eval's own command line (`python -m longctx_nb.harness --model longctx`) and `longctx_eval --harness`, on local tasks."""
+lm_eval's own command line (`python -m longctx_nb.harness --model longctx`) and `longctx_eval --harness`, on local tasks.
+The command lines of one test run in one interpreter (`one_interpreter`); each command also runs in a process of its
+own (here or in tests/test_hf.py)."""
 import json, math, os, subprocess, sys
 from pathlib import Path
 import pytest
+from conftest import one_interpreter
 
 pytest.importorskip('lm_eval')
 TINY = ['--model.n_layers=2', '--model.d_model=64', '--data.seq_len=64',
@@ -16,10 +19,18 @@ def env(tmp_path_factory):
     return {**os.environ, 'HF_DATASETS_OFFLINE': '1', 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_CACHE': str(d / 'datasets'),
             'HF_HOME': str(d)}
 
+def done(p, check=0):
+    "`p`, asserted to have exited with `check`."
+    assert p.returncode == check, f'{p.args}: exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}'
+    return p
+
 def run(cmd, *args, env=None, check=None):
     p = subprocess.run([*map(str, cmd), *map(str, args)], capture_output=True, text=True, timeout=900, env=env)
-    if check is not None: assert p.returncode == check, f'exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}'
-    return p
+    return p if check is None else done(p, check)
+
+def run_in_one(*cmds, env, check=0):
+    "The command lines run in one interpreter, each asserted to exit with `check`."
+    return [done(p, check) for p in one_interpreter(*cmds, env=env)]
 
 @pytest.fixture(scope='module')
 def tasks(tmp_path_factory):
@@ -30,10 +41,9 @@ def tasks(tmp_path_factory):
 def runs(bindir, tmp_path_factory, env):
     "Tiny byte-level text runs of two steps: vanilla, mamba and blade."
     root = tmp_path_factory.mktemp('runs')
-    for block in ('vanilla', 'mamba', 'blade'):
-        own = ['--model.n_heads=4', '--model.d_ff=128'] if block == 'vanilla' else []
-        run([bindir / 'longctx_train'], f'--model.block={block}', *TINY, *own, f'--trainer.default_root_dir={root}',
-            f'--trainer.run_name={block}', env=env, check=0)
+    own = {'vanilla': ['--model.n_heads=4', '--model.d_ff=128'], 'mamba': [], 'blade': []}
+    run_in_one(*[[bindir / 'longctx_train', f'--model.block={b}', *TINY, *own[b], f'--trainer.default_root_dir={root}',
+                  f'--trainer.run_name={b}'] for b in own], env=env)
     return root
 
 def lm_eval_out(folder: Path):
@@ -55,12 +65,15 @@ def metrics(r: dict) -> dict: return {k: v for k, v in r.items() if ',none' in k
 @pytest.mark.parametrize('block', ['vanilla', 'mamba'])
 def test_equals_lm_eval_hf(bindir, runs, tasks, env, tmp_path, block):
     "Our class through lm_eval's command line and through longctx_eval equals `lm_eval --model hf` on the export."
-    run([bindir / 'longctx_export'], runs / block, tmp_path / 'hf', env=env, check=0)
-    common = ['--tasks', TASKS, '--include_path', tasks, '--device', 'cpu', '--log_samples']
-    run([bindir / 'lm_eval'], '--model', 'hf', '--model_args', f'pretrained={tmp_path / "hf"}', *common, '--batch_size', 1,
-        '--output_path', tmp_path / 'ref', env=env, check=0)
-    p = run([sys.executable, '-m', 'longctx_nb.harness'], '--model', 'longctx', '--model_args', f'path={runs / block}',
-            *common, '--batch_size', 4, '--output_path', tmp_path / 'ours', env=env, check=0)
+    common, out = ['--tasks', TASKS, '--include_path', tasks, '--device', 'cpu', '--log_samples'], tmp_path / 'cli'
+    _, _, p, _ = run_in_one(
+        [bindir / 'longctx_export', runs / block, tmp_path / 'hf'],
+        [bindir / 'lm_eval', '--model', 'hf', '--model_args', f'pretrained={tmp_path / "hf"}', *common, '--batch_size', 1,
+         '--output_path', tmp_path / 'ref'],
+        [sys.executable, '-m', 'longctx_nb.harness', '--model', 'longctx', '--model_args', f'path={runs / block}', *common,
+         '--batch_size', 4, '--output_path', tmp_path / 'ours'],
+        [bindir / 'longctx_eval', '--harness', TASKS, '--include_path', tasks, f'--checkpoint_path={runs / block}',
+         '--device', 'cpu', '--batch_size', 3, '--output_dir', out], env=env)
     (ref, ref_s), (ours, ours_s) = lm_eval_out(tmp_path / 'ref'), lm_eval_out(tmp_path / 'ours')
     assert 'example_mc' in p.stdout and set(ref) == set(ours) == set(TASKS.split(','))
     for t in ref:
@@ -69,9 +82,6 @@ def test_equals_lm_eval_hf(bindir, runs, tasks, env, tmp_path, block):
         assert [s['doc_id'] for s in a] == [s['doc_id'] for s in b] and len(a) > 2
         for x, y in zip(a, b): assert same(x['resps'], y['resps'], t == 'example_gen'), (t, x['resps'], y['resps'])
     assert any(s['resps'][0][0] for s in ref_s['example_gen']), 'the generated text is empty: nothing compared'
-    out = tmp_path / 'cli'
-    run([bindir / 'longctx_eval'], '--harness', TASKS, '--include_path', tasks, f'--checkpoint_path={runs / block}',
-        '--device', 'cpu', '--batch_size', 3, '--output_dir', out, env=env, check=0)
     r = json.loads((out / f'{block}_harness.json').read_text())
     for t in ref: assert same(sorted(metrics(r['results'][t]).items()), sorted(metrics(ref[t]).items())), t
 
@@ -87,7 +97,7 @@ def test_blade_without_a_transformers_class(bindir, runs, tasks, env, tmp_path):
     assert 3 < res[1]['example_ppl']['bits_per_byte,none'] < 10   # a barely trained byte model: a few bits per byte
 
 def test_bad_input_refused_before_the_model(bindir, runs, tasks, env):
-    "Exit 2 and one paragraph, before any weights are read."
+    "Exit 2 and one paragraph, before any weights are read (the first case in a process of its own)."
     cases = [(['--harness', 'example_mcc', '--include_path', tasks],
               "--harness: lm-evaluation-harness has no task 'example_mcc'; close matches: example_mc"),
              (['--harness', 'arc_easy'], "--harness arc_easy: task 'arc_easy' reads the Hugging Face Hub dataset "
@@ -100,19 +110,22 @@ def test_bad_input_refused_before_the_model(bindir, runs, tasks, env):
              (['--apply_chat_template'], '--apply_chat_template is read only with --harness TASKS'),
              (['--harness', 'example_mc', '--include_path', tasks, '--tokenizer', tasks / 'nope.json'],
               f"--tokenizer '{tasks / 'nope.json'}' does not exist; give byte, a tokenizer.json or a prepared folder")]
-    for args, msg in cases:
-        p = run([bindir / 'longctx_eval'], *args, '--checkpoint_path', runs / 'vanilla', env=env, check=2)
+    cmds = [[bindir / 'longctx_eval', *args, '--checkpoint_path', runs / 'vanilla'] for args, _ in cases]
+    for (args, msg), p in zip(cases, [run(cmds[0], env=env, check=2), *run_in_one(*cmds[1:], env=env, check=2)]):
         assert msg in p.stderr and 'Traceback' not in p.stderr and 'weights' not in p.stdout + p.stderr, (args, p.stderr)
 
 def test_tokenizer_for_an_export_without_one(bindir, runs, tasks, env, tmp_path):
     "Our export of a byte run carries no tokenizer: refused without --tokenizer; with --tokenizer byte, the run's numbers."
     run([bindir / 'longctx_export'], runs / 'vanilla', tmp_path / 'ours', '--format', 'safetensors', env=env, check=0)
     common = ['--harness', 'example_mc', '--include_path', tasks, '--device', 'cpu', '--n_samples', 2]
-    p = run([bindir / 'longctx_eval'], *common, '--checkpoint_path', tmp_path / 'ours', env=env, check=2)
-    assert 'has no known tokenizer' in p.stderr and 'Traceback' not in p.stderr, p.stderr
+    srcs = {'run': (runs / 'vanilla', []), 'export': (tmp_path / 'ours', ['--tokenizer', 'byte'])}
+    ev = [bindir / 'longctx_eval', *common, '--checkpoint_path']
+    p, *ran = one_interpreter([*ev, tmp_path / 'ours'],
+                              *[[*ev, src, *tok, '--output_dir', tmp_path / name] for name, (src, tok) in srcs.items()], env=env)
+    assert done(p, 2) and 'has no known tokenizer' in p.stderr and 'Traceback' not in p.stderr, p.stderr
+    for q in ran: done(q)
     res = {}
-    for name, src, tok in (('run', runs / 'vanilla', []), ('export', tmp_path / 'ours', ['--tokenizer', 'byte'])):
-        run([bindir / 'longctx_eval'], *common, '--checkpoint_path', src, *tok, '--output_dir', tmp_path / name, env=env, check=0)
+    for name in srcs:
         res[name] = json.loads((tmp_path / name / 'vanilla_harness.json').read_text())['results']['example_mc']
     assert metrics(res['run']) and same(sorted(metrics(res['export']).items()), sorted(metrics(res['run']).items()))
 
@@ -136,14 +149,15 @@ def chat_folders(tmp_path_factory):
     save_pretrained(model, d / 'byte', ByteTokenizer(), say=None)
     return d / 'chat', d / 'byte'
 
-def hf_parity(bindir, folder, tasks, env, out, *flags, model_args=''):
+def hf_parity(bindir, folder, tasks, env, out, *flags, model_args='', then=()):
     "Our class through lm_eval's command line on the transformers `folder` sends the requests of `lm_eval --model hf` and "
-    "gets its responses and metrics; lm_eval's (results, samples) of `hf`."
+    "gets its responses and metrics; lm_eval's (results, samples) of `hf`. The command lines `then` run after them, in "
+    "the same interpreter."
     common = ['--tasks', TASKS, '--include_path', tasks, '--device', 'cpu', '--log_samples', *flags]
-    run([bindir / 'lm_eval'], '--model', 'hf', '--model_args', f'pretrained={folder}{model_args}', *common, '--batch_size', 1,
-        '--output_path', out / 'ref', env=env, check=0)
-    run([sys.executable, '-m', 'longctx_nb.harness'], '--model', 'longctx', '--model_args', f'path={folder}{model_args}',
-        *common, '--batch_size', 4, '--output_path', out / 'ours', env=env, check=0)
+    run_in_one([bindir / 'lm_eval', '--model', 'hf', '--model_args', f'pretrained={folder}{model_args}', *common,
+                '--batch_size', 1, '--output_path', out / 'ref'],
+               [sys.executable, '-m', 'longctx_nb.harness', '--model', 'longctx', '--model_args', f'path={folder}{model_args}',
+                *common, '--batch_size', 4, '--output_path', out / 'ours'], *then, env=env)
     (ref, ref_s), (ours, ours_s) = lm_eval_out(out / 'ref'), lm_eval_out(out / 'ours')
     assert set(ref) == set(ours) == set(TASKS.split(','))
     for t in ref:
@@ -159,10 +173,10 @@ def test_chat_template_equals_lm_eval_hf(bindir, chat_folders, tasks, env, tmp_p
     "--apply_chat_template: our class through lm_eval's command line and through longctx_eval sends the requests of "
     "`lm_eval --model hf` (the prompts in the template, its markers as special ids) and gets its numbers."
     chat = chat_folders[0]
-    ref, ref_s = hf_parity(bindir, chat, tasks, env, tmp_path, '--apply_chat_template')
+    ref, ref_s = hf_parity(bindir, chat, tasks, env, tmp_path, '--apply_chat_template', then=[[
+        bindir / 'longctx_eval', '--harness', TASKS, '--include_path', tasks, f'--checkpoint_path={chat}', '--device', 'cpu',
+        '--apply_chat_template', '--output_dir', tmp_path / 'cli']])
     assert ref_s['example_mc'][0]['arguments']['gen_args_0']['arg_0'].startswith('<|user|>\n')   # the template was applied
-    run([bindir / 'longctx_eval'], '--harness', TASKS, '--include_path', tasks, f'--checkpoint_path={chat}', '--device', 'cpu',
-        '--apply_chat_template', '--output_dir', tmp_path / 'cli', env=env, check=0)
     r = json.loads((tmp_path / 'cli' / 'vanilla_harness.json').read_text())
     assert r['model']['apply_chat_template'] is True
     for t in ref: assert same(sorted(metrics(r['results'][t]).items()), sorted(metrics(ref[t]).items())), t
@@ -196,14 +210,16 @@ def test_bos_first_equals_lm_eval_hf(bindir, bos_folder, tasks, env, tmp_path, f
     assert prompt.startswith('<s>') == bool(flags) and (flags or any(s['resps'][0][0] for s in ref_s['example_gen']))
 
 def test_chat_template_refused_where_there_is_none(bindir, chat_folders, tasks, env):
-    "A byte tokenizer has no chat template, and ours hold no named ones: exit 2 and one paragraph, from both command lines."
+    "A byte tokenizer has no chat template, and ours hold no named ones: exit 2 and one paragraph, from both command lines "
+    "(the last in a process of its own)."
     chat, byte = chat_folders
     none = "--apply_chat_template: the model's tokenizer (ByteTokenizer(vocab_size=256)) has no chat template"
     cli = lambda path: [sys.executable, '-m', 'longctx_nb.harness', '--model', 'longctx', '--model_args', f'path={path}',
                         '--tasks', 'example_mc', '--include_path', tasks, '--device', 'cpu', '--apply_chat_template']
-    for cmd, msg in [([bindir / 'longctx_eval', '--harness', 'example_mc', '--include_path', tasks, '--checkpoint_path', byte,
-                       '--device', 'cpu', '--apply_chat_template'], none),
-                     (cli(byte), none),
-                     ([*cli(chat), 'chatml'], '--apply_chat_template chatml: the tokenizer holds one chat template, not named ones')]:
-        p = run(cmd, env=env, check=2)
+    cases = [([bindir / 'longctx_eval', '--harness', 'example_mc', '--include_path', tasks, '--checkpoint_path', byte,
+               '--device', 'cpu', '--apply_chat_template'], none),
+             (cli(byte), none),
+             ([*cli(chat), 'chatml'], '--apply_chat_template chatml: the tokenizer holds one chat template, not named ones')]
+    procs = [*run_in_one(*[c for c, _ in cases[:-1]], env=env, check=2), run(cases[-1][0], env=env, check=2)]
+    for (cmd, msg), p in zip(cases, procs):
         assert msg in p.stderr and 'Traceback' not in p.stderr, (cmd, p.stderr[-3000:])

@@ -2,6 +2,7 @@
 import json, os, subprocess, sys
 from pathlib import Path
 import numpy as np, pytest, torch
+from conftest import one_interpreter
 
 tf = pytest.importorskip('transformers')
 from longctx_nb.config import Config, apply_overrides
@@ -388,36 +389,41 @@ def cli(bindir, script, *args, cwd):
     return p
 
 def test_bpe_tokenizer_follows_the_model(tmp_path, bindir):
-    "longctx_prepare with BPE, then train on --data.data_dir: the run, its resume, its export and a run --init_from that export all read that BPE."
+    "longctx_prepare with BPE, then train on --data.data_dir: the run, its resume, its export and a run --init_from that export "
+    "all read that BPE. The command lines run in turn in one interpreter (`one_interpreter`)."
     (tmp_path / 'texts').mkdir(); (tmp_path / 'texts' / 'a.txt').write_text(Path(json.__file__).read_text() * 3)
     tiny = ['--model.n_layers=1', '--model.d_model=32', '--model.n_heads=2', '--model.d_ff=64', '--data.seq_len=32', '--data.batch_size=2',
             '--trainer.enable_progress_bar=false', '--trainer.tensorboard=false', '--trainer.plot=false', '--trainer.eval_interval=0']
-    cli(bindir, 'longctx_prepare', '--data.dataset_name=local', '--data.dataset_config=texts', '--data.tokenizer=bpe',
-        '--data.bpe_vocab_size=300', '--out', 'prepared', cwd=tmp_path)
+    init = ['longctx_train', '--init_from', 'hf', '--data.dataset_name=local', '--data.dataset_config=texts', *tiny[4:]]
+    cmds = [['longctx_prepare', '--data.dataset_name=local', '--data.dataset_config=texts', '--data.tokenizer=bpe',
+             '--data.bpe_vocab_size=300', '--out', 'prepared'],
+            ['longctx_train', '--data.data_dir', 'prepared', *tiny, '--trainer.max_steps=1', '--trainer.default_root_dir=runs'],
+            ['longctx_train', '--resume', 'runs/version_0', '--trainer.max_steps=2'],
+            ['longctx_export', 'runs/version_0', 'hf'],
+            ['longctx_export', 'runs/version_0', 'named', '--tokenizer', 'prepared/tokenizer.json'],  # the run's own: taken
+            [*init, '--trainer.max_steps=1', '--trainer.default_root_dir=runs2'],
+            ['longctx_export', 'runs2/version_0', 'hf2'],
+            [*init, '--data.tokenizer=byte'], [*init, '--print_config']]
+    ps = one_interpreter(*[[bindir / c[0], *c[1:]] for c in cmds], cwd=tmp_path)
+    for c, p in zip(cmds, ps):
+        want_code = 2 if '--data.tokenizer=byte' in c else 0
+        assert p.returncode == want_code, f'{c}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}'
     want = json.loads((tmp_path / 'prepared' / 'tokenizer.json').read_text())['model']
     config = lambda run: json.loads((tmp_path / run / 'config.json').read_text())
     shipped = lambda out: json.loads((tmp_path / out / 'tokenizer.json').read_text())['model']
-    cli(bindir, 'longctx_train', '--data.data_dir', 'prepared', *tiny, '--trainer.max_steps=1', '--trainer.default_root_dir=runs', cwd=tmp_path)
-    cli(bindir, 'longctx_train', '--resume', 'runs/version_0', '--trainer.max_steps=2', cwd=tmp_path)
     assert (config('runs/version_0')['data']['tokenizer'], config('runs/version_0')['model']['vocab_size']) == ('bpe', 300)
-    cli(bindir, 'longctx_export', 'runs/version_0', 'hf', cwd=tmp_path)
     assert shipped('hf') == want and tf.AutoTokenizer.from_pretrained(tmp_path / 'hf').eos_token == '<|endoftext|>'
-    cli(bindir, 'longctx_export', 'runs/version_0', 'named', '--tokenizer', 'prepared/tokenizer.json', cwd=tmp_path)  # the run's own: taken
     # a run from that transformers folder tokenizes the text with its BPE (as many tokens as longctx_prepare made), and ships it again
-    p = cli(bindir, 'longctx_train', '--init_from', 'hf', '--data.dataset_name=local', '--data.dataset_config=texts', *tiny[4:],
-            '--trainer.max_steps=1', '--trainer.default_root_dir=runs2', cwd=tmp_path)
     n = json.loads((tmp_path / 'prepared' / 'meta.json').read_text())['n_train_tokens']
-    assert f'{n:,} train tokens, vocab 300' in p.stdout, p.stdout
+    assert f'{n:,} train tokens, vocab 300' in ps[5].stdout, ps[5].stdout
     assert config('runs2/version_0')['data']['tokenizer'] == 'bpe'
-    cli(bindir, 'longctx_export', 'runs2/version_0', 'hf2', cwd=tmp_path)
     assert shipped('hf2') == want
     # a tokenizer named against that folder's is refused, as with a prepared --data.data_dir; --print_config says whose it is
-    init = ['longctx_train', '--init_from', 'hf', '--data.dataset_name=local', '--data.dataset_config=texts', *tiny[4:]]
-    p = subprocess.run([bindir / init[0], *init[1:], '--data.tokenizer=byte'], capture_output=True, text=True, cwd=tmp_path)
-    assert p.returncode == 2 and p.stderr.splitlines()[-2] == (
+    p = ps[7]
+    assert p.stderr.splitlines()[-2] == (
         "longctx_train: error: data.tokenizer is not read by this run: --init_from hf brings its own tokenizer "
         "(BPETokenizer(vocab_size=300)), which tokenizes the text; leave data.tokenizer out."), p.stderr
-    p = cli(bindir, *init, '--print_config', cwd=tmp_path)
+    p = ps[8]
     assert ['data.tokenizer', '"bpe"', '--init_from', 'hf'] in [l.split() for l in p.stderr.splitlines()], p.stderr
 
 LM_EVAL_TASK = """task: {task}
