@@ -99,6 +99,8 @@ def _lengths(ev: Evaluated, task: str, seq_len, max_len, lengths, note) -> tuple
     max_len = max_len or (max(lengths) if lengths else 4 * seq_len if task == 'drift_curve' else seq_len)
     _check(max_len >= seq_len, f"--max_len={max_len} is below --seq_len={seq_len}; the longest evaluated length must "
            f"be at least the training length: use --max_len >= {seq_len}.")
+    if lengths and sorted(set(lengths)) != list(lengths):
+        note(f"--lengths {' '.join(map(str, lengths))}: each evaluated once, shortest first")
     lengths = sorted(set(lengths)) if lengths else eval_lengths(seq_len, max_len)
     _check(max(lengths) <= max_len, f"--lengths up to {max(lengths)} go beyond --max_len={max_len}.")
     return seq_len, max_len, lengths

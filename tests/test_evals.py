@@ -61,8 +61,9 @@ def test_every_run_in_one_table(bindir, copy_run, tmp_path):
     runs = tmp_path / 'runs'; runs.mkdir()
     for name in ('a', 'b'): (runs / name).symlink_to(copy_run, target_is_directory=True)
     (runs / 'notes.txt').write_text('not a run')
-    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--checkpoint_path', 'runs/*', '--lengths', '32,64',
+    p = run([bindir / 'longctx_eval'], '--task', 'copy_recall', '--checkpoint_path', 'runs/*', '--lengths', '64,32,64',
             '--n_samples', 4, '--device', 'cpu', '--output_dir', 'out', cwd=tmp_path, check=0)
+    assert 'note (a): --lengths 64 32 64: each evaluated once, shortest first\n' in p.stdout, p.stdout
     table = p.stdout[p.stdout.index('copy_recall: answer-token accuracy by length'):].splitlines()
     assert table[1].split() == ['model', 'block', 'params', 'step', 'train_len', '32', '64']
     assert [l.split()[:2] for l in table[2:6]] == [['a', 'associative_recall'], ['a', 'copy'], ['b', 'associative_recall'], ['b', 'copy']]
