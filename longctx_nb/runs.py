@@ -82,8 +82,9 @@ def resume_point(t: TrainerConfig,              # resume, default_root_dir and r
     elif Path(r).is_dir(): run_dir = Path(r)
     else: raise UsageError(f"--resume={r!r}: no such run directory or checkpoint file; use --resume for the newest "
                            "run.")
-    skipped = []   # 'skipping checkpoint NAME: why', each said to `warn`
-    found, _ = find_checkpoint(run_dir, accept=same, warn=lambda s: (skipped.append(s), (warn or _warn)(s)))
+    skipped = []   # 'skipping checkpoint NAME: why', each also said to `warn`
+    def tell(s): skipped.append(s); (warn or _warn)(s)
+    found, _ = find_checkpoint(run_dir, accept=same, warn=tell)
     if found is None and (run_dir / 'config.json').is_file() and not list_checkpoints(run_dir):
         return run_dir, None, None
     if found is None: raise UsageError(f"nothing to resume in {str(run_dir)!r}: it holds no checkpoint that is intact "

@@ -262,7 +262,7 @@ class Mamba2(KeepFp32, Mixer):
     def context_halo(cls, cfg): return cfg.d_conv - 1   # the conv's inputs before a part, from the previous rank
     _ssm_dims = vars(Mamba)['_ssm_dims']   # Mamba's (a state per head)
     @classmethod
-    def _conv_dim(cls, cfg): return int(cfg.expand * cfg.d_model) + 2 * cfg.ngroups * cfg.d_state   # x, B and C
+    def _conv_dim(cls, cfg): return cls._ssm_dims(cfg)[0] + 2 * cfg.ngroups * cfg.d_state   # x, B and C
 
     def __init__(self, d_model: int,             # model width
                  d_state: int = 128,             # state size per head
@@ -428,7 +428,7 @@ def split_bytes(cls, w: Workload,  # a part of each sequence: `w.seq_len` is L /
                ) -> int:           # bytes
     """Mamba's `split_bytes`; under autocast with the CPU scan, a part (gated by the norm, not in the scan) keeps
     in_proj's and the conv's outputs rather than the scan's fp32 copy of z."""
-    c, a, di = w.cfg, w.act, int(w.cfg.expand * w.cfg.d_model)
+    c, a, di = w.cfg, w.act, cls._ssm_dims(w.cfg)[0]
     cpu = a < 4 and ssd_impls.pick(c.ssd_impl, w.device, ssd_skip(c.d_state)) == 'cpu'
     kept = a * (di + 2 * cls._conv_dim(c) + di // c.headdim) - 4 * di
     return Mamba.split_bytes.__func__(cls, w, n) + (w.tokens * kept if cpu else 0)
